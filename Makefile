@@ -1,0 +1,97 @@
+# sparsekv — plain GNU make. `make` builds the library and CLI, `make test` runs the suite,
+# `make asan` runs it again under AddressSanitizer + UndefinedBehaviorSanitizer, `make fuzz`
+# builds the libFuzzer target, `make bench` writes bench/results.md, `make install PREFIX=...`.
+
+CC       ?= cc
+BUILD    ?= build
+PREFIX   ?= /usr/local
+OPT      ?= -O2
+SAN      ?=
+CSTD     := -std=c11 -D_GNU_SOURCE
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -Iinclude -Isrc $(SAN) -pthread
+LDFLAGS  += $(SAN) -pthread
+LDLIBS   += -lm
+# The *_avx2.c files alone are built for AVX2/FMA/F16C; the dispatcher picks it only when the CPU has
+# them, so the library still runs on any x86-64 (and builds elsewhere without that file's SIMD).
+SIMD_FLAGS := -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(sort $(wildcard src/*.c) $(wildcard src/eval/*.c))
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TOOL_SRC))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_SUPPORT_SRC := $(filter-out $(TEST_SRC) tests/fuzz_%.c,$(wildcard tests/*.c))
+TEST_SUPPORT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SUPPORT_SRC))
+
+STATIC   := $(BUILD)/libsparsekv.a
+SHARED   := $(BUILD)/libsparsekv.so
+CLI      := $(BUILD)/sparsekv
+
+.PHONY: all lib test asan fuzz check bench install clean format
+all: $(STATIC) $(SHARED) $(CLI)
+lib: $(STATIC) $(SHARED)
+
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/eval/*.h tools/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/src/%_avx2.o: src/%_avx2.c $(wildcard include/*.h src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(CLI): $(TOOL_OBJ) $(STATIC)
+	$(CC) -o $@ $(TOOL_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
+	$(CC) -o $@ $< $(TEST_SUPPORT_OBJ) $(STATIC) $(LDFLAGS) -lcmocka $(LDLIBS)
+
+# Tests find the CLI through SKV_CLI and the shared models through SKV_MODELS.
+test: $(TEST_BIN) $(CLI)
+	@SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(TEST_BIN)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+FUZZ_CC ?= clang
+fuzz: $(BUILD)/fuzz_gguf
+$(BUILD)/fuzz_gguf: tests/fuzz_gguf.c $(LIB_SRC)
+	@mkdir -p $(BUILD)
+	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz_gguf.c src/gguf.c src/common.c src/kernels.c src/quant.c -lm
+
+# Everything CI runs: the suite, the suite again under ASan+UBSan, a bounded fuzz run of the
+# GGUF reader, and valgrind on generate.
+check: all
+	$(MAKE) test
+	$(MAKE) asan
+	$(MAKE) fuzz
+	tests/fuzz_run.sh $(BUILD)/fuzz_gguf
+	tests/valgrind_generate.sh $(CLI)
+
+bench: $(CLI)
+	bench/run.sh $(abspath $(CLI))
+
+install: $(STATIC) $(SHARED) $(CLI)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/sparsekv.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' sparsekv.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
+
+format:
+	clang-format -i include/*.h src/*.c src/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,357 @@
+/*
+ * sparsekv.h — the one public header of libsparsekv.
+ *
+ * sparsekv runs Llama-family GGUF models on the CPU and compresses their KV cache by position
+ * selection: per layer and per kv head it keeps the cache entries that matter, at their original
+ * RoPE positions, and frees the rest.
+ *
+ * Conventions
+ *   - Every name starts with skv_ (types, functions) or SKV_ (constants).
+ *   - Objects are opaque. Each *_new / *_load has a *_free that accepts NULL.
+ *   - Fallible functions return enum skv_status and fill an optional skv_err (may be NULL);
+ *     constructors return NULL on failure and fill the skv_err.
+ *   - The library never prints to stdout and never calls exit().
+ *   - Shapes are written row-major, outermost first: float *k; // [n_pos, head_dim]
+ */
+#ifndef SPARSEKV_H
+#define SPARSEKV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKV_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum skv_status {
+    SKV_OK = 0,              /* success */
+    SKV_ERR_INVALID_ARG = 1, /* a caller-supplied argument is out of range or inconsistent */
+    SKV_ERR_IO = 2,          /* a file could not be opened, mapped, read or written */
+    SKV_ERR_FORMAT = 3,      /* a file is malformed (bad magic, counts, offsets, shapes...) */
+    SKV_ERR_UNSUPPORTED = 4, /* well-formed but not supported (architecture, tensor type...) */
+    SKV_ERR_NOMEM = 5,       /* an allocation failed */
+    SKV_ERR_STATE = 6,       /* the call is not valid in the object's current state
+                                (e.g. the context is full, no queries were captured) */
+} skv_status;
+
+/* Error details. Pass one to any fallible call; on failure msg holds a complete sentence that
+ * names the problem, e.g. "tensor 'blk.3.attn_k.weight' extends past end of file". */
+typedef struct skv_err {
+    skv_status status;
+    char msg[512];
+} skv_err;
+
+/* A short constant name for a status ("ok", "invalid argument", ...). */
+const char *skv_status_str(skv_status s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor element types (numbering follows the GGUF/ggml type ids)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum skv_type {
+    SKV_TYPE_F32 = 0,
+    SKV_TYPE_F16 = 1,
+    SKV_TYPE_Q4_0 = 2,
+    SKV_TYPE_Q8_0 = 8,
+    SKV_TYPE_Q4_K = 12,
+    SKV_TYPE_Q5_K = 13,
+    SKV_TYPE_Q6_K = 14,
+    SKV_TYPE_BF16 = 30,
+    SKV_TYPE_COUNT = 39, /* one past the largest ggml id we know of; not a type */
+} skv_type;
+
+/* "f32", "f16", "q8_0", ...; NULL for an id sparsekv does not support. */
+const char *skv_type_name(skv_type t);
+/* Parses a name as printed by skv_type_name (case-insensitive); false if unknown. */
+bool skv_type_from_name(const char *name, skv_type *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model: read-only weights (mmap), shareable between contexts and threads
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct skv_model skv_model;
+typedef struct skv_vocab skv_vocab;
+
+typedef struct skv_hparams {
+    int n_vocab;
+    int n_ctx_train; /* context length the model was trained for */
+    int n_embd;      /* model dimension */
+    int n_layer;
+    int n_head;    /* query heads */
+    int n_head_kv; /* key/value heads (GQA when < n_head) */
+    int head_dim;  /* n_embd / n_head */
+    int n_ff;      /* feed-forward hidden dimension */
+    int n_rot;     /* RoPE dimension count (<= head_dim) */
+    float rope_theta;
+    float norm_eps;
+    bool tied_output; /* output matrix is the token embedding */
+} skv_hparams;
+
+/* Loads a GGUF model (general.architecture = llama). Returns NULL and fills err on failure. */
+skv_model *skv_model_load(const char *path, skv_err *err);
+void skv_model_free(skv_model *model);
+
+const skv_hparams *skv_model_hparams(const skv_model *model);
+/* The model's tokenizer (owned by the model). */
+const skv_vocab *skv_model_vocab(const skv_model *model);
+/* Bytes of weight data the model reads per token (all matrices and norms). */
+uint64_t skv_model_weight_bytes(const skv_model *model);
+/* The type most of the model's matrices are stored in. */
+skv_type skv_model_weight_type(const skv_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tokenizer (SentencePiece BPE with byte fallback, the Llama 2 kind)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Loads a vocabulary from a llama2.c tokenizer.bin (e.g. tok512.bin, the 32000-token
+ * llama2-tokenizer/tokenizer.bin). bos/eos default to 1/2, unk to 0. */
+skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err);
+/* Frees a vocabulary from skv_vocab_load_llama2c (never the one owned by a model). */
+void skv_vocab_free(skv_vocab *vocab);
+
+int skv_vocab_n_tokens(const skv_vocab *vocab);
+int32_t skv_vocab_bos(const skv_vocab *vocab);
+int32_t skv_vocab_eos(const skv_vocab *vocab);
+/* The raw piece of a token as stored in the vocabulary (with U+2581 for spaces), or NULL. */
+const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
+
+/* Encodes len bytes of text (any bytes: invalid UTF-8 falls back to byte tokens). Prepends BOS
+ * when add_bos. Returns the number of tokens written; when n_max is too small, returns
+ * -(number needed) and writes nothing useful. */
+int skv_tokenize(const skv_vocab *vocab, const char *text, size_t len, bool add_bos,
+                 int32_t *tokens, int n_max);
+
+/* Decodes tokens to bytes. BOS/EOS produce nothing; byte tokens produce their byte; the space
+ * that SentencePiece adds before the first word (the piece right after BOS, or the first piece
+ * when strip_leading_space) is dropped. Returns bytes written (not NUL-terminated) or
+ * -(bytes needed) when buf_size is too small. */
+int skv_detokenize(const skv_vocab *vocab, const int32_t *tokens, int n_tokens,
+                   bool strip_leading_space, char *buf, int buf_size);
+
+/* Bytes of one token as it would appear in generated text after token prev (so the leading space
+ * after BOS is dropped). Returns bytes written or -(needed). */
+int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t token, char *buf,
+                       int buf_size);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: per-sequence state (KV cache, scratch, captured queries) over a shared model
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct skv_context skv_context;
+typedef struct skv_cache skv_cache;
+
+typedef enum skv_position_mode {
+    SKV_POSITIONS_ORIGINAL = 0, /* retained keys keep their original RoPE positions (default) */
+    SKV_POSITIONS_REROTATE = 1, /* StreamingLLM: retained keys re-rotated to their index in the
+                                   cache; tokens appended afterwards are placed right after */
+} skv_position_mode;
+
+typedef struct skv_context_params {
+    int n_ctx;          /* maximum logical length; 0 = the model's n_ctx_train */
+    int n_threads;      /* worker threads; 0 = all online cores */
+    skv_type kv_type;   /* SKV_TYPE_F32 (default), SKV_TYPE_F16 or SKV_TYPE_Q8_0 */
+    int capture_window; /* when > 0, every forward call keeps the post-RoPE queries of its last
+                           capture_window tokens (all layers), for the engine protocol; 0 costs
+                           nothing */
+} skv_context_params;
+
+skv_context_params skv_context_default_params(void);
+skv_context *skv_context_new(const skv_model *model, const skv_context_params *params,
+                             skv_err *err);
+void skv_context_free(skv_context *ctx);
+
+/* A new context over the same model with a deep copy of ctx's cache (and captured queries).
+ * The original is never modified. */
+skv_context *skv_context_clone(const skv_context *ctx, skv_err *err);
+
+const skv_model *skv_context_model(const skv_context *ctx);
+/* Logical length: the position the next token will be given. */
+int skv_context_n_past(const skv_context *ctx);
+int skv_context_n_ctx(const skv_context *ctx);
+int skv_context_n_threads(const skv_context *ctx);
+/* Drops the whole cache (logical length back to 0) and captured queries. */
+void skv_context_reset(skv_context *ctx);
+
+typedef enum skv_logits_mode {
+    SKV_LOGITS_NONE = 0, /* compute no logits (fastest prefill) */
+    SKV_LOGITS_LAST = 1, /* logits of the last token: [n_vocab] */
+    SKV_LOGITS_ALL = 2,  /* logits of every token: [n_tokens, n_vocab] */
+} skv_logits_mode;
+
+/* Runs n_tokens through the model at positions n_past .. n_past+n_tokens-1 (one batched pass),
+ * appending their keys and values to the cache. Attention is causal by position. logits must
+ * hold the rows mode asks for (may be NULL for SKV_LOGITS_NONE). */
+skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
+                       skv_logits_mode mode, float *logits, skv_err *err);
+
+/* Captured post-RoPE queries of the last forward call's last n tokens (n <= capture_window):
+ * q points at [n_head, n, head_dim] for the layer; NULL when nothing was captured.
+ * *first_pos receives the position of the first captured query. */
+const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,
+                                          int *first_pos);
+
+/* The context's cache (owned by the context). */
+skv_cache *skv_context_cache(skv_context *ctx);
+const skv_cache *skv_context_cache_const(const skv_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * KV cache: per layer and per kv head, a sorted array of retained positions with their K
+ * (post-RoPE) and V rows. Dense = every head holds 0..T-1.
+ * ------------------------------------------------------------------------------------------- */
+
+int skv_cache_n_layer(const skv_cache *cache);
+int skv_cache_n_head_kv(const skv_cache *cache);
+int skv_cache_head_dim(const skv_cache *cache);
+skv_type skv_cache_type(const skv_cache *cache);
+/* Logical length T: survives selection. */
+int skv_cache_n_past(const skv_cache *cache);
+skv_position_mode skv_cache_position_mode(const skv_cache *cache);
+
+/* Number of entries retained in (layer, kv head). */
+int skv_cache_head_len(const skv_cache *cache, int layer, int head);
+/* Retained positions of (layer, kv head): [len], ascending. Borrowed; valid until the cache
+ * changes. */
+const int32_t *skv_cache_head_positions(const skv_cache *cache, int layer, int head);
+
+/* Dense float copies of a head's keys and values (the seed's dense_kv). k and v (either may be
+ * NULL) must hold [len, head_dim] floats; pos (may be NULL) [len]. */
+skv_status skv_cache_head_read(const skv_cache *cache, int layer, int head, float *k, float *v,
+                               int32_t *pos, skv_err *err);
+
+/* Keeps, in every kv head of one layer, only the listed positions (positions are logical
+ * positions, not indices). idx: n_idx ascending unique positions each present in every head
+ * (else SKV_ERR_INVALID_ARG, cache unchanged). head_idx variant: per kv head its own list. */
+skv_status skv_cache_select_layer(skv_cache *cache, int layer, const int32_t *positions,
+                                  int n_positions, skv_err *err);
+skv_status skv_cache_select_head(skv_cache *cache, int layer, int head, const int32_t *positions,
+                                 int n_positions, skv_err *err);
+
+/* Re-rotates every head's retained keys from their original position to their index in the
+ * head (StreamingLLM) and switches the cache to SKV_POSITIONS_REROTATE: tokens appended later
+ * are rotated at (head length + i) while still being causal by logical position. */
+skv_status skv_cache_rerotate(skv_cache *cache, skv_err *err);
+
+/* Bytes held by K, V and positions: of one layer, or of the whole cache (layer = -1).
+ * Counts retained entries (not spare capacity). */
+uint64_t skv_cache_bytes(const skv_cache *cache, int layer);
+/* Bytes actually allocated (including spare capacity). */
+uint64_t skv_cache_bytes_allocated(const skv_cache *cache);
+
+/* ---------------------------------------------------------------------------------------------
+ * Compression: score -> allocate -> select (SPEC.md)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum skv_protocol {
+    SKV_PROTOCOL_SEED = 0,   /* window tokens scored on a copy of the prefix cache, not kept */
+    SKV_PROTOCOL_ENGINE = 1, /* window = the last W positions already in the cache; their
+                                queries come from the prefill's capture; window kept */
+} skv_protocol;
+
+typedef enum skv_pooling { SKV_POOL_MAX = 0, SKV_POOL_AVG = 1 } skv_pooling;
+
+typedef struct skv_compress_params {
+    const char *policy;  /* "sink_recent"|"streaming", "random", "attention"|"snapkv",
+                            "pyramid"|"pyramidkv" */
+    double keep_frac;    /* in (0, 1] */
+    skv_protocol protocol;
+    /* seed protocol: window tokens fed on a copy (attention, pyramid) */
+    const int32_t *window_tokens;
+    int n_window;        /* seed: number of window_tokens; engine: window size W */
+    uint64_t seed;       /* random */
+    int sinks;           /* sink_recent, default 4 */
+    skv_pooling pooling; /* attention/pyramid, default max */
+    int kernel;          /* pooling kernel, default 7, >= 1 */
+    int window_keep;     /* last positions forced in, default 32 */
+    skv_position_mode positions; /* default original */
+} skv_compress_params;
+
+skv_compress_params skv_compress_default_params(void);
+
+/* What a compression did. Arrays are owned by the info; release with skv_compress_info_free. */
+typedef struct skv_compress_info {
+    char policy[32];    /* canonical name */
+    double keep_frac;
+    int T;              /* logical length of the compressed prefix */
+    int keep;           /* max(1, round_half_even(keep_frac * T)) clamped to [1, T] */
+    double compress_ms; /* all selection work, window pass included */
+    double window_ms;   /* the window pass's share of compress_ms (seed protocol) */
+    int window_tokens;  /* 0 when the policy needs no window */
+    int n_layer, n_head_kv;
+    int *layer_budgets;     /* [n_layer] (pyramid; otherwise keep per layer) */
+    int *kept;              /* [n_layer, n_head_kv] entries kept */
+    uint64_t bytes_before;  /* KV bytes before / after */
+    uint64_t bytes_after;
+} skv_compress_info;
+
+void skv_compress_info_free(skv_compress_info *info);
+
+/* Compresses ctx's cache in place under params (SPEC.md). On error the cache is unchanged. */
+skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
+                        skv_compress_info *info, skv_err *err);
+
+/* Canonical policy name for a name or alias, or NULL if unknown. */
+const char *skv_policy_canonical(const char *name);
+/* Whether a policy needs window queries. */
+bool skv_policy_needs_window(const char *name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampling
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct skv_sampler_params {
+    float temperature; /* 0 = greedy (argmax, lowest id on ties) */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 = off */
+    uint64_t seed;
+} skv_sampler_params;
+
+typedef struct skv_sampler skv_sampler;
+
+skv_sampler_params skv_sampler_default_params(void);
+skv_sampler *skv_sampler_new(const skv_sampler_params *params, skv_err *err);
+void skv_sampler_free(skv_sampler *s);
+/* Picks a token from logits [n_vocab]; logits may be modified. */
+int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab);
+
+/* A small, documented PRNG (xoshiro256** seeded through splitmix64) used for sampling, the
+ * random policy and synthetic models. */
+typedef struct skv_rng {
+    uint64_t s[4];
+} skv_rng;
+void skv_rng_seed(skv_rng *rng, uint64_t seed);
+uint64_t skv_rng_next(skv_rng *rng);
+/* Uniform in [0, 1). */
+double skv_rng_uniform(skv_rng *rng);
+/* Uniform in [0, n), unbiased. */
+uint64_t skv_rng_below(skv_rng *rng, uint64_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Conversion and model files
+ * ------------------------------------------------------------------------------------------- */
+
+/* llama2.c checkpoint (v0 or v1) + tokenizer.bin -> GGUF v3 (F32, tokenizer embedded). */
+skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenizer_path,
+                               const char *out_path, skv_err *err);
+
+/* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32). */
+skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
+                              int n_threads, skv_err *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+const char *skv_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPARSEKV_H */

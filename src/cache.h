@@ -1,0 +1,56 @@
+/* cache.h — the KV cache's internal layout.
+ *
+ * One skv_cache_head per (layer, kv head), each with its own arrays, so a selection can keep a
+ * different subset in every head and give the freed memory back (the arrays shrink).
+ *   pos[n]               logical positions, ascending (causality is decided on these)
+ *   k[n][row_bytes]      keys after RoPE, in the cache type
+ *   v[n][row_bytes]      values, in the cache type
+ * rope_shift: 0 in original mode. In rerotate mode the keys sit at rotation index 0..n-1 and a
+ * token appended at logical position p is rotated at p - rope_shift (per head). */
+#ifndef SKV_CACHE_H
+#define SKV_CACHE_H
+
+#include "common.h"
+
+typedef struct skv_cache_head {
+    int32_t *pos;  /* [cap] */
+    uint8_t *k;    /* [cap, row_bytes] */
+    uint8_t *v;    /* [cap, row_bytes] */
+    int n, cap;
+    int32_t rope_shift;
+} skv_cache_head;
+
+struct skv_cache {
+    int n_layer, n_head_kv, head_dim, n_rot;
+    float rope_theta;
+    skv_type type;
+    size_t row_bytes; /* bytes of one K (or V) row in type */
+    int n_past;       /* logical length T */
+    int n_ctx;        /* maximum logical length */
+    skv_position_mode mode;
+    skv_cache_head *heads; /* [n_layer * n_head_kv] */
+};
+
+static inline skv_cache_head *skv_cache_head_at(skv_cache *c, int layer, int head) {
+    return &c->heads[(size_t)layer * (size_t)c->n_head_kv + (size_t)head];
+}
+static inline const skv_cache_head *skv_cache_head_at_const(const skv_cache *c, int layer,
+                                                            int head) {
+    return &c->heads[(size_t)layer * (size_t)c->n_head_kv + (size_t)head];
+}
+
+skv_cache *skv_cache_new(int n_layer, int n_head_kv, int head_dim, int n_rot, float rope_theta,
+                         skv_type type, int n_ctx, skv_err *err);
+void skv_cache_free(skv_cache *c);
+skv_cache *skv_cache_clone(const skv_cache *c, skv_err *err);
+void skv_cache_clear(skv_cache *c);
+/* Makes room for n more entries in every head (grows geometrically, up to n_ctx). */
+skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err);
+/* Appends one entry (already rotated key, value, given as float rows [head_dim]) to a head.
+ * Room must have been reserved. */
+void skv_cache_append(skv_cache *c, int layer, int head, int32_t pos, const float *k,
+                      const float *v);
+/* Number of entries of a head with pos <= p (positions are sorted). */
+int skv_cache_head_count_upto(const skv_cache_head *h, int32_t p);
+
+#endif

@@ -1,0 +1,37 @@
+/* context.h — per-sequence state: the cache, scratch buffers and captured queries. */
+#ifndef SKV_CONTEXT_H
+#define SKV_CONTEXT_H
+
+#include "cache.h"
+#include "model.h"
+#include "threads.h"
+
+struct skv_context {
+    const skv_model *model;
+    skv_context_params params;
+    skv_cache *cache;
+    skv_pool *pool;
+
+    /* scratch for a batch of up to n_batch tokens (grown on demand) */
+    int n_batch;
+    float *x;      /* [n_batch, n_embd] residual stream */
+    float *xb;     /* [n_batch, n_embd] normed input */
+    float *q;      /* [n_batch, n_head * head_dim] */
+    float *k;      /* [n_batch, n_head_kv * head_dim] */
+    float *v;      /* [n_batch, n_head_kv * head_dim] */
+    float *att;    /* [n_batch, n_head * head_dim] attention output */
+    float *hb;     /* [n_batch, n_ff] gate */
+    float *hb2;    /* [n_batch, n_ff] up */
+    void *work;    /* matmul work (quantized activations) */
+    size_t work_size;
+
+    /* captured queries (capture_window > 0): [n_layer][n_head, capture_window, head_dim] */
+    float *qcap;
+    int qcap_n;         /* valid captured tokens */
+    int qcap_first_pos; /* position of the first captured token */
+};
+
+/* Turns query capture on (W > 0) or off (W = 0) for later forward calls. */
+skv_status skv_context_set_capture(skv_context *ctx, int capture_window, skv_err *err);
+
+#endif

@@ -1,0 +1,95 @@
+/* kernels.h — the numeric building blocks: element types and block formats, matrix products,
+ * norms, RoPE, softmax, attention.
+ *
+ * Every kernel has a plain C reference (suffix _ref, in kernels_ref.c / quant.c: the truth the
+ * tests compare against) and a fast path (kernels_avx2.c) picked at run time by CPU detection.
+ * Unsuffixed names dispatch. Results do not depend on the thread count beyond float rounding. */
+#ifndef SKV_KERNELS_H
+#define SKV_KERNELS_H
+
+#include "common.h"
+#include "threads.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- element types and block formats (exact ggml layouts) ---------------------------------- */
+
+#define SKV_QK8_0 32 /* Q8_0: { f16 d; int8 q[32]; }            34 bytes / 32 values */
+#define SKV_QK4_0 32 /* Q4_0: { f16 d; uint8 q[16]; }           18 bytes / 32 values */
+#define SKV_QK_K 256 /* K-quants: super-blocks of 256 values               */
+/* Q4_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]; }           144 bytes */
+/* Q5_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; } 176 bytes */
+/* Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }        210 bytes */
+
+bool skv_type_supported(skv_type t);
+/* Values per block (1 for F32/F16/BF16) and bytes per block. 0 for unsupported types. */
+int skv_type_block_size(skv_type t);
+size_t skv_type_block_bytes(skv_type t);
+/* Bytes of a row of n values; 0 when n is not a multiple of the block size. */
+size_t skv_row_bytes(skv_type t, int64_t n);
+/* Whether skv_quantize_row can write this type. */
+bool skv_type_can_quantize(skv_type t);
+
+float skv_f16_to_f32(uint16_t h);
+uint16_t skv_f32_to_f16(float f); /* round to nearest even */
+float skv_bf16_to_f32(uint16_t h);
+uint16_t skv_f32_to_bf16(float f); /* round to nearest even */
+
+/* n must be a multiple of the type's block size. */
+void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n);
+void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n);
+
+/* ---- matrix products ----------------------------------------------------------------------
+ * y[m, n_out] = x[m, n_in] · W^T, W[n_out, n_in] rows stored in type wt (a GGUF tensor with
+ * ne[0] = n_in, ne[1] = n_out). Quantized W is used block by block (activations quantized to
+ * 8 bits, integer dot products); it is never dequantized whole. work must hold
+ * skv_matmul_work_size(wt, m, n_in) bytes. Parallel over pool (may be NULL). */
+size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
+void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
+                int n_out, int n_in, void *work);
+/* Reference: dequantize each row, float64 accumulation. Single thread. */
+void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
+                    int n_in);
+
+/* ---- vector kernels (dispatching; each has a _ref twin) ------------------------------------ */
+
+/* out[n] = x[n] / rms(x) * w[n]; out may alias x. */
+void skv_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void skv_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps);
+
+/* In-place RoPE of one head vector x[head_dim] at position pos, llama "normal" mode: rotates
+ * adjacent pairs (x[2i], x[2i+1]) by pos * theta^(-2i/n_rot) for 2i < n_rot. pos may be
+ * negative (used to re-rotate by a delta). */
+void skv_rope(float *x, int head_dim, int n_rot, double pos, float theta);
+void skv_rope_ref(float *x, int head_dim, int n_rot, double pos, float theta);
+
+/* In-place softmax of x[n] (max-subtracted). */
+void skv_softmax(float *x, int n);
+void skv_softmax_ref(float *x, int n);
+
+/* out[n] = silu(gate[n]) * up[n]. out may alias gate. */
+void skv_swiglu(float *out, const float *gate, const float *up, int n);
+void skv_swiglu_ref(float *out, const float *gate, const float *up, int n);
+
+float skv_dot_f32(const float *a, const float *b, int n);
+
+/* ---- attention ---------------------------------------------------------------------------
+ * g query heads (one kv group) of one token over one kv head's n entries:
+ *   out[i] = sum_j softmax_j(scale * q[i] · k[j]) v[j]
+ * q: [g, d]; k, v: [n, d] rows of kv_type; out: [g, d]. Online softmax in one pass over K and V
+ * (no n-sized buffer). n == 0 writes zeros. */
+void skv_attn_group(float *out, const float *q, int g, int d, const void *k, const void *v,
+                    skv_type kv_type, int n, float scale);
+void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k, const void *v,
+                        skv_type kv_type, int n, float scale);
+
+/* True when the AVX2/FMA/F16C paths are in use (CPU has them and not forced off). */
+bool skv_kernels_use_simd(void);
+/* Which implementation the dispatchers chose ("avx2+fma+f16c" or "scalar"). */
+const char *skv_kernels_impl(void);
+/* Force the scalar reference paths (tests, benchmarks). */
+void skv_kernels_force_ref(bool on);
+
+#endif

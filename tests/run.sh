@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test binary given, counts cmocka's per-test results, and ends with one line
+# "N passed, N failed" over all of them. Exit status 1 when anything failed or crashed.
+set -u
+passed=0; failed=0; crashed=()
+for t in "$@"; do
+    name=$(basename "$t")
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -E '^\[  (FAILED|  ERROR  )|^\[ +(ERROR|FAILED) +\]' | sed "s/^/$name: /"
+    p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)
+    f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
+    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+    if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
+        crashed+=("$name (exit $rc)"); failed=$((failed + 1))
+        printf '%s\n' "$out" | tail -20 | sed "s/^/$name: /"
+    fi
+    printf '%-28s %3s passed %3s failed\n' "$name" "${p:-0}" "${f:-0}"
+done
+[ ${#crashed[@]} -gt 0 ] && echo "crashed: ${crashed[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

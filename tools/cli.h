@@ -1,0 +1,45 @@
+/* cli.h — shared pieces of the sparsekv command-line tool. Each subcommand lives in its own
+ * tools/cmd_<name>.c and returns the process exit status:
+ *   0 ok, 1 runtime failure (I/O, malformed model...), 2 bad usage or bad input. */
+#ifndef SKV_CLI_H
+#define SKV_CLI_H
+
+#include "sparsekv.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define SKV_DEFAULT_MODEL "../shared/models/stories260K/stories260K.gguf"
+
+int cmd_generate(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_convert_llama2c(int argc, char **argv);
+int cmd_compress(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_eval_merge(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_synth_model(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Prints "sparsekv <cmd>: <message>" on stderr. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Strict number parsing: the whole string must be a number in [lo, hi]. */
+bool cli_parse_int(const char *s, long lo, long hi, long *out);
+bool cli_parse_u64(const char *s, uint64_t *out);
+bool cli_parse_double(const char *s, double lo, double hi, double *out);
+
+/* The model path to use: explicit, or the default stories260K when it exists. NULL (and a
+ * message naming the default path) when there is none. */
+const char *cli_model_path(const char *cmd, const char *explicit_path);
+
+/* Loads the model, printing the library's message on failure. */
+skv_model *cli_load_model(const char *cmd, const char *path);
+
+/* Writes s as a JSON string literal (quotes and escapes; invalid UTF-8 bytes as \u00XX). */
+void cli_json_string(FILE *f, const char *s, size_t len);
+
+#endif

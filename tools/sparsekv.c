@@ -1,0 +1,55 @@
+/* sparsekv.c — the command-line entry: dispatches to tools/cmd_<name>.c. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"generate", cmd_generate, "generate text (optionally on a compressed cache)"},
+    {"compress", cmd_compress, "compress a prompt's KV cache and print what was kept (JSON)"},
+    {"eval", cmd_eval, "measure each policy's quality cost against the full cache"},
+    {"eval-merge", cmd_eval_merge, "merge sharded eval outputs into one summary"},
+    {"bench", cmd_bench, "prefill/decode speed, roofline, compressed-cache decode"},
+    {"info", cmd_info, "print a model's hparams, tensors and vocabulary facts"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"logits", cmd_logits, "write float32 logits of every prompt position to a file"},
+    {"convert-llama2c", cmd_convert_llama2c, "convert a llama2.c checkpoint + tokenizer to GGUF"},
+    {"quantize", cmd_quantize, "rewrite a GGUF model with quantized weights"},
+    {"synth-model", cmd_synth_model, "write a random-weight GGUF with a real model's shapes"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "sparsekv %s — run Llama-family GGUF models and compress their KV cache per head\n\n"
+               "usage: sparsekv <command> [options]   (sparsekv <command> --help for details)\n\n"
+               "commands:\n",
+            skv_version());
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nWith no -m, commands use %s.\n", SKV_DEFAULT_MODEL);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("sparsekv %s\n", skv_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "sparsekv: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
