@@ -1,0 +1,54 @@
+/* types.c — names and block geometry of the tensor element types (ggml layouts). */
+#include "kernels.h"
+
+#include <string.h>
+#include <strings.h>
+
+typedef struct type_traits {
+    const char *name;
+    int block_size;     /* values per block */
+    size_t block_bytes; /* bytes per block */
+} type_traits;
+
+static const type_traits traits[SKV_TYPE_COUNT] = {
+    [SKV_TYPE_F32] = {"f32", 1, 4},
+    [SKV_TYPE_F16] = {"f16", 1, 2},
+    [SKV_TYPE_BF16] = {"bf16", 1, 2},
+    [SKV_TYPE_Q8_0] = {"q8_0", SKV_QK8_0, 2 + SKV_QK8_0},
+    [SKV_TYPE_Q4_0] = {"q4_0", SKV_QK4_0, 2 + SKV_QK4_0 / 2},
+    [SKV_TYPE_Q4_K] = {"q4_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 2},
+    [SKV_TYPE_Q5_K] = {"q5_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 8 + SKV_QK_K / 2},
+    [SKV_TYPE_Q6_K] = {"q6_k", SKV_QK_K, SKV_QK_K / 2 + SKV_QK_K / 4 + SKV_QK_K / 16 + 2},
+};
+
+bool skv_type_supported(skv_type t) {
+    return (unsigned)t < SKV_TYPE_COUNT && traits[t].name != NULL;
+}
+
+const char *skv_type_name(skv_type t) {
+    return skv_type_supported(t) ? traits[t].name : NULL;
+}
+
+bool skv_type_from_name(const char *name, skv_type *out) {
+    if (!name) return false;
+    for (int t = 0; t < SKV_TYPE_COUNT; t++) {
+        if (traits[t].name && strcasecmp(traits[t].name, name) == 0) {
+            *out = (skv_type)t;
+            return true;
+        }
+    }
+    return false;
+}
+
+int skv_type_block_size(skv_type t) {
+    return skv_type_supported(t) ? traits[t].block_size : 0;
+}
+
+size_t skv_type_block_bytes(skv_type t) {
+    return skv_type_supported(t) ? traits[t].block_bytes : 0;
+}
+
+size_t skv_row_bytes(skv_type t, int64_t n) {
+    if (!skv_type_supported(t) || n < 0 || n % traits[t].block_size) return 0;
+    return (size_t)(n / traits[t].block_size) * traits[t].block_bytes;
+}
