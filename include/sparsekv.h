@@ -349,6 +349,8 @@ skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_typ
  * ------------------------------------------------------------------------------------------- */
 
 const char *skv_version(void);
+/* Monotonic wall clock in milliseconds (for timing reports). */
+double skv_time_ms(void);
 
 #ifdef __cplusplus
 }

@@ -12,9 +12,6 @@
 skv_status skv_err_set(skv_err *err, skv_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Wall clock in milliseconds (monotonic). */
-double skv_time_ms(void);
-
 /* Overflow-checked arithmetic for sizes read from files: false on overflow. */
 static inline int skv_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_mul_overflow(a, b, out);

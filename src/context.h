@@ -22,6 +22,7 @@ struct skv_context {
     float *att;    /* [n_batch, n_head * head_dim] attention output */
     float *hb;     /* [n_batch, n_ff] gate */
     float *hb2;    /* [n_batch, n_ff] up */
+    float *rope_cs; /* [n_batch, n_rot] cos/sin pairs of each token's position */
     void *work;    /* matmul work (quantized activations) */
     size_t work_size;
 
@@ -30,6 +31,9 @@ struct skv_context {
     int qcap_n;         /* valid captured tokens */
     int qcap_first_pos; /* position of the first captured token */
 };
+
+/* Grows the scratch buffers to batches of n tokens. */
+skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err);
 
 /* Turns query capture on (W > 0) or off (W = 0) for later forward calls. */
 skv_status skv_context_set_capture(skv_context *ctx, int capture_window, skv_err *err);

@@ -1,9 +1,158 @@
-/* cmd_logits.c — placeholder until the subcommand lands. */
+/* cmd_logits.c — `sparsekv logits`: float32 logits of every prompt position, for comparing
+ * engines. The file holds row-major [n_tokens, n_vocab] floats and nothing else. */
 #include "cli.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sparsekv logits [-m MODEL] (-p PROMPT | --tokens ID,ID,...) -o FILE\n"
+               "                       [-t THREADS] [--kv-type f32|f16|q8_0] [--no-bos]\n\n"
+               "Runs the prompt in one batch and writes float32 logits for every position,\n"
+               "row-major [n_tokens, n_vocab], to FILE (native little-endian, no header).\n"
+               "Prints the token ids as a JSON array on stdout.\n");
+}
+
+/* "1,2,3" -> ids; returns count or -1. */
+static int parse_ids(const char *s, int32_t **out) {
+    int cap = 16, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    while (ids && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX || (*end && *end != ',')) break;
+        if (n == cap) {
+            int32_t *bigger = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+            if (!bigger) break;
+            ids = bigger;
+        }
+        ids[n++] = (int32_t)v;
+        s = *end ? end + 1 : end;
+        if (!*s) {
+            *out = ids;
+            return n;
+        }
+    }
+    free(ids);
+    return -1;
+}
+
 int cmd_logits(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    cli_error("logits", "not implemented yet");
-    return 1;
+    const char *model_arg = NULL, *prompt = NULL, *ids_arg = NULL, *out_path = NULL;
+    long threads = 0;
+    bool bos = true;
+    skv_type kv_type = SKV_TYPE_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--no-bos")) {
+            bos = false;
+            continue;
+        }
+        if (!val) {
+            cli_error("logits", "option '%s' needs a value (or is unknown; see --help)", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m"))
+            model_arg = val;
+        else if (!strcmp(a, "-p"))
+            prompt = val;
+        else if (!strcmp(a, "--tokens"))
+            ids_arg = val;
+        else if (!strcmp(a, "-o"))
+            out_path = val;
+        else if (!strcmp(a, "-t")) {
+            if (!cli_parse_int(val, 1, 1024, &threads)) {
+                cli_error("logits", "invalid thread count '%s'", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!skv_type_from_name(val, &kv_type)) {
+                cli_error("logits", "unknown kv type '%s'", val);
+                return 2;
+            }
+        } else {
+            cli_error("logits", "unknown option '%s' (see --help)", a);
+            return 2;
+        }
+    }
+    if (!out_path || (!prompt == !ids_arg)) {
+        cli_error("logits", "need -o FILE and exactly one of -p PROMPT or --tokens LIST");
+        return 2;
+    }
+    int32_t *toks = NULL;
+    int n = 0;
+    if (ids_arg && (n = parse_ids(ids_arg, &toks)) <= 0) {
+        cli_error("logits", "--tokens must be a comma-separated list of token ids");
+        return 2;
+    }
+    const char *path = cli_model_path("logits", model_arg);
+    if (!path) {
+        free(toks);
+        return 2;
+    }
+    skv_model *model = cli_load_model("logits", path);
+    if (!model) {
+        free(toks);
+        return 1;
+    }
+    const skv_hparams *hp = skv_model_hparams(model);
+    int rc = 1;
+    skv_err err = {0};
+    skv_context *ctx = NULL;
+    float *logits = NULL;
+    FILE *f = NULL;
+    if (prompt) {
+        size_t len = strlen(prompt);
+        toks = malloc((len + 2) * sizeof *toks);
+        n = toks ? skv_tokenize(skv_model_vocab(model), prompt, len, bos, toks, (int)len + 2) : 0;
+        if (n <= 0) {
+            cli_error("logits", "the prompt gives no tokens");
+            rc = 2;
+            goto done;
+        }
+    }
+    skv_context_params cp = skv_context_default_params();
+    cp.n_threads = (int)threads;
+    cp.kv_type = kv_type;
+    if (n > hp->n_ctx_train) cp.n_ctx = n;
+    ctx = skv_context_new(model, &cp, &err);
+    logits = malloc((size_t)n * hp->n_vocab * sizeof *logits);
+    if (!ctx || !logits) {
+        cli_error("logits", "%s", ctx ? "out of memory" : err.msg);
+        goto done;
+    }
+    if (skv_forward(ctx, toks, n, SKV_LOGITS_ALL, logits, &err)) {
+        cli_error("logits", "%s", err.msg);
+        rc = err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
+        goto done;
+    }
+    f = fopen(out_path, "wb");
+    if (!f || fwrite(logits, sizeof *logits, (size_t)n * hp->n_vocab, f) !=
+                  (size_t)n * hp->n_vocab) {
+        cli_error("logits", "cannot write '%s'", out_path);
+        goto done;
+    }
+    if (fclose(f)) {
+        f = NULL;
+        cli_error("logits", "cannot write '%s'", out_path);
+        goto done;
+    }
+    f = NULL;
+    putchar('[');
+    for (int i = 0; i < n; i++) printf(i ? ",%d" : "%d", toks[i]);
+    printf("]\n");
+    rc = 0;
+done:
+    if (f) fclose(f);
+    free(toks);
+    free(logits);
+    skv_context_free(ctx);
+    skv_model_free(model);
+    return rc;
 }

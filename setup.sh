@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Sets up sparsekv on a fresh Debian machine and runs the main job: the default evaluation of
+# every compression policy on the embedded stories260K model, ending with its summary table.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=()
+for p in build-essential libcmocka-dev gnuplot-nox; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "installing: ${need[*]}"
+    SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+make -j"$(nproc)" all >/dev/null
+echo "built build/sparsekv"
+model=../shared/models/stories260K/stories260K.gguf
+if [ ! -f "$model" ]; then
+    echo "setup.sh: the default model $model is missing (sparsekv expects ../shared next to it)" >&2
+    exit 1
+fi
+exec build/sparsekv eval --out eval-out "$@"

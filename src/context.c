@@ -1,0 +1,201 @@
+/* context.c — per-sequence state over a shared model: create, clone, reset, accessors. */
+#include "context.h"
+#include "kernels.h"
+
+#include <string.h>
+
+skv_context_params skv_context_default_params(void) {
+    skv_context_params p = {0};
+    p.n_ctx = 0;
+    p.n_threads = 0;
+    p.kv_type = SKV_TYPE_F32;
+    p.capture_window = 0;
+    return p;
+}
+
+static void free_scratch(skv_context *ctx) {
+    free(ctx->x);
+    free(ctx->xb);
+    free(ctx->q);
+    free(ctx->k);
+    free(ctx->v);
+    free(ctx->att);
+    free(ctx->hb);
+    free(ctx->hb2);
+    free(ctx->work);
+    free(ctx->rope_cs);
+    ctx->rope_cs = NULL;
+    ctx->x = ctx->xb = ctx->q = ctx->k = ctx->v = ctx->att = ctx->hb = ctx->hb2 = NULL;
+    ctx->work = NULL;
+    ctx->n_batch = 0;
+    ctx->work_size = 0;
+}
+
+static size_t max_work_size(const skv_model *m, int n) {
+    const skv_hparams *hp = &m->hp;
+    size_t w = skv_matmul_work_size(m->output.type, n, hp->n_embd);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const skv_layer_weights *L = &m->layers[l];
+        size_t ws[] = {skv_matmul_work_size(L->wq.type, n, hp->n_embd),
+                       skv_matmul_work_size(L->wk.type, n, hp->n_embd),
+                       skv_matmul_work_size(L->wv.type, n, hp->n_embd),
+                       skv_matmul_work_size(L->wo.type, n, hp->n_head * hp->head_dim),
+                       skv_matmul_work_size(L->w_gate.type, n, hp->n_embd),
+                       skv_matmul_work_size(L->w_up.type, n, hp->n_embd),
+                       skv_matmul_work_size(L->w_down.type, n, hp->n_ff)};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i] > w) w = ws[i];
+    }
+    return w;
+}
+
+/* Scratch for batches of up to n tokens (grown on demand, never shrunk). */
+skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
+    if (n <= ctx->n_batch) return SKV_OK;
+    const skv_hparams *hp = &ctx->model->hp;
+    free_scratch(ctx);
+    size_t nn = (size_t)n;
+    size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
+    ctx->x = malloc(nn * hp->n_embd * sizeof(float));
+    ctx->xb = malloc(nn * hp->n_embd * sizeof(float));
+    ctx->q = malloc(nn * dq * sizeof(float));
+    ctx->k = malloc(nn * dkv * sizeof(float));
+    ctx->v = malloc(nn * dkv * sizeof(float));
+    ctx->att = malloc(nn * dq * sizeof(float));
+    ctx->hb = malloc(nn * hp->n_ff * sizeof(float));
+    ctx->hb2 = malloc(nn * hp->n_ff * sizeof(float));
+    ctx->rope_cs = malloc(nn * hp->n_rot * sizeof(float));
+    ctx->work_size = max_work_size(ctx->model, n);
+    ctx->work = ctx->work_size ? malloc(ctx->work_size) : NULL;
+    if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
+        !ctx->hb2 || !ctx->rope_cs || (ctx->work_size && !ctx->work)) {
+        free_scratch(ctx);
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a batch of %d tokens", n);
+    }
+    ctx->n_batch = n;
+    return SKV_OK;
+}
+
+skv_status skv_context_set_capture(skv_context *ctx, int capture_window, skv_err *err) {
+    const skv_hparams *hp = &ctx->model->hp;
+    if (capture_window < 0 || capture_window > ctx->params.n_ctx)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "capture window %d is outside [0, %d]",
+                           capture_window, ctx->params.n_ctx);
+    float *q = NULL;
+    if (capture_window > 0) {
+        size_t n = (size_t)hp->n_layer * hp->n_head * (size_t)capture_window * hp->head_dim;
+        q = calloc(n, sizeof(float));
+        if (!q) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for captured queries");
+    }
+    free(ctx->qcap);
+    ctx->qcap = q;
+    ctx->params.capture_window = capture_window;
+    ctx->qcap_n = 0;
+    ctx->qcap_first_pos = 0;
+    return SKV_OK;
+}
+
+skv_context *skv_context_new(const skv_model *model, const skv_context_params *params,
+                             skv_err *err) {
+    if (!model) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "no model");
+        return NULL;
+    }
+    skv_context_params p = params ? *params : skv_context_default_params();
+    const skv_hparams *hp = &model->hp;
+    if (p.n_ctx < 0 || p.n_threads < 0 || p.capture_window < 0) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "context parameters must not be negative");
+        return NULL;
+    }
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
+    skv_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    ctx->model = model;
+    ctx->params = p;
+    ctx->params.capture_window = 0;
+    ctx->cache = skv_cache_new(hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                               hp->rope_theta, p.kv_type, p.n_ctx, err);
+    if (!ctx->cache) goto fail;
+    ctx->pool = skv_pool_new(p.n_threads);
+    if (!ctx->pool) {
+        skv_err_set(err, SKV_ERR_NOMEM, "could not start %d threads", p.n_threads);
+        goto fail;
+    }
+    ctx->params.n_threads = skv_pool_size(ctx->pool);
+    if (skv_context_set_capture(ctx, p.capture_window, err)) goto fail;
+    return ctx;
+fail:
+    skv_context_free(ctx);
+    return NULL;
+}
+
+void skv_context_free(skv_context *ctx) {
+    if (!ctx) return;
+    free_scratch(ctx);
+    free(ctx->qcap);
+    skv_cache_free(ctx->cache);
+    skv_pool_free(ctx->pool);
+    free(ctx);
+}
+
+skv_context *skv_context_clone(const skv_context *src, skv_err *err) {
+    skv_context *ctx = skv_context_new(src->model, &src->params, err);
+    if (!ctx) return NULL;
+    skv_cache *c = skv_cache_clone(src->cache, err);
+    if (!c) {
+        skv_context_free(ctx);
+        return NULL;
+    }
+    skv_cache_free(ctx->cache);
+    ctx->cache = c;
+    if (src->qcap && src->qcap_n > 0) {
+        const skv_hparams *hp = &src->model->hp;
+        memcpy(ctx->qcap, src->qcap,
+               (size_t)hp->n_layer * hp->n_head * (size_t)src->params.capture_window *
+                   hp->head_dim * sizeof(float));
+        ctx->qcap_n = src->qcap_n;
+        ctx->qcap_first_pos = src->qcap_first_pos;
+    }
+    return ctx;
+}
+
+void skv_context_reset(skv_context *ctx) {
+    skv_cache_clear(ctx->cache);
+    ctx->qcap_n = 0;
+    ctx->qcap_first_pos = 0;
+}
+
+const skv_model *skv_context_model(const skv_context *ctx) {
+    return ctx->model;
+}
+int skv_context_n_past(const skv_context *ctx) {
+    return ctx->cache->n_past;
+}
+int skv_context_n_ctx(const skv_context *ctx) {
+    return ctx->params.n_ctx;
+}
+int skv_context_n_threads(const skv_context *ctx) {
+    return ctx->params.n_threads;
+}
+skv_cache *skv_context_cache(skv_context *ctx) {
+    return ctx->cache;
+}
+const skv_cache *skv_context_cache_const(const skv_context *ctx) {
+    return ctx->cache;
+}
+
+const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,
+                                          int *first_pos) {
+    const skv_hparams *hp = &ctx->model->hp;
+    if (!ctx->qcap || ctx->qcap_n == 0 || layer < 0 || layer >= hp->n_layer) {
+        if (n) *n = 0;
+        return NULL;
+    }
+    if (n) *n = ctx->qcap_n;
+    if (first_pos) *first_pos = ctx->qcap_first_pos;
+    /* the forward pass packs each layer densely as [n_head, qcap_n, head_dim] */
+    return ctx->qcap + (size_t)layer * hp->n_head * ctx->qcap_n * hp->head_dim;
+}

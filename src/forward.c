@@ -1,0 +1,205 @@
+/* forward.c — the transformer, read top to bottom: one batched pass of n tokens through every
+ * layer, appending their keys and values to the per-head cache.
+ *
+ *   x = embed(tokens)                               x  [n, n_embd]
+ *   for each layer:
+ *     xb = rmsnorm(x) ; q, k, v = xb·Wq, xb·Wk, xb·Wv   q  [n, n_head, head_dim]
+ *     RoPE(q, k) at each token's position             k, v [n, n_head_kv, head_dim]
+ *     append k, v to the cache; capture q (optional)
+ *     att = attention(q over each kv head's retained entries with pos <= token pos)
+ *     x += att·Wo
+ *     xb = rmsnorm(x) ; x += (silu(xb·Wgate) * xb·Wup)·Wdown
+ *   logits = rmsnorm(x)·Wout
+ */
+#include "context.h"
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Long prompts go through in batches of this many tokens, bounding scratch memory. */
+#define FORWARD_BATCH 512
+
+/* cos/sin of every rotated pair at one position: cs[2*i] = cos, cs[2*i+1] = sin, i < n_rot/2. */
+static void rope_angles(float *cs, int n_rot, double pos, float theta) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        double a = pos * pow((double)theta, -2.0 * i / n_rot);
+        cs[2 * i] = (float)cos(a);
+        cs[2 * i + 1] = (float)sin(a);
+    }
+}
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) by the precomputed angles (llama "normal" RoPE). */
+static void rope_apply(float *x, int n_rot, const float *cs) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1];
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c - x1 * s;
+        x[2 * i + 1] = x0 * s + x1 * c;
+    }
+}
+
+typedef struct attn_task {
+    const skv_context *ctx;
+    const float *q; /* [n, n_head * head_dim] */
+    float *att;     /* [n, n_head * head_dim] */
+    int layer, n, pos0;
+} attn_task;
+
+/* One (token, kv head) pair per work item, interleaved across threads: later tokens see more
+ * entries, so interleaving balances the causal triangle. */
+static void attn_worker(void *arg, int ith, int nth) {
+    const attn_task *t = arg;
+    const skv_hparams *hp = &t->ctx->model->hp;
+    const skv_cache *c = t->ctx->cache;
+    int g = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
+    size_t dq = (size_t)hp->n_head * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    int total = t->n * hp->n_head_kv;
+    for (int idx = ith; idx < total; idx += nth) {
+        int i = idx / hp->n_head_kv, h = idx % hp->n_head_kv;
+        const skv_cache_head *head = skv_cache_head_at_const(c, t->layer, h);
+        int n_valid = skv_cache_head_count_upto(head, t->pos0 + i);
+        size_t off = (size_t)i * dq + (size_t)h * g * hd;
+        skv_attn_group(t->att + off, t->q + off, g, hd, head->k, head->v, c->type, n_valid,
+                       scale);
+    }
+}
+
+/* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
+ * (after output_norm) in ctx->xb. qcap_skip: tokens of this batch before the capture window. */
+static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qcap_skip,
+                          int qcap_slot0, int qcap_total) {
+    const skv_model *m = ctx->model;
+    const skv_hparams *hp = &m->hp;
+    skv_cache *cache = ctx->cache;
+    const int d = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int dq = nh * hd, dkv = nkv * hd, ff = hp->n_ff, g = nh / nkv;
+    const int pos0 = cache->n_past;
+    float *x = ctx->x, *xb = ctx->xb; /* [n, d] */
+    float cs_shift[1024]; /* angles at a shifted position (rerotate mode); n_rot <= 1024 */
+
+    size_t erow = skv_row_bytes(m->tok_embd.type, d);
+    for (int i = 0; i < n; i++)
+        skv_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + erow * tokens[i],
+                           x + (size_t)i * d, d);
+    for (int i = 0; i < n; i++) /* the same angles serve every layer */
+        rope_angles(ctx->rope_cs + (size_t)i * hp->n_rot, hp->n_rot, pos0 + i, hp->rope_theta);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const skv_layer_weights *L = &m->layers[l];
+
+        /* attention block */
+        for (int i = 0; i < n; i++)
+            skv_rmsnorm(xb + (size_t)i * d, x + (size_t)i * d, L->attn_norm.data, d,
+                        hp->norm_eps);
+        skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
+        skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
+        skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
+
+        for (int i = 0; i < n; i++) {
+            const int pos = pos0 + i;
+            float *qi = ctx->q + (size_t)i * dq, *ki = ctx->k + (size_t)i * dkv;
+            const float *cs = ctx->rope_cs + (size_t)i * hp->n_rot;
+            for (int h = 0; h < nkv; h++) {
+                /* rerotate mode places new tokens right after the head's retained entries */
+                int32_t shift = skv_cache_head_at(cache, l, h)->rope_shift;
+                const float *a = cs;
+                if (shift) {
+                    rope_angles(cs_shift, hp->n_rot, (double)pos - shift, hp->rope_theta);
+                    a = cs_shift;
+                }
+                for (int j = 0; j < g; j++) rope_apply(qi + (size_t)(h * g + j) * hd, hp->n_rot, a);
+                rope_apply(ki + (size_t)h * hd, hp->n_rot, a);
+                skv_cache_append(cache, l, h, pos, ki + (size_t)h * hd,
+                                 ctx->v + (size_t)i * dkv + (size_t)h * hd);
+            }
+            if (i >= qcap_skip) { /* captured layout per layer: [n_head, qcap_total, head_dim] */
+                float *dst = ctx->qcap + (size_t)l * nh * qcap_total * hd;
+                int slot = qcap_slot0 + i - qcap_skip;
+                for (int h = 0; h < nh; h++)
+                    memcpy(dst + ((size_t)h * qcap_total + slot) * hd, qi + (size_t)h * hd,
+                           (size_t)hd * sizeof(float));
+            }
+        }
+
+        attn_task at = {ctx, ctx->q, ctx->att, l, n, pos0};
+        skv_pool_run(ctx->pool, attn_worker, &at);
+        skv_matmul(ctx->pool, xb, ctx->att, n, L->wo.data, L->wo.type, d, dq, ctx->work);
+        for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
+
+        /* feed-forward block (SwiGLU) */
+        for (int i = 0; i < n; i++)
+            skv_rmsnorm(xb + (size_t)i * d, x + (size_t)i * d, L->ffn_norm.data, d, hp->norm_eps);
+        skv_matmul(ctx->pool, ctx->hb, xb, n, L->w_gate.data, L->w_gate.type, ff, d, ctx->work);
+        skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, ff, d, ctx->work);
+        skv_swiglu(ctx->hb, ctx->hb, ctx->hb2, n * ff);
+        skv_matmul(ctx->pool, xb, ctx->hb, n, L->w_down.data, L->w_down.type, d, ff, ctx->work);
+        for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
+    }
+    cache->n_past += n;
+}
+
+/* logits[rows, n_vocab] of the last `rows` tokens of the batch held in ctx->x. */
+static void forward_logits(skv_context *ctx, int n, int rows, float *logits) {
+    const skv_model *m = ctx->model;
+    const int d = m->hp.n_embd;
+    for (int i = n - rows; i < n; i++)
+        skv_rmsnorm(ctx->xb + (size_t)i * d, ctx->x + (size_t)i * d, m->output_norm.data, d,
+                    m->hp.norm_eps);
+    skv_matmul(ctx->pool, logits, ctx->xb + (size_t)(n - rows) * d, rows, m->output.data,
+               m->output.type, m->hp.n_vocab, d, ctx->work);
+}
+
+skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
+                       skv_logits_mode mode, float *logits, skv_err *err) {
+    if (!ctx || !tokens || n_tokens <= 0)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward needs at least one token");
+    if (mode != SKV_LOGITS_NONE && mode != SKV_LOGITS_LAST && mode != SKV_LOGITS_ALL)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "unknown logits mode %d", (int)mode);
+    if (mode != SKV_LOGITS_NONE && !logits)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "a logits buffer is required");
+    const skv_hparams *hp = &ctx->model->hp;
+    if (hp->n_rot > 1024)
+        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "rope dimension %d is too large", hp->n_rot);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                               "token %d (id %d) is outside the vocabulary [0, %d)", i, tokens[i],
+                               hp->n_vocab);
+    skv_cache *cache = ctx->cache;
+    if ((int64_t)cache->n_past + n_tokens > ctx->params.n_ctx)
+        return skv_err_set(err, SKV_ERR_STATE,
+                           "context full: %d tokens after %d would exceed n_ctx = %d", n_tokens,
+                           cache->n_past, ctx->params.n_ctx);
+
+    /* Everything that can fail happens before the first token changes the cache. */
+    int batch = n_tokens < FORWARD_BATCH ? n_tokens : FORWARD_BATCH;
+    skv_status st = skv_context_reserve_batch(ctx, batch, err);
+    if (st) return st;
+    st = skv_cache_reserve(cache, n_tokens, err);
+    if (st) return st;
+
+    int W = ctx->params.capture_window;
+    int cap_total = W < n_tokens ? W : n_tokens; /* the last cap_total tokens are captured */
+    int cap_first = n_tokens - cap_total;
+    if (ctx->qcap) {
+        ctx->qcap_n = cap_total;
+        ctx->qcap_first_pos = cache->n_past + cap_first;
+    }
+
+    for (int b0 = 0; b0 < n_tokens; b0 += batch) {
+        int n = n_tokens - b0 < batch ? n_tokens - b0 : batch;
+        int skip = n, slot0 = 0;
+        if (ctx->qcap && b0 + n > cap_first) {
+            skip = cap_first > b0 ? cap_first - b0 : 0;
+            slot0 = b0 + skip - cap_first;
+        }
+        forward_batch(ctx, tokens + b0, n, skip, slot0, cap_total);
+        if (mode == SKV_LOGITS_ALL)
+            forward_logits(ctx, n, n, logits + (size_t)b0 * hp->n_vocab);
+        else if (mode == SKV_LOGITS_LAST && b0 + n == n_tokens)
+            forward_logits(ctx, n, 1, logits);
+    }
+    return SKV_OK;
+}

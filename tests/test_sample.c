@@ -1,0 +1,105 @@
+/* test_sample.c — sampling against hand-computed distributions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "sparsekv.h"
+
+#include <math.h>
+#include <string.h>
+
+static int32_t sample_once(skv_sampler_params p, const float *logits, int n, skv_sampler *s) {
+    float tmp[16];
+    memcpy(tmp, logits, (size_t)n * sizeof(float));
+    (void)p;
+    return skv_sampler_sample(s, tmp, n);
+}
+
+static void test_greedy_lowest_id_on_ties(void **state) {
+    (void)state;
+    skv_sampler_params p = skv_sampler_default_params();
+    p.temperature = 0;
+    skv_sampler *s = skv_sampler_new(&p, NULL);
+    float l[] = {1, 3, 2, 3};
+    assert_int_equal(sample_once(p, l, 4, s), 1);
+    skv_sampler_free(s);
+}
+
+static void test_top_k_one_is_greedy(void **state) {
+    (void)state;
+    skv_sampler_params p = {.temperature = 5.0f, .top_k = 1, .top_p = 1.0f, .seed = 3};
+    skv_sampler *s = skv_sampler_new(&p, NULL);
+    float l[] = {0.1f, 0.2f, 0.15f};
+    for (int i = 0; i < 100; i++) assert_int_equal(sample_once(p, l, 3, s), 1);
+    skv_sampler_free(s);
+}
+
+/* probabilities 0.5, 0.25, 0.125, 0.125: top_p = 0.7 keeps the first two, renormalized to
+ * 2/3 and 1/3. */
+static void test_top_p_and_frequencies(void **state) {
+    (void)state;
+    float l[] = {logf(0.5f), logf(0.25f), logf(0.125f), logf(0.125f)};
+    skv_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 0.7f, .seed = 42};
+    skv_sampler *s = skv_sampler_new(&p, NULL);
+    int count[4] = {0};
+    const int N = 30000;
+    for (int i = 0; i < N; i++) count[sample_once(p, l, 4, s)]++;
+    assert_int_equal(count[2] + count[3], 0);
+    double f0 = (double)count[0] / N; /* expect 2/3, sd ~ 0.0027 */
+    assert_true(fabs(f0 - 2.0 / 3.0) < 0.015);
+    skv_sampler_free(s);
+
+    p.top_p = 1.0f; /* full distribution: chi-square with 3 dof, generous bound */
+    s = skv_sampler_new(&p, NULL);
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < N; i++) count[sample_once(p, l, 4, s)]++;
+    double expect[] = {0.5, 0.25, 0.125, 0.125}, chi = 0;
+    for (int i = 0; i < 4; i++) chi += pow(count[i] - N * expect[i], 2) / (N * expect[i]);
+    assert_true(chi < 25.0); /* p < 1e-4 under the null */
+    skv_sampler_free(s);
+}
+
+static void test_seeded_reproducible(void **state) {
+    (void)state;
+    float l[] = {0, 0.5f, 1, 1.5f, 2, 0.3f};
+    skv_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 7};
+    skv_sampler *a = skv_sampler_new(&p, NULL), *b = skv_sampler_new(&p, NULL);
+    p.seed = 8;
+    skv_sampler *c = skv_sampler_new(&p, NULL);
+    int same_ab = 0, same_ac = 0;
+    for (int i = 0; i < 200; i++) {
+        int x = sample_once(p, l, 6, a), y = sample_once(p, l, 6, b), z = sample_once(p, l, 6, c);
+        same_ab += x == y;
+        same_ac += x == z;
+    }
+    assert_int_equal(same_ab, 200);
+    assert_true(same_ac < 200);
+    skv_sampler_free(a);
+    skv_sampler_free(b);
+    skv_sampler_free(c);
+}
+
+static void test_bad_params(void **state) {
+    (void)state;
+    skv_err err = {0};
+    skv_sampler_params p = skv_sampler_default_params();
+    p.top_p = 0;
+    assert_null(skv_sampler_new(&p, &err));
+    p = skv_sampler_default_params();
+    p.temperature = -1;
+    assert_null(skv_sampler_new(&p, &err));
+    assert_int_equal(err.status, SKV_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_lowest_id_on_ties),
+        cmocka_unit_test(test_top_k_one_is_greedy),
+        cmocka_unit_test(test_top_p_and_frequencies),
+        cmocka_unit_test(test_seeded_reproducible),
+        cmocka_unit_test(test_bad_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
