@@ -122,6 +122,11 @@ int32_t skv_vocab_eos(const skv_vocab *vocab);
 /* The raw piece of a token as stored in the vocabulary (with U+2581 for spaces), or NULL. */
 const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
 
+/* Return convention of the three calls below: >= 0 the count written; INT_MIN on invalid
+ * arguments (NULL vocab, NULL buffer with a nonzero size, a token id out of range) or when memory
+ * runs out; any other negative value -(count needed) when the buffer is too small.
+ * A loaded vocabulary is read-only and may be shared between threads. */
+
 /* Encodes len bytes of text (any bytes: invalid UTF-8 falls back to byte tokens). Prepends BOS
  * when add_bos. Returns the number of tokens written; when n_max is too small, returns
  * -(number needed) and writes nothing useful. */
