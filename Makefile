@@ -66,7 +66,7 @@ fuzz: $(BUILD)/fuzz_gguf
 $(BUILD)/fuzz_gguf: tests/fuzz_gguf.c $(LIB_SRC)
 	@mkdir -p $(BUILD)
 	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz_gguf.c src/gguf.c src/common.c src/kernels.c src/quant.c -lm
+	    -o $@ tests/fuzz_gguf.c src/gguf.c src/common.c src/types.c -lm
 
 # Everything CI runs: the suite, the suite again under ASan+UBSan, a bounded fuzz run of the
 # GGUF reader, and valgrind on generate.

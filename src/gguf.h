@@ -29,13 +29,13 @@ typedef enum skv_gguf_vtype {
     SKV_GGUF_VTYPE_COUNT
 } skv_gguf_vtype;
 
-#define SKV_GGUF_MAX_DIMS 4
+#define SKV_GGUF_MAX_DIMS          4
 #define SKV_GGUF_DEFAULT_ALIGNMENT 32
 
 typedef struct skv_gguf skv_gguf;
 
 typedef struct skv_gguf_tensor {
-    const char *name;              /* NUL-terminated copy */
+    const char *name; /* NUL-terminated copy */
     skv_type type;
     int n_dims;
     int64_t ne[SKV_GGUF_MAX_DIMS]; /* ne[0] = elements per row (fastest); unused dims = 1 */
@@ -53,6 +53,8 @@ void skv_gguf_close(skv_gguf *g);
 uint32_t skv_gguf_version(const skv_gguf *g);
 uint64_t skv_gguf_alignment(const skv_gguf *g);
 const void *skv_gguf_file_data(const skv_gguf *g, size_t *size);
+/* File offset of the data section (tensor offsets are relative to it). */
+uint64_t skv_gguf_data_offset(const skv_gguf *g);
 
 /* Key/value metadata. i in [0, n_kv). */
 int64_t skv_gguf_n_kv(const skv_gguf *g);
@@ -75,6 +77,25 @@ uint64_t skv_gguf_arr_len(const skv_gguf *g, int64_t i);
 bool skv_gguf_arr_int(const skv_gguf *g, int64_t i, uint64_t j, int64_t *out);
 bool skv_gguf_arr_float(const skv_gguf *g, int64_t i, uint64_t j, double *out);
 const char *skv_gguf_arr_str(const skv_gguf *g, int64_t i, uint64_t j, size_t *len);
+
+/* Generic access to any value, including elements of nested arrays. A value pointer stays valid
+ * until skv_gguf_close. The scalar getters follow the rules of skv_gguf_kv_int/_float/_bool. */
+typedef struct skv_gguf_value skv_gguf_value;
+const skv_gguf_value *skv_gguf_kv_value(const skv_gguf *g, int64_t i); /* NULL if out of range */
+skv_gguf_vtype skv_gguf_value_type(const skv_gguf_value *v);
+bool skv_gguf_value_int(const skv_gguf_value *v, int64_t *out);
+bool skv_gguf_value_float(const skv_gguf_value *v, double *out);
+bool skv_gguf_value_bool(const skv_gguf_value *v, bool *out);
+const char *skv_gguf_value_str(const skv_gguf *g, const skv_gguf_value *v, size_t *len);
+/* Arrays: element type (SKV_GGUF_VTYPE_COUNT when v is not an array) and count. */
+skv_gguf_vtype skv_gguf_value_arr_type(const skv_gguf_value *v);
+uint64_t skv_gguf_value_arr_len(const skv_gguf_value *v);
+/* Element j of an array of strings or of arrays (NULL for scalar arrays: use the getters). */
+const skv_gguf_value *skv_gguf_value_arr_elem(const skv_gguf_value *v, uint64_t j);
+bool skv_gguf_value_arr_int(const skv_gguf_value *v, uint64_t j, int64_t *out);
+bool skv_gguf_value_arr_float(const skv_gguf_value *v, uint64_t j, double *out);
+/* The raw little-endian elements of a scalar array, in the file (possibly unaligned). */
+const void *skv_gguf_value_arr_data(const skv_gguf_value *v);
 
 /* Tensors. i in [0, n_tensors). */
 int64_t skv_gguf_n_tensors(const skv_gguf *g);
@@ -106,8 +127,8 @@ skv_status skv_gguf_writer_set_str(skv_gguf_writer *w, const char *key, const ch
 skv_status skv_gguf_writer_set_arr(skv_gguf_writer *w, const char *key, skv_gguf_vtype elem,
                                    const void *data, uint64_t n);
 /* Array of strings (copied). lens may be NULL for NUL-terminated strings. */
-skv_status skv_gguf_writer_set_arr_str(skv_gguf_writer *w, const char *key,
-                                       const char *const *strs, const size_t *lens, uint64_t n);
+skv_status skv_gguf_writer_set_arr_str(skv_gguf_writer *w, const char *key, const char *const *strs,
+                                       const size_t *lens, uint64_t n);
 /* Copies every key/value of a reader except those for which skip(key) is true (skip may be
  * NULL). Used to rewrite a model with new tensor types. */
 skv_status skv_gguf_writer_copy_kv(skv_gguf_writer *w, const skv_gguf *g,

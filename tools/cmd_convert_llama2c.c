@@ -1,9 +1,59 @@
-/* cmd_convert_llama2c.c — placeholder until the subcommand lands. */
+/* cmd_convert_llama2c.c — sparsekv convert-llama2c CHECKPOINT.bin TOKENIZER.bin OUT.gguf */
 #include "cli.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#define CMD "convert-llama2c"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sparsekv " CMD " CHECKPOINT.bin TOKENIZER.bin OUT.gguf\n\n"
+               "Converts a llama2.c checkpoint (legacy v0 or v1 \"ak42\" float32 format) and its\n"
+               "tokenizer.bin into a GGUF v3 model: F32 weights, llama architecture metadata and\n"
+               "the tokenizer embedded (tokenizer.ggml.model = llama). OUT.gguf is written\n"
+               "atomically (a temporary file renamed into place).\n\n"
+               "example:\n"
+               "  sparsekv " CMD " ../shared/models/stories260K/stories260K.bin \\\n"
+               "      ../shared/models/stories260K/tok512.bin stories260K.gguf\n\n"
+               "options:\n"
+               "  -h, --help   show this help\n\n"
+               "exit status: 0 ok, 1 conversion failed, 2 usage error\n");
+}
+
 int cmd_convert_llama2c(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    cli_error("convert_llama2c", "not implemented yet");
-    return 1;
+    const char *pos[3];
+    int n_pos = 0;
+    bool only_pos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
+            usage(stdout);
+            return 0;
+        }
+        if (!only_pos && !strcmp(a, "--")) {
+            only_pos = true;
+            continue;
+        }
+        if (!only_pos && a[0] == '-' && a[1]) {
+            cli_error(CMD, "unknown option '%s' (see --help)", a);
+            return 2;
+        }
+        if (n_pos == 3) {
+            cli_error(CMD, "too many arguments: expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf");
+            return 2;
+        }
+        pos[n_pos++] = a;
+    }
+    if (n_pos != 3) {
+        cli_error(CMD, "expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf (see --help)");
+        usage(stderr);
+        return 2;
+    }
+    skv_err err = {0};
+    if (skv_convert_llama2c(pos[0], pos[1], pos[2], &err) != SKV_OK) {
+        cli_error(CMD, "%s", err.msg);
+        return 1;
+    }
+    printf("wrote %s\n", pos[2]);
+    return 0;
 }
