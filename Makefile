@@ -29,6 +29,7 @@ STATIC   := $(BUILD)/libsparsekv.a
 SHARED   := $(BUILD)/libsparsekv.so
 CLI      := $(BUILD)/sparsekv
 
+.SECONDARY:
 .PHONY: all lib test asan fuzz check bench install clean format
 all: $(STATIC) $(SHARED) $(CLI)
 lib: $(STATIC) $(SHARED)

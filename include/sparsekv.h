@@ -266,17 +266,25 @@ typedef struct skv_compress_params {
                             "pyramid"|"pyramidkv" */
     double keep_frac;    /* in (0, 1] */
     skv_protocol protocol;
-    /* seed protocol: window tokens fed on a copy (attention, pyramid) */
+    /* seed protocol: window tokens fed on a copy (attention, pyramid); ignored by sink_recent
+     * and random */
     const int32_t *window_tokens;
-    int n_window;        /* seed: number of window_tokens; engine: window size W */
+    int n_window;        /* seed: number of window_tokens; engine: window size W, whose
+                            positions [T-W, T) are always kept and count toward keep (when
+                            keep <= W only the last keep of them stay); engine sink_recent and
+                            random keep the window too */
     uint64_t seed;       /* random */
     int sinks;           /* sink_recent, default 4 */
     skv_pooling pooling; /* attention/pyramid, default max */
-    int kernel;          /* pooling kernel, default 7, >= 1 */
-    int window_keep;     /* last positions forced in, default 32 */
+    int kernel;          /* pooling kernel, default 7, in [1, 65536]; even kernels: position i
+                            takes the padded window starting at i (the seed's mapping) */
+    int window_keep;     /* last prefix positions forced in, default 32 (engine pyramid: the
+                            budget rule's window is W + window_keep) */
     skv_position_mode positions; /* default original */
 } skv_compress_params;
 
+/* Defaults: sink_recent at keep_frac 1.0 (compresses nothing), seed protocol, sinks 4, max
+ * pooling, kernel 7, window_keep 32, original positions. */
 skv_compress_params skv_compress_default_params(void);
 
 /* What a compression did. Arrays are owned by the info; release with skv_compress_info_free. */
@@ -289,7 +297,8 @@ typedef struct skv_compress_info {
     double window_ms;   /* the window pass's share of compress_ms (seed protocol) */
     int window_tokens;  /* 0 when the policy needs no window */
     int n_layer, n_head_kv;
-    int *layer_budgets;     /* [n_layer] (pyramid; otherwise keep per layer) */
+    int *layer_budgets;     /* [n_layer] (pyramid: the rule's values, not clamped to T;
+                               otherwise keep per layer) */
     int *kept;              /* [n_layer, n_head_kv] entries kept */
     uint64_t bytes_before;  /* KV bytes before / after */
     uint64_t bytes_after;
@@ -297,7 +306,8 @@ typedef struct skv_compress_info {
 
 void skv_compress_info_free(skv_compress_info *info);
 
-/* Compresses ctx's cache in place under params (SPEC.md). On error the cache is unchanged. */
+/* Compresses ctx's cache in place under params (SPEC.md). The cache must be a fresh dense
+ * prefill in original-position mode (else SKV_ERR_STATE). On error the cache is unchanged. */
 skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
                         skv_compress_info *info, skv_err *err);
 

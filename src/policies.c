@@ -1,0 +1,307 @@
+/* policies.c — the policy registry, the scorers, the allocators and the shared top-k selection
+ * (score -> allocate -> select, see policies.h). Nothing here touches a cache's contents. */
+#include "policies.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- pure pieces ---------------------------------------------------------------------------- */
+
+int skv_policy_keep(double keep_frac, int T) {
+    if (T < 1) return 0;
+    long keep = skv_round_half_even(keep_frac * (double)T);
+    if (keep < 1) keep = 1;
+    if (keep > T) keep = T;
+    return (int)keep;
+}
+
+/* One budget of the rule before rescaling. */
+static long long pyramid_raw(long long mx, long long mn, long long steps, int l, int window) {
+    long long b = mx - (long long)l * steps;
+    return (b > mn ? b : mn) + window;
+}
+
+skv_status skv_pyramid_budgets(int keep, int n_layer, int window, int beta, int *out,
+                               skv_err *err) {
+    if (keep < 1 || n_layer < 1 || window < 0 || beta < 1)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "pyramid budgets need keep >= 1, layers >= 1, window >= 0 and "
+                           "beta >= 1 (got keep %d, layers %d, window %d, beta %d)",
+                           keep, n_layer, window, beta);
+    /* integer divisions as in the rule (all operands are positive, so C's truncation is
+     * Python's floor) */
+    long long base = SKV_MAX((long long)keep - window, 1LL);
+    long long mn = SKV_MAX(base / beta, 1LL);
+    long long mx = 2 * base - mn;
+    long long steps = (mx - mn) / SKV_MAX(n_layer - 1, 1);
+    long long sum = 0;
+    for (int l = 0; l < n_layer; l++) sum += pyramid_raw(mx, mn, steps, l, window);
+    /* both operands are exact in a double, so the quotient is correctly rounded, like
+     * Python's int / int */
+    double scale = (double)((long long)keep * n_layer) / (double)sum;
+    for (int l = 0; l < n_layer; l++) {
+        double b = (double)pyramid_raw(mx, mn, steps, l, window) * scale;
+        long r = b >= (double)INT32_MAX ? INT32_MAX : skv_round_half_even(b);
+        out[l] = (int)(r < 1 ? 1 : r);
+    }
+    return SKV_OK;
+}
+
+void skv_score_sink_recent_row(double *score, int T, int sinks) {
+    for (int t = 0; t < T; t++) score[t] = t < sinks ? (double)T + (double)(sinks - t) : (double)t;
+}
+
+void skv_score_random_row(double *score, int T, uint64_t seed, int32_t *perm) {
+    skv_rng rng;
+    skv_rng_seed(&rng, seed);
+    for (int t = 0; t < T; t++) perm[t] = t;
+    for (int i = 0; i < T; i++) {
+        int j = i + (int)skv_rng_below(&rng, (uint64_t)(T - i));
+        int32_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+        score[perm[i]] = (double)(T - i);
+    }
+}
+
+void skv_window_score_head(double *out, const float *q, int g, int W, size_t q_head_stride,
+                           const float *k, int T, int d, double *logit) {
+    const double scale = 1.0 / sqrt((double)d);
+    for (int t = 0; t < T; t++) out[t] = 0.0;
+    for (int i = 0; i < g; i++) {
+        for (int w = 0; w < W; w++) {
+            const float *qr = q + (size_t)i * q_head_stride + (size_t)w * (size_t)d;
+            double mx = -INFINITY;
+            for (int t = 0; t < T; t++) {
+                const float *kr = k + (size_t)t * (size_t)d;
+                double dot = 0.0;
+                for (int j = 0; j < d; j++) dot += (double)qr[j] * (double)kr[j];
+                logit[t] = dot * scale;
+                if (logit[t] > mx) mx = logit[t];
+            }
+            double sum = 0.0;
+            for (int t = 0; t < T; t++) {
+                logit[t] = exp(logit[t] - mx);
+                sum += logit[t];
+            }
+            for (int t = 0; t < T; t++) out[t] += logit[t] / sum;
+        }
+    }
+    const double inv = 1.0 / ((double)g * (double)W);
+    for (int t = 0; t < T; t++) out[t] *= inv;
+}
+
+void skv_pool_row(double *s, int T, int kernel, skv_pooling pooling, double *tmp) {
+    if (kernel <= 1 || T < 1) return;
+    const int pad = kernel / 2;
+    for (int i = 0; i < pad; i++) tmp[i] = s[0];
+    memcpy(tmp + pad, s, (size_t)T * sizeof *s);
+    for (int i = 0; i < pad; i++) tmp[pad + T + i] = s[T - 1];
+    for (int t = 0; t < T; t++) {
+        const double *win = tmp + t; /* padded indices t .. t + kernel - 1 */
+        double acc = win[0];
+        if (pooling == SKV_POOL_MAX) {
+            for (int j = 1; j < kernel; j++)
+                if (win[j] > acc) acc = win[j];
+        } else {
+            for (int j = 1; j < kernel; j++) acc += win[j];
+            acc /= (double)kernel;
+        }
+        s[t] = acc;
+    }
+}
+
+void skv_force_last(double *s, int T, int n) {
+    for (int t = SKV_MAX(0, T - n); t < T; t++) s[t] = INFINITY;
+}
+
+static int rank_cmp(const void *pa, const void *pb) {
+    const skv_rank *a = pa, *b = pb;
+    double sa = isnan(a->s) ? -INFINITY : a->s;
+    double sb = isnan(b->s) ? -INFINITY : b->s;
+    if (sa != sb) return sa > sb ? -1 : 1;
+    return a->pos > b->pos ? -1 : (a->pos < b->pos); /* ties: higher position first */
+}
+
+static int pos_cmp(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+int skv_select_topk(const double *score, int T, int k, int32_t *out, skv_rank *scratch) {
+    if (T < 1) return 0;
+    k = SKV_MAX(1, SKV_MIN(k, T));
+    for (int t = 0; t < T; t++) {
+        scratch[t].s = score[t];
+        scratch[t].pos = t;
+    }
+    qsort(scratch, (size_t)T, sizeof *scratch, rank_cmp);
+    for (int i = 0; i < k; i++) out[i] = scratch[i].pos;
+    qsort(out, (size_t)k, sizeof *out, pos_cmp);
+    return k;
+}
+
+/* ---- scorers -------------------------------------------------------------------------------- */
+
+static skv_status score_sink_recent(const skv_score_job *job, double *scores, int T_stride,
+                                    skv_err *err) {
+    (void)T_stride;
+    (void)err;
+    skv_score_sink_recent_row(scores, job->T, job->params->sinks);
+    return SKV_OK;
+}
+
+static skv_status score_random(const skv_score_job *job, double *scores, int T_stride,
+                               skv_err *err) {
+    (void)T_stride;
+    int32_t *perm = malloc((size_t)job->T * sizeof *perm);
+    if (!perm)
+        return skv_err_set(err, SKV_ERR_NOMEM,
+                           "out of memory for the random policy's %d "
+                           "positions",
+                           job->T);
+    skv_score_random_row(scores, job->T, job->params->seed, perm);
+    free(perm);
+    return SKV_OK;
+}
+
+/* The attention scorer runs one task per (layer, kv head), spread over the pool. */
+typedef struct attn_task {
+    const skv_score_job *job;
+    double *scores;
+    int T_stride;
+    skv_err *errs; /* [nth] */
+} attn_task;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_task *a = arg;
+    const skv_score_job *job = a->job;
+    const int T = job->T, d = job->head_dim, H = job->n_head_kv;
+    const int g = job->n_head / job->n_head_kv;
+    const int kernel = job->params->kernel;
+    skv_err *err = &a->errs[ith];
+    float *k = NULL;
+    size_t k_cap = 0;
+    double *logit = malloc((size_t)T * sizeof *logit);
+    double *tmp = malloc(((size_t)T + (size_t)kernel) * sizeof *tmp);
+    if (!logit || !tmp) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory for window scores over %d positions", T);
+        goto done;
+    }
+    for (int task = ith; task < job->n_layer * H; task += nth) {
+        const int l = task / H, h = task % H;
+        const int len = skv_cache_head_len(job->cache, l, h);
+        if (len < T) {
+            skv_err_set(err, SKV_ERR_STATE,
+                        "layer %d kv head %d holds %d entries, fewer than the %d scored", l, h, len,
+                        T);
+            goto done;
+        }
+        size_t need = (size_t)len * (size_t)d;
+        if (need > k_cap) {
+            free(k);
+            k = malloc(need * sizeof *k);
+            k_cap = k ? need : 0;
+            if (!k) {
+                skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the keys of %d positions", len);
+                goto done;
+            }
+        }
+        if (skv_cache_head_read(job->cache, l, h, k, NULL, NULL, err) != SKV_OK) goto done;
+        const float *q =
+            job->queries[l] +
+            ((size_t)h * (size_t)g * (size_t)job->q_n + (size_t)job->q_off) * (size_t)d;
+        double *row = a->scores + (size_t)task * (size_t)a->T_stride;
+        skv_window_score_head(row, q, g, job->W, (size_t)job->q_n * (size_t)d, k, T, d, logit);
+        skv_pool_row(row, T, kernel, job->params->pooling, tmp);
+        skv_force_last(row, T, job->params->window_keep);
+    }
+done:
+    free(k);
+    free(logit);
+    free(tmp);
+}
+
+static skv_status score_attention(const skv_score_job *job, double *scores, int T_stride,
+                                  skv_err *err) {
+    if (!job->cache || !job->queries || job->W < 1 || job->n_head_kv < 1 ||
+        job->n_head % job->n_head_kv != 0)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "attention scoring needs keys, window "
+                           "queries and n_head divisible by n_head_kv");
+    const int nth = job->pool ? skv_pool_size(job->pool) : 1;
+    skv_err *errs = calloc((size_t)nth, sizeof *errs);
+    if (!errs) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    attn_task a = {job, scores, T_stride, errs};
+    skv_pool_run(job->pool, attn_worker, &a);
+    skv_status st = SKV_OK;
+    for (int i = 0; i < nth && st == SKV_OK; i++) {
+        if (errs[i].status != SKV_OK) {
+            st = errs[i].status;
+            skv_err_set(err, st, "%s", errs[i].msg);
+        }
+    }
+    free(errs);
+    return st;
+}
+
+/* ---- allocators ----------------------------------------------------------------------------- */
+
+static skv_status alloc_uniform(int keep, int n_layer, int n_head_kv, int window_keep, int *budgets,
+                                int *layer_budgets, skv_err *err) {
+    (void)window_keep;
+    (void)err;
+    for (int l = 0; l < n_layer; l++) {
+        layer_budgets[l] = keep;
+        for (int h = 0; h < n_head_kv; h++) budgets[l * n_head_kv + h] = keep;
+    }
+    return SKV_OK;
+}
+
+#define SKV_PYRAMID_BETA 20
+
+static skv_status alloc_pyramid(int keep, int n_layer, int n_head_kv, int window_keep, int *budgets,
+                                int *layer_budgets, skv_err *err) {
+    skv_status st =
+        skv_pyramid_budgets(keep, n_layer, window_keep, SKV_PYRAMID_BETA, layer_budgets, err);
+    if (st != SKV_OK) return st;
+    for (int l = 0; l < n_layer; l++)
+        for (int h = 0; h < n_head_kv; h++) budgets[l * n_head_kv + h] = layer_budgets[l];
+    return SKV_OK;
+}
+
+/* ---- registry ------------------------------------------------------------------------------- */
+
+static const skv_policy registry[] = {
+    {"sink_recent", "streaming", false, true, score_sink_recent, alloc_uniform},
+    {"random", NULL, false, true, score_random, alloc_uniform},
+    {"attention", "snapkv", true, false, score_attention, alloc_uniform},
+    {"pyramid", "pyramidkv", true, false, score_attention, alloc_pyramid},
+};
+#define N_POLICIES (sizeof registry / sizeof registry[0])
+
+const skv_policy *skv_policy_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < N_POLICIES; i++)
+        if (!strcmp(name, registry[i].name) ||
+            (registry[i].alias && !strcmp(name, registry[i].alias)))
+            return &registry[i];
+    return NULL;
+}
+
+/* Kept as a literal (no lazily built buffer, so no first-call race); test_policies checks that
+ * it names every registry row. */
+const char *skv_policy_list(void) {
+    return "sink_recent (streaming), random, attention (snapkv), pyramid (pyramidkv)";
+}
+
+const char *skv_policy_canonical(const char *name) {
+    const skv_policy *p = skv_policy_find(name);
+    return p ? p->name : NULL;
+}
+
+bool skv_policy_needs_window(const char *name) {
+    const skv_policy *p = skv_policy_find(name);
+    return p && p->needs_window;
+}

@@ -1,0 +1,304 @@
+/* cli_policy.c — see cli_policy.h. */
+#include "cli_policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POLICY_NAMES "sink_recent (streaming), random, attention (snapkv), pyramid (pyramidkv)"
+
+void cli_policy_init(cli_policy_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->params = skv_compress_default_params();
+    o->params.policy = NULL;
+}
+
+const char *cli_protocol_name(skv_protocol p) {
+    return p == SKV_PROTOCOL_ENGINE ? "engine" : "seed";
+}
+const char *cli_positions_name(skv_position_mode m) {
+    return m == SKV_POSITIONS_REROTATE ? "rerotate" : "original";
+}
+const char *cli_pooling_name(skv_pooling p) {
+    return p == SKV_POOL_AVG ? "avg" : "max";
+}
+
+void cli_policy_usage(FILE *f) {
+    fprintf(f,
+            "compression:\n"
+            "  --policy P          " POLICY_NAMES "\n"
+            "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
+            "                      keep = max(1, round_half_even(F * T))\n"
+            "  --window N          the last N prompt tokens are the observation window\n"
+            "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
+            "                      (attention and pyramid need one of the two)\n"
+            "  --protocol seed|engine\n"
+            "                      seed (default): prefill the prompt without the window, score\n"
+            "                      it with the window run on a copy; the window is not kept.\n"
+            "                      engine: prefill the whole prompt once, capturing the window's\n"
+            "                      queries; the window stays in the cache and counts toward keep\n"
+            "  --seed S            random policy seed (default 0)\n"
+            "  --sinks N           sink_recent: first positions always kept (default 4)\n"
+            "  --pool max|avg      attention/pyramid score pooling (default max)\n"
+            "  --kernel N          pooling width, 1..65536 (default 7; 1 = no pooling)\n"
+            "  --window-keep N     attention/pyramid: last N prefix positions forced in\n"
+            "                      (default 32)\n"
+            "  --positions original|rerotate\n"
+            "                      keep retained keys at their positions (default) or re-rotate\n"
+            "                      them to their index in the cache (StreamingLLM)\n");
+}
+
+/* The value after flag argv[*i]; NULL after a message when it is missing. */
+static const char *flag_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_error(cmd, "%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int parse_int_flag(const char *cmd, const char *flag, const char *v, long lo, long hi,
+                          int *out) {
+    long x;
+    if (!cli_parse_int(v, lo, hi, &x)) {
+        cli_error(cmd, "%s must be an integer in [%ld, %ld], got '%s'", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    static const char *const flags[] = {
+        "--policy", "--keep", "--window", "--window-text", "--protocol", "--seed",
+        "--sinks",  "--pool", "--kernel", "--window-keep", "--positions"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
+    if (!known) return 0;
+    const char *v = flag_value(cmd, argc, argv, i);
+    if (!v) return -1;
+    skv_compress_params *p = &o->params;
+    if (!strcmp(a, "--policy")) {
+        if (!skv_policy_canonical(v)) {
+            cli_error(cmd, "unknown policy '%s' (valid: " POLICY_NAMES ")", v);
+            return -1;
+        }
+        p->policy = v;
+    } else if (!strcmp(a, "--keep")) {
+        double f;
+        if (!cli_parse_double(v, -INFINITY, INFINITY, &f) || !(f > 0.0 && f <= 1.0)) {
+            cli_error(cmd, "--keep must be a fraction in (0, 1], got '%s'", v);
+            return -1;
+        }
+        p->keep_frac = f;
+        o->keep_given = true;
+    } else if (!strcmp(a, "--window")) {
+        return parse_int_flag(cmd, a, v, 0, 1L << 30, &o->window_n);
+    } else if (!strcmp(a, "--window-text")) {
+        o->window_text = v;
+    } else if (!strcmp(a, "--protocol")) {
+        if (!strcmp(v, "seed")) {
+            p->protocol = SKV_PROTOCOL_SEED;
+        } else if (!strcmp(v, "engine")) {
+            p->protocol = SKV_PROTOCOL_ENGINE;
+        } else {
+            cli_error(cmd, "--protocol must be seed or engine, got '%s'", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--seed")) {
+        if (!cli_parse_u64(v, &p->seed)) {
+            cli_error(cmd, "--seed must be an unsigned 64-bit integer, got '%s'", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--sinks")) {
+        return parse_int_flag(cmd, a, v, 0, 1L << 30, &p->sinks);
+    } else if (!strcmp(a, "--pool")) {
+        if (!strcmp(v, "max")) {
+            p->pooling = SKV_POOL_MAX;
+        } else if (!strcmp(v, "avg")) {
+            p->pooling = SKV_POOL_AVG;
+        } else {
+            cli_error(cmd, "--pool must be max or avg, got '%s'", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--kernel")) {
+        return parse_int_flag(cmd, a, v, 1, 65536, &p->kernel);
+    } else if (!strcmp(a, "--window-keep")) {
+        return parse_int_flag(cmd, a, v, 0, 1L << 30, &p->window_keep);
+    } else { /* --positions */
+        if (!strcmp(v, "original")) {
+            p->positions = SKV_POSITIONS_ORIGINAL;
+        } else if (!strcmp(v, "rerotate")) {
+            p->positions = SKV_POSITIONS_REROTATE;
+        } else {
+            cli_error(cmd, "--positions must be original or rerotate, got '%s'", v);
+            return -1;
+        }
+    }
+    return 1;
+}
+
+bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_required) {
+    const skv_compress_params *p = &o->params;
+    if (!p->policy) {
+        if (policy_required) {
+            cli_error(cmd, "--policy is required (one of " POLICY_NAMES ")");
+            return false;
+        }
+        return true;
+    }
+    if (!o->keep_given) {
+        cli_error(cmd, "--keep F is required with --policy (a fraction in (0, 1])");
+        return false;
+    }
+    if (o->window_n > 0 && o->window_text) {
+        cli_error(cmd, "give either --window N or --window-text TEXT, not both");
+        return false;
+    }
+    if (skv_policy_needs_window(p->policy) && o->window_n == 0 && !o->window_text) {
+        cli_error(cmd,
+                  "policy '%s' needs an observation window: give --window N (the last N prompt "
+                  "tokens) or --window-text TEXT",
+                  p->policy);
+        return false;
+    }
+    return true;
+}
+
+/* BOS (when add_bos) + text as a malloc'd token array; *n = count. NULL after a message. */
+static int32_t *tokenize(const char *cmd, const skv_vocab *vocab, const char *text, bool add_bos,
+                         int *n) {
+    size_t len = strlen(text);
+    if (len > (1u << 28)) {
+        cli_error(cmd, "the text is too long (%zu bytes)", len);
+        return NULL;
+    }
+    int cap = (int)len + 4;
+    int32_t *toks = malloc((size_t)cap * sizeof *toks);
+    if (!toks) return NULL;
+    int got = skv_tokenize(vocab, text, len, add_bos, toks, cap);
+    if (got < 0) { /* more tokens than bytes: grow to what it asked for */
+        cap = -got;
+        int32_t *bigger = realloc(toks, (size_t)cap * sizeof *toks);
+        if (!bigger) {
+            free(toks);
+            return NULL;
+        }
+        toks = bigger;
+        got = skv_tokenize(vocab, text, len, add_bos, toks, cap);
+    }
+    if (got < 0) {
+        free(toks);
+        cli_error(cmd, "could not tokenize the text");
+        return NULL;
+    }
+    *n = got;
+    return toks;
+}
+
+void cli_prompt_free(cli_prompt *p) {
+    if (!p) return;
+    free(p->tokens);
+    memset(p, 0, sizeof *p);
+}
+
+int cli_policy_tokenize(const char *cmd, const skv_model *model, const cli_policy_opts *o,
+                        const char *prompt, cli_prompt *out) {
+    memset(out, 0, sizeof *out);
+    const skv_vocab *vocab = skv_model_vocab(model);
+    int n = 0;
+    int32_t *toks = tokenize(cmd, vocab, prompt, true, &n);
+    if (!toks) return 1;
+    if (o->window_text) {
+        int nw = 0;
+        int32_t *w = tokenize(cmd, vocab, o->window_text, false, &nw);
+        if (!w) {
+            free(toks);
+            return 1;
+        }
+        if (nw == 0) {
+            free(toks);
+            free(w);
+            cli_error(cmd, "--window-text gives no tokens");
+            return 2;
+        }
+        int32_t *all = realloc(toks, ((size_t)n + (size_t)nw) * sizeof *all);
+        if (!all) {
+            free(toks);
+            free(w);
+            return 1;
+        }
+        memcpy(all + n, w, (size_t)nw * sizeof *w);
+        free(w);
+        toks = all;
+        n += nw;
+        out->n_window = nw;
+    } else if (o->window_n > 0) {
+        if (o->window_n >= n) {
+            free(toks);
+            cli_error(cmd,
+                      "--window %d is longer than the prompt allows: the prompt has %d tokens "
+                      "(BOS included) and at least one must stay before the window",
+                      o->window_n, n);
+            return 2;
+        }
+        out->n_window = o->window_n;
+    }
+    out->tokens = toks;
+    out->n_tokens = n;
+    return 0;
+}
+
+static int status_exit(skv_status st) {
+    return st == SKV_ERR_INVALID_ARG ? 2 : 1;
+}
+
+int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_params *cparams,
+                   const cli_policy_opts *o, const cli_prompt *p, bool feed_window,
+                   skv_context **ctx_out, float *last_logits, skv_compress_info *info) {
+    *ctx_out = NULL;
+    if (info) memset(info, 0, sizeof *info);
+    const bool compress = o->params.policy != NULL;
+    const bool engine = o->params.protocol == SKV_PROTOCOL_ENGINE;
+    const int W = p->n_window;
+    skv_context_params cp = *cparams;
+    if (compress && engine && W > cp.capture_window) cp.capture_window = W;
+    const int n_ctx = cp.n_ctx > 0 ? cp.n_ctx : skv_model_hparams(model)->n_ctx_train;
+    if (p->n_tokens > n_ctx) {
+        cli_error(cmd, "the prompt has %d tokens, more than the context holds (%d)", p->n_tokens,
+                  n_ctx);
+        return 2;
+    }
+    skv_err err = {0};
+    skv_context *ctx = skv_context_new(model, &cp, &err);
+    if (!ctx) {
+        cli_error(cmd, "%s", err.msg);
+        return status_exit(err.status);
+    }
+    /* seed: the window waits until after compression */
+    const int n_first = compress && !engine ? p->n_tokens - W : p->n_tokens;
+    const bool logits_now = last_logits && n_first == p->n_tokens;
+    skv_status st =
+        skv_forward(ctx, p->tokens, n_first, logits_now ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
+                    logits_now ? last_logits : NULL, &err);
+    if (!st && compress) {
+        skv_compress_params cparams2 = o->params;
+        cparams2.window_tokens = W > 0 ? p->tokens + n_first : NULL;
+        cparams2.n_window = W;
+        skv_compress_info tmp;
+        st = skv_compress(ctx, &cparams2, info ? info : &tmp, &err);
+        if (!info && !st) skv_compress_info_free(&tmp);
+    }
+    if (!st && n_first < p->n_tokens && feed_window)
+        st = skv_forward(ctx, p->tokens + n_first, p->n_tokens - n_first,
+                         last_logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, last_logits, &err);
+    if (st) {
+        cli_error(cmd, "%s", err.msg);
+        if (info) skv_compress_info_free(info);
+        skv_context_free(ctx);
+        return status_exit(st);
+    }
+    *ctx_out = ctx;
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* cli_policy.h — the compression options shared by `sparsekv compress` and `sparsekv generate`:
+ * parsing (--policy --keep --window --window-text --protocol --seed --sinks --pool --kernel
+ * --window-keep --positions) into skv_compress_params, splitting the prompt into prefix and
+ * window, and the prefill -> compress sequence of both protocols.
+ *
+ * Use: cli_policy_init; for each argv[i], cli_policy_parse (1 = consumed); cli_policy_check
+ * after the loop; cli_policy_tokenize; cli_policy_run; cli_prompt_free. */
+#ifndef SKV_CLI_POLICY_H
+#define SKV_CLI_POLICY_H
+
+#include "cli.h"
+
+typedef struct cli_policy_opts {
+    skv_compress_params params; /* params.policy is NULL until --policy */
+    bool keep_given;
+    int window_n;            /* --window N: the last N prompt tokens are the window (0 = none) */
+    const char *window_text; /* --window-text TEXT: a window appended after the prompt */
+} cli_policy_opts;
+
+void cli_policy_init(cli_policy_opts *o);
+
+/* When argv[*i] is a compression flag: consumes it and its value (advancing *i past the value)
+ * and returns 1. Returns 0 when argv[*i] is not one of them, -1 after printing a message on a
+ * bad or missing value (exit status 2). */
+int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv, int *i);
+
+/* Checks the combination once every flag is read (a policy when required, --keep with
+ * --policy, a window for attention/pyramid, not both --window and --window-text). false after
+ * printing a message (exit status 2). */
+bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_required);
+
+/* Usage lines of the compression flags. */
+void cli_policy_usage(FILE *f);
+
+/* A prompt as tokens: BOS + prompt text (+ the --window-text tokens, without BOS). */
+typedef struct cli_prompt {
+    int32_t *tokens;
+    int n_tokens;
+    int n_window; /* the last n_window tokens are the window (0 = none) */
+} cli_prompt;
+
+/* Tokenizes the prompt and the window. Returns 0, or 2 after a message (window longer than the
+ * prompt, empty window text), or 1 (out of memory). */
+int cli_policy_tokenize(const char *cmd, const skv_model *model, const cli_policy_opts *o,
+                        const char *prompt, cli_prompt *out);
+void cli_prompt_free(cli_prompt *p);
+
+/* Creates a context from cparams (capture_window raised to the window for the engine
+ * protocol), prefills the prompt and, when a policy was given, compresses:
+ *   seed:   prefill everything but the window; compress (the window scored on a copy);
+ *           with feed_window, then feed the window, so the context holds the whole prompt;
+ *   engine: prefill the whole prompt in one call, capturing the window's queries; compress.
+ * last_logits [n_vocab] (may be NULL) gets the logits after the last token fed. info (may be
+ * NULL) is filled when compressed (release with skv_compress_info_free), zeroed otherwise.
+ * Returns the exit status (0; 1 runtime failure; 2 bad input) after printing any message;
+ * *ctx_out is the context on success (caller frees), NULL otherwise. */
+int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_params *cparams,
+                   const cli_policy_opts *o, const cli_prompt *p, bool feed_window,
+                   skv_context **ctx_out, float *last_logits, skv_compress_info *info);
+
+/* "seed" / "engine", "original" / "rerotate", "max" / "avg" */
+const char *cli_protocol_name(skv_protocol p);
+const char *cli_positions_name(skv_position_mode m);
+const char *cli_pooling_name(skv_pooling p);
+
+#endif
