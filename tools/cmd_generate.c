@@ -1,5 +1,6 @@
 /* cmd_generate.c — `sparsekv generate`: prompt -> (optional compression) -> sampled text. */
 #include "cli.h"
+#include "cli_policy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +10,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
             "                         [--top-p P] [--seed S] [-t THREADS] [--kv-type f32|f16|q8_0]\n"
-            "                         [--quiet]\n\n"
+            "                         [--quiet] [--policy P --keep F [compression options]]\n\n"
             "Prints the prompt followed by up to N generated tokens (stops early at EOS).\n"
-            "With no prompt, generation starts from BOS alone.\n\n"
+            "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
+            "cache is compressed after the prefill and generation continues on it.\n\n"
             "  -m MODEL      GGUF model (default %s)\n"
             "  -p PROMPT     prompt text (BOS is prepended)\n"
             "  -n N          tokens to generate (default 256)\n"
@@ -21,8 +23,10 @@ static void usage(FILE *f) {
             "  --seed S      random seed (default 0)\n"
             "  -t THREADS    worker threads (default: all cores)\n"
             "  --kv-type T   KV cache element type (default f32)\n"
-            "  --quiet       no statistics on stderr\n",
+            "  --quiet       no statistics on stderr\n\n"
+            "Compression:\n",
             SKV_DEFAULT_MODEL);
+    cli_policy_usage(f);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -31,8 +35,13 @@ int cmd_generate(int argc, char **argv) {
     skv_sampler_params sp = skv_sampler_default_params();
     skv_type kv_type = SKV_TYPE_F32;
     bool quiet = false;
+    cli_policy_opts po;
+    cli_policy_init(&po);
 
     for (int i = 1; i < argc; i++) {
+        int used = cli_policy_parse(&po, "generate", argc, argv, &i);
+        if (used < 0) return 2;
+        if (used > 0) continue;
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         double dv;
@@ -82,6 +91,7 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
 
+    if (!cli_policy_check(&po, "generate", false)) return 2;
     const char *path = cli_model_path("generate", model_arg);
     if (!path) return 2;
     skv_model *model = cli_load_model("generate", path);
@@ -93,14 +103,13 @@ int cmd_generate(int argc, char **argv) {
     skv_context *ctx = NULL;
     skv_sampler *smp = NULL;
     float *logits = NULL;
-    size_t plen = strlen(prompt);
-    int n_max = (int)plen + 2;
-    int32_t *toks = malloc((size_t)n_max * sizeof *toks);
-    int n_prompt = toks ? skv_tokenize(vocab, prompt, plen, true, toks, n_max) : -1;
-    if (n_prompt <= 0) {
-        cli_error("generate", "could not tokenize the prompt");
-        goto done;
-    }
+    cli_prompt prompt_toks = {0};
+    skv_compress_info info = {0};
+    rc = cli_policy_tokenize("generate", model, &po, prompt, &prompt_toks);
+    if (rc) goto done;
+    rc = 1;
+    const int32_t *toks = prompt_toks.tokens;
+    int n_prompt = prompt_toks.n_tokens;
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
@@ -110,21 +119,20 @@ int cmd_generate(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    ctx = skv_context_new(model, &cp, &err);
-    smp = ctx ? skv_sampler_new(&sp, &err) : NULL;
+    smp = skv_sampler_new(&sp, &err);
     logits = malloc((size_t)hp->n_vocab * sizeof *logits);
-    if (!ctx || !smp || !logits) {
+    if (!smp || !logits) {
         cli_error("generate", "%s", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
-    fwrite(prompt, 1, plen, stdout);
+    fwrite(prompt, 1, strlen(prompt), stdout);
+    if (po.window_text) fputs(po.window_text, stdout);
     fflush(stdout);
 
     double t0 = skv_time_ms();
-    if (skv_forward(ctx, toks, n_prompt, SKV_LOGITS_LAST, logits, &err)) {
-        cli_error("generate", "%s", err.msg);
-        goto done;
-    }
+    rc = cli_policy_run("generate", model, &cp, &po, &prompt_toks, true, &ctx, logits, &info);
+    if (rc) goto done;
+    rc = 1;
     double t1 = skv_time_ms();
     int32_t prev = toks[n_prompt - 1];
     int n_done = 0;
@@ -143,14 +151,21 @@ int cmd_generate(int argc, char **argv) {
     }
     fputc('\n', stdout);
     double t2 = skv_time_ms();
-    if (!quiet)
+    if (!quiet) {
         fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f t/s); generated %d tokens in "
                         "%.1f ms (%.1f t/s); %d threads\n",
                 n_prompt, t1 - t0, n_prompt * 1e3 / (t1 - t0 + 1e-9), n_done, t2 - t1,
                 n_done * 1e3 / (t2 - t1 + 1e-9), skv_context_n_threads(ctx));
+        if (info.policy[0])
+            fprintf(stderr, "compressed: %s keep %.3g of T=%d (%d positions), KV %.1f -> %.1f "
+                            "KiB in %.2f ms\n",
+                    info.policy, info.keep_frac, info.T, info.keep, info.bytes_before / 1024.0,
+                    info.bytes_after / 1024.0, info.compress_ms);
+    }
     rc = 0;
 done:
-    free(toks);
+    cli_prompt_free(&prompt_toks);
+    skv_compress_info_free(&info);
     free(logits);
     skv_sampler_free(smp);
     skv_context_free(ctx);
