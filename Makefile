@@ -78,7 +78,11 @@ check: all
 	tests/fuzz_run.sh $(BUILD)/fuzz_gguf
 	tests/valgrind_generate.sh $(CLI)
 
-bench: $(CLI)
+BENCH_BIN := $(BUILD)/bench_mem_compress
+$(BUILD)/bench_%: bench/%.c $(STATIC)
+	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
+
+bench: $(CLI) $(BENCH_BIN)
 	bench/run.sh $(abspath $(CLI))
 
 install: $(STATIC) $(SHARED) $(CLI)
