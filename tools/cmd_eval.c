@@ -1,9 +1,631 @@
-/* cmd_eval.c — placeholder until the subcommand lands. */
+/* cmd_eval.c — `sparsekv eval`: what each compression policy costs in quality against the full
+ * cache, on real caches (docs/EVAL.md). The measuring is in src/eval; this file parses options,
+ * shows progress, runs gnuplot and prints the summary. */
 #include "cli.h"
+#include "eval/eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *CMD = "eval";
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: sparsekv eval [-m MODEL] [--data FILE.jsonl | --task passkey] [options]\n\n"
+        "Measures what each KV-cache compression policy costs in quality against the full\n"
+        "cache. Each sample is cut into prefix (cached and compressed), window (the\n"
+        "observation window) and continuation (teacher-forced); the continuation's\n"
+        "next-token distributions under the compressed cache are compared with the full\n"
+        "cache's, and G tokens are decoded greedily under both.\n\n"
+        "data:\n"
+        "  -m MODEL             GGUF model (default %s)\n"
+        "  --data FILE          JSONL, one sample a line: {\"text\": ...}, {\"tokens\": [ids]}\n"
+        "                       or {\"context\": ..., \"window\": ..., \"continuation\": ...}\n"
+        "                       (default: samples the model generates from BOS, seed i)\n"
+        "  --samples N          samples to use (default 8 generated / passkey prompts;\n"
+        "                       with --data all lines)\n"
+        "  --prefix X           prefix tokens: a count, a fraction like 0.6, or 'rest'\n"
+        "                       (default rest)\n"
+        "  --window X           window tokens, count or fraction (default 32)\n"
+        "  --continuation X     continuation tokens, count or fraction (default 64)\n"
+        "  --task lm|passkey    lm (default): the metrics above; passkey: a 5-digit key\n"
+        "                       hidden in filler text, exact-match retrieval after greedy\n"
+        "                       decoding\n"
+        "  --depths LIST        passkey needle depths (default 0.1,0.5,0.9)\n"
+        "  --passkey-tokens N   passkey prompt length (default: context - greedy)\n\n"
+        "configurations (every combination is run; keep 1.0 is always added as control):\n"
+        "  --policies LIST      default sink_recent,random,attention,pyramid (aliases\n"
+        "                       streaming, snapkv, pyramidkv)\n"
+        "  --keep LIST          keep fractions in (0, 1] (default 0.1,0.25,0.5,1.0)\n"
+        "  --protocols LIST     seed,engine (default both)\n"
+        "  --positions LIST     original,rerotate (default original)\n"
+        "  --seeds N            seeds 0..N-1 of the random policy (default 5)\n"
+        "  --sinks N --kernel N --pooling max|avg --window-keep N   policy parameters\n"
+        "  --greedy G           greedy tokens decoded under both caches (default 32)\n\n"
+        "run:\n"
+        "  -t N                 threads (default: 1 for models under 32 MiB of weights,\n"
+        "                       else all cores)\n"
+        "  --kv-type T          f32 (default), f16 or q8_0\n"
+        "  --shard i/n          run only samples with index %% n == i (0 <= i < n)\n"
+        "  --out DIR            output directory (default eval-out)\n"
+        "  -q, --quiet          no progress\n"
+        "  -h, --help           this help\n\n"
+        "Writes DIR/results.jsonl (one line per sample x configuration), summary.csv,\n"
+        "summary.md, timing.csv, run.json, plot_data.dat, plots.gp and, when gnuplot is\n"
+        "installed, kl_vs_keep and top1_vs_keep as PNG and SVG; prints summary.md.\n"
+        "Merge shards with `sparsekv eval-merge DIR... --out DIR`.\n",
+        SKV_DEFAULT_MODEL);
+}
+
+/* ---- list parsing ------------------------------------------------------------------------- */
+
+/* Splits s at commas into at most max items of a static copy; returns count, -1 on an empty
+ * item. */
+static int split_list(const char *s, char *copy, size_t copy_size, char **items, int max) {
+    snprintf(copy, copy_size, "%s", s);
+    int n = 0;
+    char *p = copy;
+    for (;;) {
+        char *c = strchr(p, ',');
+        if (c) *c = 0;
+        if (!*p || n == max) return -1;
+        items[n++] = p;
+        if (!c) break;
+        p = c + 1;
+    }
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A split part: count >= 1, fraction in (0, 1), or "rest" (0) when allowed. */
+static bool parse_part(const char *s, bool allow_rest, double *out) {
+    if (allow_rest && !strcmp(s, "rest")) {
+        *out = 0;
+        return true;
+    }
+    double v;
+    if (!cli_parse_double(s, 0, 1e9, &v) || v <= 0) return false;
+    if (v >= 1 && v != floor(v)) return false;
+    *out = v;
+    return true;
+}
+
+/* ---- progress ----------------------------------------------------------------------------- */
+
+typedef struct progress {
+    bool quiet, tty;
+    int n_samples, n_cfgs, samples_done;
+    long long done, total;
+    double t0, last;
+} progress;
+
+static void progress_show(progress *p, bool sample_done, bool final) {
+    if (p->quiet) return;
+    double now = skv_time_ms();
+    if (p->tty && !final && now - p->last < 100) return;
+    if (!p->tty && !sample_done) return; /* a plain line per finished sample */
+    p->last = now;
+    double secs = (now - p->t0) / 1000.0;
+    double rate = secs > 0 ? (double)p->done / secs : 0;
+    double eta = rate > 0 ? (double)(p->total - p->done) / rate : 0;
+    if (p->tty) {
+        int width = 30, fill = p->total ? (int)(width * p->done / p->total) : width;
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+        bar[width] = 0;
+        fprintf(stderr, "\r[%s] %d/%d samples  %.1f configs/s  ETA %.0fs   ", bar, p->samples_done,
+                p->n_samples, rate, eta);
+        if (final) fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "sparsekv eval: %d/%d samples done, %.1f configs/s, ETA %.0fs\n",
+                p->samples_done, p->n_samples, rate, eta);
+    }
+    fflush(stderr);
+}
+
+typedef struct sink {
+    FILE *f;
+    const skv_eval_settings *st;
+    progress *prog;
+    int bad_controls; /* full cache at keep 1.0, yet results differ: engine bug */
+    double worst_control_kl;
+    int not_full; /* keep 1.0 rows whose policy did not keep every entry */
+    char not_full_policies[128];
+} sink;
+
+static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) {
+    sink *s = user;
+    skv_eval_write_result(s->f, s->st, r);
+    if (ferror(s->f)) return skv_err_set(err, SKV_ERR_IO, "error writing results.jsonl");
+    if (r->cfg->keep_frac == 1.0) {
+        /* a control only when the policy really kept everything (PyramidKV's rule does not) */
+        bool full = r->kept != NULL;
+        for (int i = 0; full && i < r->n_layer * r->n_head_kv; i++) full = r->kept[i] == r->T;
+        if (!full) {
+            s->not_full++;
+            if (!strstr(s->not_full_policies, r->cfg->policy) &&
+                strlen(s->not_full_policies) + strlen(r->cfg->policy) + 3 <
+                    sizeof s->not_full_policies) {
+                if (s->not_full_policies[0]) strcat(s->not_full_policies, ", ");
+                strcat(s->not_full_policies, r->cfg->policy);
+            }
+        } else {
+            bool bad = r->greedy_match != s->st->greedy;
+            if (s->st->task == SKV_EVAL_LM) {
+                bad |= r->m.kl_max != 0.0 || r->m.n_same_top != r->m.n_tokens ||
+                       r->m.ln_ppl_ratio != 0.0;
+                if (!(r->m.kl_max <= s->worst_control_kl)) s->worst_control_kl = r->m.kl_max;
+            } else {
+                bad |= r->correct != r->ref_correct;
+            }
+            s->bad_controls += bad;
+        }
+    }
+    s->prog->done++;
+    progress_show(s->prog, false, false);
+    return SKV_OK;
+}
+
+/* ---- shared with eval-merge ---------------------------------------------------------------- */
+
+static bool have_gnuplot(void) {
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+/* Runs gnuplot plots.gp inside dir; false when it failed. */
+static bool run_gnuplot(const char *dir) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(127);
+        /* keep our stdout for the summary: gnuplot talks on stderr only */
+        if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) _exit(127);
+        execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Reports from rows (already checked) into out, plots, summary on stdout. Shared with
+ * cmd_eval_merge.c. Returns the exit status. */
+int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet);
+int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet) {
+    skv_err err = {0};
+    char *md = NULL;
+    if (skv_eval_write_reports(rows, out, &md, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    if (!have_gnuplot()) {
+        fprintf(stderr,
+                "sparsekv %s: gnuplot is not installed: no plots drawn (plot_data.dat "
+                "and plots.gp are in %s; run `gnuplot plots.gp` there later)\n",
+                cmd, out);
+    } else if (!run_gnuplot(out)) {
+        fprintf(stderr, "sparsekv %s: gnuplot failed on %s/plots.gp: no plots drawn\n", cmd, out);
+    } else if (!quiet) {
+        fprintf(stderr, "sparsekv %s: plots in %s (%s.png/.svg)\n", cmd, out,
+                rows->rows[0].task == SKV_EVAL_LM ? "kl_vs_keep, top1_vs_keep" : "passkey_vs_keep");
+    }
+    fputs(md, stdout);
+    fflush(stdout);
+    free(md);
+    return 0;
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+#define MAX_ITEMS 64
 
 int cmd_eval(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    cli_error("eval", "not implemented yet");
-    return 1;
+    const char *model_arg = NULL, *data = NULL, *out = "eval-out";
+    const char *policies_s = "sink_recent,random,attention,pyramid";
+    const char *keep_s = "0.1,0.25,0.5,1.0", *protocols_s = "seed,engine";
+    const char *positions_s = "original", *depths_s = "0.1,0.5,0.9";
+    long seeds = 5, samples = -1, greedy = 32, threads = -1, passkey_tokens = 0;
+    long shard_k = 0, shard_n = 1;
+    bool quiet = false, passkey = false;
+    skv_eval_split split = {0, 32, 64};
+    skv_eval_settings st;
+    skv_eval_settings_default(&st);
+    long sinks = st.sinks, kernel = st.kernel, window_keep = st.window_keep;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            cli_error(CMD, "unknown option or missing value: %s (see --help)", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        bool ok = true;
+        if (!strcmp(a, "-m"))
+            model_arg = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--out"))
+            out = v;
+        else if (!strcmp(a, "--policies"))
+            policies_s = v;
+        else if (!strcmp(a, "--keep"))
+            keep_s = v;
+        else if (!strcmp(a, "--protocols"))
+            protocols_s = v;
+        else if (!strcmp(a, "--positions"))
+            positions_s = v;
+        else if (!strcmp(a, "--depths"))
+            depths_s = v;
+        else if (!strcmp(a, "--seeds"))
+            ok = cli_parse_int(v, 1, 256, &seeds);
+        else if (!strcmp(a, "--samples"))
+            ok = cli_parse_int(v, 1, 1000000, &samples);
+        else if (!strcmp(a, "--greedy"))
+            ok = cli_parse_int(v, 0, 1 << 20, &greedy);
+        else if (!strcmp(a, "-t"))
+            ok = cli_parse_int(v, 0, 4096, &threads);
+        else if (!strcmp(a, "--passkey-tokens"))
+            ok = cli_parse_int(v, 2, 1 << 24, &passkey_tokens);
+        else if (!strcmp(a, "--sinks"))
+            ok = cli_parse_int(v, 0, 1 << 24, &sinks);
+        else if (!strcmp(a, "--kernel"))
+            ok = cli_parse_int(v, 1, 1 << 16, &kernel);
+        else if (!strcmp(a, "--window-keep"))
+            ok = cli_parse_int(v, 0, 1 << 24, &window_keep);
+        else if (!strcmp(a, "--prefix"))
+            ok = parse_part(v, true, &split.prefix);
+        else if (!strcmp(a, "--window"))
+            ok = parse_part(v, false, &split.window);
+        else if (!strcmp(a, "--continuation"))
+            ok = parse_part(v, false, &split.cont);
+        else if (!strcmp(a, "--pooling")) {
+            if (!strcmp(v, "max"))
+                st.pooling = SKV_POOL_MAX;
+            else if (!strcmp(v, "avg"))
+                st.pooling = SKV_POOL_AVG;
+            else
+                ok = false;
+        } else if (!strcmp(a, "--task")) {
+            if (!strcmp(v, "passkey"))
+                passkey = true;
+            else if (strcmp(v, "lm"))
+                ok = false;
+        } else if (!strcmp(a, "--kv-type")) {
+            ok = skv_type_from_name(v, &st.kv_type) &&
+                 (st.kv_type == SKV_TYPE_F32 || st.kv_type == SKV_TYPE_F16 ||
+                  st.kv_type == SKV_TYPE_Q8_0);
+        } else if (!strcmp(a, "--shard")) {
+            char *slash = strchr(v, '/');
+            char buf[64];
+            ok = slash && (size_t)(slash - v) < sizeof buf;
+            if (ok) {
+                memcpy(buf, v, (size_t)(slash - v));
+                buf[slash - v] = 0;
+                ok = cli_parse_int(buf, 0, 1000000, &shard_k) &&
+                     cli_parse_int(slash + 1, 1, 1000000, &shard_n) && shard_k < shard_n;
+            }
+            if (!ok) {
+                cli_error(CMD, "bad --shard '%s': expected i/n with 0 <= i < n", v);
+                return 2;
+            }
+        } else {
+            cli_error(CMD, "unknown option: %s (see --help)", a);
+            return 2;
+        }
+        if (!ok) {
+            cli_error(CMD, "bad value for %s: '%s' (see --help)", a, v);
+            return 2;
+        }
+    }
+    if (passkey && data) {
+        cli_error(CMD, "--task passkey makes its own prompts: drop --data");
+        return 2;
+    }
+    st.task = passkey ? SKV_EVAL_PASSKEY : SKV_EVAL_LM;
+    st.greedy = (int)greedy;
+    st.sinks = (int)sinks;
+    st.kernel = (int)kernel;
+    st.window_keep = (int)window_keep;
+    if (passkey && greedy < 1) {
+        cli_error(CMD, "--task passkey needs --greedy >= 1 (the answer is decoded greedily)");
+        return 2;
+    }
+
+    /* lists */
+    char copy[4096], *items[MAX_ITEMS];
+    const char *policies[MAX_ITEMS];
+    int n_policies = 0;
+    int n = split_list(policies_s, copy, sizeof copy, items, MAX_ITEMS);
+    if (n < 1) {
+        cli_error(CMD, "bad --policies '%s': expected a comma-separated list", policies_s);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *c = skv_policy_canonical(items[i]);
+        if (!c) {
+            cli_error(CMD,
+                      "unknown policy '%s' in --policies (known: sink_recent or streaming, "
+                      "random, attention or snapkv, pyramid or pyramidkv)",
+                      items[i]);
+            return 2;
+        }
+        bool dup = false;
+        for (int k = 0; k < n_policies; k++) dup |= !strcmp(policies[k], c);
+        if (!dup) policies[n_policies++] = c;
+    }
+    double keeps[MAX_ITEMS + 1];
+    int n_keeps = 0;
+    n = split_list(keep_s, copy, sizeof copy, items, MAX_ITEMS);
+    if (n < 1) {
+        cli_error(CMD, "bad --keep '%s': expected a comma-separated list", keep_s);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        double k;
+        if (!cli_parse_double(items[i], 0, 1, &k) || k <= 0) {
+            cli_error(CMD, "bad keep fraction '%s' in --keep: must be in (0, 1]", items[i]);
+            return 2;
+        }
+        keeps[n_keeps++] = k;
+    }
+    keeps[n_keeps++] = 1.0; /* the control row, always */
+    qsort(keeps, (size_t)n_keeps, sizeof keeps[0], cmp_double);
+    int nk = 0;
+    for (int i = 0; i < n_keeps; i++)
+        if (nk == 0 || keeps[i] != keeps[nk - 1]) keeps[nk++] = keeps[i];
+    n_keeps = nk;
+    skv_protocol protocols[2];
+    int n_protocols = 0;
+    n = split_list(protocols_s, copy, sizeof copy, items, MAX_ITEMS);
+    for (int i = 0; i < n; i++) {
+        skv_protocol p;
+        if (!strcmp(items[i], "seed"))
+            p = SKV_PROTOCOL_SEED;
+        else if (!strcmp(items[i], "engine"))
+            p = SKV_PROTOCOL_ENGINE;
+        else {
+            cli_error(CMD, "unknown protocol '%s' in --protocols (known: seed, engine)", items[i]);
+            return 2;
+        }
+        bool dup = false;
+        for (int k = 0; k < n_protocols; k++) dup |= protocols[k] == p;
+        if (!dup) protocols[n_protocols++] = p;
+    }
+    if (n < 1) {
+        cli_error(CMD, "bad --protocols '%s': expected seed, engine or seed,engine", protocols_s);
+        return 2;
+    }
+    skv_position_mode positions[2];
+    int n_positions = 0;
+    n = split_list(positions_s, copy, sizeof copy, items, MAX_ITEMS);
+    for (int i = 0; i < n; i++) {
+        skv_position_mode m;
+        if (!strcmp(items[i], "original"))
+            m = SKV_POSITIONS_ORIGINAL;
+        else if (!strcmp(items[i], "rerotate"))
+            m = SKV_POSITIONS_REROTATE;
+        else {
+            cli_error(CMD,
+                      "unknown position mode '%s' in --positions (known: original, "
+                      "rerotate)",
+                      items[i]);
+            return 2;
+        }
+        bool dup = false;
+        for (int k = 0; k < n_positions; k++) dup |= positions[k] == m;
+        if (!dup) positions[n_positions++] = m;
+    }
+    if (n < 1) {
+        cli_error(CMD, "bad --positions '%s': expected original, rerotate or both", positions_s);
+        return 2;
+    }
+    double depths[MAX_ITEMS];
+    int n_depths = 0;
+    if (passkey) {
+        n = split_list(depths_s, copy, sizeof copy, items, MAX_ITEMS);
+        if (n < 1) {
+            cli_error(CMD, "bad --depths '%s': expected a comma-separated list", depths_s);
+            return 2;
+        }
+        for (int i = 0; i < n; i++)
+            if (!cli_parse_double(items[i], 0, 1, &depths[n_depths++])) {
+                cli_error(CMD, "bad depth '%s' in --depths: must be in [0, 1]", items[i]);
+                return 2;
+            }
+    }
+
+    const char *model_path = cli_model_path(CMD, model_arg);
+    if (!model_path) return 2;
+    if (data && access(data, R_OK) != 0) {
+        cli_error(CMD, "cannot read data file %s: %s", data, strerror(errno));
+        return 2;
+    }
+    skv_model *model = cli_load_model(CMD, model_path);
+    if (!model) return 1;
+    st.model_path = model_path;
+    /* a tiny model loses more to thread hand-offs than it gains (stories260K: 10x slower with
+     * 2 threads on a busy machine), so the default is 1 thread below 32 MiB of weights */
+    if (threads < 0) threads = skv_model_weight_bytes(model) < ((uint64_t)32 << 20) ? 1 : 0;
+    st.n_threads = (int)threads;
+    const skv_hparams *hp = skv_model_hparams(model);
+    int n_ctx = hp->n_ctx_train;
+    int rc = 1;
+    skv_err err = {0};
+    skv_eval_dataset ds = {0};
+    skv_eval_config *cfgs = NULL;
+    int n_cfgs = 0;
+    FILE *rf = NULL;
+    skv_eval_rows rows = {0};
+    double t_start = skv_time_ms();
+
+    if (passkey) {
+        int budget = passkey_tokens > 0 ? (int)passkey_tokens : n_ctx - st.greedy;
+        if (budget + st.greedy > n_ctx) {
+            cli_error(CMD, "--passkey-tokens %d + --greedy %d exceed the model's context of %d",
+                      budget, st.greedy, n_ctx);
+            rc = 2;
+            goto done;
+        }
+        int window =
+            split.window >= 1 ? (int)split.window : (int)skv_round_half_even(split.window * budget);
+        if (skv_eval_passkey_dataset(skv_model_vocab(model), samples > 0 ? (int)samples : 8, depths,
+                                     n_depths, budget, window, (int)shard_k, (int)shard_n, &ds,
+                                     &err)) {
+            cli_error(CMD, "%s", err.msg);
+            rc = err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
+            goto done;
+        }
+    } else if (data) {
+        skv_status s = skv_eval_load_jsonl(data, skv_model_vocab(model), &split, n_ctx, st.greedy,
+                                           samples > 0 ? (int)samples : 0, (int)shard_k,
+                                           (int)shard_n, &ds, &err);
+        if (s) {
+            cli_error(CMD, "%s", err.msg);
+            rc = s == SKV_ERR_FORMAT || s == SKV_ERR_IO || s == SKV_ERR_INVALID_ARG ? 2 : 1;
+            goto done;
+        }
+    } else {
+        skv_eval_gen_params gp = {.n_samples = samples > 0 ? (int)samples : 8,
+                                  .n_total = n_ctx * 7 / 8,
+                                  .n_threads = st.n_threads,
+                                  .kv_type = st.kv_type};
+        if (!quiet)
+            fprintf(stderr,
+                    "sparsekv eval: generating %d samples of %d tokens (seed i, "
+                    "temperature 1)%s\n",
+                    gp.n_samples, gp.n_total, shard_n > 1 ? " for this shard" : "");
+        if (skv_eval_generate(model, &gp, &split, st.greedy, (int)shard_k, (int)shard_n, &ds,
+                              &err)) {
+            cli_error(CMD, "%s", err.msg);
+            rc = err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
+            goto done;
+        }
+    }
+    for (int i = 0; i < ds.n_warnings; i++) fprintf(stderr, "sparsekv eval: %s\n", ds.warnings[i]);
+    if (ds.n_skipped)
+        fprintf(stderr, "sparsekv eval: %d sample%s skipped (too short or too long)\n",
+                ds.n_skipped, ds.n_skipped == 1 ? "" : "s");
+
+    if (skv_eval_configs(policies, n_policies, keeps, n_keeps, protocols, n_protocols, positions,
+                         n_positions, (int)seeds, &cfgs, &n_cfgs, &err)) {
+        cli_error(CMD, "%s", err.msg);
+        rc = 2;
+        goto done;
+    }
+    if (skv_eval_mkdirs(out, &err)) {
+        cli_error(CMD, "%s", err.msg);
+        goto done;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/results.jsonl", out);
+    rf = fopen(path, "w");
+    if (!rf) {
+        cli_error(CMD, "cannot write %s: %s", path, strerror(errno));
+        goto done;
+    }
+
+    progress prog = {.quiet = quiet,
+                     .tty = isatty(STDERR_FILENO) != 0,
+                     .n_samples = ds.n,
+                     .n_cfgs = n_cfgs,
+                     .total = (long long)ds.n * n_cfgs,
+                     .t0 = skv_time_ms()};
+    sink sk = {.f = rf, .st = &st, .prog = &prog};
+    if (!quiet)
+        fprintf(stderr, "sparsekv eval: %d sample%s x %d configurations%s\n", ds.n,
+                ds.n == 1 ? "" : "s", n_cfgs, shard_n > 1 ? " (this shard)" : "");
+    for (int i = 0; i < ds.n; i++) {
+        if (skv_eval_run_sample(model, &ds.samples[i], cfgs, n_cfgs, &st, on_result, &sk, &err)) {
+            if (prog.tty && !quiet) fputc('\n', stderr);
+            cli_error(CMD, "sample %d: %s", ds.samples[i].index, err.msg);
+            goto done;
+        }
+        prog.samples_done++;
+        progress_show(&prog, true, i + 1 == ds.n);
+    }
+    bool werr = ferror(rf) != 0;
+    if (fclose(rf) != 0) werr = true;
+    rf = NULL;
+    if (werr) {
+        cli_error(CMD, "error writing %s", path);
+        goto done;
+    }
+
+    /* run.json: provenance, not read back */
+    snprintf(path, sizeof path, "%s/run.json", out);
+    FILE *jf = fopen(path, "w");
+    if (jf) {
+        fprintf(jf, "{\"command\":[");
+        for (int i = 0; i < argc; i++) {
+            if (i) fputc(',', jf);
+            skv_json_write_string(jf, argv[i], strlen(argv[i]));
+        }
+        fprintf(jf, "],\"model\":");
+        skv_json_write_string(jf, model_path, strlen(model_path));
+        fprintf(jf,
+                ",\"shard\":\"%ld/%ld\",\"n_samples_total\":%d,\"n_samples\":%d,"
+                "\"n_skipped\":%d,\"n_configs\":%d,\"wall_ms\":%.1f}\n",
+                shard_k, shard_n, ds.n_total, ds.n, ds.n_skipped, n_cfgs, skv_time_ms() - t_start);
+        fclose(jf);
+    }
+
+    if (ds.n == 0) {
+        fprintf(stderr,
+                "sparsekv eval: no samples in this run%s: results.jsonl is empty, no "
+                "summary\n",
+                shard_n > 1 ? " (shard)" : "");
+        rc = 0;
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/results.jsonl", out);
+    if (skv_eval_read_results(path, &rows, &err) || skv_eval_rows_check(&rows, &err)) {
+        cli_error(CMD, "%s", err.msg);
+        goto done;
+    }
+    rc = cmd_eval_finish(CMD, &rows, out, quiet);
+    if (!quiet)
+        fprintf(stderr, "sparsekv eval: %d samples x %d configurations in %.1f s; results in %s\n",
+                ds.n, n_cfgs, (skv_time_ms() - t_start) / 1000.0, out);
+    if (sk.not_full && !quiet)
+        fprintf(stderr,
+                "sparsekv eval: note: at keep 1.0, %s kept less than the whole cache "
+                "(%d rows; PyramidKV's budget rule clamps layer budgets at T, so they do "
+                "not add up to every entry): those rows are measurements, not controls\n",
+                sk.not_full_policies, sk.not_full);
+    if (sk.bad_controls) {
+        cli_error(CMD,
+                  "%d keep=1.0 control row%s differ from the full cache (worst KL %g): "
+                  "compression at keep 1.0 must leave the logits bit-identical, so this is "
+                  "an engine bug",
+                  sk.bad_controls, sk.bad_controls == 1 ? "" : "s", sk.worst_control_kl);
+        rc = 1;
+    }
+done:
+    if (rf) fclose(rf);
+    skv_eval_rows_free(&rows);
+    free(cfgs);
+    skv_eval_dataset_free(&ds);
+    skv_model_free(model);
+    return rc;
 }

@@ -1,0 +1,377 @@
+/* data.c — where eval's samples come from: a JSONL file, or sequences the model samples
+ * itself; how each is cut into prefix | window | continuation; which shard gets which. */
+#include "eval/eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void skv_eval_dataset_free(skv_eval_dataset *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) free(d->samples[i].tokens);
+    free(d->samples);
+    for (int i = 0; i < d->n_warnings; i++) free(d->warnings[i]);
+    free(d->warnings);
+    memset(d, 0, sizeof *d);
+}
+
+static skv_status add_warning(skv_eval_dataset *d, const char *msg, skv_err *err) {
+    char **w = realloc(d->warnings, (size_t)(d->n_warnings + 1) * sizeof *w);
+    if (!w) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    d->warnings = w;
+    size_t n = strlen(msg);
+    char *c = malloc(n + 1);
+    if (!c) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    memcpy(c, msg, n + 1);
+    d->warnings[d->n_warnings++] = c;
+    return SKV_OK;
+}
+
+/* A part's size: count (>= 1) or fraction (0, 1) of n_eff. */
+static long part_size(double spec, int n_eff) {
+    if (spec >= 1.0) return (long)spec;
+    return skv_round_half_even(spec * n_eff);
+}
+
+bool skv_eval_cut(const int32_t *tokens, int n, const skv_eval_split *split, int n_ctx, int greedy,
+                  skv_eval_sample *s, char *why, size_t why_size) {
+    /* fractions and "the rest" are taken of the tokens that fit beside the greedy run */
+    int n_eff = n;
+    if (n_ctx - greedy < n_eff) n_eff = n_ctx - greedy;
+    if (n_eff < 0) n_eff = 0;
+    long W = part_size(split->window, n_eff);
+    long C = part_size(split->cont, n_eff);
+    long T = split->prefix > 0 ? part_size(split->prefix, n_eff) : n_eff - W - C;
+    /* fractions that add up to 1 may round one token over: the prefix gives it back */
+    if (split->prefix > 0 && split->prefix < 1 && T + W + C > n_eff && T + W + C <= n_eff + 2)
+        T = n_eff - W - C;
+    long greedy_room = C > greedy ? C : greedy;
+    if (T < 1 || W < 1 || C < 1 || T + W + C > n) {
+        snprintf(why, why_size,
+                 "sample too short: %d tokens cut as prefix %ld + window %ld + continuation %ld "
+                 "(each must be >= 1 and together at most the sample)",
+                 n, T, W, C);
+        return false;
+    }
+    if (T + W + greedy_room > n_ctx) {
+        snprintf(why, why_size,
+                 "sample too long for the model's context of %d: prefix %ld + window %ld + "
+                 "max(continuation %ld, greedy %d) tokens (lower --prefix)",
+                 n_ctx, T, W, C, greedy);
+        return false;
+    }
+    int total = (int)(T + W + C);
+    s->tokens = malloc((size_t)total * sizeof *s->tokens);
+    if (!s->tokens) {
+        snprintf(why, why_size, "out of memory");
+        return false;
+    }
+    memcpy(s->tokens, tokens, (size_t)total * sizeof *s->tokens);
+    s->n_prefix = (int)T;
+    s->n_window = (int)W;
+    s->n_cont = (int)C;
+    return true;
+}
+
+/* Tokenizes len bytes (with BOS when bos) into a malloc'd array; -1 on failure. */
+static int tokenize_alloc(const skv_vocab *vocab, const char *text, size_t len, bool bos,
+                          int32_t **out) {
+    if (len > (size_t)1 << 28) return -1;
+    int cap = (int)len + 2; /* at most one token per byte, plus BOS */
+    int32_t *t = malloc((size_t)cap * sizeof *t);
+    if (!t) return -1;
+    int n = skv_tokenize(vocab, text, len, bos, t, cap);
+    if (n < 0) {
+        free(t);
+        return -1;
+    }
+    *out = t;
+    return n;
+}
+
+/* Reads a whole file into a NUL-terminated buffer. */
+static char *read_all(const char *path, size_t *size, skv_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        skv_err_set(err, SKV_ERR_IO, "cannot open data file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            if (cap > ((size_t)1 << 34)) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool ioerr = ferror(f);
+    fclose(f);
+    if (!buf) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory reading %s", path);
+        return NULL;
+    }
+    if (ioerr) {
+        free(buf);
+        skv_err_set(err, SKV_ERR_IO, "error reading data file %s", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    *size = n;
+    return buf;
+}
+
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return false;
+    return true;
+}
+
+/* Builds the sample of one parsed line; false + why when it does not fit, status on errors. */
+static skv_status line_sample(const skv_json *v, const char *path, int line, const skv_vocab *vocab,
+                              const skv_eval_split *split, int n_ctx, int greedy,
+                              skv_eval_sample *s, bool *ok, char *why, size_t why_size,
+                              skv_err *err) {
+    const skv_json *text = skv_json_get(v, "text");
+    const skv_json *toks = skv_json_get(v, "tokens");
+    const skv_json *ctxv = skv_json_get(v, "context");
+    if (text && text->type != SKV_JSON_STRING) text = NULL;
+    if (toks && toks->type != SKV_JSON_ARRAY) toks = NULL;
+    *ok = false;
+    if (text) {
+        int32_t *t = NULL;
+        int n = tokenize_alloc(vocab, text->str, text->str_len, true, &t);
+        if (n < 0)
+            return skv_err_set(err, SKV_ERR_NOMEM, "%s:%d: could not tokenize the text", path,
+                               line);
+        *ok = skv_eval_cut(t, n, split, n_ctx, greedy, s, why, why_size);
+        free(t);
+        return SKV_OK;
+    }
+    if (toks) {
+        int n = toks->n;
+        int32_t *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+        if (!t) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        int n_vocab = skv_vocab_n_tokens(vocab);
+        for (int i = 0; i < n; i++) {
+            const skv_json *e = &toks->items[i];
+            if (e->type != SKV_JSON_NUMBER || e->number != floor(e->number) || e->number < 0 ||
+                e->number >= n_vocab) {
+                free(t);
+                return skv_err_set(err, SKV_ERR_FORMAT,
+                                   "%s:%d: \"tokens\"[%d] is not a token id in [0, %d)", path, line,
+                                   i, n_vocab);
+            }
+            t[i] = (int32_t)e->number;
+        }
+        *ok = skv_eval_cut(t, n, split, n_ctx, greedy, s, why, why_size);
+        free(t);
+        return SKV_OK;
+    }
+    /* explicit parts: context with BOS, window and continuation as they follow it */
+    const skv_json *parts[3] = {ctxv, skv_json_get(v, "window"), skv_json_get(v, "continuation")};
+    int32_t *pt[3] = {0};
+    int pn[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        pn[i] = tokenize_alloc(vocab, parts[i]->str, parts[i]->str_len, i == 0, &pt[i]);
+        if (pn[i] < 0) {
+            for (int j = 0; j < i; j++) free(pt[j]);
+            return skv_err_set(err, SKV_ERR_NOMEM, "%s:%d: could not tokenize the text", path,
+                               line);
+        }
+    }
+    int total = pn[0] + pn[1] + pn[2];
+    int32_t *all = malloc((size_t)(total > 0 ? total : 1) * sizeof *all);
+    if (!all) {
+        for (int i = 0; i < 3; i++) free(pt[i]);
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    }
+    int o = 0;
+    for (int i = 0; i < 3; i++) {
+        memcpy(all + o, pt[i], (size_t)pn[i] * sizeof *all);
+        o += pn[i];
+        free(pt[i]);
+    }
+    skv_eval_split exact = {(double)pn[0], (double)pn[1], (double)pn[2]};
+    if (pn[0] < 1 || pn[1] < 1 || pn[2] < 1) {
+        snprintf(why, why_size,
+                 "sample too short: context %d, window %d, continuation %d tokens (each must "
+                 "be >= 1)",
+                 pn[0], pn[1], pn[2]);
+        free(all);
+        return SKV_OK;
+    }
+    *ok = skv_eval_cut(all, total, &exact, n_ctx, greedy, s, why, why_size);
+    free(all);
+    return SKV_OK;
+}
+
+skv_status skv_eval_load_jsonl(const char *path, const skv_vocab *vocab,
+                               const skv_eval_split *split, int n_ctx, int greedy, int max_samples,
+                               int shard_k, int shard_n, skv_eval_dataset *out, skv_err *err) {
+    memset(out, 0, sizeof *out);
+    size_t size;
+    char *buf = read_all(path, &size, err);
+    if (!buf) return err ? err->status : SKV_ERR_IO;
+    skv_status st = SKV_OK;
+    int line = 0, index = 0, cap = 0;
+    size_t pos = 0;
+    while (pos < size) {
+        size_t end = pos;
+        while (end < size && buf[end] != '\n') end++;
+        line++;
+        const char *ls = buf + pos;
+        size_t ln = end - pos;
+        pos = end + 1;
+        if (blank(ls, ln)) continue;
+        if (max_samples > 0 && index >= max_samples) break;
+        skv_err jerr = {0};
+        skv_json *v = skv_json_parse(ls, ln, &jerr);
+        if (!v) {
+            st = skv_err_set(err, SKV_ERR_FORMAT, "%s:%d: bad JSON: %s", path, line, jerr.msg);
+            goto done;
+        }
+        const skv_json *t = skv_json_get(v, "text"), *tk = skv_json_get(v, "tokens");
+        const skv_json *c = skv_json_get(v, "context"), *w = skv_json_get(v, "window"),
+                       *co = skv_json_get(v, "continuation");
+        bool shape_ok = v->type == SKV_JSON_OBJECT &&
+                        ((t && t->type == SKV_JSON_STRING) || (tk && tk->type == SKV_JSON_ARRAY) ||
+                         (c && w && co && c->type == SKV_JSON_STRING &&
+                          w->type == SKV_JSON_STRING && co->type == SKV_JSON_STRING));
+        if (!shape_ok) {
+            skv_json_free(v);
+            st = skv_err_set(err, SKV_ERR_FORMAT,
+                             "%s:%d: expected an object with a string \"text\", an array "
+                             "\"tokens\", or the strings \"context\", \"window\" and "
+                             "\"continuation\"",
+                             path, line);
+            goto done;
+        }
+        int i = index++;
+        if (!skv_eval_in_shard(i, shard_k, shard_n)) {
+            skv_json_free(v);
+            continue;
+        }
+        if (out->n == cap) {
+            int nc = cap ? cap * 2 : 16;
+            skv_eval_sample *ns = realloc(out->samples, (size_t)nc * sizeof *ns);
+            if (!ns) {
+                skv_json_free(v);
+                st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            out->samples = ns;
+            cap = nc;
+        }
+        skv_eval_sample *s = &out->samples[out->n];
+        memset(s, 0, sizeof *s);
+        s->index = i;
+        s->line = line;
+        bool ok;
+        char why[256] = "";
+        st = line_sample(v, path, line, vocab, split, n_ctx, greedy, s, &ok, why, sizeof why, err);
+        skv_json_free(v);
+        if (st) goto done;
+        if (ok) {
+            out->n++;
+        } else {
+            out->n_skipped++;
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s:%d: skipped: %s", path, line, why);
+            if ((st = add_warning(out, msg, err))) goto done;
+        }
+    }
+    out->n_total = index;
+done:
+    free(buf);
+    if (st) skv_eval_dataset_free(out);
+    return st;
+}
+
+skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *gp,
+                             const skv_eval_split *split, int greedy, int shard_k, int shard_n,
+                             skv_eval_dataset *out, skv_err *err) {
+    memset(out, 0, sizeof *out);
+    const skv_hparams *hp = skv_model_hparams(model);
+    int n_ctx = hp->n_ctx_train;
+    int n_total = gp->n_total;
+    if (gp->n_samples < 1 || n_total < 3 || n_total > n_ctx)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "cannot generate %d samples of %d tokens with a context of %d",
+                           gp->n_samples, n_total, n_ctx);
+    out->n_total = gp->n_samples;
+    out->samples = calloc((size_t)gp->n_samples, sizeof *out->samples);
+    int32_t *toks = malloc((size_t)n_total * sizeof *toks);
+    float *logits = malloc((size_t)hp->n_vocab * sizeof *logits);
+    skv_context_params cp = skv_context_default_params();
+    cp.n_ctx = n_total;
+    cp.n_threads = gp->n_threads;
+    cp.kv_type = gp->kv_type;
+    skv_context *ctx = NULL;
+    skv_sampler *smp = NULL;
+    skv_status st = SKV_OK;
+    if (!out->samples || !toks || !logits) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory generating samples");
+        goto done;
+    }
+    ctx = skv_context_new(model, &cp, err);
+    if (!ctx) {
+        st = err ? err->status : SKV_ERR_STATE;
+        goto done;
+    }
+    const skv_vocab *vocab = skv_model_vocab(model);
+    for (int i = 0; i < gp->n_samples; i++) {
+        if (!skv_eval_in_shard(i, shard_k, shard_n)) continue;
+        skv_context_reset(ctx);
+        skv_sampler_params sp = skv_sampler_default_params();
+        sp.temperature = 1.0f;
+        sp.top_k = 0;
+        sp.top_p = 1.0f;
+        sp.seed = (uint64_t)i;
+        skv_sampler_free(smp);
+        smp = skv_sampler_new(&sp, err);
+        if (!smp) {
+            st = err ? err->status : SKV_ERR_STATE;
+            goto done;
+        }
+        toks[0] = skv_vocab_bos(vocab);
+        for (int t = 1; t < n_total; t++) {
+            if ((st = skv_forward(ctx, &toks[t - 1], 1, SKV_LOGITS_LAST, logits, err))) goto done;
+            toks[t] = skv_sampler_sample(smp, logits, hp->n_vocab);
+        }
+        skv_eval_sample *s = &out->samples[out->n];
+        memset(s, 0, sizeof *s);
+        s->index = i;
+        char why[256] = "";
+        if (skv_eval_cut(toks, n_total, split, n_ctx, greedy, s, why, sizeof why)) {
+            out->n++;
+        } else {
+            out->n_skipped++;
+            char msg[400];
+            snprintf(msg, sizeof msg, "generated sample %d: skipped: %s", i, why);
+            if ((st = add_warning(out, msg, err))) goto done;
+        }
+    }
+done:
+    skv_sampler_free(smp);
+    skv_context_free(ctx);
+    free(toks);
+    free(logits);
+    if (st) skv_eval_dataset_free(out);
+    return st;
+}

@@ -1,0 +1,315 @@
+/* eval.h — the library side of `sparsekv eval`: what each compression policy costs in quality
+ * against the full cache, token by token (docs/EVAL.md).
+ *
+ *   json.c     a small JSON reader (data lines, results.jsonl) and string writer
+ *   metrics.c  log-softmax, KL, top-1, percentiles, PPL; mean / sd / 95% CI (Student t)
+ *   data.c     samples: JSONL data files, model-generated default samples, sharding
+ *   passkey.c  needle-in-a-haystack prompts and the exact-match scorer
+ *   runner.c   the protocols: reference vs compressed cache, per sample x configuration
+ *   report.c   results.jsonl lines, reading them back, summary.csv / summary.md, gnuplot files
+ *
+ * Nothing here prints; problems come back as skv_status + skv_err, warnings as strings. */
+#ifndef SKV_EVAL_H
+#define SKV_EVAL_H
+
+#include "common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * JSON (RFC 8259 subset that matters here: every value type, \uXXXX with surrogate pairs)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum skv_json_type {
+    SKV_JSON_NULL,
+    SKV_JSON_BOOL,
+    SKV_JSON_NUMBER,
+    SKV_JSON_STRING,
+    SKV_JSON_ARRAY,
+    SKV_JSON_OBJECT,
+} skv_json_type;
+
+typedef struct skv_json skv_json;
+struct skv_json {
+    skv_json_type type;
+    bool boolean;
+    double number;
+    char *str; /* STRING: UTF-8, NUL-terminated (may hold NULs: use str_len) */
+    size_t str_len;
+    int n;           /* ARRAY / OBJECT: number of items */
+    skv_json *items; /* [n] elements or member values */
+    char **keys;     /* OBJECT: [n] member names (NUL-terminated) */
+};
+
+/* Parses exactly one JSON value (surrounding whitespace allowed). On failure returns NULL and
+ * err names the byte offset and the problem. Nesting deeper than 64 is refused. */
+skv_json *skv_json_parse(const char *text, size_t len, skv_err *err);
+void skv_json_free(skv_json *v);
+/* Member of an object by name (the last one when repeated), or NULL. */
+const skv_json *skv_json_get(const skv_json *obj, const char *key);
+/* Typed lookups: false when absent or of another type (an integer must be integral). */
+bool skv_json_get_string(const skv_json *obj, const char *key, const char **out);
+bool skv_json_get_number(const skv_json *obj, const char *key, double *out);
+bool skv_json_get_int(const skv_json *obj, const char *key, long *out);
+
+/* Writes s as a JSON string literal; invalid UTF-8 bytes become \u00XX. */
+void skv_json_write_string(FILE *f, const char *s, size_t len);
+/* Writes a double so that reading it back gives the same bits (shortest of %.15g..%.17g);
+ * +-inf as +-1e999 (which
+ * JSON readers, ours and Python's, read back as infinity), NaN as null. */
+void skv_json_write_double(FILE *f, double x);
+
+/* ---------------------------------------------------------------------------------------------
+ * Metrics
+ * ------------------------------------------------------------------------------------------- */
+
+/* out[i] = log softmax(logits)[i] in double. -inf logits give -inf; when no logit is finite
+ * (or one is NaN) every output is NaN. */
+void skv_eval_log_softmax(const float *logits, int n, double *out);
+/* KL(P || Q) = sum_i p_i (log p_i - log q_i) in nats from log-probabilities. Terms with
+ * p_i = 0 contribute 0; p_i > 0 with q_i = 0 gives +inf. */
+double skv_eval_kl(const double *logp, const double *logq, int n);
+/* Index of the largest value, lowest index on ties; NaN never wins; -1 when n < 1. */
+int skv_eval_argmax(const float *x, int n);
+/* Linear-interpolation percentile of ascending values (llama-perplexity's rule:
+ * position frac * (n - 1)). */
+double skv_eval_percentile(const double *sorted, int n, double frac);
+
+/* Quality of one teacher-forced continuation under a compressed cache vs the reference. */
+typedef struct skv_eval_lm_metrics {
+    int n_tokens;                                      /* continuation positions compared */
+    double kl_mean, kl_median, kl_p90, kl_p99, kl_max; /* KL(ref || cmp) per position, nats */
+    int n_same_top;          /* positions whose argmax agrees (lowest id on ties) */
+    double top1;             /* n_same_top / n_tokens */
+    double nll_ref, nll_cmp; /* mean negative log-likelihood of the continuation tokens */
+    double ppl_ref, ppl_cmp; /* exp(nll) */
+    double ln_ppl_ratio;     /* nll_cmp - nll_ref = ln(PPL_cmp / PPL_ref) */
+} skv_eval_lm_metrics;
+
+/* ref, cmp: [n_tok, n_vocab] logits; targets[n_tok]: the token each row predicts. */
+skv_status skv_eval_compare(const float *ref, const float *cmp, const int32_t *targets, int n_tok,
+                            int n_vocab, skv_eval_lm_metrics *out, skv_err *err);
+
+/* Two-sided 95% critical value of Student's t with df degrees of freedom (NaN for df < 1). */
+double skv_eval_t975(int df);
+
+typedef struct skv_eval_stat {
+    int n;
+    double mean;
+    double sd;   /* sample standard deviation (n - 1); NaN when n < 2 */
+    double ci95; /* half-width t975(n-1) * sd / sqrt(n); NaN when n < 2 */
+} skv_eval_stat;
+
+/* Summation runs in index order, so equal inputs give equal bits. */
+skv_eval_stat skv_eval_stat_of(const double *x, int n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Samples
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct skv_eval_sample {
+    int index;       /* position in the data set (the shard key) */
+    int line;        /* 1-based line of the data file; 0 for generated samples */
+    int32_t *tokens; /* [n_prefix + n_window + n_cont] prefix | window | continuation */
+    int n_prefix, n_window, n_cont;
+    /* passkey task */
+    int depth_index; /* index into the depth list (0 for the lm task) */
+    double depth;
+    char key[16]; /* the number hidden in the prompt */
+} skv_eval_sample;
+
+/* How a token sequence is cut. Each part: >= 1 an absolute token count, in (0, 1) a fraction of
+ * the usable tokens, 0 = "the rest" (prefix only). */
+typedef struct skv_eval_split {
+    double prefix, window, cont;
+} skv_eval_split;
+
+typedef struct skv_eval_dataset {
+    skv_eval_sample *samples; /* [n] the samples of this shard, by index */
+    int n;
+    int n_total;     /* samples in the whole data set (all shards) */
+    int n_skipped;   /* of this shard's samples */
+    char **warnings; /* [n_warnings] one sentence each (skipped samples) */
+    int n_warnings;
+} skv_eval_dataset;
+
+void skv_eval_dataset_free(skv_eval_dataset *d);
+
+/* Cuts tokens[n] under split into s (tokens copied). n_ctx bounds T + W + max(C, greedy).
+ * Returns false with a reason in why (a sentence) when the sample does not fit. */
+bool skv_eval_cut(const int32_t *tokens, int n, const skv_eval_split *split, int n_ctx, int greedy,
+                  skv_eval_sample *s, char *why, size_t why_size);
+
+/* Whether sample index i belongs to shard k of n (strided slices: i % n == k). */
+static inline bool skv_eval_in_shard(int i, int k, int n) {
+    return n <= 1 || i % n == k;
+}
+
+/* Reads a JSONL data file. Each non-blank line is one sample, an object with either
+ *   "text": string             tokenized with BOS, then cut by split
+ *   "tokens": [ids]            used as is, then cut by split
+ *   "context", "window", "continuation": strings  (context with BOS; the others without)
+ * Every line is parsed (a bad line is an error naming its line in every shard); only the
+ * shard's samples are tokenized. max_samples > 0 keeps the first max_samples samples. Samples
+ * that do not fit are skipped with a warning. */
+skv_status skv_eval_load_jsonl(const char *path, const skv_vocab *vocab,
+                               const skv_eval_split *split, int n_ctx, int greedy, int max_samples,
+                               int shard_k, int shard_n, skv_eval_dataset *out, skv_err *err);
+
+/* The default data: sample i is n_total tokens the model samples from BOS at temperature 1
+ * with seed i, then cut by split. */
+typedef struct skv_eval_gen_params {
+    int n_samples;
+    int n_total; /* tokens per sample, BOS included */
+    int n_threads;
+    skv_type kv_type;
+} skv_eval_gen_params;
+
+skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *gp,
+                             const skv_eval_split *split, int greedy, int shard_k, int shard_n,
+                             skv_eval_dataset *out, skv_err *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Passkey (needle in a haystack)
+ * ------------------------------------------------------------------------------------------- */
+
+#define SKV_PASSKEY_QUESTION "What is the pass key? The pass key is"
+
+typedef struct skv_passkey_prompt {
+    char *text; /* malloc'd, NUL-terminated */
+    size_t len;
+    size_t needle_at; /* byte offset of the needle sentence */
+    int n_filler;     /* filler sentences in total */
+    int n_before;     /* filler sentences before the needle = round_half_even(depth * n_filler) */
+    char key[16];     /* 5 digits */
+} skv_passkey_prompt;
+
+/* The 5-digit key of sample seed (10000..99999, from skv_rng seeded with seed). */
+void skv_passkey_key(uint64_t seed, char key[16]);
+/* Builds intro + n_filler filler sentences (five repeating ones) with the needle after
+ * n_before of them + question. */
+skv_status skv_passkey_make(const char *key, double depth, int n_filler, skv_passkey_prompt *out,
+                            skv_err *err);
+void skv_passkey_prompt_free(skv_passkey_prompt *p);
+/* Exact match: the first run of ASCII digits in output must equal key. found receives that run
+ * (truncated to found_size - 1; "" when there is none). */
+bool skv_passkey_score(const char *output, size_t len, const char *key, char *found,
+                       size_t found_size);
+
+/* Passkey prompts for every (sample, depth) of the shard: the most filler blocks whose prompt
+ * (BOS + text) has at most n_tokens tokens; the last `window` tokens are the window. */
+skv_status skv_eval_passkey_dataset(const skv_vocab *vocab, int n_samples, const double *depths,
+                                    int n_depths, int n_tokens, int window, int shard_k,
+                                    int shard_n, skv_eval_dataset *out, skv_err *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Runner
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum skv_eval_task { SKV_EVAL_LM = 0, SKV_EVAL_PASSKEY = 1 } skv_eval_task;
+
+/* One configuration: everything that changes the compressed cache. */
+typedef struct skv_eval_config {
+    int index;       /* position in the run's enumeration (orders the summary) */
+    char policy[32]; /* canonical name */
+    double keep_frac;
+    skv_protocol protocol;
+    skv_position_mode positions;
+    uint64_t seed; /* random policy; 0 otherwise */
+} skv_eval_config;
+
+typedef struct skv_eval_settings {
+    skv_eval_task task;
+    int greedy; /* G: greedy tokens decoded after the window */
+    int n_threads;
+    skv_type kv_type;
+    int sinks, kernel, window_keep; /* passed to skv_compress */
+    skv_pooling pooling;
+    const char *model_path; /* recorded in every line */
+} skv_eval_settings;
+
+void skv_eval_settings_default(skv_eval_settings *s);
+
+/* Enumerates configurations: for protocol, for positions, for policy, for keep, for seed (seeds
+ * 0..n_seeds-1 for random, 0 otherwise). policies must be canonical. *out is malloc'd. */
+skv_status skv_eval_configs(const char *const *policies, int n_policies, const double *keeps,
+                            int n_keeps, const skv_protocol *protocols, int n_protocols,
+                            const skv_position_mode *positions, int n_positions, int n_seeds,
+                            skv_eval_config **out, int *n_out, skv_err *err);
+
+/* The measurement of one sample under one configuration. */
+typedef struct skv_eval_result {
+    const skv_eval_sample *sample;
+    const skv_eval_config *cfg;
+    int T; /* compressed prefix length (seed: n_prefix; engine: n_prefix + n_window) */
+    int keep;
+    skv_eval_lm_metrics m;
+    int greedy_match; /* greedy tokens equal to the reference's before the first difference */
+    double compress_ms, window_ms, eval_ms;
+    uint64_t bytes_before, bytes_after;
+    int n_layer, n_head_kv;
+    const int *kept;          /* [n_layer, n_head_kv] */
+    const int *layer_budgets; /* [n_layer] */
+    /* passkey */
+    const char *output, *ref_output; /* greedy text after the prompt */
+    bool correct, ref_correct;
+    char found[32], ref_found[32];
+} skv_eval_result;
+
+typedef skv_status (*skv_eval_result_fn)(void *user, const skv_eval_result *r, skv_err *err);
+
+/* Runs every configuration on one sample: the dense caches are built once (seed: prefix;
+ * engine: prefix + window in one call with capture) and cloned per configuration. fn gets each
+ * result in configuration order. */
+skv_status skv_eval_run_sample(const skv_model *model, const skv_eval_sample *s,
+                               const skv_eval_config *cfgs, int n_cfgs, const skv_eval_settings *st,
+                               skv_eval_result_fn fn, void *user, skv_err *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reports
+ * ------------------------------------------------------------------------------------------- */
+
+/* Writes one results.jsonl line (with the newline). */
+void skv_eval_write_result(FILE *f, const skv_eval_settings *st, const skv_eval_result *r);
+
+/* One line of results.jsonl as read back: what the summary needs, plus the raw line. */
+typedef struct skv_eval_row {
+    skv_eval_task task;
+    int sample, depth_index, config;
+    char policy[32];
+    double keep_frac, depth;
+    char protocol[16], positions[16];
+    uint64_t seed;
+    int n_tokens, n_same_top, greedy, greedy_match;
+    double kl_mean, kl_median, kl_p90, kl_p99, kl_max, top1, nll_ref, nll_cmp, ln_ppl_ratio;
+    double correct, ref_correct;
+    double compress_ms, window_ms, eval_ms;
+    double bytes_before, bytes_after;
+    char *line; /* the raw line, without its newline */
+    const char *file;
+} skv_eval_row;
+
+typedef struct skv_eval_rows {
+    skv_eval_row *rows;
+    int n, cap;
+} skv_eval_rows;
+
+void skv_eval_rows_free(skv_eval_rows *r);
+/* Appends the lines of a results.jsonl file. Errors name the file and line. */
+skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err *err);
+/* Sorts by (sample, depth, config) and refuses duplicates and mixed tasks, or one config
+ * index that names two different configurations. */
+skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err);
+
+/* Writes summary.csv, summary.md, timing.csv, plot_data.dat and plots.gp into dir from rows
+ * (already checked). The CSV holds no timings, so shards merged give the same bytes as one run.
+ * *md (when not NULL) receives summary.md's text (malloc'd). */
+skv_status skv_eval_write_reports(const skv_eval_rows *rows, const char *dir, char **md,
+                                  skv_err *err);
+
+/* Creates dir and its parents when missing. */
+skv_status skv_eval_mkdirs(const char *dir, skv_err *err);
+
+#endif

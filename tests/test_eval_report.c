@@ -1,0 +1,283 @@
+/* test_eval_report.c — results.jsonl read back, merged and summarized: crafted rows with
+ * hand-computed summaries (pooled "same top p" vs per-sample top-1, seeds, 95% CI), ordering,
+ * and the errors merge must catch. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "eval/eval.h"
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
+
+typedef struct crafted {
+    int sample, config;
+    const char *policy;
+    double keep;
+    int seed, n_tokens, same_top, greedy_match;
+    double kl_mean, top1, nll_ref, nll_cmp;
+} crafted;
+
+static void put(FILE *f, const crafted *c) {
+    fprintf(f,
+            "{\"task\":\"lm\",\"sample\":%d,\"depth_index\":0,\"config\":%d,\"policy\":\"%s\","
+            "\"keep_frac\":%.17g,\"protocol\":\"seed\",\"positions\":\"original\",\"seed\":%d,"
+            "\"greedy\":8,\"greedy_match\":%d,\"n_tokens\":%d,\"same_top\":%d,\"kl_mean\":%.17g,"
+            "\"kl_median\":%.17g,\"kl_p90\":%.17g,\"kl_p99\":%.17g,\"kl_max\":%.17g,"
+            "\"top1\":%.17g,\"nll_ref\":%.17g,\"nll_cmp\":%.17g,\"ln_ppl_ratio\":%.17g,"
+            "\"kv_bytes_before\":1000,\"kv_bytes_after\":500,\"compress_ms\":%d}\n",
+            c->sample, c->config, c->policy, c->keep, c->seed, c->greedy_match, c->n_tokens,
+            c->same_top, c->kl_mean, c->kl_mean / 2, c->kl_mean * 2, c->kl_mean * 3, c->kl_mean * 4,
+            c->top1, c->nll_ref, c->nll_cmp, c->nll_cmp - c->nll_ref, rand() % 100);
+}
+
+static const crafted rows_a[] = {
+    /* attention 0.5, two samples with different token counts */
+    {1, 0, "attention", 0.5, 0, 10, 9, 5, 0.4, 0.9, 2.0, 2.1},
+    {0, 1, "random", 0.5, 0, 4, 3, 2, 0.1, 0.75, 1.0, 1.0},
+    {1, 2, "random", 0.5, 1, 10, 10, 8, 0.9, 1.0, 2.0, 2.0},
+};
+static const crafted rows_b[] = {
+    {0, 0, "attention", 0.5, 0, 4, 2, 3, 0.2, 0.5, 1.0, 1.5},
+    {0, 2, "random", 0.5, 1, 4, 4, 2, 0.3, 1.0, 1.0, 1.0},
+    {1, 1, "random", 0.5, 0, 10, 10, 8, 0.5, 1.0, 2.0, 2.0},
+    {0, 3, "attention", 1.0, 0, 4, 4, 8, 0.0, 1.0, 1.0, 1.0},
+    {1, 3, "attention", 1.0, 0, 10, 10, 8, 0.0, 1.0, 2.0, 2.0},
+};
+
+static const char *write_rows(const crafted *c, int n) {
+    const char *path = test_tmp_path(".jsonl");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < n; i++) put(f, &c[i]);
+    fclose(f);
+    return path;
+}
+
+/* Value of column name in data row `row` (1-based after the header) of a CSV text. */
+static double csv_get(const char *csv, int row, const char *name) {
+    const char *nl = strchr(csv, '\n');
+    char head[2048];
+    snprintf(head, sizeof head, "%.*s", (int)(nl - csv), csv);
+    int col = -1, k = 0;
+    for (char *tok = strtok(head, ","); tok; tok = strtok(NULL, ","), k++)
+        if (!strcmp(tok, name)) col = k;
+    if (col < 0) fail_msg("no column %s", name);
+    const char *line = nl + 1;
+    for (int r = 1; r < row; r++) line = strchr(line, '\n') + 1;
+    for (int c = 0; c < col; c++) line = strchr(line, ',') + 1;
+    if (*line == ',' || *line == '\n') return NAN;
+    return strtod(line, NULL);
+}
+
+static char *csv_cell(const char *csv, int row, int col) {
+    const char *line = strchr(csv, '\n') + 1;
+    for (int r = 1; r < row; r++) line = strchr(line, '\n') + 1;
+    for (int c = 0; c < col; c++) line = strchr(line, ',') + 1;
+    size_t n = strcspn(line, ",\n");
+    return strndup(line, n);
+}
+
+static void test_summary(void **state) {
+    (void)state;
+    char pa[4096], pb[4096];
+    snprintf(pa, sizeof pa, "%s", write_rows(rows_a, 3));
+    snprintf(pb, sizeof pb, "%s", write_rows(rows_b, 5));
+    skv_eval_rows rows = {0};
+    skv_err err = {0};
+    assert_int_equal(skv_eval_read_results(pa, &rows, &err), SKV_OK);
+    assert_int_equal(skv_eval_read_results(pb, &rows, &err), SKV_OK);
+    assert_int_equal(rows.n, 8);
+    assert_int_equal(skv_eval_rows_check(&rows, &err), SKV_OK);
+    /* sorted by (sample, config) */
+    for (int i = 1; i < rows.n; i++)
+        assert_true(rows.rows[i - 1].sample < rows.rows[i].sample ||
+                    (rows.rows[i - 1].sample == rows.rows[i].sample &&
+                     rows.rows[i - 1].config < rows.rows[i].config));
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("_report"));
+    assert_int_equal(skv_eval_mkdirs(dir, &err), SKV_OK);
+    char *md = NULL;
+    assert_int_equal(skv_eval_write_reports(&rows, dir, &md, &err), SKV_OK);
+    assert_non_null(md);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    char *csv = test_read_file(path, NULL);
+    assert_non_null(csv);
+
+    /* three rows, in configuration order: attention 0.5, random 0.5 (seeds merged),
+     * attention 1.0 */
+    char *p1 = csv_cell(csv, 1, 3), *p2 = csv_cell(csv, 2, 3), *p3 = csv_cell(csv, 3, 3);
+    assert_string_equal(p1, "attention");
+    assert_string_equal(p2, "random");
+    assert_string_equal(p3, "attention");
+    free(p1);
+    free(p2);
+    free(p3);
+    const char *end = csv;
+    for (int i = 0; i < 4; i++) end = strchr(end, '\n') + 1; /* header + 3 rows */
+    assert_string_equal(end, "");
+
+    /* attention 0.5: samples (kl 0.2, top1 2/4 of 4 tokens) and (kl 0.4, top1 9/10) */
+    NEAR(csv_get(csv, 1, "n_samples"), 2, 0);
+    NEAR(csv_get(csv, 1, "n_seeds"), 1, 0);
+    NEAR(csv_get(csv, 1, "n_tokens"), 14, 0);
+    NEAR(csv_get(csv, 1, "kl_mean"), 0.3, 1e-9);
+    /* t(0.975, df 1) * sd / sqrt(n), sd = sqrt(0.02) */
+    NEAR(csv_get(csv, 1, "kl_mean_ci95"), 12.706204736 * sqrt(0.02) / sqrt(2.0), 1e-7);
+    assert_true(isnan(csv_get(csv, 1, "kl_mean_seed_sd")));
+    NEAR(csv_get(csv, 1, "kl_median"), 0.15, 1e-9);
+    NEAR(csv_get(csv, 1, "kl_max"), 1.6, 1e-9); /* max over rows, not a mean */
+    /* top-1: the mean of per-sample fractions ... */
+    NEAR(csv_get(csv, 1, "top1"), 0.7, 1e-9);
+    /* ... same top p: pooled over all 14 tokens, llama-perplexity's +- sqrt(p(1-p)/(N-1)) */
+    double p = 11.0 / 14.0;
+    NEAR(csv_get(csv, 1, "same_top_p"), p, 1e-9);
+    NEAR(csv_get(csv, 1, "same_top_p_unc"), sqrt(p * (1 - p) / 13.0), 1e-9);
+    /* pooled perplexities: exp of the token-weighted mean NLL */
+    NEAR(csv_get(csv, 1, "ppl_ref"), exp((1.0 * 4 + 2.0 * 10) / 14), 1e-7);
+    NEAR(csv_get(csv, 1, "ppl_cmp"), exp((1.5 * 4 + 2.1 * 10) / 14), 1e-7);
+    NEAR(csv_get(csv, 1, "ln_ppl_ratio"), (0.5 + 0.1) / 2, 1e-9);
+    NEAR(csv_get(csv, 1, "greedy_match"), 4, 1e-9);
+    NEAR(csv_get(csv, 1, "kv_bytes_after"), 500, 0);
+
+    /* random 0.5: sample 0 seeds (0.1, 0.3), sample 1 seeds (0.5, 0.9): per-sample means 0.2
+     * and 0.7; per-seed means 0.3 and 0.6 */
+    NEAR(csv_get(csv, 2, "n_samples"), 2, 0);
+    NEAR(csv_get(csv, 2, "n_seeds"), 2, 0);
+    NEAR(csv_get(csv, 2, "n_tokens"), 28, 0);
+    NEAR(csv_get(csv, 2, "kl_mean"), 0.45, 1e-9);
+    NEAR(csv_get(csv, 2, "kl_mean_ci95"), 12.706204736 * sqrt(0.125) / sqrt(2.0), 1e-7);
+    NEAR(csv_get(csv, 2, "kl_mean_seed_sd"), sqrt(0.045), 1e-9);
+    NEAR(csv_get(csv, 2, "top1"), (0.875 + 1.0) / 2, 1e-9);
+    NEAR(csv_get(csv, 2, "same_top_p"), 27.0 / 28.0, 1e-9);
+    NEAR(csv_get(csv, 2, "greedy_match"), 5, 1e-9);
+
+    /* the control row */
+    NEAR(csv_get(csv, 3, "kl_mean"), 0, 0);
+    NEAR(csv_get(csv, 3, "same_top_p"), 1, 0);
+    NEAR(csv_get(csv, 3, "same_top_p_unc"), 0, 0);
+    NEAR(csv_get(csv, 3, "kl_mean_ci95"), 0, 0);
+
+    /* no timings in the CSV (merge must reproduce it byte for byte); they go to timing.csv */
+    assert_null(strstr(csv, "_ms"));
+    snprintf(path, sizeof path, "%s/timing.csv", dir);
+    char *timing = test_read_file(path, NULL);
+    assert_non_null(timing);
+    assert_non_null(strstr(timing, "compress_ms"));
+    assert_non_null(strstr(md, "| seed | original | random | 0.5 | 2 (×2 seeds) |"));
+    snprintf(path, sizeof path, "%s/plots.gp", dir);
+    char *gp = test_read_file(path, NULL);
+    assert_non_null(gp);
+    assert_non_null(strstr(gp, "kl_vs_keep.png"));
+    assert_non_null(strstr(gp, "top1_vs_keep.svg"));
+    assert_non_null(strstr(gp, "title 'random seed'"));
+    free(gp);
+    free(timing);
+    free(csv);
+    free(md);
+
+    /* the same rows in another order and split give the same summary bytes */
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    char *first = test_read_file(path, NULL);
+    skv_eval_rows r2 = {0};
+    assert_int_equal(skv_eval_read_results(pb, &r2, &err), SKV_OK);
+    assert_int_equal(skv_eval_read_results(pa, &r2, &err), SKV_OK);
+    assert_int_equal(skv_eval_rows_check(&r2, &err), SKV_OK);
+    char dir2[4096];
+    snprintf(dir2, sizeof dir2, "%s", test_tmp_path("_report2"));
+    assert_int_equal(skv_eval_mkdirs(dir2, &err), SKV_OK);
+    assert_int_equal(skv_eval_write_reports(&r2, dir2, NULL, &err), SKV_OK);
+    snprintf(path, sizeof path, "%s/summary.csv", dir2);
+    char *second = test_read_file(path, NULL);
+    assert_string_equal(first, second);
+    free(first);
+    free(second);
+    skv_eval_rows_free(&r2);
+    skv_eval_rows_free(&rows);
+    unlink(pa);
+    unlink(pb);
+}
+
+static void expect_check_error(const crafted *a, int na, const crafted *b, int nb,
+                               const char *msg) {
+    char pa[4096];
+    snprintf(pa, sizeof pa, "%s", write_rows(a, na));
+    const char *pb = write_rows(b, nb);
+    skv_eval_rows rows = {0};
+    skv_err err = {0};
+    assert_int_equal(skv_eval_read_results(pa, &rows, &err), SKV_OK);
+    assert_int_equal(skv_eval_read_results(pb, &rows, &err), SKV_OK);
+    assert_int_equal(skv_eval_rows_check(&rows, &err), SKV_ERR_FORMAT);
+    if (!strstr(err.msg, msg)) fail_msg("'%s' does not say '%s'", err.msg, msg);
+    skv_eval_rows_free(&rows);
+    unlink(pa);
+    unlink(pb);
+}
+
+static void test_merge_errors(void **state) {
+    (void)state;
+    /* one (sample, config) in two shards */
+    expect_check_error(rows_a, 3, rows_a, 1, "appears twice");
+    /* config 0 names attention here and sink_recent there */
+    crafted other = rows_b[0];
+    other.policy = "sink_recent";
+    expect_check_error(rows_a, 3, &other, 1, "different settings");
+}
+
+static void expect_read_error(const char *content, const char *msg) {
+    const char *path = test_tmp_path(".jsonl");
+    FILE *f = fopen(path, "w");
+    fputs(content, f);
+    fclose(f);
+    skv_eval_rows rows = {0};
+    skv_err err = {0};
+    assert_int_not_equal(skv_eval_read_results(path, &rows, &err), SKV_OK);
+    if (!strstr(err.msg, msg)) fail_msg("'%s' does not say '%s'", err.msg, msg);
+    assert_non_null(strstr(err.msg, path));
+    skv_eval_rows_free(&rows);
+    unlink(path);
+}
+
+static void test_read_errors(void **state) {
+    (void)state;
+    expect_read_error("\n{\"task\": \"lm\"\n", ":2: bad JSON");
+    expect_read_error("{\"task\": \"lm\", \"sample\": 0, \"config\": 0}\n", "field 'policy'");
+    expect_read_error("[1, 2]\n", "not an eval result line");
+    skv_eval_rows rows = {0};
+    skv_err err = {0};
+    assert_int_equal(skv_eval_read_results("/nonexistent/results.jsonl", &rows, &err), SKV_ERR_IO);
+    assert_non_null(strstr(err.msg, "/nonexistent/results.jsonl"));
+    /* mixed tasks */
+    const char *path = test_tmp_path(".jsonl");
+    FILE *f = fopen(path, "w");
+    put(f, &rows_a[0]);
+    fputs("{\"task\":\"passkey\",\"sample\":5,\"config\":0,\"policy\":\"attention\","
+          "\"keep_frac\":0.5,\"protocol\":\"seed\",\"positions\":\"original\",\"seed\":0,"
+          "\"greedy\":8,\"greedy_match\":1,\"depth\":0.5,\"correct\":true,"
+          "\"ref_correct\":false}\n",
+          f);
+    fclose(f);
+    assert_int_equal(skv_eval_read_results(path, &rows, &err), SKV_OK);
+    assert_int_equal(skv_eval_rows_check(&rows, &err), SKV_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "different tasks"));
+    skv_eval_rows_free(&rows);
+    unlink(path);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_merge_errors),
+        cmocka_unit_test(test_read_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
