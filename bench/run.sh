@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# bench/run.sh — what `make bench` runs: measures sparsekv against this machine's ceilings and
+# writes bench/results.md.
+#
+#   bench/run.sh [PATH/TO/sparsekv]
+#
+# Synthetic models with SmolLM2-135M's exact shapes (random weights: the speed is that of the real
+# model) are generated into $SKV_BENCH_DIR (default ${TMPDIR:-/tmp}/sparsekv-bench) and reused
+# while they are newer than the CLI. Nothing here is committed (*.gguf is ignored).
+# A few minutes on an idle 2-core machine; slower when the machine is shared.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CLI=${1:-build/sparsekv}
+DIR=${SKV_BENCH_DIR:-${TMPDIR:-/tmp}/sparsekv-bench}
+OUT=bench/results.md
+REPS=${SKV_BENCH_REPS:-3}
+THREADS=${SKV_BENCH_THREADS:-1,2}
+# SKV_BENCH_QUICK=1: tiny sizes, a smoke test of this script (the targets do not apply)
+if [ -n "${SKV_BENCH_QUICK:-}" ]; then PP=64 TG=8 D1=256 D2=512 TGD=8 OUT=$DIR/results-quick.md; else
+    PP=512 TG=128 D1=4096 D2=8192 TGD=64; fi
+TMAX=${THREADS##*,}
+[ -x "$CLI" ] || { echo "bench/run.sh: no CLI at $CLI (run make first)" >&2; exit 1; }
+mkdir -p "$DIR"
+
+model() { # preset type -> path (generated when missing or older than the CLI)
+    local f="$DIR/$1-$2.gguf"
+    if [ ! -s "$f" ] || [ "$CLI" -nt "$f" ]; then
+        echo "generating $f" >&2
+        "$CLI" synth-model --preset "$1" --type "$2" --ctx 16384 --seed 1 -o "$f" >&2
+    fi
+    printf '%s\n' "$f"
+}
+
+F16=$(model smollm2-135m f16)
+Q80=$(model smollm2-135m q8_0)
+JSON="$DIR/results.jsonl"
+: >"$JSON"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+t_start=$(date +%s)
+
+run() { # label, then bench arguments
+    local label=$1
+    shift
+    echo "bench: $label" >&2
+    "$CLI" bench --json -r "$REPS" "$@" | tee -a "$JSON" >/dev/null
+}
+run "smollm2-135m f16: pp$PP, tg$TG at $THREADS threads" -m "$F16" -p $PP -n $TG -t "$THREADS" \
+    --roofline
+run "smollm2-135m q8_0: pp$PP, tg$TG at $THREADS threads" -m "$Q80" -p $PP -n $TG -t "$THREADS" \
+    --roofline
+run "snapkv compression of a $D1-token cache" -m "$F16" -p 0 -n 16 -t "$TMAX" --depth $D1 \
+    --policy snapkv --keep 0.1 --window 32
+run "decode at depth $D2, snapkv keep 0.1 vs dense" -m "$F16" -p 0 -n $TGD -t "$TMAX" \
+    --depth $D2 --policy snapkv --keep 0.1 --window 32 --roofline
+
+load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+elapsed=$(($(date +%s) - t_start))
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || echo "?")
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
+
+awk -v cpu="$cpu" -v cores="$(nproc 2>/dev/null || echo '?')" -v commit="$commit" \
+    -v date="$(date -u '+%Y-%m-%d %H:%M UTC')" -v lb="$load_before" -v la="$load_after" \
+    -v elapsed="$elapsed" -v tmax="$TMAX" -v reps="$REPS" -v pp="pp$PP" -v tg="tg$TG" \
+    -v d1="$D1" -v d2="$D2" '
+function get(key,   m) { # the value of "key" in the current JSON line ("" when absent)
+    if (match($0, "\"" key "\":(\"[^\"]*\"|[-0-9.eE+]+)")) {
+        m = substr($0, RSTART + length(key) + 3, RLENGTH - length(key) - 3)
+        gsub(/"/, "", m)
+        return m
+    }
+    return ""
+}
+function f1(x) { return x == "" ? "-" : sprintf("%.1f", x) }
+function f2(x) { return x == "" ? "-" : sprintf("%.2f", x) }
+function pc(x) { return x == "" ? "-" : sprintf("%.1f%%", x) }
+function check(name, got, op, want, unit,   ok, shown) {
+    if (got == "") { ok = "not measured"; shown = "-" }
+    else {
+        ok = (op == ">=" ? got + 0 >= want + 0 : got + 0 <= want + 0) ? "yes" : "**no**"
+        shown = sprintf("%.2f%s", got, unit)
+    }
+    targets = targets sprintf("| %s | %s | %s %s%s | %s |\n", name, shown, op, want, unit, ok)
+}
+{
+    rec = get("record")
+    if (rec == "roofline") {
+        if (prev != "roofline") n_roof_runs++
+        roof = roof sprintf("| %d | %s | %.1f | %.2f |\n", n_roof_runs, get("threads"),
+            get("fma_gflops"), get("read_gbs"))
+        impl = get("impl")
+    }
+    prev = rec
+    if (rec == "test") {
+        key = get("type") " " get("threads") " " get("test")
+        rows = rows sprintf("| %s | %s | %s | %s | %s (%s..%s) | %s | %s | %s | %s |\n",
+            get("model"), get("type"), get("threads"), get("test"), f2(get("tps_median")),
+            f2(get("tps_min")), f2(get("tps_max")), f1(get("gflops")), pc(get("pct_fma")),
+            f2(get("gbs")), pc(get("pct_bw")))
+        tps[key] = get("tps_median"); pfma[key] = get("pct_fma"); pbw[key] = get("pct_bw")
+    } else if (rec == "compress") {
+        d = get("depth")
+        comp = comp sprintf("| %s | %s | %s | %s | %s | %s | %.1f -> %.1f MiB | %.2f | %.1f | %.2f%% | tg%s | %.2f | %.2f | %.2fx | %.2fx | %.0f%% |\n",
+            get("model"), get("type"), get("threads"), d, get("policy"), get("keep") + 0,
+            get("kv_bytes_before") / 1048576, get("kv_bytes_after") / 1048576,
+            get("prefill_ms") / 1000, get("compress_ms"), get("pct_prefill"), get("tg"),
+            get("tps_dense"), get("tps_compressed"), get("speedup"), get("speedup_predicted"),
+            get("pct_predicted"))
+        pct_prefill[d] = get("pct_prefill"); pct_pred[d] = get("pct_predicted")
+    }
+}
+END {
+    print "# sparsekv benchmark results"
+    print ""
+    printf "Generated by `make bench` (bench/run.sh) on %s, commit %s, in %d s.\n", date, commit, elapsed
+    printf "Machine: %s, %s online cores. Load average before / after: %s / %s%s.\n", cpu, cores, lb, la,
+        " (a busy machine lowers both the ceilings and the results; the percentages compare numbers measured in the same run)"
+    print ""
+    print "Models: synthetic SmolLM2-135M (`sparsekv synth-model --preset smollm2-135m`): the real"
+    print "model'"'"'s exact shapes (30 layers, dim 576, 9/3 heads, ffn 1536, vocab 49152, tied output),"
+    print "random weights. Each test: median of " reps " runs after a warm-up (min..max in brackets)."
+    print "pp: GFLOP/s = (2 x matrix params x tokens + causal attention FLOPs) / time, against the FMA"
+    print "peak. tg: GB/s = (weight bytes + KV bytes read per token) / time per token, against the"
+    print "read bandwidth."
+    print ""
+    print "## Machine ceilings (measured by `sparsekv bench --roofline`, " impl " loops)"
+    print ""
+    print "Measured at the start of each bench invocation (1: f16 runs, 2: q8_0 runs, 3: depth " d2 ");"
+    print "each row of the tables below is compared with the ceilings of its own invocation."
+    print ""
+    print "| invocation | threads | FMA peak GFLOP/s | read bandwidth GB/s |"
+    print "|---:|---:|---:|---:|"
+    printf "%s", roof
+    print ""
+    print "## Prefill and decode"
+    print ""
+    print "| model | type | threads | test | t/s | GFLOP/s | % FMA peak | GB/s | % read BW |"
+    print "|---|---|---:|---|---:|---:|---:|---:|---:|"
+    printf "%s", rows
+    print ""
+    print "## Compressed-cache decode (engine protocol, W = 32)"
+    print ""
+    print "| model | type | threads | depth | policy | keep | KV before -> after | prefill s | compress ms | % of prefill | decode | dense t/s | compressed t/s | speedup | predicted by bytes | % of predicted |"
+    print "|---|---|---:|---:|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+    printf "%s", comp
+    print ""
+    print "Predicted speedup = (weight bytes + dense KV bytes) / (weight bytes + kept KV bytes) read per"
+    print "decoded token."
+    print ""
+    check(pp " " tmax "t f16: % of FMA peak", pfma["f16 " tmax " " pp], ">=", 70, "%")
+    check(pp " " tmax "t q8_0: % of FMA peak", pfma["q8_0 " tmax " " pp], ">=", 55, "%")
+    check(tg " " tmax "t f16: % of read bandwidth", pbw["f16 " tmax " " tg], ">=", 80, "%")
+    check(tg " " tmax "t q8_0: % of read bandwidth", pbw["q8_0 " tmax " " tg], ">=", 60, "%")
+    if (tps["f16 1 " pp] > 0)
+        check(pp " f16 " tmax "t / 1t", tps["f16 " tmax " " pp] / tps["f16 1 " pp], ">=", 1.6, "x")
+    if (tps["q8_0 1 " pp] > 0)
+        check(pp " q8_0 " tmax "t / 1t", tps["q8_0 " tmax " " pp] / tps["q8_0 1 " pp], ">=", 1.6, "x")
+    check("snapkv compression of a " d1 "-token cache, % of its prefill", pct_prefill[d1], "<=", 2, "%")
+    check("decode at depth " d2 ", keep 0.1: measured speedup, % of predicted", pct_pred[d2], ">=", 85, "%")
+    print "## Targets"
+    print ""
+    print "| target | measured | goal | met |"
+    print "|---|---:|---:|---|"
+    printf "%s", targets
+}' "$JSON" >"$OUT"
+
+cat "$OUT"
+echo "bench/run.sh: wrote $OUT (raw results: $JSON)" >&2

@@ -1,0 +1,155 @@
+/* quantize_model.c — rewrites a GGUF model with its 2-D weight matrices in another type.
+ * Norms (1-D) and matrices already in the type are copied from the input mapping; the others are
+ * converted row by row (dequantize -> quantize) in parallel and streamed to the output, so memory
+ * stays at a few megabytes whatever the model size. */
+#include "kernels.h"
+#include "synth.h"
+#include "threads.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct requant_ctx {
+    const skv_stream_tensor *out; /* [n] */
+    const skv_gguf_tensor **in;   /* [n] */
+    skv_pool *pool;
+    float *scratch; /* [n_threads, max_cols] */
+    int64_t max_cols;
+    int64_t ti, row0, n_rows;
+    void *dst;
+} requant_ctx;
+
+static void requant_task(void *arg, int ith, int nth) {
+    requant_ctx *c = arg;
+    const skv_gguf_tensor *src = c->in[c->ti];
+    const skv_stream_tensor *dt = &c->out[c->ti];
+    int64_t cols = src->ne[0];
+    size_t srb = skv_row_bytes(src->type, cols), drb = skv_row_bytes(dt->type, cols);
+    float *row = c->scratch + (size_t)ith * (size_t)c->max_cols;
+    int64_t a = c->n_rows * ith / nth, b = c->n_rows * (ith + 1) / nth;
+    for (int64_t r = a; r < b; r++) {
+        const char *in = (const char *)src->data + (size_t)(c->row0 + r) * srb;
+        skv_dequantize_row(src->type, in, row, cols);
+        skv_quantize_row(dt->type, row, (char *)c->dst + (size_t)r * drb, cols);
+    }
+}
+
+static skv_status requant_fill(void *ctx, int64_t ti, int64_t row0, int64_t n_rows, void *dst,
+                               skv_err *err) {
+    requant_ctx *c = ctx;
+    c->ti = ti;
+    c->row0 = row0;
+    c->n_rows = n_rows;
+    c->dst = dst;
+    skv_pool_run(c->pool, requant_task, c);
+    return SKV_OK;
+}
+
+static void note_fallback(skv_quantize_report *r, const char *name) {
+    size_t len = strlen(r->fallback_names), cap = sizeof r->fallback_names;
+    if (len + 4 >= cap) return; /* already truncated */
+    int n = snprintf(r->fallback_names + len, cap - len, "%s%s", len ? ", " : "", name);
+    if (n < 0 || (size_t)n >= cap - len) strcpy(r->fallback_names + cap - 4, "...");
+}
+
+skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_type type,
+                                 int n_threads, skv_quantize_report *report, skv_err *err) {
+    skv_quantize_report rep_local;
+    skv_quantize_report *rep = report ? report : &rep_local;
+    memset(rep, 0, sizeof *rep);
+    rep->fallback_type = type == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
+    double t0 = skv_time_ms();
+    if (!in_path || !out_path)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
+    if (!skv_type_can_quantize(type))
+        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
+                           skv_type_name(type) ? skv_type_name(type) : "(unknown id)");
+
+    skv_gguf *g = skv_gguf_open(in_path, err);
+    if (!g) return err ? err->status : SKV_ERR_FORMAT;
+    int64_t n = skv_gguf_n_tensors(g);
+    skv_status st = SKV_OK;
+    skv_stream_tensor *out = calloc((size_t)(n > 0 ? n : 1), sizeof *out);
+    const skv_gguf_tensor **in = calloc((size_t)(n > 0 ? n : 1), sizeof *in);
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    requant_ctx rc = {0};
+    if (!out || !in || !w) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    bool any_fill = false;
+    for (int64_t i = 0; i < n; i++) {
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+        in[i] = t;
+        out[i].name = t->name;
+        out[i].n_dims = t->n_dims;
+        memcpy(out[i].ne, t->ne, sizeof out[i].ne);
+        out[i].type = t->type;
+        out[i].data = t->data;
+        rep->bytes_in += t->size;
+        if (t->n_dims != 2) { /* norms and anything that is not a matrix: as is */
+            rep->n_unchanged++;
+            continue;
+        }
+        if (!skv_type_supported(t->type)) {
+            st = skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                             "tensor '%s' is stored in type id %d, which sparsekv cannot read",
+                             t->name, (int)t->type);
+            goto done;
+        }
+        skv_type want = skv_matrix_type_for(type, t->ne[0]);
+        if (want != type) {
+            rep->n_fallback++;
+            note_fallback(rep, t->name);
+        }
+        if (want == t->type) {
+            if (want == type) rep->n_unchanged++;
+            continue;
+        }
+        if (want == type) rep->n_converted++;
+        out[i].type = want;
+        out[i].data = NULL;
+        rc.max_cols = SKV_MAX(rc.max_cols, t->ne[0]);
+        any_fill = true;
+    }
+    rep->n_tensors = (int)n;
+
+    if ((st = skv_gguf_writer_copy_kv(w, g, NULL)) != SKV_OK ||
+        (st = skv_gguf_writer_set_u32(w, "general.file_type", skv_ftype_of(type))) != SKV_OK) {
+        skv_err_set(err, st, "cannot copy the metadata of '%s'", in_path);
+        goto done;
+    }
+    if (any_fill) {
+        rc.pool = skv_pool_new(n_threads);
+        int nth = rc.pool ? skv_pool_size(rc.pool) : 0;
+        rc.scratch = nth > 0 ? malloc((size_t)nth * (size_t)rc.max_cols * sizeof(float)) : NULL;
+        if (!rc.pool || !rc.scratch) {
+            st = skv_err_set(err, SKV_ERR_NOMEM, "cannot start %d worker threads", n_threads);
+            goto done;
+        }
+    }
+    rc.out = out;
+    rc.in = in;
+    st = skv_gguf_write_streamed(w, out, n, requant_fill, &rc, out_path, err);
+    if (st == SKV_OK) {
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t rows = 1;
+            for (int d = 1; d < out[i].n_dims; d++) rows *= (uint64_t)out[i].ne[d];
+            rep->bytes_out += rows * skv_row_bytes(out[i].type, out[i].ne[0]);
+        }
+    }
+done:
+    skv_pool_free(rc.pool);
+    free(rc.scratch);
+    skv_gguf_writer_free(w);
+    free(in);
+    free(out);
+    skv_gguf_close(g);
+    rep->ms = skv_time_ms() - t0;
+    return st;
+}
+
+skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
+                              int n_threads, skv_err *err) {
+    return skv_quantize_model_ex(in_path, out_path, type, n_threads, NULL, err);
+}

@@ -1,0 +1,27 @@
+/* roofline.h — the machine's two ceilings, measured: FMA throughput (GFLOP/s) and memory read
+ * bandwidth (GB/s), on a given number of threads. The benchmark divides what the engine achieves
+ * by these to show how close to the machine's limits it runs.
+ *
+ * The FMA loop uses the same instruction set the kernels use (AVX2 + FMA, 8 floats per
+ * instruction, 2 FLOPs per lane); on a CPU without them both measures fall back to scalar loops. */
+#ifndef SKV_ROOFLINE_H
+#define SKV_ROOFLINE_H
+
+#include "common.h"
+#include "threads.h"
+
+#include <stddef.h>
+
+/* "avx2+fma" or "scalar": which loops the measures below run. */
+const char *skv_roofline_impl(void);
+
+/* Peak FMA GFLOP/s of all of pool's threads running at once (pool NULL = one thread): the best
+ * of several runs of about run_ms each. */
+double skv_roofline_fma_gflops(skv_pool *pool, double run_ms);
+
+/* Read bandwidth GB/s (1e9 bytes/s) of all of pool's threads streaming through buf (bytes, each
+ * thread its own slice; make it much larger than the last-level cache, and touch it first): the
+ * best of reps full passes. */
+double skv_roofline_read_gbs(skv_pool *pool, const void *buf, size_t bytes, int reps);
+
+#endif

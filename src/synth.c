@@ -1,0 +1,596 @@
+/* synth.c — random-weight GGUF models with real models' shapes, and the streamed GGUF writer
+ * they (and the model rewriter) use to keep memory bounded. */
+#include "synth.h"
+
+#include "kernels.h"
+#include "threads.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- presets ------------------------------------------------------------------------------ */
+
+static const skv_synth_shape presets[] = {
+    {"tiny", "test shape: 2 layers, dim 64, 4/2 heads, untied output", 512, 128, 128, 64, 2, 4, 2,
+     128, 10000.0f, 1e-5f, false},
+    {"stories15m", "llama2.c TinyStories 15M", 32000, 256, 256, 288, 6, 6, 6, 768, 10000.0f, 1e-5f,
+     true},
+    {"stories110m", "llama2.c TinyStories 110M", 32000, 1024, 1024, 768, 12, 12, 12, 2048, 10000.0f,
+     1e-5f, true},
+    {"smollm2-135m", "SmolLM2-135M", 49152, 8192, 8192, 576, 30, 9, 3, 1536, 100000.0f, 1e-5f,
+     true},
+    {"smollm2-360m", "SmolLM2-360M", 49152, 8192, 8192, 960, 32, 15, 5, 2560, 100000.0f, 1e-5f,
+     true},
+    {"qwen2.5-0.5b-like",
+     "Qwen2.5-0.5B shapes as a llama model (real Qwen2 has q/k/v biases; these have none)", 151936,
+     32768, 8192, 896, 24, 14, 2, 4864, 1000000.0f, 1e-6f, true},
+    {"llama-3.2-1b",
+     "Llama-3.2-1B shapes (plain RoPE: no llama3 frequency scaling); context 131072, "
+     "written as 8192 unless --ctx",
+     128256, 131072, 8192, 2048, 16, 32, 8, 8192, 500000.0f, 1e-5f, true},
+};
+
+int skv_synth_n_presets(void) {
+    return (int)(sizeof presets / sizeof presets[0]);
+}
+
+const skv_synth_shape *skv_synth_preset_at(int i) {
+    return i >= 0 && i < skv_synth_n_presets() ? &presets[i] : NULL;
+}
+
+const skv_synth_shape *skv_synth_preset(const char *name) {
+    if (!name) return NULL;
+    for (int i = 0; i < skv_synth_n_presets(); i++)
+        if (strcasecmp(presets[i].name, name) == 0) return &presets[i];
+    return NULL;
+}
+
+uint64_t skv_synth_n_params(const skv_synth_shape *s) {
+    uint64_t hd = (uint64_t)(s->n_embd / s->n_head);
+    uint64_t e = (uint64_t)s->n_embd, q = (uint64_t)s->n_head * hd,
+             kv = (uint64_t)s->n_head_kv * hd, ff = (uint64_t)s->n_ff;
+    uint64_t layer = 2 * e + e * q + 2 * e * kv + q * e + 3 * e * ff;
+    uint64_t n = (uint64_t)s->n_layer * layer + e + (uint64_t)s->n_vocab * e;
+    if (!s->tied) n += (uint64_t)s->n_vocab * e;
+    return n;
+}
+
+uint32_t skv_ftype_of(skv_type t) {
+    switch (t) {
+    case SKV_TYPE_F32:
+        return 0;
+    case SKV_TYPE_F16:
+        return 1;
+    case SKV_TYPE_Q4_0:
+        return 2;
+    case SKV_TYPE_Q8_0:
+        return 7;
+    case SKV_TYPE_Q4_K:
+        return 14; /* Q4_K_S: every matrix in Q4_K */
+    case SKV_TYPE_Q5_K:
+        return 16; /* Q5_K_S */
+    case SKV_TYPE_Q6_K:
+        return 18;
+    case SKV_TYPE_BF16:
+        return 32;
+    default:
+        return 0;
+    }
+}
+
+skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
+    if (skv_row_bytes(want, cols) > 0) return want;
+    return want == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
+}
+
+/* ---- streamed writer ---------------------------------------------------------------------- */
+
+#define STREAM_CHUNK_BYTES ((size_t)8 << 20)
+
+static bool tensor_geometry(const skv_stream_tensor *t, uint64_t *rows, size_t *row_bytes) {
+    if (t->n_dims < 1 || t->n_dims > SKV_GGUF_MAX_DIMS) return false;
+    uint64_t r = 1;
+    for (int d = 1; d < t->n_dims; d++)
+        if (t->ne[d] <= 0 || !skv_mul_ok(r, (uint64_t)t->ne[d], &r)) return false;
+    *row_bytes = skv_row_bytes(t->type, t->ne[0]);
+    *rows = r;
+    return *row_bytes > 0;
+}
+
+static skv_status pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return SKV_ERR_IO;
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return SKV_OK;
+}
+
+skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *t, int64_t n,
+                                   skv_stream_fill_fn fill, void *ctx, const char *path,
+                                   skv_err *err) {
+    if (!w || (n > 0 && !t) || n < 0 || !path)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "write_streamed: missing argument");
+    uint64_t zero_bytes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t rows, bytes;
+        size_t rb;
+        if (!t[i].name || !tensor_geometry(&t[i], &rows, &rb) || !skv_mul_ok(rows, rb, &bytes) ||
+            bytes > SIZE_MAX / 2)
+            return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                               "tensor '%s' has an invalid shape or type for writing",
+                               t[i].name ? t[i].name : "(null)");
+        if (!t[i].data) {
+            if (!fill)
+                return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                                   "tensor '%s' has no data and no fill function", t[i].name);
+            zero_bytes = SKV_MAX(zero_bytes, bytes);
+        }
+    }
+
+    /* Reads of a never-written private anonymous mapping all hit the kernel's zero page, so the
+     * writer can lay out gigabytes of placeholder data without that memory existing. */
+    void *zero = NULL;
+    if (zero_bytes > 0) {
+        zero = mmap(NULL, (size_t)zero_bytes, PROT_READ,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (zero == MAP_FAILED)
+            return skv_err_set(err, SKV_ERR_NOMEM, "cannot map %llu bytes of placeholder data",
+                               (unsigned long long)zero_bytes);
+    }
+
+    skv_status st = SKV_OK;
+    char *tmp = NULL;
+    void *chunk = NULL;
+    skv_gguf *g = NULL;
+    int fd = -1;
+    for (int64_t i = 0; i < n && st == SKV_OK; i++) {
+        st = skv_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne,
+                                        t[i].data ? t[i].data : zero);
+        if (st != SKV_OK) skv_err_set(err, st, "cannot add tensor '%s' to the writer", t[i].name);
+    }
+    if (st != SKV_OK) goto done;
+
+    size_t plen = strlen(path);
+    tmp = malloc(plen + 32);
+    if (!tmp) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, plen + 32, "%s.part%ld", path, (long)getpid());
+    st = skv_gguf_writer_write(w, tmp, err);
+    if (st != SKV_OK) goto done;
+    if (zero_bytes == 0) {
+        if (rename(tmp, path) != 0)
+            st = skv_err_set(err, SKV_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+                             strerror(errno));
+        goto done;
+    }
+
+    /* Where did the writer put each tensor? Ask the reader, then overwrite those bytes. */
+    g = skv_gguf_open(tmp, err);
+    if (!g) {
+        st = err ? err->status : SKV_ERR_FORMAT;
+        goto done;
+    }
+    size_t file_size = 0;
+    const char *base = skv_gguf_file_data(g, &file_size);
+    fd = open(tmp, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        st = skv_err_set(err, SKV_ERR_IO, "cannot reopen '%s': %s", tmp, strerror(errno));
+        goto done;
+    }
+    chunk = malloc(STREAM_CHUNK_BYTES);
+    if (!chunk) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n && st == SKV_OK; i++) {
+        if (t[i].data) continue;
+        int64_t gi = skv_gguf_find_tensor(g, t[i].name);
+        const skv_gguf_tensor *gt = gi >= 0 ? skv_gguf_tensor_at(g, gi) : NULL;
+        uint64_t rows;
+        size_t rb;
+        tensor_geometry(&t[i], &rows, &rb);
+        if (!gt || gt->size != rows * rb) {
+            st = skv_err_set(err, SKV_ERR_FORMAT, "tensor '%s' is missing from the written file",
+                             t[i].name);
+            break;
+        }
+        uint64_t off = (uint64_t)((const char *)gt->data - base);
+        uint64_t per = SKV_MAX((uint64_t)1, STREAM_CHUNK_BYTES / rb);
+        void *buf = chunk;
+        void *big = NULL;
+        if (rb > STREAM_CHUNK_BYTES) { /* one row larger than the chunk: rare, allocate it */
+            big = malloc(rb);
+            if (!big) {
+                st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a %zu-byte row", rb);
+                break;
+            }
+            buf = big;
+        }
+        for (uint64_t r = 0; r < rows && st == SKV_OK; r += per) {
+            uint64_t k = SKV_MIN(per, rows - r);
+            st = fill(ctx, i, (int64_t)r, (int64_t)k, buf, err);
+            if (st == SKV_OK && pwrite_all(fd, buf, (size_t)(k * rb), off + r * rb) != SKV_OK)
+                st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+        }
+        free(big);
+    }
+    if (st == SKV_OK && close(fd) != 0)
+        st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    fd = -1;
+    if (st == SKV_OK && rename(tmp, path) != 0)
+        st = skv_err_set(err, SKV_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+                         strerror(errno));
+done:
+    if (fd >= 0) close(fd);
+    skv_gguf_close(g);
+    free(chunk);
+    if (st != SKV_OK && tmp) unlink(tmp);
+    free(tmp);
+    if (zero) munmap(zero, (size_t)zero_bytes);
+    return st;
+}
+
+/* ---- synthetic weights -------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* One row of N(0, std^2)-ish values: the sum of four 16-bit uniforms from one draw (Irwin-Hall,
+ * variance 1/3 before scaling), cheap and bounded (|x| < 2*sqrt(3)*std) so nothing explodes. */
+static void gen_row(float *dst, int64_t n, uint64_t stream, float std) {
+    skv_rng rng;
+    skv_rng_seed(&rng, stream);
+    const float scale = std * 1.7320508f / 65536.0f; /* sqrt(3) / 2^16 */
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t x = skv_rng_next(&rng);
+        uint32_t s = (uint32_t)(x & 0xffff) + (uint32_t)((x >> 16) & 0xffff) +
+                     (uint32_t)((x >> 32) & 0xffff) + (uint32_t)(x >> 48);
+        /* s + 2 (the four half-ulp offsets) is centred at 4 * 32768 */
+        dst[i] = ((float)s + 2.0f - 131072.0f) * scale;
+    }
+}
+
+typedef struct synth_tensor_info {
+    char name[64];
+    uint64_t hash;
+    float std;
+} synth_tensor_info;
+
+typedef struct synth_fill_ctx {
+    const skv_stream_tensor *t;
+    const synth_tensor_info *info;
+    uint64_t seed;
+    skv_pool *pool;
+    float *scratch; /* [n_threads, max_cols] */
+    int64_t max_cols;
+    /* the current job */
+    int64_t ti, row0, n_rows;
+    void *dst;
+} synth_fill_ctx;
+
+static void synth_fill_task(void *arg, int ith, int nth) {
+    synth_fill_ctx *c = arg;
+    const skv_stream_tensor *t = &c->t[c->ti];
+    int64_t cols = t->ne[0];
+    size_t rb = skv_row_bytes(t->type, cols);
+    float *row = c->scratch + (size_t)ith * (size_t)c->max_cols;
+    int64_t a = c->n_rows * ith / nth, b = c->n_rows * (ith + 1) / nth;
+    for (int64_t r = a; r < b; r++) {
+        uint64_t stream = mix64(c->seed ^ mix64(c->info[c->ti].hash + (uint64_t)(c->row0 + r)));
+        char *out = (char *)c->dst + (size_t)r * rb;
+        if (t->type == SKV_TYPE_F32) {
+            gen_row((float *)(void *)out, cols, stream, c->info[c->ti].std);
+        } else {
+            gen_row(row, cols, stream, c->info[c->ti].std);
+            skv_quantize_row(t->type, row, out, cols);
+        }
+    }
+}
+
+static skv_status synth_fill(void *ctx, int64_t ti, int64_t row0, int64_t n_rows, void *dst,
+                             skv_err *err) {
+    synth_fill_ctx *c = ctx;
+    c->ti = ti;
+    c->row0 = row0;
+    c->n_rows = n_rows;
+    c->dst = dst;
+    skv_pool_run(c->pool, synth_fill_task, c);
+    return SKV_OK;
+}
+
+/* Normal pieces are every string over this alphabet, shortest first, so each piece of length
+ * k > 1 is the merge of two shorter pieces and the vocabulary is a consistent BPE. */
+static const char *const piece_alphabet[] = {"\xe2\x96\x81",
+                                             "e",
+                                             "t",
+                                             "a",
+                                             "o",
+                                             "i",
+                                             "n",
+                                             "s",
+                                             "h",
+                                             "r",
+                                             "d",
+                                             "l",
+                                             "u",
+                                             "c",
+                                             "m",
+                                             "w",
+                                             "f",
+                                             "g",
+                                             "y",
+                                             "p",
+                                             "b",
+                                             "v",
+                                             "k",
+                                             "j",
+                                             "x",
+                                             "q",
+                                             "z",
+                                             "E",
+                                             "T",
+                                             "A",
+                                             "O",
+                                             "I",
+                                             "N",
+                                             "S",
+                                             "H",
+                                             "R",
+                                             "D",
+                                             "L",
+                                             "U",
+                                             "C",
+                                             "M",
+                                             "W",
+                                             "F",
+                                             "G",
+                                             "Y",
+                                             "P",
+                                             "B",
+                                             "V",
+                                             "K",
+                                             "J",
+                                             "X",
+                                             "Q",
+                                             "Z",
+                                             "0",
+                                             "1",
+                                             "2",
+                                             "3",
+                                             "4",
+                                             "5",
+                                             "6",
+                                             "7",
+                                             "8",
+                                             "9",
+                                             ",",
+                                             ".",
+                                             "'"};
+#define N_ALPHA ((uint64_t)(sizeof piece_alphabet / sizeof piece_alphabet[0]))
+
+/* Writes normal piece number k into buf (>= 64 bytes); returns its length. */
+static size_t piece_of(uint64_t k, char *buf) {
+    int len = 1;
+    uint64_t count = N_ALPHA;
+    while (k >= count) {
+        k -= count;
+        count *= N_ALPHA;
+        len++;
+    }
+    size_t n = 0;
+    char digits[8][4];
+    for (int i = len - 1; i >= 0; i--) {
+        strcpy(digits[i], piece_alphabet[k % N_ALPHA]);
+        k /= N_ALPHA;
+    }
+    for (int i = 0; i < len; i++) {
+        size_t l = strlen(digits[i]);
+        memcpy(buf + n, digits[i], l);
+        n += l;
+    }
+    buf[n] = 0;
+    return n;
+}
+
+static skv_status set_vocab(skv_gguf_writer *w, int n_vocab, skv_err *err) {
+    size_t nv = (size_t)n_vocab;
+    const char **strs = malloc(nv * sizeof *strs);
+    char *pool = malloc(nv * 32);
+    float *scores = malloc(nv * sizeof *scores);
+    int32_t *types = malloc(nv * sizeof *types);
+    skv_status st = SKV_OK;
+    if (!strs || !pool || !scores || !types) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a %d-token vocabulary", n_vocab);
+        goto done;
+    }
+    char *p = pool;
+    for (int i = 0; i < n_vocab; i++) {
+        strs[i] = p;
+        if (i == 0) {
+            strcpy(p, "<unk>");
+            types[i] = 2; /* unknown */
+        } else if (i < 3) {
+            strcpy(p, i == 1 ? "<s>" : "</s>");
+            types[i] = 3; /* control */
+        } else if (i < 259) {
+            snprintf(p, 32, "<0x%02X>", i - 3);
+            types[i] = 6; /* byte */
+        } else {
+            piece_of((uint64_t)(i - 259), p);
+            types[i] = 1; /* normal */
+        }
+        scores[i] = i < 259 ? 0.0f : -(float)(i - 259);
+        p += strlen(p) + 1;
+    }
+    if ((st = skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
+        (st = skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, NULL, nv)) ||
+        (st = skv_gguf_writer_set_arr(w, "tokenizer.ggml.scores", SKV_GGUF_FLOAT32, scores, nv)) ||
+        (st = skv_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SKV_GGUF_INT32, types, nv)) ||
+        (st = skv_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
+        (st = skv_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
+        (st = skv_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2)) ||
+        (st = skv_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true)) ||
+        (st = skv_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false)))
+        skv_err_set(err, st, "out of memory writing the vocabulary");
+done:
+    free(strs);
+    free(pool);
+    free(scores);
+    free(types);
+    return st;
+}
+
+static skv_status check_shape(const skv_synth_shape *s, int n_ctx, skv_err *err) {
+    if (s->n_vocab < 259 || s->n_vocab > (1 << 24))
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "synthetic vocabulary size %d is outside [259, 16777216]", s->n_vocab);
+    if (s->n_embd <= 0 || s->n_layer <= 0 || s->n_head <= 0 || s->n_head_kv <= 0 || s->n_ff <= 0 ||
+        n_ctx <= 0 || s->n_embd > (1 << 20) || s->n_ff > (1 << 22) || s->n_layer > 4096)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "shape '%s' has a non-positive or huge size",
+                           s->name ? s->name : "custom");
+    if (s->n_embd % s->n_head || s->n_head % s->n_head_kv || (s->n_embd / s->n_head) % 2)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "shape '%s': n_embd %d must split into %d heads of even size and "
+                           "%d query heads into %d kv groups",
+                           s->name ? s->name : "custom", s->n_embd, s->n_head, s->n_head,
+                           s->n_head_kv);
+    if (!(s->rope_theta > 0) || !(s->norm_eps > 0))
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "rope_theta and norm_eps must be positive");
+    return SKV_OK;
+}
+
+skv_status skv_synth_write(const skv_synth_shape *s, const skv_synth_params *p, const char *path,
+                           skv_err *err) {
+    if (!s || !p || !path)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "synth_write: missing argument");
+    if (!skv_type_can_quantize(p->type))
+        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
+                           skv_type_name(p->type) ? skv_type_name(p->type) : "(unknown)");
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : s->n_ctx;
+    skv_status st = check_shape(s, n_ctx, err);
+    if (st != SKV_OK) return st;
+
+    const int64_t e = s->n_embd, hd = s->n_embd / s->n_head, q = s->n_head * hd,
+                  kv = s->n_head_kv * hd, ff = s->n_ff;
+    const int64_t n_t = 1 + 9 * (int64_t)s->n_layer + 1 + (s->tied ? 0 : 1);
+    skv_stream_tensor *t = calloc((size_t)n_t, sizeof *t);
+    synth_tensor_info *info = calloc((size_t)n_t, sizeof *info);
+    float *ones = malloc((size_t)e * sizeof *ones);
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    skv_pool *pool = NULL;
+    synth_fill_ctx fc = {0};
+    if (!t || !info || !ones || !w) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < e; i++) ones[i] = 1.0f;
+
+    int64_t k = 0;
+#define ADD(nm, c, r)                                                                              \
+    do {                                                                                           \
+        snprintf(info[k].name, sizeof info[k].name, "%s", nm);                                     \
+        t[k].name = info[k].name;                                                                  \
+        t[k].ne[0] = (c);                                                                          \
+        t[k].ne[1] = (r);                                                                          \
+        t[k].ne[2] = t[k].ne[3] = 1;                                                               \
+        if ((r) == 0) { /* a norm */                                                               \
+            t[k].n_dims = 1;                                                                       \
+            t[k].ne[1] = 1;                                                                        \
+            t[k].type = SKV_TYPE_F32;                                                              \
+            t[k].data = ones;                                                                      \
+        } else {                                                                                   \
+            t[k].n_dims = 2;                                                                       \
+            t[k].type = skv_matrix_type_for(p->type, (c));                                         \
+            info[k].hash = name_hash(nm);                                                          \
+            info[k].std = 1.0f / sqrtf((float)(c));                                                \
+            fc.max_cols = SKV_MAX(fc.max_cols, (int64_t)(c));                                      \
+        }                                                                                          \
+        k++;                                                                                       \
+    } while (0)
+    ADD("token_embd.weight", e, s->n_vocab);
+    for (int l = 0; l < s->n_layer; l++) {
+        char nm[64];
+#define LNAME(x) (snprintf(nm, sizeof nm, "blk.%d." x, l), nm)
+        ADD(LNAME("attn_norm.weight"), e, 0);
+        ADD(LNAME("attn_q.weight"), e, q);
+        ADD(LNAME("attn_k.weight"), e, kv);
+        ADD(LNAME("attn_v.weight"), e, kv);
+        ADD(LNAME("attn_output.weight"), q, e);
+        ADD(LNAME("ffn_norm.weight"), e, 0);
+        ADD(LNAME("ffn_gate.weight"), e, ff);
+        ADD(LNAME("ffn_down.weight"), ff, e);
+        ADD(LNAME("ffn_up.weight"), e, ff);
+#undef LNAME
+    }
+    ADD("output_norm.weight", e, 0);
+    if (!s->tied) ADD("output.weight", e, s->n_vocab);
+#undef ADD
+
+    char gname[160];
+    snprintf(gname, sizeof gname, "synthetic %s (random weights, seed %llu)",
+             s->name ? s->name : "custom", (unsigned long long)p->seed);
+    if ((st = skv_gguf_writer_set_str(w, "general.architecture", "llama")) ||
+        (st = skv_gguf_writer_set_str(w, "general.name", gname)) ||
+        (st = skv_gguf_writer_set_u32(w, "general.file_type", skv_ftype_of(p->type))) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)n_ctx)) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)e)) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)ff)) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s->n_layer)) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s->n_head)) ||
+        (st =
+             skv_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s->n_head_kv)) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd)) ||
+        (st = skv_gguf_writer_set_f32(w, "llama.rope.freq_base", s->rope_theta)) ||
+        (st = skv_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", s->norm_eps)) ||
+        (st = skv_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)s->n_vocab)) ||
+        (st = skv_gguf_writer_set_u64(w, "sparsekv.synth.seed", p->seed))) {
+        skv_err_set(err, st, "out of memory writing metadata");
+        goto done;
+    }
+    if ((st = set_vocab(w, s->n_vocab, err)) != SKV_OK) goto done;
+
+    pool = skv_pool_new(p->n_threads);
+    int nth = pool ? skv_pool_size(pool) : 0;
+    fc.scratch = nth > 0 ? malloc((size_t)nth * (size_t)fc.max_cols * sizeof(float)) : NULL;
+    if (!pool || !fc.scratch) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "cannot start %d worker threads", p->n_threads);
+        goto done;
+    }
+    fc.t = t;
+    fc.info = info;
+    fc.seed = p->seed;
+    fc.pool = pool;
+    st = skv_gguf_write_streamed(w, t, n_t, synth_fill, &fc, path, err);
+done:
+    skv_pool_free(pool);
+    free(fc.scratch);
+    skv_gguf_writer_free(w);
+    free(ones);
+    free(info);
+    free(t);
+    return st;
+}

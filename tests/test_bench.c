@@ -1,0 +1,160 @@
+/* test_bench.c — `sparsekv bench` on stories260K: the records it prints and the arithmetic behind
+ * them (FLOPs, bytes per token, compression sizes), checked against hand-derived values. Nothing
+ * here asserts on speed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The number after "key": in the JSON line starting at line (NAN when absent). */
+static double field(const char *line, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *end = strchr(line, '\n');
+    const char *p = strstr(line, pat);
+    if (!p || (end && p > end)) return NAN;
+    return strtod(p + strlen(pat), NULL);
+}
+
+/* The line of out whose "test" (or "record") is value. */
+static const char *find_line(const char *out, const char *key, const char *value) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":\"%s\"", key, value);
+    const char *p = strstr(out, pat);
+    if (!p) return NULL;
+    while (p > out && p[-1] != '\n') p--;
+    return p;
+}
+
+static char *bench(const char *args, int *status) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s %s", test_cli(),
+             test_model_path("stories260K/stories260K.gguf"), args);
+    return test_run(cmd, status);
+}
+
+/* stories260K: dim 64, 5 layers, 8/4 heads of 8, ffn 172, vocab 512, F32, tied. */
+#define LAYER_MATMUL   (64.0 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172)
+#define KV_ENTRY_BYTES (2 * 8 * 4 + 4) /* f32 K and V rows of 8, one int32 position */
+#define KV_HEADS       (5 * 4)
+
+static void test_prefill_and_decode_records(void **state) {
+    (void)state;
+    int st;
+    char *out = bench("-p 16 -n 4 -t 1,2 -r 1 --json", &st);
+    assert_non_null(out);
+    assert_int_equal(st, 0);
+    int lines = 0;
+    for (const char *p = out; *p; p++) lines += *p == '\n';
+    assert_int_equal(lines, 4); /* pp16 and tg4 at 1 and 2 threads */
+    const char *pp = find_line(out, "test", "pp16");
+    const char *tg = find_line(out, "test", "tg4");
+    assert_non_null(pp);
+    assert_non_null(tg);
+    double w = field(pp, "weight_bytes");
+    assert_true(w > 0);
+    assert_true(field(pp, "params") == 5 * (LAYER_MATMUL + 2 * 64) + 64 + 512 * 64);
+
+    /* FLOPs: 2 per matrix weight per token, the output matrix for the last token only, and
+     * causal attention 4 * head_dim * n_head per visible key (1 + 2 + ... + 16 keys). */
+    double flops = 2.0 * 16 * 5 * LAYER_MATMUL + 2.0 * 512 * 64 + 4.0 * 8 * 8 * 5 * (16 * 17 / 2);
+    double tps = field(pp, "tps_median");
+    assert_true(tps > 0);
+    double gflops = flops / (16 / tps) / 1e9;
+    assert_true(fabs(field(pp, "gflops") - gflops) <= 0.01 * gflops + 2e-3);
+
+    /* Bytes per decoded token: the weights plus the mean cache read over steps holding 1..4
+     * entries per head. */
+    double kv = KV_HEADS * KV_ENTRY_BYTES * (1 + 2 + 3 + 4) / 4.0;
+    assert_true(fabs(field(tg, "bytes_per_token") - (w + kv)) <= 1);
+    assert_true(field(tg, "tps_median") > 0);
+    assert_true(isnan(field(tg, "pct_bw"))); /* no --roofline, no percentage */
+    free(out);
+}
+
+static void test_compressed_decode_record(void **state) {
+    (void)state;
+    int st;
+    char *out = bench("-p 0 -n 4 -t 1 -r 1 --depth 100 --policy snapkv --keep 0.5 --json", &st);
+    assert_non_null(out);
+    assert_int_equal(st, 0);
+    const char *c = find_line(out, "record", "compress");
+    assert_non_null(c);
+    assert_non_null(find_line(out, "test", "tg4@d100"));
+    assert_non_null(find_line(out, "test", "prefill@d100"));
+    assert_true(field(c, "depth") == 100);
+    assert_true(field(c, "keep_tokens") == 50);
+    assert_true(field(c, "kv_bytes_before") == KV_HEADS * KV_ENTRY_BYTES * 100.0);
+    assert_true(field(c, "kv_bytes_after") == KV_HEADS * KV_ENTRY_BYTES * 50.0);
+    /* predicted speedup: mean bytes per decode step, dense (101..104 entries per head) over
+     * compressed (51..54) */
+    double w = field(find_line(out, "test", "tg4@d100"), "weight_bytes");
+    double dense = w + KV_HEADS * KV_ENTRY_BYTES * (101 + 102 + 103 + 104) / 4.0;
+    double comp = w + KV_HEADS * KV_ENTRY_BYTES * (51 + 52 + 53 + 54) / 4.0;
+    assert_true(fabs(field(c, "speedup_predicted") - dense / comp) < 1e-3);
+    assert_true(field(c, "compress_ms") >= 0);
+    assert_true(field(c, "prefill_ms") > 0);
+    assert_true(fabs(field(c, "pct_prefill") -
+                     100 * field(c, "compress_ms") / field(c, "prefill_ms")) < 1e-2);
+    free(out);
+
+    /* the markdown form has both tables */
+    out = bench("-p 0 -n 2 -t 1 -r 1 --depth 64 --policy streaming --keep 0.25", &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "| tg2@d64 |"));
+    assert_non_null(strstr(out, "Compressed-cache decode"));
+    assert_non_null(strstr(out, "| 16 |")); /* kept per head: 0.25 * 64 */
+    free(out);
+}
+
+static void test_roofline_record(void **state) {
+    (void)state;
+    int st;
+    char *out = bench("-p 0 -n 0 -t 1 --roofline --json", &st);
+    assert_int_equal(st, 0);
+    const char *r = find_line(out, "record", "roofline");
+    assert_non_null(r);
+    assert_true(field(r, "fma_gflops") > 0);
+    assert_true(field(r, "read_gbs") > 0);
+    free(out);
+}
+
+static void test_usage_errors(void **state) {
+    (void)state;
+    const char *bad[] = {"--policy snapkv 2>/dev/null",          /* no --depth */
+                         "--depth 64 --policy nope 2>/dev/null", /* unknown policy */
+                         "--kv-type q4_0 2>/dev/null",           /* not a cache type */
+                         "-t 0 2>/dev/null",                     /* no threads */
+                         "-p 1,x 2>/dev/null",                   /* bad list */
+                         "--frobnicate 2>/dev/null",             /* unknown option */
+                         "--depth 16 --policy snapkv 2>/dev/null" /* depth <= window */};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int st;
+        free(bench(bad[i], &st));
+        if (st != 2) fprintf(stderr, "bench %s: exit %d\n", bad[i], st);
+        assert_int_equal(st, 2);
+    }
+    int st;
+    char *out = bench("--help", &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "--roofline"));
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_and_decode_records),
+        cmocka_unit_test(test_compressed_decode_record),
+        cmocka_unit_test(test_roofline_record),
+        cmocka_unit_test(test_usage_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,444 @@
+/* test_quantize_model.c — model rewriting: each weight type against the F32 model's logits
+ * (KL divergence and top-1 agreement), metadata and structure preserved, fallbacks, errors. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gguf.h"
+#include "kernels.h"
+#include "sparsekv.h"
+#include "support.h"
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define N_POS 200
+
+static const char *stories(void) {
+    return test_model_path("stories260K/stories260K.gguf");
+}
+
+/* The first n token ids of reference_logits.json. */
+static int32_t *ref_tokens(int n) {
+    char *js = test_read_file(test_model_path("stories260K/reference_logits.json"), NULL);
+    assert_non_null(js);
+    char *p = strstr(js, "\"tokens\"");
+    assert_non_null(p);
+    p = strchr(p, '[');
+    assert_non_null(p);
+    p++;
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    for (int i = 0; i < n; i++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        assert_true(end != p);
+        t[i] = (int32_t)v;
+        p = end;
+        while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+    }
+    free(js);
+    return t;
+}
+
+/* Logits [n, n_vocab] of every position of tokens under the model at path. */
+static float *logits_of(const char *path, const int32_t *tokens, int n, int *n_vocab) {
+    skv_err err = {0};
+    skv_model *m = skv_model_load(path, &err);
+    if (!m) fprintf(stderr, "%s: %s\n", path, err.msg);
+    assert_non_null(m);
+    *n_vocab = skv_model_hparams(m)->n_vocab;
+    skv_context_params cp = skv_context_default_params();
+    cp.n_threads = 2;
+    cp.n_ctx = n;
+    skv_context *ctx = skv_context_new(m, &cp, &err);
+    assert_non_null(ctx);
+    float *lg = malloc(sizeof(float) * (size_t)n * (size_t)*n_vocab);
+    assert_non_null(lg);
+    assert_int_equal(skv_forward(ctx, tokens, n, SKV_LOGITS_ALL, lg, &err), SKV_OK);
+    skv_context_free(ctx);
+    skv_model_free(m);
+    return lg;
+}
+
+typedef struct cmp {
+    double kl_mean, kl_max; /* KL(p_f32 || p_q) in nats, per position */
+    double top1;            /* fraction of positions with the same argmax */
+    double top1_decisive;   /* the same over positions whose F32 top-2 margin is >= 0.1 */
+    int n_decisive;
+    double max_abs; /* max |logit difference| */
+} cmp;
+
+#define DECISIVE_MARGIN 0.1
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Float64 log-softmax KL of each row. */
+static cmp compare(const float *ref, const float *q, int n, int nv) {
+    cmp c = {0, 0, 0, 0, 0, 0};
+    int agree_decisive = 0;
+    for (int r = 0; r < n; r++) {
+        const float *a = ref + (size_t)r * nv, *b = q + (size_t)r * nv;
+        int top = argmax(a, nv);
+        double second = -INFINITY;
+        for (int i = 0; i < nv; i++)
+            if (i != top) second = fmax(second, a[i]);
+        if (a[top] - second >= DECISIVE_MARGIN) {
+            c.n_decisive++;
+            agree_decisive += argmax(b, nv) == top;
+        }
+        double ma = a[argmax(a, nv)], mb = b[argmax(b, nv)], za = 0, zb = 0;
+        for (int i = 0; i < nv; i++) {
+            za += exp(a[i] - ma);
+            zb += exp(b[i] - mb);
+            c.max_abs = fmax(c.max_abs, fabs((double)a[i] - b[i]));
+        }
+        double kl = 0;
+        for (int i = 0; i < nv; i++) {
+            double la = a[i] - ma - log(za), lb = b[i] - mb - log(zb);
+            kl += exp(la) * (la - lb);
+        }
+        c.kl_mean += kl / n;
+        c.kl_max = fmax(c.kl_max, kl);
+        c.top1 += (argmax(a, nv) == argmax(b, nv)) / (double)n;
+    }
+    c.top1_decisive = c.n_decisive ? (double)agree_decisive / c.n_decisive : 1;
+    return c;
+}
+
+static char *quantize_to(const char *in, skv_type t, int threads, skv_quantize_report *rep) {
+    char *out = strdup(test_tmp_path(".gguf"));
+    skv_err err = {0};
+    skv_status st = skv_quantize_model_ex(in, out, t, threads, rep, &err);
+    if (st != SKV_OK) fprintf(stderr, "quantize: %s\n", err.msg);
+    assert_int_equal(st, SKV_OK);
+    return out;
+}
+
+/* stories260K (a real trained model) in every type, over 200 positions of the reference
+ * sequence. Every matrix has 64-value rows except ffn_down (172): those stay F16 for the block
+ * types, and no matrix has whole 256-value super-blocks, so the K-quant files must be exactly the
+ * F16 file's weights (tested as identical logits).
+ * Bounds: F16/BF16/Q8_0 change each weight by at most 2^-11 / 2^-8 / 1/254 of its block's max.
+ * F16 keeps top-1 >= 98% over all 200 positions (measured 100%). BF16 and Q8_0 move logits of
+ * ~13 by up to ~0.05-0.4, and this sampled sequence has 12 positions where the F32 model's top
+ * two logits are within 0.1 of each other (near-ties: any 8-bit format flips some; Q8_0 flips 6,
+ * all with margins < 0.07: 97.0%; BF16 98.0%), so for them the 98% bar is applied to the
+ * decisive positions (top-2 margin >= 0.1 logit, 188 of 200) and all positions must still agree
+ * >= 95%; mean KL < 1e-3 nats (measured 6.7e-4 Q8_0, 4.9e-5 BF16, 6.4e-7 F16).
+ * Q4_0 has 16 levels per block (rms error ~8.5% of a Gaussian weight's scale), which on a model
+ * this small (dim 64, tied 512-token output) moves logits visibly: measured mean KL 0.10 nats,
+ * top-1 85.5%. We require KL < 0.25, top-1 >= 80%, and KL > 10x Q8_0's (a broken Q4_0 - wrong
+ * nibble order or scale - gives KL well above 1). */
+static void test_types_on_stories260k(void **state) {
+    (void)state;
+    int32_t *tok = ref_tokens(N_POS);
+    int nv;
+    float *base = logits_of(stories(), tok, N_POS, &nv);
+    const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    float *f16 = NULL;
+    double kl_q8 = 1;
+    printf("stories260K, %d positions, vs the F32 model:\n", N_POS);
+    printf("| type | fallback f16 | mean KL | max KL | top-1 | top-1 decisive | max |dlogit| |\n");
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        skv_quantize_report rep;
+        char *path = quantize_to(stories(), types[k], 2, &rep);
+        int nv2;
+        float *lg = logits_of(path, tok, N_POS, &nv2);
+        assert_int_equal(nv2, nv);
+        cmp c = compare(base, lg, N_POS, nv);
+        printf("| %s | %d | %.3g | %.3g | %.1f%% | %.1f%% of %d | %.3g |\n",
+               skv_type_name(types[k]), rep.n_fallback, c.kl_mean, c.kl_max, 100 * c.top1,
+               100 * c.top1_decisive, c.n_decisive, c.max_abs);
+        assert_int_equal(rep.n_tensors, 47);
+        switch (types[k]) {
+        case SKV_TYPE_F32: /* nothing to convert: the same weights, the same logits */
+            assert_int_equal(rep.n_converted, 0);
+            assert_int_equal(rep.n_fallback, 0);
+            assert_true(c.max_abs == 0);
+            break;
+        case SKV_TYPE_F16:
+        case SKV_TYPE_BF16:
+        case SKV_TYPE_Q8_0:
+            if (types[k] == SKV_TYPE_F16) assert_true(c.top1 >= 0.98);
+            assert_true(c.top1 >= 0.95);
+            assert_true(c.n_decisive >= 180);
+            assert_true(c.top1_decisive >= 0.98);
+            assert_true(c.kl_mean < 1e-3);
+            assert_true(c.max_abs > 0); /* something did change */
+            if (types[k] == SKV_TYPE_F16) {
+                assert_int_equal(rep.n_converted, 36);
+                f16 = lg;
+                lg = NULL;
+            }
+            if (types[k] == SKV_TYPE_Q8_0) {
+                kl_q8 = c.kl_mean;
+                assert_int_equal(rep.n_converted, 31);
+                assert_int_equal(rep.n_fallback, 5); /* the five ffn_down */
+                assert_non_null(strstr(rep.fallback_names, "blk.4.ffn_down.weight"));
+                assert_null(strstr(rep.fallback_names, "attn"));
+            }
+            break;
+        case SKV_TYPE_Q4_0:
+            assert_true(c.top1 >= 0.80);
+            assert_true(c.kl_mean < 0.25);
+            assert_true(c.kl_mean > 10 * kl_q8); /* 4 bits lose clearly more than 8 */
+            break;
+        default: /* K-quants: everything fell back to F16 */
+            assert_int_equal(rep.n_fallback, 36);
+            assert_int_equal(rep.n_converted, 0);
+            assert_non_null(f16);
+            assert_memory_equal(lg, f16, sizeof(float) * N_POS * (size_t)nv);
+            break;
+        }
+        free(lg);
+        unlink(path);
+        free(path);
+    }
+    free(f16);
+    free(base);
+    free(tok);
+}
+
+/* K-quants need rows of 256: a synthetic model wide enough for them. More bits, less damage:
+ * KL(q8_0) < KL(q6_k) < KL(q5_k) < KL(q4_k) and KL(q8_0) < KL(q4_0), all against the F32
+ * weights they came from. One bit fewer doubles the weight error and so roughly quadruples the
+ * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2); a random model is more sensitive
+ * than a trained one (flat logits, every layer at unit gain), so top-1 means little here. The
+ * bounds are ~3x the measured values: a wrong block layout gives KL of order 1. */
+static void test_kquants_on_wide_model(void **state) {
+    (void)state;
+    const skv_synth_shape wide = {"wide", "test", 512, 64,       64,    256, 2,
+                                  4,      2,      512, 10000.0f, 1e-5f, true};
+    char *f32 = strdup(test_tmp_path(".gguf"));
+    skv_synth_params sp = {SKV_TYPE_F32, 11, 0, 2};
+    assert_int_equal(skv_synth_write(&wide, &sp, f32, NULL), SKV_OK);
+    int32_t tok[48];
+    skv_rng rng;
+    skv_rng_seed(&rng, 3);
+    for (int i = 0; i < 48; i++) tok[i] = 3 + (int32_t)skv_rng_below(&rng, 509);
+    int nv;
+    float *base = logits_of(f32, tok, 48, &nv);
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K, SKV_TYPE_Q4_K,
+                              SKV_TYPE_Q4_0};
+    double kl[5];
+    const double kl_bound[5] = {2e-3, 1e-2, 0.04, 0.15, 0.15};
+    printf("synthetic dim-256 model, 48 positions, vs F32:\n");
+    for (size_t k = 0; k < 5; k++) {
+        skv_quantize_report rep;
+        char *path = quantize_to(f32, types[k], 2, &rep);
+        assert_int_equal(rep.n_fallback, 0);
+        assert_int_equal(rep.n_converted, 1 + 7 * 2);
+        int nv2;
+        float *lg = logits_of(path, tok, 48, &nv2);
+        cmp c = compare(base, lg, 48, nv);
+        kl[k] = c.kl_mean;
+        printf("  %-5s mean KL %.3g  max KL %.3g  top-1 %.1f%%\n", skv_type_name(types[k]),
+               c.kl_mean, c.kl_max, 100 * c.top1);
+        assert_true(c.kl_mean > 0);
+        assert_true(c.kl_mean < kl_bound[k]);
+        free(lg);
+        unlink(path);
+        free(path);
+    }
+    assert_true(kl[0] < kl[1]); /* q8_0 < q6_k */
+    assert_true(kl[0] < kl[4]); /* q8_0 < q4_0 */
+    assert_true(kl[1] < kl[2]); /* q6_k < q5_k */
+    assert_true(kl[2] < kl[3]); /* q5_k < q4_k */
+    free(base);
+    unlink(f32);
+    free(f32);
+}
+
+/* Metadata copied, tensors in the same order with the same shapes, norms byte-identical, and
+ * each Q8_0 block within half a quantization step of the original. */
+static void test_structure_preserved(void **state) {
+    (void)state;
+    skv_quantize_report rep;
+    char *path = quantize_to(stories(), SKV_TYPE_Q8_0, 1, &rep);
+    skv_gguf *a = skv_gguf_open(stories(), NULL), *b = skv_gguf_open(path, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    for (int64_t i = 0; i < skv_gguf_n_kv(a); i++) {
+        const char *key = skv_gguf_key(a, i);
+        int64_t j = skv_gguf_find_key(b, key);
+        assert_true(j >= 0);
+        assert_int_equal(skv_gguf_kv_type(a, i), skv_gguf_kv_type(b, j));
+        int64_t x, y;
+        if (!strcmp(key, "general.file_type")) {
+            assert_true(skv_gguf_kv_int(b, j, &y) && y == 7);
+        } else if (skv_gguf_kv_type(a, i) == SKV_GGUF_STRING) {
+            assert_string_equal(skv_gguf_kv_str(a, i, NULL), skv_gguf_kv_str(b, j, NULL));
+        } else if (skv_gguf_kv_type(a, i) == SKV_GGUF_ARRAY) {
+            assert_int_equal(skv_gguf_arr_len(a, i), skv_gguf_arr_len(b, j));
+        } else if (skv_gguf_kv_int(a, i, &x)) {
+            assert_true(skv_gguf_kv_int(b, j, &y) && x == y);
+        }
+    }
+    assert_int_equal(skv_gguf_n_tensors(a), skv_gguf_n_tensors(b));
+    for (int64_t i = 0; i < skv_gguf_n_tensors(a); i++) {
+        const skv_gguf_tensor *ta = skv_gguf_tensor_at(a, i), *tb = skv_gguf_tensor_at(b, i);
+        assert_string_equal(ta->name, tb->name);
+        assert_int_equal(ta->n_dims, tb->n_dims);
+        assert_memory_equal(ta->ne, tb->ne, sizeof ta->ne);
+        if (ta->n_dims == 1) {
+            assert_int_equal(tb->type, SKV_TYPE_F32);
+            assert_memory_equal(ta->data, tb->data, ta->size);
+            continue;
+        }
+        int64_t cols = ta->ne[0], rows = ta->ne[1];
+        assert_int_equal(tb->type, cols % 32 ? SKV_TYPE_F16 : SKV_TYPE_Q8_0);
+        float *deq = malloc(sizeof(float) * (size_t)cols);
+        size_t rb = skv_row_bytes(tb->type, cols);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *orig = (const float *)ta->data + r * cols;
+            skv_dequantize_row(tb->type, (const char *)tb->data + r * (int64_t)rb, deq, cols);
+            for (int64_t b0 = 0; b0 < cols; b0 += 32) {
+                int64_t n = SKV_MIN(32, cols - b0);
+                double amax = 0;
+                for (int64_t i2 = 0; i2 < n; i2++) amax = fmax(amax, fabs(orig[b0 + i2]));
+                /* q8_0: half a step of amax/127, plus the f16 rounding of the scale (127 * 2^-12 of
+                 * a step at most); f16: relative 2^-11 */
+                double tol =
+                    tb->type == SKV_TYPE_Q8_0 ? amax / 127 * 0.56 + 1e-7 : amax * 4.9e-4 + 1e-7;
+                for (int64_t i2 = 0; i2 < n; i2++)
+                    assert_true(fabs(deq[b0 + i2] - orig[b0 + i2]) <= tol);
+            }
+        }
+        free(deq);
+    }
+    skv_gguf_close(a);
+    skv_gguf_close(b);
+    unlink(path);
+    free(path);
+}
+
+/* Same bytes whatever the thread count; the same as a synthetic model written directly in the
+ * type; and a quantized model as input (dequantized, then requantized) works. */
+static void test_threads_synth_and_requant(void **state) {
+    (void)state;
+    char *a = quantize_to(stories(), SKV_TYPE_Q4_0, 1, NULL);
+    char *b = quantize_to(stories(), SKV_TYPE_Q4_0, 2, NULL);
+    size_t na, nb;
+    char *da = test_read_file(a, &na), *db = test_read_file(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(da, db, na);
+    free(da), free(db);
+
+    /* q4_0 -> f32: exactly the dequantized q4_0 values */
+    char *c = quantize_to(a, SKV_TYPE_F32, 2, NULL);
+    skv_gguf *gq = skv_gguf_open(a, NULL), *gf = skv_gguf_open(c, NULL);
+    assert_non_null(gq);
+    assert_non_null(gf);
+    const skv_gguf_tensor *tq =
+        skv_gguf_tensor_at(gq, skv_gguf_find_tensor(gq, "blk.2.attn_q.weight"));
+    const skv_gguf_tensor *tf =
+        skv_gguf_tensor_at(gf, skv_gguf_find_tensor(gf, "blk.2.attn_q.weight"));
+    assert_int_equal(tf->type, SKV_TYPE_F32);
+    float row[64];
+    for (int r = 0; r < 64; r++) {
+        skv_dequantize_row(SKV_TYPE_Q4_0, (const char *)tq->data + r * 36, row, 64);
+        assert_memory_equal(row, (const float *)tf->data + r * 64, sizeof row);
+    }
+    skv_gguf_close(gq);
+    skv_gguf_close(gf);
+
+    /* synth in q8_0 == synth in f32, then quantized to q8_0 (tensor data) */
+    const skv_synth_shape *tiny = skv_synth_preset("tiny");
+    char *s32 = strdup(test_tmp_path(".gguf")), *s8 = strdup(test_tmp_path(".gguf"));
+    skv_synth_params p = {SKV_TYPE_F32, 77, 0, 2};
+    assert_int_equal(skv_synth_write(tiny, &p, s32, NULL), SKV_OK);
+    p.type = SKV_TYPE_Q8_0;
+    assert_int_equal(skv_synth_write(tiny, &p, s8, NULL), SKV_OK);
+    char *q8 = quantize_to(s32, SKV_TYPE_Q8_0, 2, NULL);
+    skv_gguf *g1 = skv_gguf_open(s8, NULL), *g2 = skv_gguf_open(q8, NULL);
+    assert_non_null(g1);
+    assert_non_null(g2);
+    assert_int_equal(skv_gguf_n_tensors(g1), skv_gguf_n_tensors(g2));
+    for (int64_t i = 0; i < skv_gguf_n_tensors(g1); i++) {
+        const skv_gguf_tensor *x = skv_gguf_tensor_at(g1, i), *y = skv_gguf_tensor_at(g2, i);
+        assert_int_equal(x->type, y->type);
+        assert_int_equal(x->size, y->size);
+        assert_memory_equal(x->data, y->data, x->size);
+    }
+    skv_gguf_close(g1);
+    skv_gguf_close(g2);
+    unlink(a), unlink(b), unlink(c), unlink(s32), unlink(s8), unlink(q8);
+    free(a), free(b), free(c), free(s32), free(s8), free(q8);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    skv_err err = {0};
+    char *out = strdup(test_tmp_path(".gguf"));
+    assert_int_equal(skv_quantize_model(stories(), out, (skv_type)3, 1, &err), SKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "type"));
+    assert_int_equal(skv_quantize_model("/nonexistent/model.gguf", out, SKV_TYPE_Q8_0, 1, &err),
+                     SKV_ERR_IO);
+    assert_true(access(out, F_OK) != 0);
+    /* a truncated model is rejected, and nothing is written */
+    size_t n;
+    char *data = test_read_file(stories(), &n);
+    assert_non_null(data);
+    const char *cut = strdup(test_tmp_path(".gguf"));
+    FILE *f = fopen(cut, "wb");
+    assert_non_null(f);
+    fwrite(data, 1, n / 2, f);
+    fclose(f);
+    free(data);
+    assert_int_equal(skv_quantize_model(cut, out, SKV_TYPE_Q8_0, 1, &err), SKV_ERR_FORMAT);
+    assert_true(access(out, F_OK) != 0);
+    unlink(cut);
+    free((void *)cut);
+    assert_int_equal(
+        skv_quantize_model(stories(), "/nonexistent-dir/out.gguf", SKV_TYPE_Q8_0, 1, &err),
+        SKV_ERR_IO);
+    free(out);
+}
+
+static void test_command_line(void **state) {
+    (void)state;
+    char cmd[2048];
+    int st;
+    const char *out = test_tmp_path(".gguf");
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q8_0 -t 2 2>&1", test_cli(), stories(), out);
+    char *s = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(s, "ffn_down")); /* the f16 fallback is said */
+    free(s);
+    assert_true(access(out, F_OK) == 0);
+    unlink(out);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_1 2>/dev/null", test_cli(), stories(), out);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 2);
+    snprintf(cmd, sizeof cmd, "%s quantize %s 2>/dev/null", test_cli(), stories());
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 2);
+    snprintf(cmd, sizeof cmd, "%s quantize /nonexistent.gguf %s q8_0 2>/dev/null", test_cli(), out);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 1);
+    assert_true(access(out, F_OK) != 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types_on_stories260k),
+        cmocka_unit_test(test_kquants_on_wide_model),
+        cmocka_unit_test(test_structure_preserved),
+        cmocka_unit_test(test_threads_synth_and_requant),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_command_line),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
