@@ -1,6 +1,7 @@
 /* policies.c — the policy registry, the scorers, the allocators and the shared top-k selection
  * (score -> allocate -> select, see policies.h). Nothing here touches a cache's contents. */
 #include "policies.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -65,27 +66,22 @@ void skv_score_random_row(double *score, int T, uint64_t seed, int32_t *perm) {
     }
 }
 
+size_t skv_window_score_work_size(int W, int d) {
+    return skv_matmul_work_size(SKV_TYPE_F32, W, d);
+}
+
 void skv_window_score_head(double *out, const float *q, int g, int W, size_t q_head_stride,
-                           const float *k, int T, int d, double *logit) {
-    const double scale = 1.0 / sqrt((double)d);
+                           const float *k, int T, int d, float *logit, void *work) {
+    const float scale = 1.0f / sqrtf((float)d);
     for (int t = 0; t < T; t++) out[t] = 0.0;
     for (int i = 0; i < g; i++) {
+        /* logit[W, T] = q_i[W, d] . k[T, d]^T */
+        skv_matmul(NULL, logit, q + (size_t)i * q_head_stride, W, k, SKV_TYPE_F32, T, d, work);
         for (int w = 0; w < W; w++) {
-            const float *qr = q + (size_t)i * q_head_stride + (size_t)w * (size_t)d;
-            double mx = -INFINITY;
-            for (int t = 0; t < T; t++) {
-                const float *kr = k + (size_t)t * (size_t)d;
-                double dot = 0.0;
-                for (int j = 0; j < d; j++) dot += (double)qr[j] * (double)kr[j];
-                logit[t] = dot * scale;
-                if (logit[t] > mx) mx = logit[t];
-            }
-            double sum = 0.0;
-            for (int t = 0; t < T; t++) {
-                logit[t] = exp(logit[t] - mx);
-                sum += logit[t];
-            }
-            for (int t = 0; t < T; t++) out[t] += logit[t] / sum;
+            float *row = logit + (size_t)w * T;
+            for (int t = 0; t < T; t++) row[t] *= scale;
+            skv_softmax(row, T);
+            for (int t = 0; t < T; t++) out[t] += row[t];
         }
     }
     const double inv = 1.0 / ((double)g * (double)W);
@@ -183,9 +179,11 @@ static void attn_worker(void *arg, int ith, int nth) {
     skv_err *err = &a->errs[ith];
     float *k = NULL;
     size_t k_cap = 0;
-    double *logit = malloc((size_t)T * sizeof *logit);
+    float *logit = malloc((size_t)T * (size_t)job->W * sizeof *logit);
     double *tmp = malloc(((size_t)T + (size_t)kernel) * sizeof *tmp);
-    if (!logit || !tmp) {
+    size_t work_size = skv_window_score_work_size(job->W, d);
+    void *work = work_size ? malloc(work_size) : NULL;
+    if (!logit || !tmp || (work_size && !work)) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for window scores over %d positions", T);
         goto done;
     }
@@ -213,7 +211,8 @@ static void attn_worker(void *arg, int ith, int nth) {
             job->queries[l] +
             ((size_t)h * (size_t)g * (size_t)job->q_n + (size_t)job->q_off) * (size_t)d;
         double *row = a->scores + (size_t)task * (size_t)a->T_stride;
-        skv_window_score_head(row, q, g, job->W, (size_t)job->q_n * (size_t)d, k, T, d, logit);
+        skv_window_score_head(row, q, g, job->W, (size_t)job->q_n * (size_t)d, k, T, d, logit,
+                              work);
         skv_pool_row(row, T, kernel, job->params->pooling, tmp);
         skv_force_last(row, T, job->params->window_keep);
     }
@@ -221,6 +220,7 @@ done:
     free(k);
     free(logit);
     free(tmp);
+    free(work);
 }
 
 static skv_status score_attention(const skv_score_job *job, double *scores, int T_stride,

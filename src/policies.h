@@ -78,11 +78,16 @@ void skv_score_random_row(double *score, int T, uint64_t seed, int32_t *perm);
 
 /* Window score of one kv head (before pooling): for each of the g query heads of the group
  * and each of the W window queries, softmax over the T keys of q.k/sqrt(d), averaged over the
- * g*W rows, in float64.
+ * g*W rows. The logits of a query head's W rows against the T keys are one small matrix
+ * product on the packed float kernels (this is SnapKV's hot loop: W*n_head*T dot products per
+ * layer), their softmax runs in float32 (relative error ~1e-7 per probability, far inside the
+ * 1e-6 the tests hold it to) and rows are accumulated in float64. Single-threaded: callers
+ * parallelize over heads.
  *   q: first query head of the group; query row (i, w) at q + i*q_head_stride + w*d
- *   k: [T, d]; out: [T]; logit: scratch [T] */
+ *   k: [T, d]; out: [T]; logit: scratch [W, T]; work: skv_window_score_work_size(W, d) bytes */
+size_t skv_window_score_work_size(int W, int d);
 void skv_window_score_head(double *out, const float *q, int g, int W, size_t q_head_stride,
-                           const float *k, int T, int d, double *logit);
+                           const float *k, int T, int d, float *logit, void *work);
 
 /* In-place pooling of s[T]: pad both ends with kernel/2 copies of the edge value, then a
  * stride-1 max or mean of width kernel; kernel 1 leaves s as it is. For an even kernel the

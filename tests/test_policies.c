@@ -238,31 +238,34 @@ static void test_rng(void **state) {
 static void test_window_score(void **state) {
     (void)state;
     const double ln2 = log(2.0);
-    double out[3], logit[3];
+    double out[3];
+    float logit[2 * 3];
+    char work[4096];
+    assert_true(skv_window_score_work_size(2, 4) <= sizeof work);
     /* d = 1 (scale 1): query ln2 over keys 0, 1, 2 -> logits 0, ln2, 2 ln2 -> 1/7, 2/7, 4/7 */
     const float k1[3] = {0, 1, 2};
     const float q1[2] = {(float)ln2, 0.0f}; /* second query: all logits 0 -> uniform 1/3 */
-    skv_window_score_head(out, q1, 1, 1, 2, k1, 3, 1, logit);
+    skv_window_score_head(out, q1, 1, 1, 2, k1, 3, 1, logit, work);
     assert_float_equal(out[0], 1.0 / 7, 1e-7);
     assert_float_equal(out[1], 2.0 / 7, 1e-7);
     assert_float_equal(out[2], 4.0 / 7, 1e-7);
     /* two window queries averaged */
-    skv_window_score_head(out, q1, 1, 2, 2, k1, 3, 1, logit);
+    skv_window_score_head(out, q1, 1, 2, 2, k1, 3, 1, logit, work);
     assert_float_equal(out[0], (1.0 / 7 + 1.0 / 3) / 2, 1e-7);
     assert_float_equal(out[2], (4.0 / 7 + 1.0 / 3) / 2, 1e-7);
     /* the same two rows as two query heads of one group (head stride 1, W = 1) */
-    skv_window_score_head(out, q1, 2, 1, 1, k1, 3, 1, logit);
+    skv_window_score_head(out, q1, 2, 1, 1, k1, 3, 1, logit, work);
     assert_float_equal(out[1], (2.0 / 7 + 1.0 / 3) / 2, 1e-7);
     /* d = 4: the 1/sqrt(4) scale halves the dot products: q = (2 ln2, 0, 0, 0) */
     const float k4[12] = {0, 9, 9, 9, 1, 0, 0, 0, 2, 0, 0, 0};
     const float q4[4] = {(float)(2 * ln2), 0, 0, 0};
-    skv_window_score_head(out, q4, 1, 1, 4, k4, 3, 4, logit);
+    skv_window_score_head(out, q4, 1, 1, 4, k4, 3, 4, logit, work);
     assert_float_equal(out[0], 1.0 / 7, 1e-7);
     assert_float_equal(out[2], 4.0 / 7, 1e-7);
     /* huge logits do not overflow (max subtracted) */
     const float kb[3] = {1000, 1000, 0};
     const float qb[1] = {100};
-    skv_window_score_head(out, qb, 1, 1, 1, kb, 3, 1, logit);
+    skv_window_score_head(out, qb, 1, 1, 1, kb, 3, 1, logit, work);
     assert_float_equal(out[0], 0.5, 1e-12);
     assert_float_equal(out[2], 0.0, 1e-12);
 }
