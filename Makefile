@@ -31,7 +31,8 @@ CLI      := $(BUILD)/sparsekv
 
 .SECONDARY:
 .PHONY: all lib test asan fuzz check bench install clean format
-all: $(STATIC) $(SHARED) $(CLI)
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/eval/*.h tools/*.h tests/*.h)
@@ -78,6 +79,11 @@ check: all
 	tests/fuzz_run.sh $(BUILD)/fuzz_gguf
 	tests/valgrind_generate.sh $(CLI)
 
+# Examples use the public header only, as an installed user would.
+$(BUILD)/examples/%: examples/%.c include/sparsekv.h $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(OPT) $(WARN) $(SAN) -Iinclude -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
+
 BENCH_BIN := $(BUILD)/bench_mem_compress
 $(BUILD)/bench_%: bench/%.c $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
@@ -85,7 +91,8 @@ $(BUILD)/bench_%: bench/%.c $(STATIC)
 bench: $(CLI) $(BENCH_BIN)
 	bench/run.sh $(abspath $(CLI))
 
-install: $(STATIC) $(SHARED) $(CLI)
+instEXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/

@@ -1,0 +1,61 @@
+/* compress_and_decode.c — the C API end to end: load, prefill a prompt, compress the cache to
+ * half with StreamingLLM's pattern, and decode greedily on the compressed cache.
+ *
+ *   cc compress_and_decode.c $(pkg-config --cflags --libs --static sparsekv)
+ *   ./a.out [MODEL.gguf] [PROMPT]
+ */
+#include <sparsekv.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    const char *path = argc > 1 ? argv[1] : "../shared/models/stories260K/stories260K.gguf";
+    const char *text = argc > 2 ? argv[2] : "Once upon a time, there was a little girl named";
+    skv_err err;
+    skv_model *m = skv_model_load(path, &err);
+    if (!m) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const skv_vocab *vocab = skv_model_vocab(m);
+    const int n_vocab = skv_model_hparams(m)->n_vocab;
+    skv_context *ctx = skv_context_new(m, NULL, &err);
+    int32_t toks[256];
+    int n = ctx ? skv_tokenize(vocab, text, strlen(text), true, toks, 256) : -1;
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    if (n <= 0 || !logits || skv_forward(ctx, toks, n, SKV_LOGITS_LAST, logits, &err)) {
+        fprintf(stderr, "prefill failed: %s\n", ctx ? err.msg : "no context");
+        return 1;
+    }
+    skv_compress_params p = skv_compress_default_params();
+    p.policy = "streaming";
+    p.keep_frac = 0.5;
+    skv_compress_info info;
+    if (skv_compress(ctx, &p, &info, &err)) {
+        fprintf(stderr, "compress failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s", text);
+    int32_t prev = toks[n - 1];
+    for (int i = 0; i < 32; i++) {
+        int32_t next = 0;
+        for (int j = 1; j < n_vocab; j++)
+            if (logits[j] > logits[next]) next = j;
+        if (next == skv_vocab_eos(vocab)) break;
+        char piece[64];
+        int len = skv_token_to_piece(vocab, prev, next, piece, sizeof piece);
+        if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+        prev = next;
+        if (skv_forward(ctx, &next, 1, SKV_LOGITS_LAST, logits, &err)) break;
+    }
+    printf("\n[%s kept %d of %d positions per head; KV %llu -> %llu bytes]\n", info.policy,
+           info.keep, info.T, (unsigned long long)info.bytes_before,
+           (unsigned long long)info.bytes_after);
+    skv_compress_info_free(&info);
+    free(logits);
+    skv_context_free(ctx);
+    skv_model_free(m);
+    return 0;
+}
