@@ -1,8 +1,9 @@
 /* kernels.h — the numeric building blocks: element types and block formats, matrix products,
  * norms, RoPE, softmax, attention.
  *
- * Every kernel has a plain C reference (suffix _ref, in kernels_ref.c / quant.c: the truth the
- * tests compare against) and a fast path (kernels_avx2.c) picked at run time by CPU detection.
+ * Every kernel has a plain C reference (suffix _ref, in kernels.c / quant.c / matmul.c: the truth
+ * the tests compare against) and a fast path (vec_avx2.c, matmul_avx2.c) picked at run time by
+ * CPU detection.
  * Unsuffixed names dispatch. Results do not depend on the thread count beyond float rounding. */
 #ifndef SKV_KERNELS_H
 #define SKV_KERNELS_H
@@ -53,6 +54,50 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
 void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
                     int n_in);
 
+/* Activations quantized to 8 bits for the integer products (the rows of matmul's work buffer).
+ * A row of n values in blocks of bs = skv_act_block(wt) (32 for Q8_0/Q4_0 weights, 256 for
+ * K-quants), at 32-byte aligned offsets:
+ *   int8 q[n]; float d[n / bs]; float s[n / 16]
+ * value = d * q with d = amax / 127 per block, q rounded to nearest; s[g] = d * (sum of q over
+ * the g-th group of 16 values), which serves the offset and min terms of Q4_0 and K-quants. */
+int skv_act_block(skv_type wt); /* 0 for float weights */
+static inline size_t skv_act_off_d(int64_t n) {
+    return ((size_t)n + 31) & ~(size_t)31;
+}
+static inline size_t skv_act_off_s(int64_t n, int bs) {
+    return skv_act_off_d(n) + ((4 * ((size_t)n / (size_t)bs) + 31) & ~(size_t)31);
+}
+static inline size_t skv_act_row_bytes(int64_t n, int bs) {
+    return skv_act_off_s(n, bs) + ((4 * ((size_t)n / 16) + 31) & ~(size_t)31);
+}
+void skv_quantize_act_row(const float *x, void *dst, int64_t n, int bs);
+/* Scalar dot of weight row w (type wt, n values) with an activation row quantized with
+ * bs = skv_act_block(wt): integer sums per block, scaled in float. */
+float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n);
+
+/* One matrix product as matmul.c hands it to its kernels (internal). */
+typedef struct skv_mm {
+    float *y;          /* [m, n_out] */
+    const float *x;    /* [m, n_in] */
+    const void *w;     /* [n_out] rows of w_stride bytes */
+    uint8_t *xq;       /* [m] activation rows of xq_stride bytes (quantized W only) */
+    size_t w_stride, xq_stride;
+    skv_type wt;
+    int m, n_out, n_in;
+} skv_mm;
+/* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
+ * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
+#define SKV_MM_ROW_ALIGN 16
+#define SKV_MM_MIN_ROWS_PER_THREAD 16
+#if defined(__x86_64__) || defined(__i386__)
+#define SKV_HAVE_MATMUL_AVX2 1
+/* matmul_avx2.c: the outputs of x rows [i0, i1) and W rows [r0, r1); xq already filled. Only
+ * when the CPU has AVX2/FMA/F16C. */
+void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1);
+/* Same bytes as skv_quantize_act_row. */
+void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs);
+#endif
+
 /* ---- vector kernels (dispatching; each has a _ref twin) ------------------------------------ */
 
 /* out[n] = x[n] / rms(x) * w[n]; out may alias x. */
@@ -74,6 +119,7 @@ void skv_swiglu(float *out, const float *gate, const float *up, int n);
 void skv_swiglu_ref(float *out, const float *gate, const float *up, int n);
 
 float skv_dot_f32(const float *a, const float *b, int n);
+float skv_dot_f32_ref(const float *a, const float *b, int n); /* float64 accumulation */
 
 /* ---- attention ---------------------------------------------------------------------------
  * g query heads (one kv group) of one token over one kv head's n entries:
@@ -84,6 +130,16 @@ void skv_attn_group(float *out, const float *q, int g, int d, const void *k, con
                     skv_type kv_type, int n, float scale);
 void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k, const void *v,
                         skv_type kv_type, int n, float scale);
+
+/* AVX2/FMA/F16C paths (vec_avx2.c). Only call when the CPU has them (the dispatchers above
+ * check); attention needs d % 8 == 0, n >= 1 and kv_type F32, F16 or Q8_0 (d % 32 == 0). */
+void skv_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
+void skv_rope_avx2(float *x, int head_dim, int n_rot, double pos, float theta);
+void skv_softmax_avx2(float *x, int n);
+void skv_swiglu_avx2(float *out, const float *gate, const float *up, int n);
+float skv_dot_f32_avx2(const float *a, const float *b, int n);
+void skv_attn_group_avx2(float *out, const float *q, int g, int d, const void *k, const void *v,
+                         skv_type kv_type, int n, float scale);
 
 /* True when the AVX2/FMA/F16C paths are in use (CPU has them and not forced off). */
 bool skv_kernels_use_simd(void);

@@ -1,0 +1,333 @@
+/* kernels.c — scalar element conversions, the plain C references of the vector kernels and
+ * attention, and the run-time dispatch to the AVX2/FMA/F16C paths in vec_avx2.c. */
+#include "kernels.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* ---- element conversions ------------------------------------------------------------------ */
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float skv_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent+mantissa in float position */
+    if (em >= 0x0f800000u) return bits_f32(sign | 0x7f800000u | em); /* inf / nan */
+    /* Rebias by multiplying with 2^112: exact for normals, and a subnormal half (read as a
+     * subnormal float) becomes the right normal float. */
+    return bits_f32(sign | f32_bits(bits_f32(em) * 0x1p112f));
+}
+
+uint16_t skv_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* nan: keep the top payload bits, force quiet */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    /* 65520 (halfway between 65504 and 2^16) and above round to inf (65504 is odd). */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {                 /* below 2^-14: half subnormal (or zero) */
+        if (ax <= 0x33000000u) return sign; /* <= 2^-25 rounds to zero (tie goes to even 0) */
+        uint32_t e = ax >> 23;
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* value = m * 2^(e-150); in units of 2^-24: m >> (126-e) */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++; /* may carry into the min normal */
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = (ax - 0x38000000u) >> 13; /* rebias exponent 127 -> 15 */
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) r++; /* carry into exponent is right */
+    return (uint16_t)(sign | r);
+}
+
+float skv_bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t skv_f32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u); /* quiet nan */
+    x += 0x7fffu + ((x >> 16) & 1u); /* round to nearest even; overflow carries to inf */
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- run-time dispatch ------------------------------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SKV_HAVE_X86 1
+#include <cpuid.h>
+#endif
+
+static atomic_int hw_state = -1; /* -1 unknown, 0 no, 1 CPU has AVX2+FMA+F16C and no env veto */
+static atomic_bool forced_ref = false;
+
+static bool hw_simd(void) {
+    int s = atomic_load_explicit(&hw_state, memory_order_relaxed);
+    if (s < 0) {
+        s = 0;
+#ifdef SKV_HAVE_X86
+        /* The compiler's checks include the OS saving the AVX state; clang 14 has no "f16c"
+         * name for it, so that bit comes from cpuid leaf 1 (ECX bit 29). */
+        __builtin_cpu_init();
+        unsigned a, b, c = 0, d;
+        bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+        s = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+#endif
+        const char *env = getenv("SKV_FORCE_SCALAR");
+        if (env && env[0] && strcmp(env, "0") != 0) s = 0;
+        atomic_store_explicit(&hw_state, s, memory_order_relaxed);
+    }
+    return s == 1;
+}
+
+bool skv_kernels_use_simd(void) {
+    return hw_simd() && !atomic_load_explicit(&forced_ref, memory_order_relaxed);
+}
+
+const char *skv_kernels_impl(void) {
+    return skv_kernels_use_simd() ? "avx2+fma+f16c" : "scalar";
+}
+
+void skv_kernels_force_ref(bool on) {
+    atomic_store_explicit(&forced_ref, on, memory_order_relaxed);
+}
+
+#ifdef SKV_HAVE_X86
+#define SIMD_ON() skv_kernels_use_simd()
+#else
+#define SIMD_ON() false
+#endif
+
+/* ---- references -------------------------------------------------------------------------- */
+
+void skv_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps) {
+    if (n <= 0) return;
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double s = 1.0 / sqrt(ss / n + (double)eps);
+    for (int i = 0; i < n; i++) out[i] = (float)(x[i] * s * w[i]);
+}
+
+/* Turns pairs (x[2i], x[2i+1]) with 2i < n_rot and 2i+1 < head_dim; n_rot above head_dim
+ * counts as head_dim. */
+void skv_rope_ref(float *x, int head_dim, int n_rot, double pos, float theta) {
+    if (n_rot > head_dim) n_rot = head_dim;
+    if (n_rot <= 0) return;
+    int np = SKV_MIN((n_rot + 1) / 2, head_dim / 2);
+    for (int i = 0; i < np; i++) {
+        double a = pos * pow((double)theta, -2.0 * i / n_rot);
+        double c = cos(a), s = sin(a);
+        double x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = (float)(x0 * c - x1 * s);
+        x[2 * i + 1] = (float)(x0 * s + x1 * c);
+    }
+}
+
+void skv_softmax_ref(float *x, int n) {
+    if (n <= 0) return;
+    float mx = x[0];
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) { /* everything masked: no preference, uniform */
+        for (int i = 0; i < n; i++) x[i] = 1.0f / n;
+        return;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
+    for (int i = 0; i < n; i++) x[i] = (float)(exp((double)x[i] - mx) / sum);
+}
+
+void skv_swiglu_ref(float *out, const float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        double g = gate[i];
+        out[i] = (float)(g / (1.0 + exp(-g)) * up[i]);
+    }
+}
+
+float skv_dot_f32_ref(const float *a, const float *b, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+/* Element c of a K/V row of type t (F32, F16 or Q8_0). */
+static inline float kv_elem(skv_type t, const uint8_t *row, int c) {
+    switch (t) {
+    case SKV_TYPE_F32: {
+        float f;
+        memcpy(&f, row + (size_t)c * 4, 4);
+        return f;
+    }
+    case SKV_TYPE_F16: {
+        uint16_t h;
+        memcpy(&h, row + (size_t)c * 2, 2);
+        return skv_f16_to_f32(h);
+    }
+    default: { /* Q8_0 */
+        const uint8_t *b = row + (size_t)(c / SKV_QK8_0) * (2 + SKV_QK8_0);
+        uint16_t d;
+        memcpy(&d, b, 2);
+        return skv_f16_to_f32(d) * (float)(int8_t)b[2 + c % SKV_QK8_0];
+    }
+    }
+}
+
+/* Row size of a K/V row, 0 when (type, d) cannot be attended. */
+static size_t attn_row_bytes(skv_type t, int d) {
+    if (t != SKV_TYPE_F32 && t != SKV_TYPE_F16 && t != SKV_TYPE_Q8_0) return 0;
+    return skv_row_bytes(t, d);
+}
+
+/* Two passes per query head in float64: the maximum, then sum and weighted values (the value
+ * dimensions in chunks so the accumulator stays on the stack). */
+void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k, const void *v,
+                        skv_type kv_type, int n, float scale) {
+    if (g <= 0 || d <= 0) return;
+    size_t rb = attn_row_bytes(kv_type, d);
+    if (n <= 0 || rb == 0) {
+        memset(out, 0, sizeof(float) * (size_t)g * d);
+        return;
+    }
+    const uint8_t *kb = k, *vb = v;
+    enum { CH = 64 };
+    for (int i = 0; i < g; i++) {
+        const float *qi = q + (size_t)i * d;
+        double mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int c = 0; c < d; c++) s += (double)qi[c] * kv_elem(kv_type, kb + j * rb, c);
+            s *= scale;
+            mx = s > mx ? s : mx;
+        }
+        for (int c0 = 0; c0 < d; c0 += CH) {
+            int cn = SKV_MIN(CH, d - c0);
+            double acc[CH] = {0}, sum = 0.0;
+            for (int j = 0; j < n; j++) {
+                double s = 0.0;
+                for (int c = 0; c < d; c++) s += (double)qi[c] * kv_elem(kv_type, kb + j * rb, c);
+                double p = exp(s * scale - mx);
+                sum += p;
+                for (int c = 0; c < cn; c++) acc[c] += p * kv_elem(kv_type, vb + j * rb, c0 + c);
+            }
+            for (int c = 0; c < cn; c++) out[(size_t)i * d + c0 + c] = (float)(acc[c] / sum);
+        }
+    }
+}
+
+/* ---- portable single-pass attention (scalar path, and the SIMD path's fallback for head
+ * sizes it does not tile) ---------------------------------------------------------------- */
+
+static void attn_group_scalar(float *out, const float *q, int g, int d, const uint8_t *kb,
+                              const uint8_t *vb, skv_type t, size_t rb, int n, float scale) {
+    enum { GCH = 64 }; /* heads per pass: bounds the running max/sum arrays */
+    memset(out, 0, sizeof(float) * (size_t)g * d);
+    for (int i0 = 0; i0 < g; i0 += GCH) {
+        int gn = SKV_MIN(GCH, g - i0);
+        float mx[GCH], sum[GCH];
+        for (int i = 0; i < gn; i++) mx[i] = -INFINITY, sum[i] = 0.0f;
+        for (int j = 0; j < n; j++) {
+            const uint8_t *kr = kb + (size_t)j * rb, *vr = vb + (size_t)j * rb;
+            for (int i = 0; i < gn; i++) {
+                const float *qi = q + (size_t)(i0 + i) * d;
+                float *acc = out + (size_t)(i0 + i) * d;
+                float s = 0.0f;
+                for (int c = 0; c < d; c++) s += qi[c] * kv_elem(t, kr, c);
+                s *= scale;
+                if (s > mx[i]) { /* new maximum: rescale what was accumulated so far */
+                    float r = expf(mx[i] - s);
+                    for (int c = 0; c < d; c++) acc[c] *= r;
+                    sum[i] *= r;
+                    mx[i] = s;
+                }
+                float p = expf(s - mx[i]);
+                sum[i] += p;
+                for (int c = 0; c < d; c++) acc[c] += p * kv_elem(t, vr, c);
+            }
+        }
+        for (int i = 0; i < gn; i++) {
+            float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+            float *acc = out + (size_t)(i0 + i) * d;
+            for (int c = 0; c < d; c++) acc[c] *= inv;
+        }
+    }
+}
+
+/* ---- dispatchers ------------------------------------------------------------------------- */
+
+void skv_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) {
+        skv_rmsnorm_avx2(out, x, w, n, eps);
+        return;
+    }
+#endif
+    skv_rmsnorm_ref(out, x, w, n, eps);
+}
+
+void skv_rope(float *x, int head_dim, int n_rot, double pos, float theta) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) {
+        skv_rope_avx2(x, head_dim, n_rot, pos, theta);
+        return;
+    }
+#endif
+    skv_rope_ref(x, head_dim, n_rot, pos, theta);
+}
+
+void skv_softmax(float *x, int n) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) {
+        skv_softmax_avx2(x, n);
+        return;
+    }
+#endif
+    skv_softmax_ref(x, n);
+}
+
+void skv_swiglu(float *out, const float *gate, const float *up, int n) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) {
+        skv_swiglu_avx2(out, gate, up, n);
+        return;
+    }
+#endif
+    skv_swiglu_ref(out, gate, up, n);
+}
+
+float skv_dot_f32(const float *a, const float *b, int n) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) return skv_dot_f32_avx2(a, b, n);
+#endif
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void skv_attn_group(float *out, const float *q, int g, int d, const void *k, const void *v,
+                    skv_type kv_type, int n, float scale) {
+    if (g <= 0 || d <= 0) return;
+    size_t rb = attn_row_bytes(kv_type, d);
+    if (n <= 0 || rb == 0) {
+        memset(out, 0, sizeof(float) * (size_t)g * d);
+        return;
+    }
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON() && d % 8 == 0) {
+        skv_attn_group_avx2(out, q, g, d, k, v, kv_type, n, scale);
+        return;
+    }
+#endif
+    attn_group_scalar(out, q, g, d, k, v, kv_type, rb, n, scale);
+}
