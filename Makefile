@@ -91,8 +91,7 @@ $(BUILD)/bench_%: bench/%.c $(STATIC)
 bench: $(CLI) $(BENCH_BIN)
 	bench/run.sh $(abspath $(CLI))
 
-instEXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
-all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
+install: $(STATIC) $(SHARED) $(CLI)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/

@@ -24,7 +24,8 @@ static void free_scratch(skv_context *ctx) {
     free(ctx->hb2);
     free(ctx->work);
     free(ctx->rope_cs);
-    ctx->rope_cs = NULL;
+    free(ctx->attn_part);
+    ctx->rope_cs = ctx->attn_part = NULL;
     ctx->x = ctx->xb = ctx->q = ctx->k = ctx->v = ctx->att = ctx->hb = ctx->hb2 = NULL;
     ctx->work = NULL;
     ctx->n_batch = 0;
@@ -65,10 +66,13 @@ skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
     ctx->hb = malloc(nn * hp->n_ff * sizeof(float));
     ctx->hb2 = malloc(nn * hp->n_ff * sizeof(float));
     ctx->rope_cs = malloc(nn * hp->n_rot * sizeof(float));
+    ctx->attn_part = malloc((size_t)hp->n_head_kv * (size_t)ctx->params.n_threads *
+                            (size_t)(hp->n_head / hp->n_head_kv) * (hp->head_dim + 1) *
+                            sizeof(float));
     ctx->work_size = max_work_size(ctx->model, n);
     ctx->work = ctx->work_size ? malloc(ctx->work_size) : NULL;
     if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
-        !ctx->hb2 || !ctx->rope_cs || (ctx->work_size && !ctx->work)) {
+        !ctx->hb2 || !ctx->rope_cs || !ctx->attn_part || (ctx->work_size && !ctx->work)) {
         free_scratch(ctx);
         return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a batch of %d tokens", n);
     }

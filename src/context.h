@@ -23,6 +23,8 @@ struct skv_context {
     float *hb;     /* [n_batch, n_ff] gate */
     float *hb2;    /* [n_batch, n_ff] up */
     float *rope_cs; /* [n_batch, n_rot] cos/sin pairs of each token's position */
+    float *attn_part; /* [n_head_kv, n_threads, n_head / n_head_kv * (head_dim + 1)] split-K
+                         partial outputs and log-sum-exps of one decode token */
     void *work;    /* matmul work (quantized activations) */
     size_t work_size;
 

@@ -44,10 +44,13 @@ typedef struct attn_task {
     const float *q; /* [n, n_head * head_dim] */
     float *att;     /* [n, n_head * head_dim] */
     int layer, n, pos0;
+    int n_split; /* > 1: one decode token, each kv head's entries cut into n_split ranges */
 } attn_task;
 
 /* One (token, kv head) pair per work item, interleaved across threads: later tokens see more
- * entries, so interleaving balances the causal triangle. */
+ * entries, so interleaving balances the causal triangle. A decode token has only n_head_kv
+ * items (3 heads on 2 threads idle a third of the machine), so there each head's entries are
+ * split into n_split = n_threads ranges whose partial results merge by log-sum-exp. */
 static void attn_worker(void *arg, int ith, int nth) {
     const attn_task *t = arg;
     const skv_hparams *hp = &t->ctx->model->hp;
@@ -55,14 +58,50 @@ static void attn_worker(void *arg, int ith, int nth) {
     int g = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
     size_t dq = (size_t)hp->n_head * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    int total = t->n * hp->n_head_kv;
+    int total = t->n * hp->n_head_kv * t->n_split;
     for (int idx = ith; idx < total; idx += nth) {
-        int i = idx / hp->n_head_kv, h = idx % hp->n_head_kv;
+        int item = idx / t->n_split, part = idx % t->n_split;
+        int i = item / hp->n_head_kv, h = item % hp->n_head_kv;
         const skv_cache_head *head = skv_cache_head_at_const(c, t->layer, h);
         int n_valid = skv_cache_head_count_upto(head, t->pos0 + i);
         size_t off = (size_t)i * dq + (size_t)h * g * hd;
-        skv_attn_group(t->att + off, t->q + off, g, hd, head->k, head->v, c->type, n_valid,
-                       scale);
+        if (t->n_split == 1) {
+            skv_attn_group(t->att + off, t->q + off, g, hd, head->k, head->v, c->type, n_valid,
+                           scale);
+            continue;
+        }
+        int j0 = (int)((int64_t)n_valid * part / t->n_split);
+        int j1 = (int)((int64_t)n_valid * (part + 1) / t->n_split);
+        float *out = t->ctx->attn_part + (size_t)item * t->n_split * g * (hd + 1) +
+                     (size_t)part * g * (hd + 1);
+        skv_attn_group_lse(out, out + (size_t)g * hd, t->q + off, g, hd,
+                           head->k + (size_t)j0 * c->row_bytes,
+                           head->v + (size_t)j0 * c->row_bytes, c->type, j1 - j0, scale);
+    }
+}
+
+/* Merges the split-K partials of a decode token: out = sum_c exp(lse_c - L) out_c. */
+static void attn_merge(const skv_context *ctx, float *att, int n_split) {
+    const skv_hparams *hp = &ctx->model->hp;
+    int g = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        const float *parts = ctx->attn_part + (size_t)h * n_split * g * (hd + 1);
+        for (int i = 0; i < g; i++) {
+            float m = -INFINITY;
+            for (int c = 0; c < n_split; c++)
+                m = fmaxf(m, parts[(size_t)c * g * (hd + 1) + (size_t)g * hd + i]);
+            float *o = att + ((size_t)h * g + i) * hd;
+            for (int x = 0; x < hd; x++) o[x] = 0.0f;
+            if (m == -INFINITY) continue; /* no entry visible at all */
+            float tot = 0.0f;
+            for (int c = 0; c < n_split; c++) {
+                const float *pc = parts + (size_t)c * g * (hd + 1);
+                float w = expf(pc[(size_t)g * hd + i] - m);
+                tot += w;
+                for (int x = 0; x < hd; x++) o[x] += w * pc[(size_t)i * hd + x];
+            }
+            for (int x = 0; x < hd; x++) o[x] /= tot;
+        }
     }
 }
 
@@ -123,8 +162,12 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
             }
         }
 
-        attn_task at = {ctx, ctx->q, ctx->att, l, n, pos0};
+        /* split a decode token's heads when each thread still gets a long range */
+        int nth = ctx->params.n_threads, n_split = 1;
+        if (n == 1 && nth > 1 && skv_cache_head_at(cache, l, 0)->n >= 256 * nth) n_split = nth;
+        attn_task at = {ctx, ctx->q, ctx->att, l, n, pos0, n_split};
         skv_pool_run(ctx->pool, attn_worker, &at);
+        if (n_split > 1) attn_merge(ctx, ctx->att, n_split);
         skv_matmul(ctx->pool, xb, ctx->att, n, L->wo.data, L->wo.type, d, dq, ctx->work);
         for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
 

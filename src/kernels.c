@@ -229,8 +229,9 @@ void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k,
 /* ---- portable single-pass attention (scalar path, and the SIMD path's fallback for head
  * sizes it does not tile) ---------------------------------------------------------------- */
 
-static void attn_group_scalar(float *out, const float *q, int g, int d, const uint8_t *kb,
-                              const uint8_t *vb, skv_type t, size_t rb, int n, float scale) {
+static void attn_group_scalar(float *out, float *lse, const float *q, int g, int d,
+                              const uint8_t *kb, const uint8_t *vb, skv_type t, size_t rb, int n,
+                              float scale) {
     enum { GCH = 64 }; /* heads per pass: bounds the running max/sum arrays */
     memset(out, 0, sizeof(float) * (size_t)g * d);
     for (int i0 = 0; i0 < g; i0 += GCH) {
@@ -257,6 +258,7 @@ static void attn_group_scalar(float *out, const float *q, int g, int d, const ui
             }
         }
         for (int i = 0; i < gn; i++) {
+            if (lse) lse[i0 + i] = sum[i] > 0.0f ? mx[i] + logf(sum[i]) : -INFINITY;
             float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
             float *acc = out + (size_t)(i0 + i) * d;
             for (int c = 0; c < d; c++) acc[c] *= inv;
@@ -315,19 +317,26 @@ float skv_dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
-void skv_attn_group(float *out, const float *q, int g, int d, const void *k, const void *v,
-                    skv_type kv_type, int n, float scale) {
+void skv_attn_group_lse(float *out, float *lse, const float *q, int g, int d, const void *k,
+                        const void *v, skv_type kv_type, int n, float scale) {
     if (g <= 0 || d <= 0) return;
     size_t rb = attn_row_bytes(kv_type, d);
     if (n <= 0 || rb == 0) {
         memset(out, 0, sizeof(float) * (size_t)g * d);
+        if (lse)
+            for (int i = 0; i < g; i++) lse[i] = -INFINITY;
         return;
     }
 #ifdef SKV_HAVE_X86
     if (SIMD_ON() && d % 8 == 0) {
-        skv_attn_group_avx2(out, q, g, d, k, v, kv_type, n, scale);
+        skv_attn_group_avx2(out, lse, q, g, d, k, v, kv_type, n, scale);
         return;
     }
 #endif
-    attn_group_scalar(out, q, g, d, k, v, kv_type, rb, n, scale);
+    attn_group_scalar(out, lse, q, g, d, k, v, kv_type, rb, n, scale);
+}
+
+void skv_attn_group(float *out, const float *q, int g, int d, const void *k, const void *v,
+                    skv_type kv_type, int n, float scale) {
+    skv_attn_group_lse(out, NULL, q, g, d, k, v, kv_type, n, scale);
 }

@@ -126,6 +126,11 @@ float skv_dot_f32_ref(const float *a, const float *b, int n); /* float64 accumul
  *   out[i] = sum_j softmax_j(scale * q[i] · k[j]) v[j]
  * q: [g, d]; k, v: [n, d] rows of kv_type; out: [g, d]. Online softmax in one pass over K and V
  * (no n-sized buffer). n == 0 writes zeros. */
+/* As skv_attn_group, and lse[g] (may be NULL) receives each head's log-sum-exp of the scaled
+ * scores (-inf when n == 0). Results over disjoint ranges of K/V then merge exactly:
+ * out = sum_c exp(lse_c - L) out_c with L = log sum_c exp(lse_c) (split-K decode). */
+void skv_attn_group_lse(float *out, float *lse, const float *q, int g, int d, const void *k,
+                        const void *v, skv_type kv_type, int n, float scale);
 void skv_attn_group(float *out, const float *q, int g, int d, const void *k, const void *v,
                     skv_type kv_type, int n, float scale);
 void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k, const void *v,
@@ -138,8 +143,8 @@ void skv_rope_avx2(float *x, int head_dim, int n_rot, double pos, float theta);
 void skv_softmax_avx2(float *x, int n);
 void skv_swiglu_avx2(float *out, const float *gate, const float *up, int n);
 float skv_dot_f32_avx2(const float *a, const float *b, int n);
-void skv_attn_group_avx2(float *out, const float *q, int g, int d, const void *k, const void *v,
-                         skv_type kv_type, int n, float scale);
+void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, const void *k,
+                         const void *v, skv_type kv_type, int n, float scale);
 
 /* True when the AVX2/FMA/F16C paths are in use (CPU has them and not forced off). */
 bool skv_kernels_use_simd(void);

@@ -394,8 +394,8 @@ AI void tile_block(skv_type t, int d, int h, const float *q, float *out, float *
 /* Prefetch distance in tiles: far enough ahead to cover DRAM latency. */
 enum { PF_TILES = 2 };
 
-AI void attn_typed(skv_type t, float *out, const float *q, int g, int d, const uint8_t *kb,
-                   const uint8_t *vb, int n, float scale) {
+AI void attn_typed(skv_type t, float *out, float *lse, const float *q, int g, int d,
+                   const uint8_t *kb, const uint8_t *vb, int n, float scale) {
     size_t rb = skv_row_bytes(t, d);
     float mx[GCHUNK], sum[GCHUNK];
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -440,6 +440,7 @@ AI void attn_typed(skv_type t, float *out, const float *q, int g, int d, const u
             }
         }
         for (int i = 0; i < gn; i++) {
+            if (lse) lse[i0 + i] = sum[i] > 0.0f ? mx[i] + logf(sum[i]) : -INFINITY;
             __m256 inv = _mm256_set1_ps(sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f);
             float *acc = oc + (size_t)i * d;
             for (int c = 0; c < d; c += 8)
@@ -448,14 +449,14 @@ AI void attn_typed(skv_type t, float *out, const float *q, int g, int d, const u
     }
 }
 
-void skv_attn_group_avx2(float *out, const float *q, int g, int d, const void *k, const void *v,
-                         skv_type kv_type, int n, float scale) {
+void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, const void *k,
+                         const void *v, skv_type kv_type, int n, float scale) {
     if (kv_type == SKV_TYPE_F32)
-        attn_typed(SKV_TYPE_F32, out, q, g, d, k, v, n, scale);
+        attn_typed(SKV_TYPE_F32, out, lse, q, g, d, k, v, n, scale);
     else if (kv_type == SKV_TYPE_F16)
-        attn_typed(SKV_TYPE_F16, out, q, g, d, k, v, n, scale);
+        attn_typed(SKV_TYPE_F16, out, lse, q, g, d, k, v, n, scale);
     else
-        attn_typed(SKV_TYPE_Q8_0, out, q, g, d, k, v, n, scale);
+        attn_typed(SKV_TYPE_Q8_0, out, lse, q, g, d, k, v, n, scale);
 }
 
 #else

@@ -524,6 +524,52 @@ static void test_attention_invalid(void **state) {
     for (int i = 0; i < 16; i++) assert_true(o[i] == 0.0f);
 }
 
+/* Split-K: attention over K/V cut into chunks, merged through each chunk's log-sum-exp, equals
+ * attention over the whole range; and lse itself equals a float64 log-sum-exp. */
+static void test_attention_split_lse(void **state) {
+    (void)state;
+    enum { G = 3, D = 64, N = 1000 };
+    static float q[G * D], k[N * D], v[N * D], whole[G * D], part[4][G * D], merged[G * D];
+    float lse[4][G], lse_all[G];
+    fill(q, G * D, -1, 1);
+    fill(k, N * D, -1, 1);
+    fill(v, N * D, -1, 1);
+    const float scale = 0.125f;
+    for (int forced = 0; forced < 2; forced++) {
+        skv_kernels_force_ref(forced);
+        skv_attn_group_lse(whole, lse_all, q, G, D, k, v, SKV_TYPE_F32, N, scale);
+        for (int i = 0; i < G; i++) { /* float64 log-sum-exp */
+            double mx = -INFINITY, sum = 0;
+            double sc[N];
+            for (int j = 0; j < N; j++) {
+                double dot = 0;
+                for (int c = 0; c < D; c++) dot += (double)q[i * D + c] * k[j * D + c];
+                sc[j] = dot * scale;
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j < N; j++) sum += exp(sc[j] - mx);
+            assert_true(fabs(lse_all[i] - (mx + log(sum))) < 1e-4);
+        }
+        const int cut[5] = {0, 1, 400, 400, N}; /* includes an empty chunk */
+        for (int c = 0; c < 4; c++)
+            skv_attn_group_lse(part[c], lse[c], q, G, D, k + (size_t)cut[c] * D,
+                               v + (size_t)cut[c] * D, SKV_TYPE_F32, cut[c + 1] - cut[c], scale);
+        assert_true(isinf(lse[2][0]) && lse[2][0] < 0);
+        for (int i = 0; i < G; i++) {
+            double m = -INFINITY, tot = 0;
+            for (int c = 0; c < 4; c++) m = fmax(m, lse[c][i]);
+            for (int c = 0; c < 4; c++) tot += exp(lse[c][i] - m);
+            for (int x = 0; x < D; x++) {
+                double o = 0;
+                for (int c = 0; c < 4; c++) o += exp(lse[c][i] - m) / tot * part[c][i * D + x];
+                merged[i * D + x] = (float)o;
+            }
+        }
+        for (int x = 0; x < G * D; x++) assert_true(fabsf(merged[x] - whole[x]) < TOL_ATTN);
+    }
+    skv_kernels_force_ref(false);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_all_values),
@@ -537,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_shapes),
         cmocka_unit_test(test_attention_invalid),
+        cmocka_unit_test(test_attention_split_lse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
