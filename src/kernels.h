@@ -46,7 +46,9 @@ void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n);
  * y[m, n_out] = x[m, n_in] · W^T, W[n_out, n_in] rows stored in type wt (a GGUF tensor with
  * ne[0] = n_in, ne[1] = n_out). Quantized W is used block by block (activations quantized to
  * 8 bits, integer dot products); it is never dequantized whole. work must hold
- * skv_matmul_work_size(wt, m, n_in) bytes. Parallel over pool (may be NULL). */
+ * skv_matmul_work_size(wt, m, n_in) bytes (any alignment; 0 bytes for float weights, then work
+ * may be NULL). Parallel over pool (may be NULL). The result of each row of x is the same bits
+ * whatever m (batched prefill == token-by-token decode) and whatever the thread count. */
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);

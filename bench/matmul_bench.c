@@ -1,0 +1,237 @@
+/* matmul_bench.c — skv_matmul against the machine's measured limits.
+ *
+ * For each weight type and each matrix of a smollm2-135m-shaped model (576x576, 1536x576,
+ * 576x1536, 49152x576; rows x columns of W) plus one that K-quants can use (16384x1536):
+ * prefill (m = 512) in GFLOP/s as a percentage of the measured FMA peak, and decode (m = 1)
+ * in GB/s of weights read as a percentage of the measured read bandwidth. Decode rotates
+ * through copies of W so that it streams from memory, as a model's weights do; the small
+ * matrices still finish in microseconds, so their decode figures are noisy.
+ *
+ *   build: cc -O2 -mavx2 -mfma -Iinclude -Isrc bench/matmul_bench.c build/libsparsekv.a \
+ *              -lm -pthread
+ *   usage: matmul_bench [threads] [--decode | --prefill] [--wall] [type ...]
+ *          (default: 2 threads, both, per-thread CPU time, all types) */
+#include "kernels.h"
+
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The machine may be shared with other busy processes, so wall time says little. Each thread
+ * reads its own CPU clock (exact for itself) in a probe call before and after the measured
+ * call; the time is the largest per-thread difference: it leaves out the time a thread sat
+ * descheduled, but counts spinning while it waits for the other thread. Best of many runs. */
+static skv_pool *g_pool;
+static double g_t[64];
+
+static void probe_task(void *arg, int ith, int nth) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    g_t[ith] = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static double t_before[64];
+
+static int g_wall; /* --wall: plain wall-clock time instead (for an otherwise idle machine) */
+static double w_before;
+
+static void tstart(void) {
+    if (g_wall) {
+        w_before = skv_time_ms();
+        return;
+    }
+    skv_pool_run(g_pool, probe_task, NULL);
+    memcpy(t_before, g_t, sizeof g_t);
+}
+
+static double tstop(void) {
+    if (g_wall) return skv_time_ms() - w_before;
+    skv_pool_run(g_pool, probe_task, NULL);
+    double m = 0;
+    for (int i = 0; i < skv_pool_size(g_pool); i++)
+        m = g_t[i] - t_before[i] > m ? g_t[i] - t_before[i] : m;
+    return m;
+}
+
+/* FMA peak: 12 independent chains of 8-float FMAs per thread. */
+typedef struct fma_arg {
+    long iters;
+    float sink[64];
+} fma_arg;
+
+static void fma_task(void *p, int ith, int nth) {
+    fma_arg *a = p;
+    __m256 acc[12];
+    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    for (int j = 0; j < 12; j++) acc[j] = _mm256_set1_ps(1.0f + 0.001f * j);
+    for (long i = 0; i < a->iters; i++) {
+#pragma GCC unroll 12
+        for (int j = 0; j < 12; j++) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+    }
+    __m256 s = acc[0];
+    for (int j = 1; j < 12; j++) s = _mm256_add_ps(s, acc[j]);
+    a->sink[ith % 64] = _mm256_cvtss_f32(s);
+}
+
+static double fma_peak(skv_pool *pool, int nth) {
+    fma_arg a = {.iters = 200000};
+    double best = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        tstart();
+        skv_pool_run(pool, fma_task, &a);
+        double dt = tstop();
+        double gf = (double)a.iters * 12 * 16 * nth / (dt * 1e6);
+        best = gf > best ? gf : best;
+    }
+    return best;
+}
+
+typedef struct read_arg {
+    const char *buf;
+    size_t bytes;
+    long long sink[64];
+} read_arg;
+
+/* Read bandwidth: each thread streams its slice of a buffer far larger than the caches, as 4
+ * sequential streams (one per quarter), which keeps more misses in flight than one stream. */
+static void read_task(void *p, int ith, int nth) {
+    read_arg *a = p;
+    size_t per = a->bytes / nth / 1024 * 1024, q = per / 4;
+    const char *b = a->buf + per * ith;
+    __m256i x0 = _mm256_setzero_si256(), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0,
+            x7 = x0;
+    for (size_t i = 0; i < q; i += 64) {
+        const __m256i *q0 = (const __m256i *)(b + i), *q1 = (const __m256i *)(b + q + i);
+        const __m256i *q2 = (const __m256i *)(b + 2 * q + i),
+                      *q3 = (const __m256i *)(b + 3 * q + i);
+        x0 = _mm256_xor_si256(x0, _mm256_load_si256(q0));
+        x1 = _mm256_xor_si256(x1, _mm256_load_si256(q0 + 1));
+        x2 = _mm256_xor_si256(x2, _mm256_load_si256(q1));
+        x3 = _mm256_xor_si256(x3, _mm256_load_si256(q1 + 1));
+        x4 = _mm256_xor_si256(x4, _mm256_load_si256(q2));
+        x5 = _mm256_xor_si256(x5, _mm256_load_si256(q2 + 1));
+        x6 = _mm256_xor_si256(x6, _mm256_load_si256(q3));
+        x7 = _mm256_xor_si256(x7, _mm256_load_si256(q3 + 1));
+    }
+    x0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_xor_si256(x0, x1), _mm256_xor_si256(x2, x3)),
+                          _mm256_xor_si256(_mm256_xor_si256(x4, x5), _mm256_xor_si256(x6, x7)));
+    a->sink[ith % 64] = _mm256_extract_epi64(x0, 0);
+}
+
+static double read_bw(skv_pool *pool, const char *buf, size_t bytes) {
+    read_arg a = {.buf = buf, .bytes = bytes};
+    double best = 0;
+    for (int rep = 0; rep < 30; rep++) {
+        tstart();
+        skv_pool_run(pool, read_task, &a);
+        double dt = tstop();
+        int nth = skv_pool_size(pool);
+        double gbs = (double)(bytes / nth / 1024 * 1024) * nth / (dt * 1e6);
+        best = gbs > best ? gbs : best;
+    }
+    return best;
+}
+
+static double best_ms(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
+                      int n_out, int n_in, void *work, double budget_ms) {
+    double best = 1e30, spent = 0;
+    int reps = 0;
+    while (reps < 3 || (spent < budget_ms && reps < 200)) {
+        tstart();
+        skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
+        double dt = tstop();
+        best = dt < best ? dt : best;
+        spent += dt;
+        reps++;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int nth = argc > 1 ? atoi(argv[1]) : 2;
+    skv_type types[8];
+    int n_types = 0;
+    int do_prefill = 1, do_decode = 1;
+    for (int i = 2; i < argc && n_types < 8; i++) {
+        if (strcmp(argv[i], "--wall") == 0)
+            g_wall = 1;
+        else if (strcmp(argv[i], "--decode") == 0)
+            do_prefill = 0;
+        else if (strcmp(argv[i], "--prefill") == 0)
+            do_decode = 0;
+        else if (skv_type_from_name(argv[i], &types[n_types]))
+            n_types++;
+    }
+    if (n_types == 0) {
+        const skv_type all[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                                SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+        memcpy(types, all, sizeof all);
+        n_types = 8;
+    }
+    skv_pool *pool = nth > 1 ? skv_pool_new(nth) : NULL;
+    g_pool = pool;
+    double peak = fma_peak(pool, nth);
+    size_t bw_bytes = (size_t)512 << 20;
+    char *bw_buf = aligned_alloc(64, bw_bytes);
+    if (!bw_buf) return 1;
+    memset(bw_buf, 1, bw_bytes);
+    double bw = read_bw(pool, bw_buf, bw_bytes);
+    free(bw_buf);
+    printf("threads %d  impl %s  timing %s  FMA peak %.1f GFLOP/s  read bandwidth %.1f GB/s\n", nth,
+           skv_kernels_impl(), g_wall ? "wall" : "thread-cpu", peak, bw);
+
+    /* smollm2-135m's four matrix shapes, and a large one that K-quants can use too */
+    const int shapes[5][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {16384, 1536}};
+    const int M = 512;
+    float *x = malloc(sizeof(float) * M * 1536);
+    float *y = malloc(sizeof(float) * M * 49152);
+    float *row = malloc(sizeof(float) * 1536);
+    for (int i = 0; i < M * 1536; i++) x[i] = (float)((int)((i * 7919LL) % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < 1536; i++) row[i] = (float)((i * 31) % 201 - 100) / 1000.0f;
+    printf("%-6s %-12s %14s %8s %14s %8s\n", "type", "W (out x in)", "m=512 GFLOP/s", "%peak",
+           "m=1 GB/s", "%bw");
+    for (int ti = 0; ti < n_types; ti++) {
+        skv_type t = types[ti];
+        for (int s = 0; s < 5; s++) {
+            int n_out = shapes[s][0], n_in = shapes[s][1];
+            size_t rb = skv_row_bytes(t, n_in);
+            if (rb == 0) { /* K-quants need n_in % 256 == 0 */
+                printf("%-6s %5dx%-6d %14s\n", skv_type_name(t), n_out, n_in, "n/a");
+                continue;
+            }
+            /* Decode reads each matrix once per token from memory, not from cache: rotate
+             * through enough copies to overflow the last-level cache. */
+            size_t wb = rb * n_out;
+            int copies = (int)(((size_t)256 << 20) / wb) + 1;
+            uint8_t *w = malloc(wb * copies);
+            for (int r = 0; r < n_out; r++) skv_quantize_row(t, row, w + rb * r, n_in);
+            for (int c = 1; c < copies; c++) memcpy(w + wb * c, w, wb);
+            size_t ws = skv_matmul_work_size(t, M, n_in);
+            void *work = ws ? malloc(ws) : NULL;
+            double budget = s >= 3 ? 3000 : 1500;
+            double ms = do_prefill ? best_ms(pool, y, x, M, w, t, n_out, n_in, work, budget) : 1e30;
+            double gf = 2.0 * M * n_out * n_in / (ms * 1e6);
+            double ms1 = 1e30;
+            for (int rep = 0; rep < 3 * do_decode; rep++)
+                for (int c = 0; c < copies; c++) {
+                    tstart();
+                    skv_matmul(pool, y, x, 1, w + wb * c, t, n_out, n_in, work);
+                    double dt = tstop();
+                    ms1 = dt < ms1 ? dt : ms1;
+                }
+            double gbs = (double)wb / (ms1 * 1e6);
+            printf("%-6s %5dx%-6d %14.1f %7.0f%% %14.1f %7.0f%%\n", skv_type_name(t), n_out, n_in,
+                   gf, 100 * gf / peak, gbs, 100 * gbs / bw);
+            fflush(stdout);
+            free(work);
+            free(w);
+        }
+    }
+    free(x);
+    free(y);
+    free(row);
+    skv_pool_free(pool);
+    return 0;
+}

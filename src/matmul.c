@@ -1,0 +1,181 @@
+/* matmul.c — y[m, n_out] = x[m, n_in] · W^T: the reference, the work size, the split over the
+ * pool, and the portable scalar path. The fast kernels are in matmul_avx2.c.
+ *
+ * Threads split W's rows (each streams its own weights) in chunks of SKV_MM_ROW_ALIGN rows;
+ * when there are fewer chunks than threads and m is large, the rows of x are split too. Every
+ * output element is computed by the same sequence of operations whichever thread gets it and
+ * however many rows x has, so results depend neither on the thread count nor on m. */
+#include "kernels.h"
+
+#include <string.h>
+
+/* Activation rows start 64-byte aligned inside work. */
+#define WORK_ALIGN 64
+
+static uint8_t *align_work(void *work) {
+    uintptr_t p = (uintptr_t)work;
+    return (uint8_t *)((p + WORK_ALIGN - 1) & ~(uintptr_t)(WORK_ALIGN - 1));
+}
+
+size_t skv_matmul_work_size(skv_type wt, int m, int n_in) {
+    int bs = skv_act_block(wt);
+    if (bs == 0 || m <= 0 || n_in <= 0 || n_in % bs) return 0;
+    uint64_t total;
+    if (!skv_mul_ok((uint64_t)m, skv_act_row_bytes(n_in, bs), &total) ||
+        !skv_add_ok(total, WORK_ALIGN, &total) || total > SIZE_MAX)
+        return SIZE_MAX; /* the caller's allocation fails cleanly */
+    return (size_t)total;
+}
+
+void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
+                    int n_in) {
+    /* Dequantize in chunks of 256 values (a multiple of every block size) to stay on the
+     * stack; accumulate in double. */
+    enum { CH = 256 };
+    float buf[CH];
+    size_t rb = skv_row_bytes(wt, n_in);
+    int bs = skv_type_block_size(wt);
+    if (rb == 0 || m <= 0 || n_out <= 0) return;
+    size_t chunk_bytes = (size_t)(CH / bs) * skv_type_block_bytes(wt);
+    for (int i = 0; i < m; i++) {
+        const float *xi = x + (size_t)i * n_in;
+        for (int r = 0; r < n_out; r++) {
+            const uint8_t *wr = (const uint8_t *)w + (size_t)r * rb;
+            double acc = 0.0;
+            for (int k0 = 0, c = 0; k0 < n_in; k0 += CH, c++) {
+                int len = n_in - k0 < CH ? n_in - k0 : CH;
+                skv_dequantize_row(wt, wr + (size_t)c * chunk_bytes, buf, len);
+                for (int k = 0; k < len; k++) acc += (double)xi[k0 + k] * (double)buf[k];
+            }
+            y[(size_t)i * n_out + r] = (float)acc;
+        }
+    }
+}
+
+/* ---- scalar path -------------------------------------------------------------------------- */
+
+/* Float weights: W row chunks converted once and used for every x row; float accumulation
+ * per chunk of CH values (the same order for every thread split). */
+static void scalar_float_block(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    enum { CH = 256 };
+    float buf[CH];
+    size_t rb = skv_row_bytes(mm->wt, mm->n_in);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *wr = (const uint8_t *)mm->w + (size_t)r * rb;
+        for (int i = i0; i < i1; i++) mm->y[(size_t)i * mm->n_out + r] = 0.0f;
+        for (int k0 = 0; k0 < mm->n_in; k0 += CH) {
+            int len = mm->n_in - k0 < CH ? mm->n_in - k0 : CH;
+            size_t esz = mm->wt == SKV_TYPE_F32 ? 4 : 2;
+            skv_dequantize_row(mm->wt, wr + (size_t)k0 * esz, buf, len);
+            for (int i = i0; i < i1; i++) {
+                const float *xi = mm->x + (size_t)i * mm->n_in + k0;
+                float s = 0.0f;
+                for (int k = 0; k < len; k++) s += xi[k] * buf[k];
+                mm->y[(size_t)i * mm->n_out + r] += s;
+            }
+        }
+    }
+}
+
+static void scalar_quant_block(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    size_t rb = skv_row_bytes(mm->wt, mm->n_in);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *wr = (const uint8_t *)mm->w + (size_t)r * rb;
+        for (int i = i0; i < i1; i++)
+            mm->y[(size_t)i * mm->n_out + r] =
+                skv_vec_dot_act(mm->wt, wr, mm->xq + (size_t)i * mm->xq_stride, mm->n_in);
+    }
+}
+
+/* ---- threading ---------------------------------------------------------------------------- */
+
+typedef struct mm_task {
+    skv_mm mm;
+    bool simd;
+} mm_task;
+
+/* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
+ * over nth / nr groups (only when W has too few chunks and m is large enough). */
+static void mm_split(const skv_mm *mm, int ith, int nth, int *i0, int *i1, int *r0, int *r1) {
+    int chunks = (mm->n_out + SKV_MM_ROW_ALIGN - 1) / SKV_MM_ROW_ALIGN;
+    int nr = nth < chunks ? nth : chunks;
+    int nm = nth / nr;
+    if (nm > 1 && mm->m < nm * SKV_MM_MIN_ROWS_PER_THREAD) {
+        nm = mm->m / SKV_MM_MIN_ROWS_PER_THREAD;
+        if (nm < 1) nm = 1;
+    }
+    if (ith >= nr * nm) {
+        *i0 = *i1 = *r0 = *r1 = 0;
+        return;
+    }
+    int jr = ith % nr, jm = ith / nr;
+    int c0 = (int)((int64_t)chunks * jr / nr), c1 = (int)((int64_t)chunks * (jr + 1) / nr);
+    *r0 = c0 * SKV_MM_ROW_ALIGN;
+    *r1 = c1 * SKV_MM_ROW_ALIGN < mm->n_out ? c1 * SKV_MM_ROW_ALIGN : mm->n_out;
+    *i0 = (int)((int64_t)mm->m * jm / nm);
+    *i1 = (int)((int64_t)mm->m * (jm + 1) / nm);
+}
+
+static void mm_worker(void *arg, int ith, int nth) {
+    const mm_task *t = arg;
+    int i0, i1, r0, r1;
+    mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
+    if (i0 >= i1 || r0 >= r1) return;
+#ifdef SKV_HAVE_MATMUL_AVX2
+    if (t->simd) {
+        skv_matmul_avx2(&t->mm, i0, i1, r0, r1);
+        return;
+    }
+#endif
+    if (skv_act_block(t->mm.wt))
+        scalar_quant_block(&t->mm, i0, i1, r0, r1);
+    else
+        scalar_float_block(&t->mm, i0, i1, r0, r1);
+}
+
+static void quant_worker(void *arg, int ith, int nth) {
+    const mm_task *t = arg;
+    const skv_mm *mm = &t->mm;
+    int bs = skv_act_block(mm->wt);
+    int i0 = (int)((int64_t)mm->m * ith / nth), i1 = (int)((int64_t)mm->m * (ith + 1) / nth);
+    for (int i = i0; i < i1; i++) {
+        const float *xi = mm->x + (size_t)i * mm->n_in;
+        uint8_t *dst = (uint8_t *)mm->xq + (size_t)i * mm->xq_stride;
+#ifdef SKV_HAVE_MATMUL_AVX2
+        if (t->simd) {
+            skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
+            continue;
+        }
+#endif
+        skv_quantize_act_row(xi, dst, mm->n_in, bs);
+    }
+}
+
+void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
+                int n_out, int n_in, void *work) {
+    if (m <= 0 || n_out <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
+    mm_task t;
+    memset(&t, 0, sizeof t);
+    t.mm.y = y;
+    t.mm.x = x;
+    t.mm.w = w;
+    t.mm.wt = wt;
+    t.mm.m = m;
+    t.mm.n_out = n_out;
+    t.mm.n_in = n_in;
+    t.mm.w_stride = skv_row_bytes(wt, n_in);
+#ifdef SKV_HAVE_MATMUL_AVX2
+    t.simd = skv_kernels_use_simd();
+#endif
+    int bs = skv_act_block(wt);
+    if (bs) {
+        t.mm.xq = align_work(work);
+        t.mm.xq_stride = skv_act_row_bytes(n_in, bs);
+        /* One row is quickest on the caller; many rows are quantized in parallel. */
+        if (m < 2 * skv_pool_size(pool))
+            quant_worker(&t, 0, 1);
+        else
+            skv_pool_run(pool, quant_worker, &t);
+    }
+    skv_pool_run(pool, mm_worker, &t);
+}

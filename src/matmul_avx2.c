@@ -1,0 +1,733 @@
+/* matmul_avx2.c — the AVX2/FMA/F16C matrix products (built with -mavx2 -mfma -mf16c; matmul.c
+ * calls them only when the CPU has those extensions).
+ *
+ * One rule for every path: an output is its x row . W row accumulated in 8 float lanes in
+ * column (block) order, then the lanes are summed. The one-row kernels (decode) and the tiled
+ * kernels (prefill) do exactly the same operations per output, so the result of a row is the
+ * same bits whether it is multiplied alone or with 511 others, and whatever the thread split.
+ *
+ * Float weights (F32/F16/BF16):
+ *   - one x row: W streams once, converted on the fly; 4 FMA chains on rows from the 4
+ *     quarters of the thread's rows (4 long sequential streams).
+ *   - many x rows: 3x3 register tiles (3 x rows . 3 W rows: 9 accumulators, 6 loads per 9
+ *     FMAs). The 3 W rows are converted to f32 once per block of up to 2048 columns (F32 is
+ *     used in place) and serve every tile of a block of x rows sized to stay in L2.
+ * Quantized weights: x is first quantized to 8-bit blocks (matmul.c). Integer products with
+ *   maddubs (u8 x s8 -> s16 pairs) and madd (s16 -> s32), scaled per block in float.
+ *   - one or two x rows: straight over the raw blocks.
+ *   - more: 2 W rows are unpacked once ("prepared": codes as bytes, scales as int16
+ *     multipliers and floats) and serve every 3-row tile of a block of x rows. */
+#include "kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define ALIGNED32 __attribute__((aligned(32)))
+/* for the kernels specialised by a constant weight type or row count */
+#define INLINE static inline __attribute__((always_inline))
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float ld_f16(const uint8_t *p) {
+    return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
+}
+
+/* ---- activation quantization (same bytes as skv_quantize_act_row) ------------------------ */
+
+void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs) {
+    int8_t *q = dst;
+    float *d = (float *)((uint8_t *)dst + skv_act_off_d(n));
+    float *s = (float *)((uint8_t *)dst + skv_act_off_s(n, bs));
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < n / bs; b++) {
+        const float *xb = x + b * bs;
+        __m256 vmax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int j = 0; j < bs; j += 8) {
+            __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + j), abs_mask);
+            vmax = _mm256_max_ps(vmax, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ)); /* inf or NaN */
+        }
+        if (_mm256_movemask_ps(bad)) { /* as the scalar version: NaN scale, zero codes */
+            d[b] = NAN;
+            memset(q + b * bs, 0, (size_t)bs);
+            for (int g = 0; g < bs / 16; g++) s[b * (bs / 16) + g] = NAN;
+            continue;
+        }
+        float amax = hmax(vmax);
+        float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        d[b] = db;
+        const __m256 vid = _mm256_set1_ps(id);
+        for (int j = 0; j < bs; j += 32) {
+            __m256i v[4];
+            for (int t = 0; t < 4; t++) {
+                __m256 f = _mm256_mul_ps(_mm256_loadu_ps(xb + j + 8 * t), vid);
+                f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                v[t] = _mm256_cvtps_epi32(f);
+            }
+            int64_t g = (b * bs + j) / 16;
+            s[g] = db * (float)hsum_i32(_mm256_add_epi32(v[0], v[1]));
+            s[g + 1] = db * (float)hsum_i32(_mm256_add_epi32(v[2], v[3]));
+            __m256i p =
+                _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+            _mm256_storeu_si256((__m256i *)(q + b * bs + j), _mm256_permutevar8x32_epi32(p, perm));
+        }
+    }
+}
+
+/* ---- float weights -------------------------------------------------------------------------
+ * Every output is its x row . W row summed one way only: 8 lanes (k mod 8) accumulated in k
+ * order by FMA, the lanes added by hsum, then the n % 8 tail in order. The one-row path
+ * (decode) and the tiled path (prefill) both do exactly this, so a row's result does not
+ * depend on how many rows are multiplied together, nor on the split over threads. */
+
+static inline size_t elem_size(skv_type t) {
+    return t == SKV_TYPE_F32 ? 4 : 2;
+}
+
+/* 8 consecutive weights as floats. t is a constant after inlining. */
+INLINE __m256 load_w8(const uint8_t *p, skv_type t) {
+    if (t == SKV_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (t == SKV_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE float load_w1(const uint8_t *p, skv_type t) {
+    if (t == SKV_TYPE_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    return t == SKV_TYPE_F16 ? _cvtsh_ss(h) : skv_bf16_to_f32(h);
+}
+
+/* The end of every float dot product: lanes, then the tail columns [n8, n) in order. */
+INLINE float finish_dot(__m256 acc, const float *x, const uint8_t *w, int n8, int n, skv_type t) {
+    float s = hsum(acc);
+    const size_t es = elem_size(t);
+    for (int k = n8; k < n; k++) s = fmaf(x[k], load_w1(w + k * es, t), s);
+    return s;
+}
+
+/* One x row (decode): W streamed once, one FMA chain per row. */
+INLINE void gemv1_float(const skv_mm *mm, int r0, int r1, skv_type t) {
+    const int n = mm->n_in, n8 = n & ~7;
+    const size_t es = elem_size(t), st = mm->w_stride;
+    const float *x = mm->x;
+    /* 4 FMA chains from the 4 quarters of the rows, each quarter read front to back: 4 long
+     * sequential streams keep more misses in flight than one, and far more than 4 rows side by
+     * side (short streams that the prefetchers keep losing). */
+    const int q = (r1 - r0) / 4;
+    for (int r = r0; r < r0 + q; r++) {
+        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * st;
+        const size_t qs = (size_t)q * st;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int k = 0; k < n8; k += 8) {
+            __m256 xv = _mm256_loadu_ps(x + k);
+            a0 = _mm256_fmadd_ps(xv, load_w8(w + k * es, t), a0);
+            a1 = _mm256_fmadd_ps(xv, load_w8(w + qs + k * es, t), a1);
+            a2 = _mm256_fmadd_ps(xv, load_w8(w + 2 * qs + k * es, t), a2);
+            a3 = _mm256_fmadd_ps(xv, load_w8(w + 3 * qs + k * es, t), a3);
+        }
+        mm->y[r] = finish_dot(a0, x, w, n8, n, t);
+        mm->y[r + q] = finish_dot(a1, x, w + qs, n8, n, t);
+        mm->y[r + 2 * q] = finish_dot(a2, x, w + 2 * qs, n8, n, t);
+        mm->y[r + 3 * q] = finish_dot(a3, x, w + 3 * qs, n8, n, t);
+    }
+    for (int r = r0 + 4 * q; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * st;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int k = 0; k < n8; k += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load_w8(w + k * es, t), a0);
+        mm->y[r] = finish_dot(a0, x, w, n8, n, t);
+    }
+}
+
+#define MRF            3           /* x rows per tile */
+#define NRF            3           /* W rows per tile: 9 accumulators + 3 + 3 registers */
+#define KCF            2048        /* columns per panel block (a multiple of 8) */
+#define L2_BLOCK_BYTES (384 << 10) /* x rows per pass: this many bytes of x stay in L2 */
+#define MCF_MAX        240         /* and at most this many (a multiple of MRF) */
+
+/* acc[i][j] += x_i[0, len) . b_j[0, len) lane-wise, len a multiple of 8. */
+INLINE void tile_f(int mr, const float *const *x, const float *const *b, int len,
+                   __m256 acc[MRF][NRF]) {
+    for (int k = 0; k < len; k += 8) {
+        __m256 b0 = _mm256_loadu_ps(b[0] + k), b1 = _mm256_loadu_ps(b[1] + k);
+        __m256 b2 = _mm256_loadu_ps(b[2] + k);
+#pragma GCC unroll 3
+        for (int i = 0; i < mr; i++) {
+            __m256 xv = _mm256_loadu_ps(x[i] + k);
+            acc[i][0] = _mm256_fmadd_ps(xv, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(xv, b1, acc[i][1]);
+            acc[i][2] = _mm256_fmadd_ps(xv, b2, acc[i][2]);
+        }
+    }
+}
+
+/* Runs an mr-row tile over columns [k0, k1) of a panel block, continuing from (or starting)
+ * the saved lanes, and finishes the dot products after the last block. */
+static inline __attribute__((always_inline)) void tile_f_step(int mr, const skv_mm *mm, int i,
+                                                              int r, int nr, const float *const *b,
+                                                              int k0, int k1, int first, int last,
+                                                              __m256 *save, skv_type t) {
+    const int n = mm->n_in, n8 = n & ~7;
+    __m256 acc[MRF][NRF];
+    const float *x[MRF];
+#pragma GCC unroll 3
+    for (int ii = 0; ii < mr; ii++) {
+        x[ii] = mm->x + (size_t)(i + ii) * n + k0;
+#pragma GCC unroll 3
+        for (int j = 0; j < NRF; j++) acc[ii][j] = first ? _mm256_setzero_ps() : save[ii * NRF + j];
+    }
+    tile_f(mr, x, b, k1 - k0, acc);
+    for (int ii = 0; ii < mr; ii++) {
+        if (!last) {
+            for (int j = 0; j < NRF; j++) save[ii * NRF + j] = acc[ii][j];
+            continue;
+        }
+        const float *xi = mm->x + (size_t)(i + ii) * n;
+        for (int j = 0; j < nr; j++) {
+            const uint8_t *w = (const uint8_t *)mm->w + (size_t)(r + j) * mm->w_stride;
+            mm->y[(size_t)(i + ii) * mm->n_out + r + j] = finish_dot(acc[ii][j], xi, w, n8, n, t);
+        }
+    }
+}
+
+/* Many x rows: blocks of x rows that stay in L2; for each 3 W rows, each block of up to KCF
+ * columns is converted to f32 once (F32 is used in place) and serves every 3-row tile. */
+INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    float bp[NRF][KCF] ALIGNED32;
+    __m256 save[MCF_MAX * NRF] ALIGNED32; /* the lanes between column blocks */
+    const int n = mm->n_in, n8 = n & ~7, nkb = (n8 + KCF - 1) / KCF;
+    const size_t es = elem_size(t);
+    int mc = (int)(L2_BLOCK_BYTES / (4 * (size_t)n)) / MRF * MRF;
+    mc = mc < 8 * MRF ? 8 * MRF : mc > MCF_MAX ? MCF_MAX : mc;
+    for (int mc0 = i0; mc0 < i1; mc0 += mc) {
+        int mc1 = i1 - mc0 < mc ? i1 : mc0 + mc;
+        for (int r = r0; r < r1; r += NRF) {
+            int nr = r1 - r < NRF ? r1 - r : NRF;
+            for (int kb = 0; kb < (nkb > 0 ? nkb : 1); kb++) {
+                int k0 = kb * KCF, k1 = k0 + KCF < n8 ? k0 + KCF : n8;
+                const float *b[NRF];
+                for (int j = 0; j < NRF; j++) {
+                    const uint8_t *w =
+                        (const uint8_t *)mm->w + (size_t)(r + (j < nr ? j : nr - 1)) * mm->w_stride;
+                    if (t == SKV_TYPE_F32) {
+                        b[j] = (const float *)w + k0;
+                        continue;
+                    }
+                    for (int k = k0; k < k1; k += 8)
+                        _mm256_store_ps(&bp[j][k - k0], load_w8(w + k * es, t));
+                    b[j] = bp[j];
+                }
+                int first = kb == 0, last = kb >= nkb - 1;
+                int i = mc0;
+                for (; i + MRF <= mc1; i += MRF)
+                    tile_f_step(MRF, mm, i, r, nr, b, k0, k1, first, last, save + (i - mc0) * NRF,
+                                t);
+                for (; i < mc1; i++)
+                    tile_f_step(1, mm, i, r, nr, b, k0, k1, first, last, save + (i - mc0) * NRF, t);
+            }
+        }
+    }
+}
+
+/* x rows from which the tiled path is used (both give the same bits; this is speed only). */
+#define GEMM_MIN_M 2
+
+static void matmul_f32(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->m >= GEMM_MIN_M)
+        gemm_float(mm, i0, i1, r0, r1, SKV_TYPE_F32);
+    else
+        gemv1_float(mm, r0, r1, SKV_TYPE_F32);
+}
+
+static void matmul_f16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->m >= GEMM_MIN_M)
+        gemm_float(mm, i0, i1, r0, r1, SKV_TYPE_F16);
+    else
+        gemv1_float(mm, r0, r1, SKV_TYPE_F16);
+}
+
+static void matmul_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->m >= GEMM_MIN_M)
+        gemm_float(mm, i0, i1, r0, r1, SKV_TYPE_BF16);
+    else
+        gemv1_float(mm, r0, r1, SKV_TYPE_BF16);
+}
+
+/* ---- quantized weights: helpers ----------------------------------------------------------- */
+
+typedef struct act_row {
+    const int8_t *q; /* [n] */
+    const float *d;  /* [n / bs] */
+    const float *s;  /* [n / 16] */
+} act_row;
+
+static inline act_row act_at(const skv_mm *mm, int i, int bs) {
+    const uint8_t *p = mm->xq + (size_t)i * mm->xq_stride;
+    act_row a = {(const int8_t *)p, (const float *)(p + skv_act_off_d(mm->n_in)),
+                 (const float *)(p + skv_act_off_s(mm->n_in, bs))};
+    return a;
+}
+
+/* Signed 8-bit w times signed 8-bit x, 32 lanes, summed in pairs and quads to 8 int32: the
+ * sign of w moves onto x so that maddubs sees |w| as its unsigned operand. |w| <= 128 and
+ * |x| <= 127 keep every 16-bit pair sum below 2^15. */
+static inline __m256i dot_s8(__m256i w, __m256i x) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Q4_0's 16 bytes as 32 signed values (code - 8): low nibbles first, then high nibbles. */
+static inline __m256i unpack_q4_0(const uint8_t *qs) {
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(15));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15));
+    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+/* Raw Q8_0 / Q4_0 row (nb blocks) . one activation row. One accumulator in block order, like
+ * the tiled path (the out-of-order core overlaps consecutive rows' chains). */
+INLINE float dot_raw_q8(const uint8_t *w, act_row a, int nb, int q4) {
+    __m256 acc = _mm256_setzero_ps();
+    const size_t bb = q4 ? 18 : 34;
+    for (int b = 0; b < nb; b++, w += bb) {
+        __m256i wv = q4 ? unpack_q4_0(w + 2) : _mm256_loadu_si256((const __m256i *)(w + 2));
+        __m256i p = dot_s8(wv, _mm256_load_si256((const __m256i *)(a.q + 32 * b)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ld_f16(w) * a.d[b]), acc);
+    }
+    return hsum(acc);
+}
+
+/* Q4_K/Q5_K: the 8 six-bit scales and the 8 mins of a super-block from its 12 packed bytes,
+ * as 8 int16 each. With the bytes read as words u0 = 0-3, u1 = 4-7, u2 = 8-11: sub-blocks 0-3
+ * are the low 6 bits of u0 (scales) and u1 (mins); sub-blocks 4-7 take their low 4 bits from
+ * u2 (low nibbles scales, high nibbles mins) and their top 2 bits from the top bits of u0/u1. */
+static inline void k4_scales(const uint8_t *s, __m128i *sc, __m128i *mn) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    *sc = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo));
+    *mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo));
+}
+
+/* int16 element j of v (both 128-bit lanes hold the same 8) in all 16 lanes. */
+static inline __m256i bcast_i16(__m256i v, int j) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)((2 * j + 1) << 8 | 2 * j)));
+}
+
+/* Q6_K: the madd multipliers of the 32 values of chunk c (groups 2c and 2c + 1) from the 16
+ * scales s16 as int16: group 2c in the low 128-bit lane, 2c + 1 in the high one. */
+static inline __m256i q6_chunk_scales(__m256i s16, int c) {
+    const __m256i sel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3,
+                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(c)), sel);
+}
+
+/* The 4 code vectors (values 0..63) of one half (128 values) of a Q6_K super-block, in order. */
+static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m256i code[4]) {
+    const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+    __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+    __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                     _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+    for (int k = 0; k < 4; k++) {
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+        code[k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(hi, 4));
+    }
+}
+
+/* The low and high code vectors (values 0..31) of chunk c (64 values) of a Q4_K/Q5_K
+ * super-block; hb = Q5_K's 32 high-bit bytes (zero for Q4_K). */
+static inline void k45_codes(const uint8_t *qs, __m256i hb, int c, int q5, __m256i *lo,
+                             __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (q5) {
+        __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one);
+        __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(b0, 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(b1, 4));
+    }
+}
+
+/* Raw Q4_K/Q5_K row (nsb super-blocks) . one activation row: per chunk maddubs then madd with
+ * the sub-block scale, summed in int32 over the super-block; the mins meet x's group sums. */
+static inline float dot_raw_k45(const uint8_t *w, act_row a, int nsb, int q5) {
+    const size_t bb = q5 ? 176 : 144;
+    const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    __m256 acc = _mm256_setzero_ps(), cor = _mm256_setzero_ps();
+    for (int s = 0; s < nsb; s++, w += bb) {
+        __m128i sc, mn;
+        k4_scales(w + 4, &sc, &mn);
+        const __m256i scb = _mm256_broadcastsi128_si256(sc);
+        const uint8_t *qs = w + (q5 ? 48 : 16);
+        const int8_t *xq = a.q + 256 * s;
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i lo, hi;
+            k45_codes(qs, hb, c, q5, &lo, &hi);
+            __m256i p0 = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)(xq + 64 * c))),
+                bcast_i16(scb, 2 * c));
+            __m256i p1 = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xq + 64 * c + 32))),
+                bcast_i16(scb, 2 * c + 1));
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ld_f16(w) * a.d[s]), acc);
+        /* the mins: -dmin * m[j] for both groups of 16 of sub-block j, times x's group sums */
+        __m256 wc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(mn)),
+                                  _mm256_set1_ps(-ld_f16(w + 2)));
+        const float *xs = a.s + 16 * s;
+        cor = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_lo), _mm256_loadu_ps(xs), cor);
+        cor = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_hi), _mm256_loadu_ps(xs + 8), cor);
+    }
+    return hsum(acc) + hsum(cor);
+}
+
+static inline float dot_raw_q6k(const uint8_t *w, act_row a, int nsb) {
+    __m256 acc = _mm256_setzero_ps(), cor = _mm256_setzero_ps();
+    for (int s = 0; s < nsb; s++, w += 210) {
+        const int8_t *sc = (const int8_t *)(w + 192);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const int8_t *xq = a.q + 256 * s;
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i code[4];
+            q6_codes(w + 64 * h, w + 128 + 32 * h, code);
+            for (int k = 0; k < 4; k++) {
+                int c = 4 * h + k;
+                __m256i p = _mm256_maddubs_epi16(code[k],
+                                                 _mm256_load_si256((const __m256i *)(xq + 32 * c)));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, q6_chunk_scales(s16, c)));
+            }
+        }
+        float d = ld_f16(w + 208);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * a.d[s]), acc);
+        /* the -32 offset: -32 d sc[g] times x's group sum g */
+        const float *xs = a.s + 16 * s;
+        const __m256 m32d = _mm256_set1_ps(-32.0f * d);
+        __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+        __m256 f1 =
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8))));
+        cor = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f0), _mm256_loadu_ps(xs), cor);
+        cor = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f1), _mm256_loadu_ps(xs + 8), cor);
+    }
+    return hsum(acc) + hsum(cor);
+}
+
+static void gemv_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const skv_type t = mm->wt;
+    const int bs = skv_act_block(t), nb = mm->n_in / bs;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * mm->w_stride;
+        for (int i = i0; i < i1; i++) {
+            act_row a = act_at(mm, i, bs);
+            float v;
+            switch (t) {
+            case SKV_TYPE_Q8_0:
+                v = dot_raw_q8(w, a, nb, 0);
+                break;
+            case SKV_TYPE_Q4_0:
+                v = dot_raw_q8(w, a, nb, 1);
+                break;
+            case SKV_TYPE_Q4_K:
+                v = dot_raw_k45(w, a, nb, 0);
+                break;
+            case SKV_TYPE_Q5_K:
+                v = dot_raw_k45(w, a, nb, 1);
+                break;
+            default:
+                v = dot_raw_q6k(w, a, nb);
+                break;
+            }
+            mm->y[(size_t)i * mm->n_out + r] = v;
+        }
+    }
+}
+
+/* ---- quantized weights: prepared panels ---------------------------------------------------
+ * A prepared W row covers up to KQ columns:
+ *   Q8_0/Q4_0: q = signed codes, d = one scale per 32.
+ *   K-quants:  q = unsigned codes 0..63, sv = per 32 values 16 int16 multipliers (lanes 0-7 for
+ *              the first 16 values, 8-15 for the next 16: maddubs leaves them in that order),
+ *              d = super-block scale, wc = per 16 values the coefficient of x's group sum
+ *              (-dmin*m for Q4_K/Q5_K, -32*d*sc for Q6_K). */
+#define KQ  2048
+#define NRQ 2 /* W rows per quantized tile */
+#define MRQ 3 /* x rows per quantized tile */
+
+typedef struct prep_row {
+    int8_t q[KQ] ALIGNED32;
+    int16_t sv[KQ / 2] ALIGNED32;
+    float wc[KQ / 16] ALIGNED32;
+    float d[KQ / 32];
+} prep_row;
+
+/* Prepares super-blocks [sb0, sb0 + nsb) of a K-quant row into p (from index 0). */
+static void prep_k(prep_row *p, const uint8_t *w, skv_type t, int sb0, int nsb) {
+    for (int s = 0; s < nsb; s++) {
+        int8_t *q = p->q + 256 * s;
+        int16_t *sv = p->sv + 128 * s;
+        float *wc = p->wc + 16 * s;
+        if (t == SKV_TYPE_Q6_K) {
+            const uint8_t *b = w + (size_t)(sb0 + s) * 210;
+            const int8_t *sc = (const int8_t *)(b + 192);
+            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+            float d = ld_f16(b + 208);
+            p->d[s] = d;
+            for (int h = 0; h < 2; h++) {
+                __m256i code[4];
+                q6_codes(b + 64 * h, b + 128 + 32 * h, code);
+                for (int k = 0; k < 4; k++)
+                    _mm256_store_si256((__m256i *)(q + 128 * h + 32 * k), code[k]);
+            }
+            for (int c = 0; c < 8; c++)
+                _mm256_store_si256((__m256i *)(sv + 16 * c), q6_chunk_scales(s16, c));
+            for (int g = 0; g < 16; g++) wc[g] = -32.0f * d * (float)sc[g];
+        } else {
+            const int q5 = t == SKV_TYPE_Q5_K;
+            const uint8_t *b = w + (size_t)(sb0 + s) * (q5 ? 176 : 144);
+            p->d[s] = ld_f16(b);
+            float dmin = ld_f16(b + 2);
+            __m256i hb =
+                q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i lo, hi;
+                k45_codes(b + (q5 ? 48 : 16), hb, c, q5, &lo, &hi);
+                _mm256_store_si256((__m256i *)(q + 64 * c), lo);
+                _mm256_store_si256((__m256i *)(q + 64 * c + 32), hi);
+            }
+            __m128i sc, mn;
+            k4_scales(b + 4, &sc, &mn);
+            const __m256i scb = _mm256_broadcastsi128_si256(sc);
+            for (int j = 0; j < 8; j++)
+                _mm256_store_si256((__m256i *)(sv + 16 * j), bcast_i16(scb, j));
+            int16_t m[8];
+            _mm_storeu_si128((__m128i *)m, mn);
+            for (int j = 0; j < 8; j++) wc[2 * j] = wc[2 * j + 1] = -dmin * (float)m[j];
+        }
+    }
+}
+
+/* Prepares blocks [b0, b0 + nb) of a Q8_0/Q4_0 row. */
+static void prep_q8(prep_row *p, const uint8_t *w, skv_type t, int b0, int nb) {
+    for (int b = 0; b < nb; b++) {
+        if (t == SKV_TYPE_Q8_0) {
+            const uint8_t *blk = w + (size_t)(b0 + b) * 34;
+            p->d[b] = ld_f16(blk);
+            _mm256_store_si256((__m256i *)(p->q + 32 * b),
+                               _mm256_loadu_si256((const __m256i *)(blk + 2)));
+        } else {
+            const uint8_t *blk = w + (size_t)(b0 + b) * 18;
+            p->d[b] = ld_f16(blk);
+            _mm256_store_si256((__m256i *)(p->q + 32 * b), unpack_q4_0(blk + 2));
+        }
+    }
+}
+
+/* Q8_0/Q4_0 tile: mr x rows times NRQ prepared rows over blocks [b0, b0 + nb) of x (the
+ * prepared rows start at b0). acc[i][j]: 8 lanes of sum over blocks of scale * int dot. */
+INLINE void tile_q8(int mr, const act_row *a, int b0, const prep_row *const *p, int nb,
+                    __m256 acc[MRQ][NRQ]) {
+    for (int b = 0; b < nb; b++) {
+        __m256i w[NRQ];
+        __m256 dw[NRQ];
+        for (int j = 0; j < NRQ; j++) {
+            w[j] = _mm256_load_si256((const __m256i *)(p[j]->q + 32 * b));
+            dw[j] = _mm256_broadcast_ss(&p[j]->d[b]);
+        }
+        for (int i = 0; i < mr; i++) {
+            __m256i x = _mm256_load_si256((const __m256i *)(a[i].q + 32 * (b0 + b)));
+            __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
+            for (int j = 0; j < NRQ; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(w[j], x)),
+                                            _mm256_mul_ps(dx, dw[j]), acc[i][j]);
+        }
+    }
+}
+
+/* K-quant tile over super-blocks [sb0, sb0 + nsb) of x; cor gets the min/offset terms. */
+INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, int nsb,
+                   __m256 acc[MRQ][NRQ], __m256 cor[MRQ][NRQ]) {
+    for (int s = 0; s < nsb; s++) {
+        __m256i ia[MRQ][NRQ];
+        for (int i = 0; i < MRQ; i++)
+            for (int j = 0; j < NRQ; j++) ia[i][j] = _mm256_setzero_si256();
+        const int xo = 256 * (sb0 + s);
+        for (int c = 0; c < 8; c++) {
+            __m256i w[NRQ], sv[NRQ];
+            for (int j = 0; j < NRQ; j++) {
+                w[j] = _mm256_load_si256((const __m256i *)(p[j]->q + 256 * s + 32 * c));
+                sv[j] = _mm256_load_si256((const __m256i *)(p[j]->sv + 128 * s + 16 * c));
+            }
+            for (int i = 0; i < mr; i++) {
+                __m256i x = _mm256_load_si256((const __m256i *)(a[i].q + xo + 32 * c));
+                for (int j = 0; j < NRQ; j++)
+                    ia[i][j] = _mm256_add_epi32(
+                        ia[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], x), sv[j]));
+            }
+        }
+        for (int i = 0; i < mr; i++) {
+            __m256 dx = _mm256_broadcast_ss(&a[i].d[sb0 + s]);
+            const float *xs = a[i].s + 16 * (sb0 + s);
+            __m256 s0 = _mm256_loadu_ps(xs), s1 = _mm256_loadu_ps(xs + 8);
+            for (int j = 0; j < NRQ; j++) {
+                acc[i][j] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][j]),
+                                    _mm256_mul_ps(dx, _mm256_broadcast_ss(&p[j]->d[s])), acc[i][j]);
+                cor[i][j] = _mm256_fmadd_ps(_mm256_load_ps(p[j]->wc + 16 * s), s0, cor[i][j]);
+                cor[i][j] = _mm256_fmadd_ps(_mm256_load_ps(p[j]->wc + 16 * s + 8), s1, cor[i][j]);
+            }
+        }
+    }
+}
+
+/* Runs an mr-row tile over one column block, continuing from (or starting) the saved lanes,
+ * and writes y after the last block. save: [mr][NRQ][2] (acc, cor). */
+INLINE void tile_q_step(int mr, int kq, const skv_mm *mm, int i, int r, int nr,
+                        const prep_row *const *p, int b0, int nb, int first, int last,
+                        __m256 *save) {
+    __m256 acc[MRQ][NRQ], cor[MRQ][NRQ];
+    act_row a[MRQ];
+    for (int ii = 0; ii < mr; ii++) {
+        a[ii] = act_at(mm, i + ii, kq ? 256 : 32);
+        for (int j = 0; j < NRQ; j++) {
+            acc[ii][j] = first ? _mm256_setzero_ps() : save[(ii * NRQ + j) * 2];
+            cor[ii][j] = first ? _mm256_setzero_ps() : save[(ii * NRQ + j) * 2 + 1];
+        }
+    }
+    if (kq)
+        tile_k(mr, a, b0, p, nb, acc, cor);
+    else
+        tile_q8(mr, a, b0, p, nb, acc);
+    for (int ii = 0; ii < mr; ii++)
+        for (int j = 0; j < NRQ; j++) {
+            if (!last) {
+                save[(ii * NRQ + j) * 2] = acc[ii][j];
+                save[(ii * NRQ + j) * 2 + 1] = cor[ii][j];
+            } else if (j < nr) {
+                /* the raw one-row kernels end the same way */
+                float v = kq ? hsum(acc[ii][j]) + hsum(cor[ii][j]) : hsum(acc[ii][j]);
+                mm->y[(size_t)(i + ii) * mm->n_out + r + j] = v;
+            }
+        }
+}
+
+/* Blocks of MCQ x rows; for each NRQ W rows and each block of up to KQ columns, the W rows
+ * are prepared once and serve every tile of the x block. */
+#define MCQ 96
+
+static void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    prep_row prep[NRQ]; /* ~5 KB each, stays in L1 */
+    __m256 save[MCQ * NRQ * 2] ALIGNED32;
+    const skv_type t = mm->wt;
+    const int kq = t != SKV_TYPE_Q8_0 && t != SKV_TYPE_Q4_0;
+    const int bs = kq ? 256 : 32;
+    const int nblk = mm->n_in / bs, per = KQ / bs;
+    const int nkb = (nblk + per - 1) / per;
+    for (int mc0 = i0; mc0 < i1; mc0 += MCQ) {
+        int mc1 = i1 - mc0 < MCQ ? i1 : mc0 + MCQ;
+        for (int r = r0; r < r1; r += NRQ) {
+            int nr = r1 - r < NRQ ? r1 - r : NRQ;
+            const prep_row *p[NRQ];
+            for (int j = 0; j < NRQ; j++) p[j] = &prep[j < nr ? j : nr - 1];
+            for (int kb = 0; kb < nkb; kb++) {
+                int b0 = kb * per, b1 = b0 + per < nblk ? b0 + per : nblk;
+                for (int j = 0; j < nr; j++) {
+                    const uint8_t *w = (const uint8_t *)mm->w + (size_t)(r + j) * mm->w_stride;
+                    if (kq)
+                        prep_k(&prep[j], w, t, b0, b1 - b0);
+                    else
+                        prep_q8(&prep[j], w, t, b0, b1 - b0);
+                }
+                int first = kb == 0, last = kb == nkb - 1;
+                int i = mc0;
+                /* constant row counts let the compiler keep the tile in registers */
+                for (; i + MRQ <= mc1; i += MRQ) {
+                    __m256 *sv = save + (size_t)(i - mc0) * NRQ * 2;
+                    if (kq)
+                        tile_q_step(MRQ, 1, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
+                    else
+                        tile_q_step(MRQ, 0, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
+                }
+                for (; i < mc1; i++) {
+                    __m256 *sv = save + (size_t)(i - mc0) * NRQ * 2;
+                    if (kq)
+                        tile_q_step(1, 1, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
+                    else
+                        tile_q_step(1, 0, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
+                }
+            }
+        }
+    }
+}
+
+/* x rows below which quantized W is used straight from its raw blocks. */
+#define GEMM_Q_MIN_M 3
+
+void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    switch (mm->wt) {
+    case SKV_TYPE_F32:
+        matmul_f32(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_F16:
+        matmul_f16(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_BF16:
+        matmul_bf16(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_Q8_0:
+    case SKV_TYPE_Q4_0:
+    case SKV_TYPE_Q4_K:
+    case SKV_TYPE_Q5_K:
+    case SKV_TYPE_Q6_K:
+        if (mm->m < GEMM_Q_MIN_M)
+            gemv_q(mm, i0, i1, r0, r1);
+        else
+            gemm_q(mm, i0, i1, r0, r1);
+        break;
+    default:
+        break;
+    }
+}
+
+#endif

@@ -1,0 +1,495 @@
+/* quant.c — the weight block formats (ggml's exact byte layouts): dequantize and quantize
+ * rows, the 8-bit activation rows of the integer matrix products, and the scalar dot of a
+ * weight row with such an activation row (the portable path and the tests' yardstick).
+ *
+ * All multi-byte fields are little-endian as in GGUF; they are read byte by byte so the code
+ * does not depend on the host's byte order or on alignment. */
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline float ld_f16(const uint8_t *p) {
+    return skv_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+static inline void st_f16(uint8_t *p, uint16_t h) {
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* The smallest half >= v (v >= 0, finite): scales stored as f16 must not shrink the range the
+ * quantizer planned for, or values would clip. */
+static uint16_t f16_round_up(double v) {
+    uint16_t h = skv_f32_to_f16((float)v);
+    while ((double)skv_f16_to_f32(h) < v && (h & 0x7c00u) != 0x7c00u) h++;
+    return h;
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. The
+ * first four sub-blocks use the low 6 bits of bytes 0-3 (scale) and 4-7 (min); the last four
+ * keep their low 4 bits in bytes 8-11 (scale low, min high nibble) and their top 2 bits in the
+ * top bits of bytes 0-3 (scale) and 4-7 (min). */
+static inline void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+static void k_pack_scales(uint8_t *s, const int sc[8], const int m[8]) {
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+    }
+}
+
+/* ---- dequantize --------------------------------------------------------------------------- */
+
+static void deq_q8_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 2 + SKV_QK8_0, y += SKV_QK8_0) {
+        float d = ld_f16(b);
+        for (int j = 0; j < SKV_QK8_0; j++) y[j] = d * (float)(int8_t)b[2 + j];
+    }
+}
+
+/* Q4_0: byte j holds element j in its low nibble and element j + 16 in its high nibble. */
+static void deq_q4_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 2 + SKV_QK4_0 / 2, y += SKV_QK4_0) {
+        float d = ld_f16(b);
+        for (int j = 0; j < SKV_QK4_0 / 2; j++) {
+            y[j] = d * (float)((b[2 + j] & 15) - 8);
+            y[j + 16] = d * (float)((b[2 + j] >> 4) - 8);
+        }
+    }
+}
+
+/* Q4_K: value = d * sc * q - dmin * m. qs holds 64 values per 32 bytes: byte l of chunk c has
+ * sub-block 2c element l in its low nibble and sub-block 2c+1 element l in its high nibble. */
+static void deq_q4_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 144) {
+        float d = ld_f16(b), dmin = ld_f16(b + 2);
+        const uint8_t *sc = b + 4, *qs = b + 16;
+        for (int c = 0; c < 4; c++, qs += 32, y += 64) {
+            int s0, m0, s1, m1;
+            k_scale_min(sc, 2 * c, &s0, &m0);
+            k_scale_min(sc, 2 * c + 1, &s1, &m1);
+            float d0 = d * (float)s0, o0 = dmin * (float)m0;
+            float d1 = d * (float)s1, o1 = dmin * (float)m1;
+            for (int l = 0; l < 32; l++) {
+                y[l] = d0 * (float)(qs[l] & 15) - o0;
+                y[l + 32] = d1 * (float)(qs[l] >> 4) - o1;
+            }
+        }
+    }
+}
+
+/* Q5_K: Q4_K plus a fifth bit: qh[l] bit 2c is the high bit of sub-block 2c element l, bit
+ * 2c+1 that of sub-block 2c+1. */
+static void deq_q5_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 176) {
+        float d = ld_f16(b), dmin = ld_f16(b + 2);
+        const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + 48;
+        for (int c = 0; c < 4; c++, qs += 32, y += 64) {
+            int s0, m0, s1, m1;
+            k_scale_min(sc, 2 * c, &s0, &m0);
+            k_scale_min(sc, 2 * c + 1, &s1, &m1);
+            float d0 = d * (float)s0, o0 = dmin * (float)m0;
+            float d1 = d * (float)s1, o1 = dmin * (float)m1;
+            for (int l = 0; l < 32; l++) {
+                int q0 = (qs[l] & 15) | (((qh[l] >> (2 * c)) & 1) << 4);
+                int q1 = (qs[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+                y[l] = d0 * (float)q0 - o0;
+                y[l + 32] = d1 * (float)q1 - o1;
+            }
+        }
+    }
+}
+
+/* Q6_K element e (0..255) of a super-block: its 6-bit code (0..63; value = d * sc[e/16] *
+ * (code - 32)). Each half of 128 uses 64 ql bytes and 32 qh bytes: with h = e / 128, r = e %
+ * 128, l = r % 32 and quarter k = r / 32, the low 4 bits are the low (k = 0, 1) or high
+ * (k = 2, 3) nibble of ql[64h + l + 32 (k & 1)] and the top 2 bits are bits 2k, 2k+1 of
+ * qh[32h + l]. */
+static inline int q6_code(const uint8_t *ql, const uint8_t *qh, int e) {
+    int h = e >> 7, r = e & 127, l = r & 31, k = r >> 5;
+    int lo = ql[64 * h + l + 32 * (k & 1)];
+    lo = (k & 2) ? lo >> 4 : lo & 15;
+    return lo | (((qh[32 * h + l] >> (2 * k)) & 3) << 4);
+}
+
+static void deq_q6_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 210, y += SKV_QK_K) {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = ld_f16(b + 208);
+        for (int g = 0; g < 16; g++) {
+            float ds = d * (float)sc[g];
+            for (int e = 16 * g; e < 16 * g + 16; e++) y[e] = ds * (float)(q6_code(ql, qh, e) - 32);
+        }
+    }
+}
+
+void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    int bs = skv_type_block_size(t);
+    if (bs <= 0 || n <= 0 || n % bs) return;
+    int64_t nb = n / bs;
+    switch (t) {
+    case SKV_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case SKV_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = ld_f16(b + 2 * i);
+        break;
+    case SKV_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = skv_bf16_to_f32((uint16_t)(b[2 * i] | b[2 * i + 1] << 8));
+        break;
+    case SKV_TYPE_Q8_0:
+        deq_q8_0(b, dst, nb);
+        break;
+    case SKV_TYPE_Q4_0:
+        deq_q4_0(b, dst, nb);
+        break;
+    case SKV_TYPE_Q4_K:
+        deq_q4_k(b, dst, nb);
+        break;
+    case SKV_TYPE_Q5_K:
+        deq_q5_k(b, dst, nb);
+        break;
+    case SKV_TYPE_Q6_K:
+        deq_q6_k(b, dst, nb);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- quantize ----------------------------------------------------------------------------- */
+
+/* float -> int8 code without undefined behaviour for NaN and out-of-range values. */
+static inline int8_t sat_i8(float v) {
+    if (!(v >= -127.0f)) return v != v ? 0 : -127;
+    return v > 127.0f ? 127 : (int8_t)v;
+}
+
+/* trunc(v) clamped to [0, 15]; NaN gives 0. */
+static inline int trunc_code(float v) {
+    return v >= 15.0f ? 15 : v > 0.0f ? (int)v : 0;
+}
+
+/* Q8_0 as ggml's reference: d = amax / 127, q = round(x / d) (half away from zero). */
+static void quant_q8_0(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK8_0, b += 2 + SKV_QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < SKV_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, skv_f32_to_f16(d));
+        for (int j = 0; j < SKV_QK8_0; j++) b[2 + j] = (uint8_t)sat_i8(roundf(x[j] * id));
+    }
+}
+
+/* Q4_0 as ggml's reference: the value of largest magnitude (with its sign) maps to code 0,
+ * d = max / -8, q = min(15, trunc(x / d + 8.5)). */
+static void quant_q4_0(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK4_0, b += 2 + SKV_QK4_0 / 2) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < SKV_QK4_0; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, skv_f32_to_f16(d));
+        for (int j = 0; j < SKV_QK4_0 / 2; j++) {
+            int q0 = trunc_code(x[j] * id + 8.5f), q1 = trunc_code(x[j + 16] * id + 8.5f);
+            b[2 + j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+static inline int clampi(long v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : (int)v;
+}
+
+/* Q4_K / Q5_K (nmax = 15 / 31): a simple, safe quantizer. Each sub-block of 32 covers
+ * [min(0, lo), hi] with an offset rounded down (m rounded up) and a step rounded up, so no
+ * value clips and every error is at most half a step. codes[] gets the 256 codes. */
+static void quant_k_affine(const float *x, uint8_t *hdr, int nmax, uint8_t codes[SKV_QK_K]) {
+    double lo[8], hi[8], need[8], mmax = 0.0, nd = 0.0;
+    for (int j = 0; j < 8; j++) {
+        lo[j] = 0.0;
+        hi[j] = 0.0;
+        for (int l = 0; l < 32; l++) {
+            double v = isfinite(x[32 * j + l]) ? x[32 * j + l] : 0.0;
+            lo[j] = v < lo[j] ? v : lo[j];
+            hi[j] = v > hi[j] ? v : hi[j];
+        }
+        mmax = -lo[j] > mmax ? -lo[j] : mmax;
+    }
+    uint16_t hmin = mmax > 0.0 ? f16_round_up(mmax / 63.0) : 0;
+    double dmin = skv_f16_to_f32(hmin);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        m[j] = dmin > 0.0 ? clampi((long)ceil(-lo[j] / dmin), 0, 63) : 0;
+        need[j] = hi[j] + dmin * m[j];
+        nd = need[j] > nd ? need[j] : nd;
+    }
+    uint16_t hd = nd > 0.0 ? f16_round_up(nd / ((double)nmax * 63.0)) : 0;
+    double d = skv_f16_to_f32(hd);
+    for (int j = 0; j < 8; j++)
+        sc[j] = d > 0.0 ? clampi((long)ceil(need[j] / (nmax * d)), 0, 63) : 0;
+    st_f16(hdr, hd);
+    st_f16(hdr + 2, hmin);
+    k_pack_scales(hdr + 4, sc, m);
+    /* Codes against the scale and offset exactly as the dequantizer forms them (floats). */
+    float df = (float)d, dminf = (float)dmin;
+    for (int j = 0; j < 8; j++) {
+        float step = df * (float)sc[j], off = dminf * (float)m[j];
+        float inv = step > 0.0f ? 1.0f / step : 0.0f;
+        for (int l = 0; l < 32; l++) {
+            float v = isfinite(x[32 * j + l]) ? x[32 * j + l] : 0.0f;
+            codes[32 * j + l] = (uint8_t)clampi(lrintf((v + off) * inv), 0, nmax);
+        }
+    }
+}
+
+static void quant_q4_k(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t codes[SKV_QK_K];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 144) {
+        quant_k_affine(x, b, 15, codes);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                b[16 + 32 * c + l] = (uint8_t)(codes[64 * c + l] | codes[64 * c + 32 + l] << 4);
+    }
+}
+
+static void quant_q5_k(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t codes[SKV_QK_K];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 176) {
+        quant_k_affine(x, b, 31, codes);
+        uint8_t *qh = b + 16, *qs = b + 48;
+        memset(qh, 0, 32);
+        for (int c = 0; c < 4; c++) {
+            for (int l = 0; l < 32; l++) {
+                int q0 = codes[64 * c + l], q1 = codes[64 * c + 32 + l];
+                qs[32 * c + l] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+                qh[l] |= (uint8_t)(((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
+            }
+        }
+    }
+}
+
+/* Q6_K: per sub-block of 16, the value of largest magnitude maps to code 0 (scale = max /
+ * -32), like Q4_0; the 16 scales become int8 multiples of d rounded away from zero (so no value
+ * clips on that side). */
+static void quant_q6_k(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 210) {
+        double scale[16], smax = 0.0;
+        for (int g = 0; g < 16; g++) {
+            double amax = 0.0, max = 0.0;
+            for (int l = 0; l < 16; l++) {
+                double v = isfinite(x[16 * g + l]) ? x[16 * g + l] : 0.0;
+                if (fabs(v) > amax) {
+                    amax = fabs(v);
+                    max = v;
+                }
+            }
+            scale[g] = max / -32.0;
+            smax = fabs(scale[g]) > smax ? fabs(scale[g]) : smax;
+        }
+        uint16_t hd = smax > 0.0 ? f16_round_up(smax / 127.0) : 0;
+        double d = skv_f16_to_f32(hd);
+        float df = (float)d;
+        uint8_t *ql = b, *qh = b + 128;
+        int8_t *sc = (int8_t *)(b + 192);
+        memset(ql, 0, 128 + 64);
+        for (int g = 0; g < 16; g++) {
+            long s = 0;
+            if (d > 0.0) s = scale[g] < 0 ? -(long)ceil(-scale[g] / d) : (long)ceil(scale[g] / d);
+            sc[g] = (int8_t)clampi(s, -127, 127);
+            float step = df * (float)sc[g], inv = step != 0.0f ? 1.0f / step : 0.0f;
+            for (int e = 16 * g; e < 16 * g + 16; e++) {
+                float v = isfinite(x[e]) ? x[e] : 0.0f;
+                int q = clampi(lrintf(v * inv), -32, 31) + 32;
+                int h = e >> 7, r = e & 127, l = r & 31, k = r >> 5;
+                int lo_at = 64 * h + l + 32 * (k & 1);
+                ql[lo_at] |= (uint8_t)((k & 2) ? (q & 15) << 4 : (q & 15));
+                qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+            }
+        }
+        st_f16(b + 208, hd);
+    }
+}
+
+bool skv_type_can_quantize(skv_type t) {
+    switch (t) {
+    case SKV_TYPE_F32:
+    case SKV_TYPE_F16:
+    case SKV_TYPE_BF16:
+    case SKV_TYPE_Q8_0:
+    case SKV_TYPE_Q4_0:
+    case SKV_TYPE_Q4_K:
+    case SKV_TYPE_Q5_K:
+    case SKV_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    int bs = skv_type_block_size(t);
+    if (bs <= 0 || n <= 0 || n % bs || !skv_type_can_quantize(t)) return;
+    int64_t nb = n / bs;
+    switch (t) {
+    case SKV_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case SKV_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) st_f16(b + 2 * i, skv_f32_to_f16(src[i]));
+        break;
+    case SKV_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) st_f16(b + 2 * i, skv_f32_to_bf16(src[i]));
+        break;
+    case SKV_TYPE_Q8_0:
+        quant_q8_0(src, b, nb);
+        break;
+    case SKV_TYPE_Q4_0:
+        quant_q4_0(src, b, nb);
+        break;
+    case SKV_TYPE_Q4_K:
+        quant_q4_k(src, b, nb);
+        break;
+    case SKV_TYPE_Q5_K:
+        quant_q5_k(src, b, nb);
+        break;
+    case SKV_TYPE_Q6_K:
+        quant_q6_k(src, b, nb);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- 8-bit activations and their scalar dot products -------------------------------------- */
+
+int skv_act_block(skv_type wt) {
+    switch (wt) {
+    case SKV_TYPE_Q8_0:
+    case SKV_TYPE_Q4_0:
+        return 32;
+    case SKV_TYPE_Q4_K:
+    case SKV_TYPE_Q5_K:
+    case SKV_TYPE_Q6_K:
+        return SKV_QK_K;
+    default:
+        return 0;
+    }
+}
+
+/* Rounds half to even (nearbyintf) and computes id = 127 / amax exactly like the AVX2 version,
+ * so both produce the same bytes. A block holding an infinity or a NaN gets d = NaN (and zero
+ * codes), so that the products come out NaN instead of silently finite. */
+void skv_quantize_act_row(const float *x, void *dst, int64_t n, int bs) {
+    int8_t *q = dst;
+    float *d = (float *)((uint8_t *)dst + skv_act_off_d(n));
+    float *s = (float *)((uint8_t *)dst + skv_act_off_s(n, bs));
+    for (int64_t b = 0; b < n / bs; b++) {
+        const float *xb = x + b * bs;
+        int8_t *qb = q + b * bs;
+        float amax = 0.0f;
+        bool bad = false;
+        for (int j = 0; j < bs; j++) {
+            amax = fmaxf(amax, fabsf(xb[j]));
+            bad |= !isfinite(xb[j]);
+        }
+        if (bad) {
+            d[b] = NAN;
+            memset(qb, 0, (size_t)bs);
+            for (int g = 0; g < bs / 16; g++) s[b * (bs / 16) + g] = NAN;
+            continue;
+        }
+        float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        d[b] = db;
+        for (int j = 0; j < bs; j++) qb[j] = sat_i8(nearbyintf(xb[j] * id));
+        for (int g = 0; g < bs / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += qb[16 * g + j];
+            s[b * (bs / 16) + g] = db * (float)sum;
+        }
+    }
+}
+
+float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
+    const uint8_t *b = w;
+    const int8_t *q = act;
+    int bs = skv_act_block(wt);
+    if (bs == 0 || n % bs) return 0.0f;
+    const float *d = (const float *)((const uint8_t *)act + skv_act_off_d(n));
+    float acc = 0.0f;
+    int64_t nb = n / bs;
+    switch (wt) {
+    case SKV_TYPE_Q8_0:
+        for (int64_t i = 0; i < nb; i++, b += 34, q += 32) {
+            int sum = 0;
+            for (int j = 0; j < 32; j++) sum += (int8_t)b[2 + j] * q[j];
+            acc += ld_f16(b) * d[i] * (float)sum;
+        }
+        break;
+    case SKV_TYPE_Q4_0:
+        for (int64_t i = 0; i < nb; i++, b += 18, q += 32) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++)
+                sum += ((b[2 + j] & 15) - 8) * q[j] + ((b[2 + j] >> 4) - 8) * q[j + 16];
+            acc += ld_f16(b) * d[i] * (float)sum;
+        }
+        break;
+    case SKV_TYPE_Q4_K:
+    case SKV_TYPE_Q5_K: {
+        size_t bb = wt == SKV_TYPE_Q4_K ? 144 : 176;
+        for (int64_t i = 0; i < nb; i++, b += bb, q += SKV_QK_K) {
+            const uint8_t *qh = b + 16, *qs = b + (wt == SKV_TYPE_Q4_K ? 16 : 48);
+            int sumi = 0, summ = 0;
+            for (int j = 0; j < 8; j++) {
+                int sc, m, dot = 0, sq = 0;
+                k_scale_min(b + 4, j, &sc, &m);
+                int c = j / 2, hi = j & 1;
+                for (int l = 0; l < 32; l++) {
+                    int code = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+                    if (wt == SKV_TYPE_Q5_K) code |= ((qh[l] >> j) & 1) << 4;
+                    dot += code * q[32 * j + l];
+                    sq += q[32 * j + l];
+                }
+                sumi += sc * dot;
+                summ += m * sq;
+            }
+            acc += d[i] * (ld_f16(b) * (float)sumi - ld_f16(b + 2) * (float)summ);
+        }
+        break;
+    }
+    case SKV_TYPE_Q6_K:
+        for (int64_t i = 0; i < nb; i++, b += 210, q += SKV_QK_K) {
+            const int8_t *sc = (const int8_t *)(b + 192);
+            int sumi = 0;
+            for (int g = 0; g < 16; g++) {
+                int dot = 0;
+                for (int e = 16 * g; e < 16 * g + 16; e++)
+                    dot += (q6_code(b, b + 128, e) - 32) * q[e];
+                sumi += sc[g] * dot;
+            }
+            acc += ld_f16(b + 208) * d[i] * (float)sumi;
+        }
+        break;
+    default:
+        break;
+    }
+    return acc;
+}

@@ -1,0 +1,332 @@
+/* test_matmul.c — skv_matmul against float64 loops over the dequantized weights, for every
+ * weight type at odd sizes, on 1, 2 and 3 threads, with the SIMD paths and forced scalar. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Float weights: only float32 accumulation error, relative to sum |x||w|. */
+#define TOL_ACCUM 1e-5
+/* Quantized weights against the same 8-bit activations in float64: float rounding only. */
+#define TOL_QACT 2e-5
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* [0, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+/* Activations with a few outlier channels, like a transformer's. */
+static void fill_x(float *x, int m, int n) {
+    for (int i = 0; i < m * n; i++) {
+        double v = 2.0 * urand() - 1.0;
+        if (i % n == 7 || urand() < 0.01) v *= 20.0;
+        x[i] = (float)v;
+    }
+}
+
+static void fill_w(float *w, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        double scale = 0.02 + 0.2 * urand();
+        for (int k = 0; k < n; k++) w[(size_t)r * n + k] = (float)(scale * (2.0 * urand() - 1.0));
+    }
+}
+
+typedef struct mm_case {
+    skv_type t;
+    int m, n_out, n_in;
+} mm_case;
+
+/* Runs one case on every pool and both SIMD settings; checks against float64 loops. */
+static void run_case(const mm_case *c, skv_pool *pools[3]) {
+    const int m = c->m, n_out = c->n_out, n_in = c->n_in;
+    size_t rb = skv_row_bytes(c->t, n_in);
+    assert_true(rb > 0);
+    float *x = malloc(sizeof(float) * m * n_in);
+    float *wf = malloc(sizeof(float) * n_out * n_in);
+    float *wd = malloc(sizeof(float) * n_out * n_in); /* dequantized */
+    uint8_t *w = malloc(rb * n_out);
+    double *ref = malloc(sizeof(double) * m * n_out);  /* float x */
+    double *refq = malloc(sizeof(double) * m * n_out); /* 8-bit x */
+    double *bound = malloc(sizeof(double) * m * n_out);
+    double *boundq = malloc(sizeof(double) * m * n_out);
+    float *y = malloc(sizeof(float) * m * n_out);
+    float *y0 = malloc(sizeof(float) * m * n_out);
+    assert_non_null(x);
+    assert_non_null(y0);
+    fill_x(x, m, n_in);
+    fill_w(wf, n_out, n_in);
+    for (int r = 0; r < n_out; r++) {
+        skv_quantize_row(c->t, wf + (size_t)r * n_in, w + r * rb, n_in);
+        skv_dequantize_row(c->t, w + r * rb, wd + (size_t)r * n_in, n_in);
+    }
+    int bs = skv_act_block(c->t);
+    size_t arb = bs ? skv_act_row_bytes(n_in, bs) : 0;
+    uint8_t *act = bs ? aligned_alloc(32, arb) : NULL;
+    float *xq = malloc(sizeof(float) * n_in);
+    for (int i = 0; i < m; i++) {
+        const float *xi = x + (size_t)i * n_in;
+        if (bs) { /* the 8-bit activations, dequantized */
+            skv_quantize_act_row(xi, act, n_in, bs);
+            const float *d = (const float *)(act + skv_act_off_d(n_in));
+            for (int k = 0; k < n_in; k++) xq[k] = d[k / bs] * (float)((int8_t *)act)[k];
+        }
+        for (int r = 0; r < n_out; r++) {
+            const float *wr = wd + (size_t)r * n_in;
+            double s = 0.0, sq = 0.0, a = 0.0, aq = 0.0, qerr = 0.0;
+            for (int k = 0; k < n_in; k++) {
+                s += (double)xi[k] * wr[k];
+                a += fabs((double)xi[k] * wr[k]);
+                if (bs) {
+                    sq += (double)xq[k] * wr[k];
+                    aq += fabs((double)xq[k] * wr[k]);
+                    /* rounding x to the nearest step errs by at most half a step (d / 2) */
+                    const float *d = (const float *)(act + skv_act_off_d(n_in));
+                    qerr += 0.5 * d[k / bs] * fabs((double)wr[k]) * (1.0 + 1e-6);
+                }
+            }
+            ref[(size_t)i * n_out + r] = s;
+            refq[(size_t)i * n_out + r] = sq;
+            bound[(size_t)i * n_out + r] = bs ? qerr + TOL_QACT * a : TOL_ACCUM * a + 1e-30;
+            boundq[(size_t)i * n_out + r] = TOL_QACT * aq + 1e-30;
+        }
+    }
+    size_t ws = skv_matmul_work_size(c->t, m, n_in);
+    uint8_t *work_mem = malloc(ws + 1);
+    assert_non_null(work_mem);
+    for (int simd = 1; simd >= 0; simd--) {
+        skv_kernels_force_ref(!simd);
+        for (int p = 0; p < 3; p++) {
+            for (int i = 0; i < m * n_out; i++) y[i] = NAN;
+            /* An odd address: the kernels align inside the work buffer themselves. */
+            skv_matmul(pools[p], y, x, m, w, c->t, n_out, n_in, ws ? work_mem + 1 : NULL);
+            for (int i = 0; i < m * n_out; i++) {
+                double e = fabs((double)y[i] - ref[i]);
+                if (!(e <= bound[i]))
+                    fail_msg("%s m=%d n_out=%d n_in=%d simd=%d pool=%d: y[%d]=%.9g ref=%.9g "
+                             "err %.3g > %.3g",
+                             skv_type_name(c->t), m, n_out, n_in, simd, p, i, y[i], ref[i], e,
+                             bound[i]);
+                if (bs) {
+                    double eq = fabs((double)y[i] - refq[i]);
+                    if (!(eq <= boundq[i]))
+                        fail_msg("%s m=%d n_out=%d n_in=%d simd=%d pool=%d: y[%d]=%.9g vs "
+                                 "8-bit-x ref %.9g err %.3g > %.3g",
+                                 skv_type_name(c->t), m, n_out, n_in, simd, p, i, y[i], refq[i], eq,
+                                 boundq[i]);
+                }
+            }
+            /* The split over threads does not change a single bit. */
+            if (p == 0)
+                memcpy(y0, y, sizeof(float) * m * n_out);
+            else
+                assert_memory_equal(y0, y, sizeof(float) * m * n_out);
+        }
+    }
+    skv_kernels_force_ref(false);
+    free(work_mem);
+    free(act);
+    free(xq);
+    free(x);
+    free(wf);
+    free(wd);
+    free(w);
+    free(ref);
+    free(refq);
+    free(bound);
+    free(boundq);
+    free(y);
+    free(y0);
+}
+
+static skv_pool *pools[3];
+
+static int setup(void **state) {
+    (void)state;
+    for (int i = 0; i < 3; i++) pools[i] = i == 0 ? NULL : skv_pool_new(i + 1);
+    return pools[1] && pools[2] ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < 3; i++) skv_pool_free(pools[i]);
+    return 0;
+}
+
+static void run_type(skv_type t, const int *n_ins, int n_n_in) {
+    static const int ms[] = {1, 2, 3, 7, 33};
+    static const int n_outs[] = {1, 3, 17, 64};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 4; b++)
+            for (int k = 0; k < n_n_in; k++) {
+                /* keep the largest products few */
+                if (ms[a] * n_outs[b] * n_ins[k] > 33 * 17 * 2400) continue;
+                mm_case c = {t, ms[a], n_outs[b], n_ins[k]};
+                run_case(&c, pools);
+            }
+    /* Many x rows: several tiles, more than one row block, ragged edges. */
+    mm_case big = {t, 301, 19, n_ins[n_n_in > 1 ? 1 : 0]};
+    run_case(&big, pools);
+}
+
+static const int n_in_float[] = {5, 32, 288, 600};
+static const int n_in_q32[] = {32, 288, 2080}; /* 2080: two column blocks */
+static const int n_in_qk[] = {256, 512, 2304}; /* 2304: two column blocks */
+
+static void test_f32(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_F32, n_in_float, 4);
+}
+static void test_f16(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_F16, n_in_float, 4);
+}
+static void test_bf16(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_BF16, n_in_float, 4);
+}
+static void test_q8_0(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q8_0, n_in_q32, 3);
+}
+static void test_q4_0(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q4_0, n_in_q32, 3);
+}
+static void test_q4_k(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q4_K, n_in_qk, 3);
+}
+static void test_q5_k(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q5_K, n_in_qk, 3);
+}
+static void test_q6_k(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q6_K, n_in_qk, 3);
+}
+
+/* A row's result does not depend on how many rows are multiplied together: prefill (many rows)
+ * and decode (one row at a time) give the same bits, for every type, SIMD or scalar. */
+static void test_rows_independent(void **s) {
+    (void)s;
+    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    const int n_ins[] = {7, 64, 600, 2304, 256, 2560}; /* float: any; quantized: blocks */
+    enum { M = 13, N_OUT = 11 };
+    for (int ti = 0; ti < 8; ti++) {
+        skv_type t = ts[ti];
+        for (int ni = 0; ni < 6; ni++) {
+            int n_in = n_ins[ni];
+            size_t rb = skv_row_bytes(t, n_in);
+            if (rb == 0) continue;
+            float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
+            uint8_t *w = malloc(rb * N_OUT);
+            float y[M * N_OUT], y1[N_OUT];
+            fill_x(x, M, n_in);
+            for (int r = 0; r < N_OUT; r++) {
+                fill_w(wf, 1, n_in);
+                skv_quantize_row(t, wf, w + r * rb, n_in);
+            }
+            size_t ws = skv_matmul_work_size(t, M, n_in);
+            void *work = ws ? malloc(ws) : NULL;
+            for (int simd = 1; simd >= 0; simd--) {
+                skv_kernels_force_ref(!simd);
+                skv_matmul(pools[1], y, x, M, w, t, N_OUT, n_in, work);
+                for (int i = 0; i < M; i++) {
+                    skv_matmul(pools[1], y1, x + (size_t)i * n_in, 1, w, t, N_OUT, n_in, work);
+                    if (memcmp(y1, y + i * N_OUT, sizeof y1) != 0)
+                        fail_msg("%s n_in=%d simd=%d: row %d alone differs from row %d of %d",
+                                 skv_type_name(t), n_in, simd, i, i, M);
+                }
+            }
+            skv_kernels_force_ref(false);
+            free(work);
+            free(x);
+            free(wf);
+            free(w);
+        }
+    }
+}
+
+/* A NaN or an infinity in a row of x makes that row's outputs NaN (or infinite) for every
+ * weight type, SIMD or scalar, and leaves the other rows alone. */
+static void test_nonfinite_x(void **s) {
+    (void)s;
+    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    enum { M = 5, N_OUT = 9, N_IN = 512 };
+    float x[M * N_IN], wf[N_IN], y[M * N_OUT];
+    for (int ti = 0; ti < 8; ti++) {
+        size_t rb = skv_row_bytes(ts[ti], N_IN);
+        uint8_t *w = malloc(rb * N_OUT);
+        for (int r = 0; r < N_OUT; r++) {
+            fill_w(wf, 1, N_IN);
+            skv_quantize_row(ts[ti], wf, w + r * rb, N_IN);
+        }
+        size_t ws = skv_matmul_work_size(ts[ti], M, N_IN);
+        void *work = ws ? malloc(ws) : NULL;
+        for (int simd = 1; simd >= 0; simd--) {
+            skv_kernels_force_ref(!simd);
+            for (int m = 1; m <= M; m += M - 1) {
+                fill_x(x, m, N_IN);
+                x[(m - 1) * N_IN + 300] = simd ? NAN : INFINITY;
+                skv_matmul(pools[2], y, x, m, w, ts[ti], N_OUT, N_IN, work);
+                for (int i = 0; i < m * N_OUT; i++)
+                    assert_true(i / N_OUT == m - 1 ? !isfinite(y[i]) : isfinite(y[i]));
+            }
+        }
+        skv_kernels_force_ref(false);
+        free(work);
+        free(w);
+    }
+}
+
+/* The reference itself against a hand-computed product. */
+static void test_ref_hand(void **s) {
+    (void)s;
+    const float x[2 * 3] = {1, 2, 3, -1, 0.5f, 4};
+    const float w[2 * 3] = {1, 0, -1, 0.25f, 2, 8};
+    float y[4];
+    skv_matmul_ref(y, x, 2, w, SKV_TYPE_F32, 2, 3);
+    assert_true(y[0] == -2.0f && y[1] == 28.25f && y[2] == -5.0f && y[3] == 32.75f);
+    float y2[4];
+    skv_matmul(NULL, y2, x, 2, w, SKV_TYPE_F32, 2, 3, NULL);
+    assert_memory_equal(y, y2, sizeof y);
+}
+
+/* Work size: none for float weights, at least m activation rows for quantized ones. */
+static void test_work_size(void **s) {
+    (void)s;
+    assert_int_equal(skv_matmul_work_size(SKV_TYPE_F16, 512, 576), 0);
+    assert_true(skv_matmul_work_size(SKV_TYPE_Q8_0, 3, 64) >= 3 * skv_act_row_bytes(64, 32));
+    assert_true(skv_matmul_work_size(SKV_TYPE_Q4_K, 2, 512) >= 2 * skv_act_row_bytes(512, 256));
+    assert_int_equal(skv_matmul_work_size(SKV_TYPE_Q8_0, 1, 33), 0); /* not whole blocks */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ref_hand),
+        cmocka_unit_test(test_work_size),
+        cmocka_unit_test(test_rows_independent),
+        cmocka_unit_test(test_nonfinite_x),
+        cmocka_unit_test(test_f32),
+        cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_q8_0),
+        cmocka_unit_test(test_q4_0),
+        cmocka_unit_test(test_q4_k),
+        cmocka_unit_test(test_q5_k),
+        cmocka_unit_test(test_q6_k),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

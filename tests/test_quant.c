@@ -1,0 +1,508 @@
+/* test_quant.c — block formats: hand-built blocks decode to hand-derived values (the exact ggml
+ * bit layouts), quantize -> dequantize stays within each format's error bound (float64
+ * arithmetic), the 8-bit activation rows, and the integer dot products of a weight row with an
+ * activation row against float64 sums of the dequantized values. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static double urand(void) { /* [0, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+static void put_f16(uint8_t *p, uint16_t h) {
+    p[0] = (uint8_t)(h & 0xff);
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static float get_f16(const uint8_t *p) {
+    return skv_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* ---- hand-built blocks ------------------------------------------------------------------- */
+
+static void test_q8_0_hand(void **s) {
+    (void)s;
+    uint8_t b[34] = {0};
+    put_f16(b, 0x3800); /* 0.5 */
+    const int8_t q[5] = {1, -2, 127, -128, 0};
+    for (int j = 0; j < 5; j++) b[2 + j] = (uint8_t)q[j];
+    b[2 + 31] = 10;
+    float y[32];
+    skv_dequantize_row(SKV_TYPE_Q8_0, b, y, 32);
+    const float want[5] = {0.5f, -1.0f, 63.5f, -64.0f, 0.0f};
+    for (int j = 0; j < 5; j++) assert_true(y[j] == want[j]);
+    for (int j = 5; j < 31; j++) assert_true(y[j] == 0.0f);
+    assert_true(y[31] == 5.0f);
+}
+
+static void test_q4_0_hand(void **s) {
+    (void)s;
+    uint8_t b[18];
+    put_f16(b, 0x4000);      /* 2.0 */
+    memset(b + 2, 0x88, 16); /* code 8 in both nibbles = 0 */
+    b[2 + 0] = 0x1f;         /* element 0: code 15 -> 2*7; element 16: code 1 -> 2*-7 */
+    b[2 + 1] = 0x80;         /* element 1: code 0 -> -16; element 17: code 8 -> 0 */
+    b[2 + 15] = 0xc3;        /* element 15: code 3 -> -10; element 31: code 12 -> 8 */
+    float y[32];
+    skv_dequantize_row(SKV_TYPE_Q4_0, b, y, 32);
+    for (int j = 0; j < 32; j++) {
+        float want = 0.0f;
+        if (j == 0) want = 14.0f;
+        if (j == 16) want = -14.0f;
+        if (j == 1) want = -16.0f;
+        if (j == 15) want = -10.0f;
+        if (j == 31) want = 8.0f;
+        assert_true(y[j] == want);
+    }
+}
+
+/* Scales and mins of the 8 sub-blocks used by the Q4_K/Q5_K blocks below, and their 12 packed
+ * bytes worked out by hand: bytes 0-3 = sc[j] | (sc[j+4] >> 4) << 6, bytes 4-7 = m[j] |
+ * (m[j+4] >> 4) << 6, bytes 8-11 = (sc[j+4] & 15) | (m[j+4] & 15) << 4. */
+static const int hand_sc[8] = {1, 2, 3, 63, 5, 17, 40, 63};
+static const int hand_m[8] = {0, 1, 2, 3, 33, 48, 5, 62};
+static const uint8_t hand_scales[12] = {0x01, 0x42, 0x83, 0xff, 0x80, 0xc1,
+                                        0x02, 0xc3, 0x15, 0x01, 0x58, 0xef};
+
+/* qs byte l of chunk c: low nibble l & 15 (sub-block 2c), high nibble 15 - (l & 15) (2c+1). */
+static void fill_hand_qs(uint8_t *qs) {
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) qs[32 * c + l] = (uint8_t)((l & 15) | (15 - (l & 15)) << 4);
+}
+
+static void test_q4_k_hand(void **s) {
+    (void)s;
+    uint8_t b[144];
+    put_f16(b, 0x3c00);     /* d = 1 */
+    put_f16(b + 2, 0x3800); /* dmin = 0.5 */
+    memcpy(b + 4, hand_scales, 12);
+    fill_hand_qs(b + 16);
+    float y[256];
+    skv_dequantize_row(SKV_TYPE_Q4_K, b, y, 256);
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            float lo = (float)(l & 15), hi = (float)(15 - (l & 15));
+            assert_true(y[64 * c + l] == hand_sc[2 * c] * lo - 0.5f * hand_m[2 * c]);
+            assert_true(y[64 * c + 32 + l] == hand_sc[2 * c + 1] * hi - 0.5f * hand_m[2 * c + 1]);
+        }
+    /* A few by hand. */
+    assert_true(y[1] == 1.0f);     /* sub 0: 1*1 - 0 */
+    assert_true(y[32] == 29.5f);   /* sub 1: 2*15 - 0.5*1 */
+    assert_true(y[133] == 8.5f);   /* sub 4, l = 5: 5*5 - 0.5*33 */
+    assert_true(y[255] == -31.0f); /* sub 7, l = 31: 63*0 - 0.5*62 */
+    assert_true(y[240] == 914.0f); /* sub 7, l = 16: 63*15 - 31 */
+    assert_true(y[191] == -24.0f); /* sub 5, l = 31: 17*0 - 0.5*48 */
+}
+
+static void test_q5_k_hand(void **s) {
+    (void)s;
+    uint8_t b[176];
+    put_f16(b, 0x3c00);
+    put_f16(b + 2, 0x3800);
+    memcpy(b + 4, hand_scales, 12);
+    for (int l = 0; l < 32; l++) b[16 + l] = (uint8_t)(l * 37 + 11);
+    b[16 + 3] = 0xa5; /* bits 0, 2, 5, 7 */
+    fill_hand_qs(b + 48);
+    float y[256];
+    skv_dequantize_row(SKV_TYPE_Q5_K, b, y, 256);
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            int qh = b[16 + l];
+            float lo = (float)((l & 15) + 16 * ((qh >> (2 * c)) & 1));
+            float hi = (float)((15 - (l & 15)) + 16 * ((qh >> (2 * c + 1)) & 1));
+            assert_true(y[64 * c + l] == hand_sc[2 * c] * lo - 0.5f * hand_m[2 * c]);
+            assert_true(y[64 * c + 32 + l] == hand_sc[2 * c + 1] * hi - 0.5f * hand_m[2 * c + 1]);
+        }
+    assert_true(y[3] == 19.0f);     /* sub 0, bit 0 set: 1*(3+16) - 0 */
+    assert_true(y[35] == 23.5f);    /* sub 1, bit 1 clear: 2*12 - 0.5 */
+    assert_true(y[227] == 1733.0f); /* sub 7, bit 7 set: 63*(12+16) - 31 */
+}
+
+static void test_q6_k_hand(void **s) {
+    (void)s;
+    uint8_t b[210];
+    int8_t sc[16];
+    for (int l = 0; l < 128; l++) b[l] = (uint8_t)(l * 29 + 3);        /* ql */
+    for (int l = 0; l < 64; l++) b[128 + l] = (uint8_t)(l * 53 + 101); /* qh */
+    for (int g = 0; g < 16; g++) sc[g] = (int8_t)(g % 2 ? -(g + 1) : 3 * g + 1);
+    sc[15] = -128;
+    memcpy(b + 192, sc, 16);
+    put_f16(b + 208, 0x3800); /* d = 0.5 */
+    float y[256];
+    skv_dequantize_row(SKV_TYPE_Q6_K, b, y, 256);
+    /* ggml's description: each half of 128 values uses ql[64], qh[32]; for l < 32:
+     *   y[l]      = low nibble of ql[l]       | bits 0-1 of qh[l] << 4
+     *   y[l + 32] = low nibble of ql[l + 32]  | bits 2-3 of qh[l] << 4
+     *   y[l + 64] = high nibble of ql[l]      | bits 4-5 of qh[l] << 4
+     *   y[l + 96] = high nibble of ql[l + 32] | bits 6-7 of qh[l] << 4
+     * minus 32, times d * sc[index / 16]. */
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            int q[4] = {(ql[l] & 15) | (qh[l] & 3) << 4,
+                        (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4,
+                        (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4,
+                        (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4};
+            for (int k = 0; k < 4; k++) {
+                int e = 128 * h + 32 * k + l;
+                assert_true(y[e] == 0.5f * sc[e / 16] * (float)(q[k] - 32));
+            }
+        }
+    }
+    /* By hand: element 0: ql[0] = 3 (low 3), qh[0] = 101 = 0b01100101 (bits 0-1 = 1):
+     * code 3 | 16 = 19 -> 0.5 * sc[0] (1) * (19 - 32) = -6.5. */
+    assert_true(y[0] == -6.5f);
+    /* element 255: h = 1, l = 31, k = 3: ql[64 + 63] = (127*29 + 3) & 255 = 102 (high nibble 6),
+     * qh[32 + 31] = (63*53 + 101) & 255 = 112 = 0b01110000 (bits 6-7 = 1): code 6 | 16 = 22
+     * -> 0.5 * -128 * (22 - 32) = 640. */
+    assert_true(y[255] == 640.0f);
+}
+
+/* ---- quantize -> dequantize error bounds ---------------------------------------------------
+ * Rows of 512 values mixing the awkward cases: zeros, a constant, all negative, all positive,
+ * tiny and large magnitudes, a lone outlier. */
+#define N 512
+
+static void make_row(float *x, int kind) {
+    for (int i = 0; i < N; i++) {
+        double u = 2.0 * urand() - 1.0;
+        int blk = i / 32;
+        switch ((blk + kind) % 8) {
+        case 0:
+            x[i] = 0.0f;
+            break;
+        case 1:
+            x[i] = 0.75f;
+            break;
+        case 2:
+            x[i] = (float)(-0.1 - fabs(u));
+            break;
+        case 3:
+            x[i] = (float)(3.0 + fabs(u));
+            break;
+        case 4:
+            x[i] = (float)(1e-3 * u);
+            break;
+        case 5:
+            x[i] = (float)(100.0 * u);
+            break;
+        case 6:
+            x[i] = (float)(i % 32 == 5 ? 50.0 : 0.1 * u);
+            break;
+        default:
+            x[i] = (float)u;
+            break;
+        }
+    }
+}
+
+static void check_roundtrip(skv_type t,
+                            void (*check)(const float *, const float *, const uint8_t *)) {
+    size_t rb = skv_row_bytes(t, N);
+    uint8_t *q = malloc(rb);
+    float x[N], y[N];
+    for (int kind = 0; kind < 24; kind++) {
+        make_row(x, kind);
+        skv_quantize_row(t, x, q, N);
+        skv_dequantize_row(t, q, y, N);
+        check(x, y, q);
+    }
+    free(q);
+}
+
+static void chk_f16(const float *x, const float *y, const uint8_t *q) {
+    (void)q;
+    for (int i = 0; i < N; i++) /* half: 11 significant bits; 2^-25 absolute below 2^-14 */
+        assert_true(fabs((double)x[i] - y[i]) <= fmax(fabs((double)x[i]) * 0x1p-11, 0x1p-25));
+}
+
+static void chk_bf16(const float *x, const float *y, const uint8_t *q) {
+    (void)q;
+    for (int i = 0; i < N; i++)
+        assert_true(fabs((double)x[i] - y[i]) <= fabs((double)x[i]) * 0x1p-8);
+}
+
+/* Q8_0: error <= d/2 with the exact d = amax/127, plus what storing d as a half moves the 127
+ * steps (ggml's scheme rounds against the exact d). */
+static void chk_q8_0(const float *x, const float *y, const uint8_t *q) {
+    for (int b = 0; b < N / 32; b++) {
+        double amax = 0.0;
+        for (int j = 0; j < 32; j++) amax = fmax(amax, fabs((double)x[32 * b + j]));
+        double d = amax / 127.0, d16 = get_f16(q + 34 * b);
+        double bound = 0.5 * d + 127.0 * fabs(d - d16) + 1e-7 * amax;
+        for (int j = 0; j < 32; j++)
+            assert_true(fabs((double)x[32 * b + j] - y[32 * b + j]) <= bound);
+    }
+}
+
+/* Q4_0: steps of |d| = amax/8; values within half a step except the far end (code 16 clips to
+ * 15), which errs by at most one step. */
+static void chk_q4_0(const float *x, const float *y, const uint8_t *q) {
+    for (int b = 0; b < N / 32; b++) {
+        double amax = 0.0;
+        for (int j = 0; j < 32; j++) amax = fmax(amax, fabs((double)x[32 * b + j]));
+        double d = amax / 8.0, d16 = fabs(get_f16(q + 18 * b));
+        for (int j = 0; j < 32; j++) {
+            double e = fabs((double)x[32 * b + j] - y[32 * b + j]);
+            assert_true(e <= d + 8.0 * fabs(d - d16) + 1e-7 * amax);
+        }
+    }
+}
+
+static void scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K/Q5_K: within half a step of each sub-block, and the step no coarser than the sub-block's
+ * range (extended to 0) needs, give or take one unit of d and dmin. */
+static void chk_k_affine(const float *x, const float *y, const uint8_t *q, size_t bb, int nmax) {
+    for (int b = 0; b < N / 256; b++) {
+        const uint8_t *blk = q + bb * b;
+        double d = get_f16(blk), dmin = get_f16(blk + 2);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min(blk + 4, j, &sc, &m);
+            double lo = 0.0, hi = 0.0;
+            for (int l = 0; l < 32; l++) {
+                double v = x[256 * b + 32 * j + l];
+                lo = fmin(lo, v);
+                hi = fmax(hi, v);
+            }
+            double step = d * sc;
+            assert_true(step <= (hi - lo + dmin) / nmax + d + 1e-12);
+            for (int l = 0; l < 32; l++) {
+                int i = 256 * b + 32 * j + l;
+                assert_true(fabs((double)x[i] - y[i]) <=
+                            0.5 * step * (1 + 1e-5) + 1e-6 * (hi - lo));
+            }
+        }
+    }
+}
+
+static void chk_q4_k(const float *x, const float *y, const uint8_t *q) {
+    chk_k_affine(x, y, q, 144, 15);
+}
+
+static void chk_q5_k(const float *x, const float *y, const uint8_t *q) {
+    chk_k_affine(x, y, q, 176, 31);
+}
+
+/* Q6_K: per 16 values step |d * sc| <= amax/32 + d; within one step (half a step except the
+ * clipped far end). */
+static void chk_q6_k(const float *x, const float *y, const uint8_t *q) {
+    for (int b = 0; b < N / 256; b++) {
+        const uint8_t *blk = q + 210 * b;
+        double d = get_f16(blk + 208);
+        for (int g = 0; g < 16; g++) {
+            double step = fabs(d * (int8_t)blk[192 + g]), amax = 0.0;
+            for (int l = 0; l < 16; l++) amax = fmax(amax, fabs((double)x[256 * b + 16 * g + l]));
+            assert_true(step <= amax / 32.0 + d + 1e-12);
+            for (int l = 0; l < 16; l++) {
+                int i = 256 * b + 16 * g + l;
+                assert_true(fabs((double)x[i] - y[i]) <= step * (1 + 1e-5) + 1e-6 * amax);
+            }
+        }
+    }
+}
+
+static void test_roundtrip(void **s) {
+    (void)s;
+    check_roundtrip(SKV_TYPE_F16, chk_f16);
+    check_roundtrip(SKV_TYPE_BF16, chk_bf16);
+    check_roundtrip(SKV_TYPE_Q8_0, chk_q8_0);
+    check_roundtrip(SKV_TYPE_Q4_0, chk_q4_0);
+    check_roundtrip(SKV_TYPE_Q4_K, chk_q4_k);
+    check_roundtrip(SKV_TYPE_Q5_K, chk_q5_k);
+    check_roundtrip(SKV_TYPE_Q6_K, chk_q6_k);
+    float x[N], y[N];
+    make_row(x, 3);
+    skv_quantize_row(SKV_TYPE_F32, x, y, N);
+    assert_memory_equal(x, y, sizeof x);
+}
+
+/* ggml's reference quantizers on values where the rounding is known by hand. */
+static void test_quant_hand(void **s) {
+    (void)s;
+    float x[32] = {0};
+    x[0] = 127.0f;
+    x[1] = -63.5f; /* -63.5 / 1 rounds half away from zero: -64 */
+    x[2] = 2.5f;   /* 3 */
+    uint8_t b[34];
+    skv_quantize_row(SKV_TYPE_Q8_0, x, b, 32);
+    assert_true(get_f16(b) == 1.0f);
+    assert_int_equal((int8_t)b[2], 127);
+    assert_int_equal((int8_t)b[3], -64);
+    assert_int_equal((int8_t)b[4], 3);
+    assert_int_equal((int8_t)b[5], 0);
+    /* Q4_0: max -16 -> d = 2, x/d + 8.5 truncated: -16 -> 0, 14 -> 15, 3 -> 10, 0 -> 8. */
+    float z[32] = {0};
+    z[0] = -16.0f;
+    z[16] = 14.0f;
+    z[1] = 3.0f;
+    skv_quantize_row(SKV_TYPE_Q4_0, z, b, 32);
+    assert_true(get_f16(b) == 2.0f);
+    assert_int_equal(b[2], 0 | 15 << 4);
+    assert_int_equal(b[3], 10 | 8 << 4);
+    assert_int_equal(b[4], 8 | 8 << 4);
+    /* An all-zero block quantizes to zeros in every format. */
+    float zero[256] = {0}, back[256];
+    const skv_type ts[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K,
+                           SKV_TYPE_Q6_K};
+    uint8_t buf[256 * 4];
+    for (int i = 0; i < 5; i++) {
+        skv_quantize_row(ts[i], zero, buf, 256);
+        skv_dequantize_row(ts[i], buf, back, 256);
+        for (int j = 0; j < 256; j++) assert_true(back[j] == 0.0f);
+    }
+}
+
+static void test_can_quantize(void **s) {
+    (void)s;
+    const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                            SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    for (int i = 0; i < 8; i++) assert_true(skv_type_can_quantize(yes[i]));
+    assert_false(skv_type_can_quantize((skv_type)3));
+    assert_false(skv_type_can_quantize((skv_type)99));
+}
+
+/* ---- 8-bit activations and dot products --------------------------------------------------- */
+
+static void test_act_rows(void **s) {
+    (void)s;
+    const int bss[2] = {32, 256};
+    for (int v = 0; v < 2; v++) {
+        int bs = bss[v];
+        size_t rb = skv_act_row_bytes(N, bs);
+        uint8_t *a = aligned_alloc(32, rb), *a2 = aligned_alloc(32, rb);
+        float x[N];
+        for (int kind = 0; kind < 8; kind++) {
+            make_row(x, kind);
+            memset(a, 0, rb);
+            skv_quantize_act_row(x, a, N, bs);
+            const int8_t *q = (const int8_t *)a;
+            const float *d = (const float *)(a + skv_act_off_d(N));
+            const float *sg = (const float *)(a + skv_act_off_s(N, bs));
+            for (int b = 0; b < N / bs; b++) {
+                double amax = 0.0;
+                for (int j = 0; j < bs; j++) amax = fmax(amax, fabs((double)x[b * bs + j]));
+                assert_true(fabs(d[b] - amax / 127.0) <= 1e-7 * amax);
+                for (int j = 0; j < bs; j++) {
+                    int i = b * bs + j;
+                    assert_true(fabs((double)x[i] - (double)d[b] * q[i]) <=
+                                0.5 * d[b] * (1 + 1e-5));
+                }
+            }
+            for (int g = 0; g < N / 16; g++) {
+                int sum = 0;
+                for (int j = 0; j < 16; j++) sum += q[16 * g + j];
+                assert_true(sg[g] == d[(16 * g) / bs] * (float)sum);
+            }
+#ifdef SKV_HAVE_MATMUL_AVX2
+            if (skv_kernels_use_simd()) { /* the SIMD version writes the same bytes */
+                memset(a2, 0, rb);
+                skv_quantize_act_row_avx2(x, a2, N, bs);
+                assert_memory_equal(a, a2, rb);
+            }
+#endif
+        }
+        free(a);
+        free(a2);
+    }
+}
+
+/* A block with an infinity or a NaN: NaN scale and zero codes (so products come out NaN), the
+ * same bytes from the SIMD version; the other blocks are untouched. */
+static void test_act_nonfinite(void **s) {
+    (void)s;
+    const int bss[2] = {32, 256};
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int v = 0; v < 2; v++) {
+        int bs = bss[v];
+        size_t rb = skv_act_row_bytes(N, bs);
+        uint8_t *a = aligned_alloc(32, rb), *a2 = aligned_alloc(32, rb);
+        for (int k = 0; k < 3; k++) {
+            float x[N];
+            make_row(x, 7);
+            x[bs + 3] = bad[k]; /* block 1 */
+            memset(a, 0x55, rb);
+            skv_quantize_act_row(x, a, N, bs);
+            const float *d = (const float *)(a + skv_act_off_d(N));
+            assert_true(isnan(d[1]));
+            assert_false(isnan(d[0]));
+            for (int j = 0; j < bs; j++) assert_int_equal(((int8_t *)a)[bs + j], 0);
+#ifdef SKV_HAVE_MATMUL_AVX2
+            if (skv_kernels_use_simd()) {
+                memset(a2, 0x55, rb);
+                skv_quantize_act_row_avx2(x, a2, N, bs);
+                assert_memory_equal(a, a2, rb);
+            }
+#endif
+        }
+        free(a);
+        free(a2);
+    }
+}
+
+/* skv_vec_dot_act == float64 sum of dequantized weights times dequantized activations. */
+static void test_vec_dot(void **s) {
+    (void)s;
+    const skv_type ts[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K,
+                           SKV_TYPE_Q6_K};
+    for (int ti = 0; ti < 5; ti++) {
+        skv_type t = ts[ti];
+        int bs = skv_act_block(t);
+        size_t rb = skv_row_bytes(t, N), arb = skv_act_row_bytes(N, bs);
+        uint8_t *w = malloc(rb), *a = aligned_alloc(32, arb);
+        float x[N], wf[N], wd[N];
+        for (int rep = 0; rep < 16; rep++) {
+            make_row(wf, rep);
+            make_row(x, rep + 3);
+            skv_quantize_row(t, wf, w, N);
+            skv_dequantize_row(t, w, wd, N);
+            skv_quantize_act_row(x, a, N, bs);
+            const float *d = (const float *)(a + skv_act_off_d(N));
+            double ref = 0.0, mag = 0.0;
+            for (int i = 0; i < N; i++) {
+                double xv = (double)d[i / bs] * ((const int8_t *)a)[i];
+                ref += xv * wd[i];
+                mag += fabs(xv * wd[i]);
+            }
+            double got = skv_vec_dot_act(t, w, a, N);
+            if (!(fabs(got - ref) <= 1e-5 * mag + 1e-30))
+                fail_msg("%s rep %d: dot %.9g, float64 %.9g", skv_type_name(t), rep, got, ref);
+        }
+        free(w);
+        free(a);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q8_0_hand),  cmocka_unit_test(test_q4_0_hand),
+        cmocka_unit_test(test_q4_k_hand),  cmocka_unit_test(test_q5_k_hand),
+        cmocka_unit_test(test_q6_k_hand),  cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_quant_hand), cmocka_unit_test(test_can_quantize),
+        cmocka_unit_test(test_act_rows),   cmocka_unit_test(test_act_nonfinite),
+        cmocka_unit_test(test_vec_dot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
