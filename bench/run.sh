@@ -54,6 +54,15 @@ run "snapkv compression of a $D1-token cache" -m "$F16" -p 0 -n 16 -t "$TMAX" --
 run "decode at depth $D2, snapkv keep 0.1 vs dense" -m "$F16" -p 0 -n $TGD -t "$TMAX" \
     --depth $D2 --policy snapkv --keep 0.1 --window 32 --roofline
 
+# Does compression give memory back? Resident memory before/after compressing a cache.
+MEM_BIN=$(dirname "$CLI")/bench_mem_compress
+MEM_OUT="$DIR/memory.md"
+: >"$MEM_OUT"
+if [ -x "$MEM_BIN" ]; then
+    echo "bench: resident memory of a $D1-token cache compressed to 10%" >&2
+    "$MEM_BIN" "$F16" -c $D1 --keep 0.1 --policy sink_recent -t "$TMAX" >"$MEM_OUT"
+fi
+
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
 elapsed=$(($(date +%s) - t_start))
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || echo "?")
@@ -163,6 +172,18 @@ END {
     print "|---|---:|---:|---|"
     printf "%s", targets
 }' "$JSON" >"$OUT"
+
+if [ -s "$MEM_OUT" ]; then
+    {
+        echo
+        echo "## Memory given back by compression (build/bench_mem_compress)"
+        echo
+        echo "Resident memory of the process after prefilling a $D1-token f32 cache, and after"
+        echo "compressing it to 10%: the drop should match the KV bytes removed (target >= 80%)."
+        echo
+        cat "$MEM_OUT"
+    } >>"$OUT"
+fi
 
 cat "$OUT"
 echo "bench/run.sh: wrote $OUT (raw results: $JSON)" >&2

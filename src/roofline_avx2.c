@@ -140,23 +140,26 @@ PLAIN double skv_roofline_fma_gflops(skv_pool *pool, double run_ms) {
 #define READ_BLOCK 256 /* bytes per loop step: 8 AVX2 loads */
 
 #if HAVE_AVX2_PATH
+/* Eight sequential streams at once (one per eighth of the range): like the decode matmul, which
+ * reads several weight rows side by side, this keeps more hardware prefetchers busy than one
+ * stream does, so the figure is the machine's limit rather than one stream's. */
 static uint64_t read_avx2(const char *p, size_t n) {
-    __m256i x0 = _mm256_setzero_si256(), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0,
-            x7 = x0;
-    for (size_t i = 0; i + READ_BLOCK <= n; i += READ_BLOCK) {
-        const __m256i *q = (const __m256i *)(const void *)(p + i);
-        x0 = _mm256_xor_si256(x0, _mm256_load_si256(q + 0));
-        x1 = _mm256_xor_si256(x1, _mm256_load_si256(q + 1));
-        x2 = _mm256_xor_si256(x2, _mm256_load_si256(q + 2));
-        x3 = _mm256_xor_si256(x3, _mm256_load_si256(q + 3));
-        x4 = _mm256_xor_si256(x4, _mm256_load_si256(q + 4));
-        x5 = _mm256_xor_si256(x5, _mm256_load_si256(q + 5));
-        x6 = _mm256_xor_si256(x6, _mm256_load_si256(q + 6));
-        x7 = _mm256_xor_si256(x7, _mm256_load_si256(q + 7));
+    enum { S = 8 };
+    __m256i x[S];
+    for (int k = 0; k < S; k++) x[k] = _mm256_setzero_si256();
+    size_t q = n / (S * 64) * 64; /* bytes per stream, whole cache lines */
+    for (size_t i = 0; i < q; i += 64) {
+        for (int k = 0; k < S; k++) {
+            const char *a = p + (size_t)k * q + i;
+            x[k] = _mm256_xor_si256(x[k], _mm256_load_si256((const __m256i *)(const void *)a));
+            x[k] = _mm256_xor_si256(x[k],
+                                    _mm256_load_si256((const __m256i *)(const void *)(a + 32)));
+        }
     }
-    x0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_xor_si256(x0, x1), _mm256_xor_si256(x2, x3)),
-                          _mm256_xor_si256(_mm256_xor_si256(x4, x5), _mm256_xor_si256(x6, x7)));
-    return (uint64_t)_mm256_extract_epi64(x0, 0) ^ (uint64_t)_mm256_extract_epi64(x0, 3);
+    for (size_t i = S * q; i + 32 <= n; i += 32) /* the remainder, one stream */
+        x[0] = _mm256_xor_si256(x[0], _mm256_load_si256((const __m256i *)(const void *)(p + i)));
+    for (int k = 1; k < S; k++) x[0] = _mm256_xor_si256(x[0], x[k]);
+    return (uint64_t)_mm256_extract_epi64(x[0], 0) ^ (uint64_t)_mm256_extract_epi64(x[0], 3);
 }
 #endif
 
