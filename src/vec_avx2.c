@@ -4,6 +4,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+#include "avx2_util.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -12,20 +13,6 @@
 static inline __m256i tail_mask(int rem) {
     static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     return _mm256_loadu_si256((const __m256i *)(m + 8 - rem));
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hmax(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* e^x on all floats: x = k ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial

@@ -1,5 +1,6 @@
 /* cli_common.c — option parsing and error helpers shared by the subcommands. */
 #include "cli.h"
+#include "eval/eval.h"
 
 #include <errno.h>
 #include <math.h>
@@ -64,35 +65,5 @@ skv_model *cli_load_model(const char *cmd, const char *path) {
 }
 
 void cli_json_string(FILE *f, const char *s, size_t len) {
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            fputc('\\', f);
-            fputc(c, f);
-        } else if (c == '\n') {
-            fputs("\\n", f);
-        } else if (c == '\t') {
-            fputs("\\t", f);
-        } else if (c == '\r') {
-            fputs("\\r", f);
-        } else if (c < 0x20 || c == 0x7f) {
-            fprintf(f, "\\u%04x", c);
-        } else if (c < 0x80) {
-            fputc(c, f);
-        } else {
-            /* copy a valid UTF-8 sequence whole; escape stray bytes as \u00XX */
-            int n = (c >= 0xf0 && c < 0xf5) ? 4 : (c >= 0xe0) ? 3 : (c >= 0xc2 && c < 0xe0) ? 2 : 0;
-            if (c >= 0xf5) n = 0;
-            bool ok = n > 0 && i + (size_t)n <= len;
-            for (int k = 1; ok && k < n; k++) ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
-            if (ok) {
-                fwrite(s + i, 1, (size_t)n, f);
-                i += (size_t)n - 1;
-            } else {
-                fprintf(f, "\\u%04x", c);
-            }
-        }
-    }
-    fputc('"', f);
+    skv_json_write_string(f, s, len); /* the eval writer's escaping, one implementation */
 }
