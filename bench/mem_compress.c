@@ -31,10 +31,14 @@ int main(int argc, char **argv) {
     int n_ctx = 4096, threads = 0;
     double keep = 0.1;
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-c")) n_ctx = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--keep")) keep = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--policy")) policy = argv[i + 1];
-        else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "-c"))
+            n_ctx = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--keep"))
+            keep = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--policy"))
+            policy = argv[i + 1];
+        else if (!strcmp(argv[i], "-t"))
+            threads = atoi(argv[i + 1]);
     }
     skv_err err = {0};
     skv_model *m = skv_model_load(path, &err);
@@ -80,8 +84,9 @@ int main(int argc, char **argv) {
     printf("| %s | %d | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n\n", path,
            n_ctx, info.policy, keep, info.bytes_before / 1048576.0, info.bytes_after / 1048576.0,
            removed, rss1, rss2, rss1 - rss2, 100.0 * (rss1 - rss2) / removed);
-    fprintf(stderr, "prefill %d tokens: %.0f ms (%.1f t/s); compress %.2f ms (%.3f%% of prefill); "
-                    "RSS before prefill %.1f MiB\n",
+    fprintf(stderr,
+            "prefill %d tokens: %.0f ms (%.1f t/s); compress %.2f ms (%.3f%% of prefill); "
+            "RSS before prefill %.1f MiB\n",
             n_ctx, t1 - t0, n_ctx * 1e3 / (t1 - t0), info.compress_ms,
             100.0 * info.compress_ms / (t1 - t0), rss0);
     skv_compress_info_free(&info);

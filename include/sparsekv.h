@@ -193,8 +193,8 @@ typedef enum skv_logits_mode {
 /* Runs n_tokens through the model at positions n_past .. n_past+n_tokens-1 (one batched pass),
  * appending their keys and values to the cache. Attention is causal by position. logits must
  * hold the rows mode asks for (may be NULL for SKV_LOGITS_NONE). */
-skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
-                       skv_logits_mode mode, float *logits, skv_err *err);
+skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
+                       float *logits, skv_err *err);
 
 /* Captured post-RoPE queries of the last forward call's last n tokens (n <= capture_window):
  * q points at [n_head, n, head_dim] for the layer; NULL when nothing was captured.
@@ -262,9 +262,9 @@ typedef enum skv_protocol {
 typedef enum skv_pooling { SKV_POOL_MAX = 0, SKV_POOL_AVG = 1 } skv_pooling;
 
 typedef struct skv_compress_params {
-    const char *policy;  /* "sink_recent"|"streaming", "random", "attention"|"snapkv",
-                            "pyramid"|"pyramidkv" */
-    double keep_frac;    /* in (0, 1] */
+    const char *policy; /* "sink_recent"|"streaming", "random", "attention"|"snapkv",
+                           "pyramid"|"pyramidkv" */
+    double keep_frac;   /* in (0, 1] */
     skv_protocol protocol;
     /* seed protocol: window tokens fed on a copy (attention, pyramid); ignored by sink_recent
      * and random */
@@ -289,7 +289,7 @@ skv_compress_params skv_compress_default_params(void);
 
 /* What a compression did. Arrays are owned by the info; release with skv_compress_info_free. */
 typedef struct skv_compress_info {
-    char policy[32];    /* canonical name */
+    char policy[32]; /* canonical name */
     double keep_frac;
     int T;              /* logical length of the compressed prefix */
     int keep;           /* max(1, round_half_even(keep_frac * T)) clamped to [1, T] */
@@ -297,10 +297,10 @@ typedef struct skv_compress_info {
     double window_ms;   /* the window pass's share of compress_ms (seed protocol) */
     int window_tokens;  /* 0 when the policy needs no window */
     int n_layer, n_head_kv;
-    int *layer_budgets;     /* [n_layer] (pyramid: the rule's values, not clamped to T;
-                               otherwise keep per layer) */
-    int *kept;              /* [n_layer, n_head_kv] entries kept */
-    uint64_t bytes_before;  /* KV bytes before / after */
+    int *layer_budgets;    /* [n_layer] (pyramid: the rule's values, not clamped to T;
+                              otherwise keep per layer) */
+    int *kept;             /* [n_layer, n_head_kv] entries kept */
+    uint64_t bytes_before; /* KV bytes before / after */
     uint64_t bytes_after;
 } skv_compress_info;
 

@@ -172,8 +172,10 @@ skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err) {
         if (cap < 16) cap = 16;
         if (cap > c->n_ctx) cap = c->n_ctx > need ? c->n_ctx : need;
         if (!head_set_cap(h, c->row_bytes, cap))
-            return skv_err_set(err, SKV_ERR_NOMEM, "out of memory growing the kv cache to %d "
-                                                   "positions", need);
+            return skv_err_set(err, SKV_ERR_NOMEM,
+                               "out of memory growing the kv cache to %d "
+                               "positions",
+                               need);
     }
     return SKV_OK;
 }
@@ -289,8 +291,8 @@ static void key_rotate(skv_cache *c, skv_cache_head *h, int i, double delta, flo
     row_store(c->type, row, tmp, c->head_dim);
 }
 
-static skv_status check_positions(const skv_cache *c, int layer, int head, const int32_t *p,
-                                  int n, skv_err *err) {
+static skv_status check_positions(const skv_cache *c, int layer, int head, const int32_t *p, int n,
+                                  skv_err *err) {
     if (n < 0 || (n > 0 && !p))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "invalid position list");
     for (int j = 1; j < n; j++)
@@ -318,10 +320,8 @@ static void head_select(skv_cache *c, skv_cache_head *h, const int32_t *p, int n
         while (h->pos[i] != p[j]) i++;
         if (i != j) {
             h->pos[j] = h->pos[i];
-            memmove(h->k + (size_t)j * c->row_bytes, h->k + (size_t)i * c->row_bytes,
-                    c->row_bytes);
-            memmove(h->v + (size_t)j * c->row_bytes, h->v + (size_t)i * c->row_bytes,
-                    c->row_bytes);
+            memmove(h->k + (size_t)j * c->row_bytes, h->k + (size_t)i * c->row_bytes, c->row_bytes);
+            memmove(h->v + (size_t)j * c->row_bytes, h->v + (size_t)i * c->row_bytes, c->row_bytes);
             /* rerotate mode keeps "entry j is rotated at j" true */
             if (c->mode == SKV_POSITIONS_REROTATE) key_rotate(c, h, j, (double)j - i, tmp);
         }

@@ -13,9 +13,9 @@
 #include "common.h"
 
 typedef struct skv_cache_head {
-    int32_t *pos;  /* [cap] */
-    uint8_t *k;    /* [cap, row_bytes] */
-    uint8_t *v;    /* [cap, row_bytes] */
+    int32_t *pos; /* [cap] */
+    uint8_t *k;   /* [cap, row_bytes] */
+    uint8_t *v;   /* [cap, row_bytes] */
     int n, cap;
     int32_t rope_shift;
 } skv_cache_head;

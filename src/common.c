@@ -19,13 +19,20 @@ skv_status skv_err_set(skv_err *err, skv_status status, const char *fmt, ...) {
 
 const char *skv_status_str(skv_status s) {
     switch (s) {
-    case SKV_OK: return "ok";
-    case SKV_ERR_INVALID_ARG: return "invalid argument";
-    case SKV_ERR_IO: return "i/o error";
-    case SKV_ERR_FORMAT: return "malformed file";
-    case SKV_ERR_UNSUPPORTED: return "unsupported";
-    case SKV_ERR_NOMEM: return "out of memory";
-    case SKV_ERR_STATE: return "invalid state";
+    case SKV_OK:
+        return "ok";
+    case SKV_ERR_INVALID_ARG:
+        return "invalid argument";
+    case SKV_ERR_IO:
+        return "i/o error";
+    case SKV_ERR_FORMAT:
+        return "malformed file";
+    case SKV_ERR_UNSUPPORTED:
+        return "unsupported";
+    case SKV_ERR_NOMEM:
+        return "out of memory";
+    case SKV_ERR_STATE:
+        return "invalid state";
     }
     return "unknown status";
 }

@@ -66,9 +66,9 @@ skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
     ctx->hb = malloc(nn * hp->n_ff * sizeof(float));
     ctx->hb2 = malloc(nn * hp->n_ff * sizeof(float));
     ctx->rope_cs = malloc(nn * hp->n_rot * sizeof(float));
-    ctx->attn_part = malloc((size_t)hp->n_head_kv * (size_t)ctx->params.n_threads *
-                            (size_t)(hp->n_head / hp->n_head_kv) * (hp->head_dim + 1) *
-                            sizeof(float));
+    ctx->attn_part =
+        malloc((size_t)hp->n_head_kv * (size_t)ctx->params.n_threads *
+               (size_t)(hp->n_head / hp->n_head_kv) * (hp->head_dim + 1) * sizeof(float));
     ctx->work_size = max_work_size(ctx->model, n);
     ctx->work = ctx->work_size ? malloc(ctx->work_size) : NULL;
     if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
@@ -120,8 +120,8 @@ skv_context *skv_context_new(const skv_model *model, const skv_context_params *p
     ctx->model = model;
     ctx->params = p;
     ctx->params.capture_window = 0;
-    ctx->cache = skv_cache_new(hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
-                               hp->rope_theta, p.kv_type, p.n_ctx, err);
+    ctx->cache = skv_cache_new(hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_theta,
+                               p.kv_type, p.n_ctx, err);
     if (!ctx->cache) goto fail;
     ctx->pool = skv_pool_new(p.n_threads);
     if (!ctx->pool) {

@@ -14,18 +14,18 @@ struct skv_context {
 
     /* scratch for a batch of up to n_batch tokens (grown on demand) */
     int n_batch;
-    float *x;      /* [n_batch, n_embd] residual stream */
-    float *xb;     /* [n_batch, n_embd] normed input */
-    float *q;      /* [n_batch, n_head * head_dim] */
-    float *k;      /* [n_batch, n_head_kv * head_dim] */
-    float *v;      /* [n_batch, n_head_kv * head_dim] */
-    float *att;    /* [n_batch, n_head * head_dim] attention output */
-    float *hb;     /* [n_batch, n_ff] gate */
-    float *hb2;    /* [n_batch, n_ff] up */
-    float *rope_cs; /* [n_batch, n_rot] cos/sin pairs of each token's position */
+    float *x;         /* [n_batch, n_embd] residual stream */
+    float *xb;        /* [n_batch, n_embd] normed input */
+    float *q;         /* [n_batch, n_head * head_dim] */
+    float *k;         /* [n_batch, n_head_kv * head_dim] */
+    float *v;         /* [n_batch, n_head_kv * head_dim] */
+    float *att;       /* [n_batch, n_head * head_dim] attention output */
+    float *hb;        /* [n_batch, n_ff] gate */
+    float *hb2;       /* [n_batch, n_ff] up */
+    float *rope_cs;   /* [n_batch, n_rot] cos/sin pairs of each token's position */
     float *attn_part; /* [n_head_kv, n_threads, n_head / n_head_kv * (head_dim + 1)] split-K
                          partial outputs and log-sum-exps of one decode token */
-    void *work;    /* matmul work (quantized activations) */
+    void *work;       /* matmul work (quantized activations) */
     size_t work_size;
 
     /* captured queries (capture_window > 0): [n_layer][n_head, capture_window, head_dim] */

@@ -75,8 +75,8 @@ static void attn_worker(void *arg, int ith, int nth) {
         float *out = t->ctx->attn_part + (size_t)item * t->n_split * g * (hd + 1) +
                      (size_t)part * g * (hd + 1);
         skv_attn_group_lse(out, out + (size_t)g * hd, t->q + off, g, hd,
-                           head->k + (size_t)j0 * c->row_bytes,
-                           head->v + (size_t)j0 * c->row_bytes, c->type, j1 - j0, scale);
+                           head->k + (size_t)j0 * c->row_bytes, head->v + (size_t)j0 * c->row_bytes,
+                           c->type, j1 - j0, scale);
     }
 }
 
@@ -130,8 +130,7 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
 
         /* attention block */
         for (int i = 0; i < n; i++)
-            skv_rmsnorm(xb + (size_t)i * d, x + (size_t)i * d, L->attn_norm.data, d,
-                        hp->norm_eps);
+            skv_rmsnorm(xb + (size_t)i * d, x + (size_t)i * d, L->attn_norm.data, d, hp->norm_eps);
         skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
         skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
         skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
@@ -194,8 +193,8 @@ static void forward_logits(skv_context *ctx, int n, int rows, float *logits) {
                m->output.type, m->hp.n_vocab, d, ctx->work);
 }
 
-skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
-                       skv_logits_mode mode, float *logits, skv_err *err) {
+skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
+                       float *logits, skv_err *err) {
     if (!ctx || !tokens || n_tokens <= 0)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward needs at least one token");
     if (mode != SKV_LOGITS_NONE && mode != SKV_LOGITS_LAST && mode != SKV_LOGITS_ALL)

@@ -17,9 +17,9 @@
 
 /* ---- element types and block formats (exact ggml layouts) ---------------------------------- */
 
-#define SKV_QK8_0 32 /* Q8_0: { f16 d; int8 q[32]; }            34 bytes / 32 values */
-#define SKV_QK4_0 32 /* Q4_0: { f16 d; uint8 q[16]; }           18 bytes / 32 values */
-#define SKV_QK_K 256 /* K-quants: super-blocks of 256 values               */
+#define SKV_QK8_0 32  /* Q8_0: { f16 d; int8 q[32]; }            34 bytes / 32 values */
+#define SKV_QK4_0 32  /* Q4_0: { f16 d; uint8 q[16]; }           18 bytes / 32 values */
+#define SKV_QK_K  256 /* K-quants: super-blocks of 256 values               */
 /* Q4_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]; }           144 bytes */
 /* Q5_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; } 176 bytes */
 /* Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }        210 bytes */
@@ -79,17 +79,17 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n);
 
 /* One matrix product as matmul.c hands it to its kernels (internal). */
 typedef struct skv_mm {
-    float *y;          /* [m, n_out] */
-    const float *x;    /* [m, n_in] */
-    const void *w;     /* [n_out] rows of w_stride bytes */
-    uint8_t *xq;       /* [m] activation rows of xq_stride bytes (quantized W only) */
+    float *y;       /* [m, n_out] */
+    const float *x; /* [m, n_in] */
+    const void *w;  /* [n_out] rows of w_stride bytes */
+    uint8_t *xq;    /* [m] activation rows of xq_stride bytes (quantized W only) */
     size_t w_stride, xq_stride;
     skv_type wt;
     int m, n_out, n_in;
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
-#define SKV_MM_ROW_ALIGN 16
+#define SKV_MM_ROW_ALIGN           16
 #define SKV_MM_MIN_ROWS_PER_THREAD 16
 #if defined(__x86_64__) || defined(__i386__)
 #define SKV_HAVE_MATMUL_AVX2 1

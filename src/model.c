@@ -34,8 +34,10 @@ static bool get_hparam_float(const skv_gguf *g, const char *key, double lo, doub
     double v;
     if (skv_gguf_find_key(g, key) < 0) return true; /* keep the default */
     if (!skv_gguf_get_float(g, key, &v) || !(v >= lo && v <= hi)) {
-        skv_err_set(err, SKV_ERR_FORMAT, "hyperparameter '%s' is missing a valid value in "
-                                         "[%g, %g]", key, lo, hi);
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "hyperparameter '%s' is missing a valid value in "
+                    "[%g, %g]",
+                    key, lo, hi);
         return false;
     }
     *out = (float)v;
@@ -44,8 +46,8 @@ static bool get_hparam_float(const skv_gguf *g, const char *key, double lo, doub
 
 /* Finds a tensor and checks its shape: ne0 x ne1 (ne1 = 0 for a vector). Matrices must be of a
  * type the matmul supports. */
-static bool get_tensor(const skv_gguf *g, const char *name, int64_t ne0, int64_t ne1,
-                       skv_weight *w, bool required, skv_err *err) {
+static bool get_tensor(const skv_gguf *g, const char *name, int64_t ne0, int64_t ne1, skv_weight *w,
+                       bool required, skv_err *err) {
     int64_t i = skv_gguf_find_tensor(g, name);
     if (i < 0) {
         if (required) skv_err_set(err, SKV_ERR_FORMAT, "missing tensor '%s'", name);
@@ -63,8 +65,8 @@ static bool get_tensor(const skv_gguf *g, const char *name, int64_t ne0, int64_t
             skv_err_set(err, SKV_ERR_FORMAT, "tensor '%s' has shape %s, expected [%lld, %lld]",
                         name, got, (long long)ne0, (long long)ne1);
         else
-            skv_err_set(err, SKV_ERR_FORMAT, "tensor '%s' has shape %s, expected [%lld]", name,
-                        got, (long long)ne0);
+            skv_err_set(err, SKV_ERR_FORMAT, "tensor '%s' has shape %s, expected [%lld]", name, got,
+                        (long long)ne0);
         return false;
     }
     if (!skv_type_supported(t->type)) {
@@ -138,13 +140,17 @@ static bool load_hparams(skv_model *m, skv_err *err) {
     if (!get_hparam_int(g, "llama.attention.head_count_kv", 1, 4096, &hp->n_head_kv, false, err))
         return false;
     if (hp->n_embd % hp->n_head) {
-        skv_err_set(err, SKV_ERR_FORMAT, "embedding length %d is not a multiple of the head "
-                                         "count %d", hp->n_embd, hp->n_head);
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "embedding length %d is not a multiple of the head "
+                    "count %d",
+                    hp->n_embd, hp->n_head);
         return false;
     }
     if (hp->n_head % hp->n_head_kv) {
-        skv_err_set(err, SKV_ERR_FORMAT, "head count %d is not a multiple of the kv head "
-                                         "count %d", hp->n_head, hp->n_head_kv);
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "head count %d is not a multiple of the kv head "
+                    "count %d",
+                    hp->n_head, hp->n_head_kv);
         return false;
     }
     hp->head_dim = hp->n_embd / hp->n_head;
@@ -197,8 +203,8 @@ static bool load_tensors(skv_model *m, skv_err *err) {
         return false;
     }
     char name[96];
-#define LAYER_TENSOR(field, suffix, ne0, ne1)                                                     \
-    snprintf(name, sizeof name, "blk.%d." suffix, l);                                            \
+#define LAYER_TENSOR(field, suffix, ne0, ne1)                                                      \
+    snprintf(name, sizeof name, "blk.%d." suffix, l);                                              \
     if (!get_tensor(g, name, ne0, ne1, &L->field, true, err)) return false;
     for (int l = 0; l < hp->n_layer; l++) {
         skv_layer_weights *L = &m->layers[l];
@@ -220,9 +226,9 @@ static bool load_tensors(skv_model *m, skv_err *err) {
     uint64_t total = weight_bytes(&m->output) + (uint64_t)d * 4 * (1 + 2 * (uint64_t)hp->n_layer);
     uint64_t by_type[SKV_TYPE_COUNT] = {0};
     for (int l = 0; l < hp->n_layer; l++) {
-        const skv_weight *ws[] = {&m->layers[l].wq,     &m->layers[l].wk,   &m->layers[l].wv,
-                                  &m->layers[l].wo,     &m->layers[l].w_gate,
-                                  &m->layers[l].w_up,   &m->layers[l].w_down};
+        const skv_weight *ws[] = {&m->layers[l].wq,    &m->layers[l].wk,     &m->layers[l].wv,
+                                  &m->layers[l].wo,    &m->layers[l].w_gate, &m->layers[l].w_up,
+                                  &m->layers[l].w_down};
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
             total += weight_bytes(ws[k]);
             by_type[ws[k]->type] += weight_bytes(ws[k]);

@@ -28,11 +28,11 @@ typedef struct skv_layer_weights {
 
 struct skv_model {
     skv_hparams hp;
-    skv_gguf *gguf;          /* owns the mapping */
-    skv_vocab *vocab;        /* owned */
-    skv_weight tok_embd;     /* [n_vocab, n_embd] */
-    skv_weight output_norm;  /* [n_embd] f32 */
-    skv_weight output;       /* [n_vocab, n_embd]; == tok_embd when tied */
+    skv_gguf *gguf;            /* owns the mapping */
+    skv_vocab *vocab;          /* owned */
+    skv_weight tok_embd;       /* [n_vocab, n_embd] */
+    skv_weight output_norm;    /* [n_embd] f32 */
+    skv_weight output;         /* [n_vocab, n_embd]; == tok_embd when tied */
     skv_layer_weights *layers; /* [n_layer] */
     uint64_t weight_bytes;
     skv_type weight_type;

@@ -13,8 +13,8 @@
 struct ref_model {
     int n_vocab, d, n_layer, n_head, n_kv, hd, ff, n_rot;
     double theta, eps;
-    double *embd, *out_norm, *out;                        /* [V,d], [d], [V,d] */
-    double **attn_norm, **wq, **wk, **wv, **wo;           /* per layer */
+    double *embd, *out_norm, *out;              /* [V,d], [d], [V,d] */
+    double **attn_norm, **wq, **wk, **wv, **wo; /* per layer */
     double **ffn_norm, **w_gate, **w_up, **w_down;
 };
 
@@ -68,7 +68,7 @@ ref_model *ref_model_load(const char *path) {
     size_t L = (size_t)m->n_layer;
     double ***fields[] = {&m->attn_norm, &m->wq,     &m->wk,   &m->wv,    &m->wo,
                           &m->ffn_norm,  &m->w_gate, &m->w_up, &m->w_down};
-    const char *names[] = {"attn_norm", "attn_q", "attn_k",   "attn_v",  "attn_output",
+    const char *names[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
                            "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
     for (size_t f = 0; f < 9; f++) {
         *fields[f] = calloc(L, sizeof(double *));
@@ -125,10 +125,10 @@ static void rope(double *x, int n_rot, int pos, double theta) {
     }
 }
 
-void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logits,
-                 ref_keep_fn keep, void *user) {
+void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logits, ref_keep_fn keep,
+                 void *user) {
     int d = m->d, hd = m->hd, dq = m->n_head * hd, dkv = m->n_kv * hd, g = m->n_head / m->n_kv;
-    double *x = calloc((size_t)n * d, sizeof(double));   /* [n, d] */
+    double *x = calloc((size_t)n * d, sizeof(double)); /* [n, d] */
     double *xb = calloc((size_t)d, sizeof(double));
     double *q = calloc((size_t)n * dq, sizeof(double));  /* [n, n_head, hd] */
     double *k = calloc((size_t)n * dkv, sizeof(double)); /* [n, n_kv, hd] */
@@ -137,15 +137,18 @@ void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logit
     double *tmp = calloc((size_t)(d > m->ff ? d : m->ff), sizeof(double));
     double *h1 = calloc((size_t)m->ff, sizeof(double)), *h3 = calloc((size_t)m->ff, sizeof(double));
     double *sc = calloc((size_t)n, sizeof(double));
-    for (int t = 0; t < n; t++) memcpy(x + (size_t)t * d, m->embd + (size_t)tokens[t] * d, (size_t)d * sizeof(double));
+    for (int t = 0; t < n; t++)
+        memcpy(x + (size_t)t * d, m->embd + (size_t)tokens[t] * d, (size_t)d * sizeof(double));
     for (int l = 0; l < m->n_layer; l++) {
         for (int t = 0; t < n; t++) {
             rmsnorm(xb, x + (size_t)t * d, m->attn_norm[l], d, m->eps);
             matvec(q + (size_t)t * dq, m->wq[l], xb, dq, d);
             matvec(k + (size_t)t * dkv, m->wk[l], xb, dkv, d);
             matvec(v + (size_t)t * dkv, m->wv[l], xb, dkv, d);
-            for (int h = 0; h < m->n_head; h++) rope(q + (size_t)t * dq + h * hd, m->n_rot, t, m->theta);
-            for (int h = 0; h < m->n_kv; h++) rope(k + (size_t)t * dkv + h * hd, m->n_rot, t, m->theta);
+            for (int h = 0; h < m->n_head; h++)
+                rope(q + (size_t)t * dq + h * hd, m->n_rot, t, m->theta);
+            for (int h = 0; h < m->n_kv; h++)
+                rope(k + (size_t)t * dkv + h * hd, m->n_rot, t, m->theta);
         }
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < m->n_head; h++) {
@@ -184,5 +187,14 @@ void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logit
         rmsnorm(xb, x + (size_t)t * d, m->out_norm, d, m->eps);
         matvec(logits + (size_t)t * m->n_vocab, m->out, xb, m->n_vocab, d);
     }
-    free(x); free(xb); free(q); free(k); free(v); free(att); free(tmp); free(h1); free(h3); free(sc);
+    free(x);
+    free(xb);
+    free(q);
+    free(k);
+    free(v);
+    free(att);
+    free(tmp);
+    free(h1);
+    free(h3);
+    free(sc);
 }

@@ -18,7 +18,7 @@ int ref_model_n_vocab(const ref_model *m);
 
 /* logits[n, n_vocab] of every position of tokens[0..n). Query at position i sees keys at
  * positions j <= i for which keep(l, h, j) (or all of them when keep is NULL). */
-void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logits,
-                 ref_keep_fn keep, void *user);
+void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logits, ref_keep_fn keep,
+                 void *user);
 
 #endif

@@ -181,9 +181,12 @@ static void test_new_rejects(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dense_and_bytes),       cmocka_unit_test(test_select_layer_and_head),
-        cmocka_unit_test(test_select_rejects_bad_lists), cmocka_unit_test(test_clone_isolated),
-        cmocka_unit_test(test_rerotate),              cmocka_unit_test(test_new_rejects),
+        cmocka_unit_test(test_dense_and_bytes),
+        cmocka_unit_test(test_select_layer_and_head),
+        cmocka_unit_test(test_select_rejects_bad_lists),
+        cmocka_unit_test(test_clone_isolated),
+        cmocka_unit_test(test_rerotate),
+        cmocka_unit_test(test_new_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

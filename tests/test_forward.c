@@ -25,9 +25,9 @@ static const char *REFERENCE_TEXT =
     "She said, \"I want to play with your ball, but";
 
 #define TOL_PUBLISHED 1e-4 /* the float64 reference logits shipped with the model */
-#define TOL_REF64 1e-4     /* our own float64 forward */
-#define TOL_BATCH 1e-5     /* batched prefill vs token-by-token decode */
-#define TOL_THREADS 1e-5   /* 1 vs 2 threads */
+#define TOL_REF64     1e-4 /* our own float64 forward */
+#define TOL_BATCH     1e-5 /* batched prefill vs token-by-token decode */
+#define TOL_THREADS   1e-5 /* 1 vs 2 threads */
 
 static skv_model *model;
 

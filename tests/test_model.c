@@ -19,8 +19,8 @@ typedef struct mutation {
     const char *skip_tensor; /* tensor to drop */
     const char *set_key;     /* u32 key to override */
     uint32_t set_value;
-    const char *arch;        /* general.architecture override */
-    const char *reshape;     /* tensor whose ne[0], ne[1] are swapped */
+    const char *arch;    /* general.architecture override */
+    const char *reshape; /* tensor whose ne[0], ne[1] are swapped */
 } mutation;
 
 static const char *skip_key_now;
@@ -81,8 +81,7 @@ static void test_missing_hparam(void **state) {
     (void)state;
     expect((mutation){.skip_key = "llama.block_count"}, SKV_ERR_FORMAT,
            "missing hyperparameter 'llama.block_count'");
-    expect((mutation){.skip_key = "general.architecture"}, SKV_ERR_FORMAT,
-           "general.architecture");
+    expect((mutation){.skip_key = "general.architecture"}, SKV_ERR_FORMAT, "general.architecture");
 }
 
 static void test_inconsistent_hparams(void **state) {
@@ -135,9 +134,12 @@ static void test_hparams_read(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unmodified_copy_loads), cmocka_unit_test(test_missing_hparam),
-        cmocka_unit_test(test_inconsistent_hparams),  cmocka_unit_test(test_wrong_architecture),
-        cmocka_unit_test(test_missing_or_misshapen_tensor), cmocka_unit_test(test_hparams_read),
+        cmocka_unit_test(test_unmodified_copy_loads),
+        cmocka_unit_test(test_missing_hparam),
+        cmocka_unit_test(test_inconsistent_hparams),
+        cmocka_unit_test(test_wrong_architecture),
+        cmocka_unit_test(test_missing_or_misshapen_tensor),
+        cmocka_unit_test(test_hparams_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,8 +52,10 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out) {
 const char *cli_model_path(const char *cmd, const char *explicit_path) {
     if (explicit_path) return explicit_path;
     if (access(SKV_DEFAULT_MODEL, R_OK) == 0) return SKV_DEFAULT_MODEL;
-    cli_error(cmd, "no model given (-m MODEL) and the default model %s is not there "
-                   "(run from the project root, next to ../shared)", SKV_DEFAULT_MODEL);
+    cli_error(cmd,
+              "no model given (-m MODEL) and the default model %s is not there "
+              "(run from the project root, next to ../shared)",
+              SKV_DEFAULT_MODEL);
     return NULL;
 }
 

@@ -7,25 +7,26 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
-            "                         [--top-p P] [--seed S] [-t THREADS] [--kv-type f32|f16|q8_0]\n"
-            "                         [--quiet] [--policy P --keep F [compression options]]\n\n"
-            "Prints the prompt followed by up to N generated tokens (stops early at EOS).\n"
-            "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
-            "cache is compressed after the prefill and generation continues on it.\n\n"
-            "  -m MODEL      GGUF model (default %s)\n"
-            "  -p PROMPT     prompt text (BOS is prepended)\n"
-            "  -n N          tokens to generate (default 256)\n"
-            "  --temp T      temperature; 0 = greedy (default 0.8)\n"
-            "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
-            "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
-            "  --seed S      random seed (default 0)\n"
-            "  -t THREADS    worker threads (default: all cores)\n"
-            "  --kv-type T   KV cache element type (default f32)\n"
-            "  --quiet       no statistics on stderr\n\n"
-            "Compression:\n",
-            SKV_DEFAULT_MODEL);
+    fprintf(
+        f,
+        "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
+        "                         [--top-p P] [--seed S] [-t THREADS] [--kv-type f32|f16|q8_0]\n"
+        "                         [--quiet] [--policy P --keep F [compression options]]\n\n"
+        "Prints the prompt followed by up to N generated tokens (stops early at EOS).\n"
+        "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
+        "cache is compressed after the prefill and generation continues on it.\n\n"
+        "  -m MODEL      GGUF model (default %s)\n"
+        "  -p PROMPT     prompt text (BOS is prepended)\n"
+        "  -n N          tokens to generate (default 256)\n"
+        "  --temp T      temperature; 0 = greedy (default 0.8)\n"
+        "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
+        "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
+        "  --seed S      random seed (default 0)\n"
+        "  -t THREADS    worker threads (default: all cores)\n"
+        "  --kv-type T   KV cache element type (default f32)\n"
+        "  --quiet       no statistics on stderr\n\n"
+        "Compression:\n",
+        SKV_DEFAULT_MODEL);
     cli_policy_usage(f);
 }
 
@@ -114,8 +115,10 @@ int cmd_generate(int argc, char **argv) {
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
     if (n_prompt + n_gen > hp->n_ctx_train) {
-        cli_error("generate", "prompt (%d tokens) + %ld generated tokens exceed the model's "
-                              "context of %d", n_prompt, n_gen, hp->n_ctx_train);
+        cli_error("generate",
+                  "prompt (%d tokens) + %ld generated tokens exceed the model's "
+                  "context of %d",
+                  n_prompt, n_gen, hp->n_ctx_train);
         rc = 2;
         goto done;
     }
@@ -152,13 +155,15 @@ int cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     double t2 = skv_time_ms();
     if (!quiet) {
-        fprintf(stderr, "\nprompt: %d tokens in %.1f ms (%.1f t/s); generated %d tokens in "
-                        "%.1f ms (%.1f t/s); %d threads\n",
+        fprintf(stderr,
+                "\nprompt: %d tokens in %.1f ms (%.1f t/s); generated %d tokens in "
+                "%.1f ms (%.1f t/s); %d threads\n",
                 n_prompt, t1 - t0, n_prompt * 1e3 / (t1 - t0 + 1e-9), n_done, t2 - t1,
                 n_done * 1e3 / (t2 - t1 + 1e-9), skv_context_n_threads(ctx));
         if (info.policy[0])
-            fprintf(stderr, "compressed: %s keep %.3g of T=%d (%d positions), KV %.1f -> %.1f "
-                            "KiB in %.2f ms\n",
+            fprintf(stderr,
+                    "compressed: %s keep %.3g of T=%d (%d positions), KV %.1f -> %.1f "
+                    "KiB in %.2f ms\n",
                     info.policy, info.keep_frac, info.T, info.keep, info.bytes_before / 1024.0,
                     info.bytes_after / 1024.0, info.compress_ms);
     }

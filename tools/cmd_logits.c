@@ -133,8 +133,8 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     f = fopen(out_path, "wb");
-    if (!f || fwrite(logits, sizeof *logits, (size_t)n * hp->n_vocab, f) !=
-                  (size_t)n * hp->n_vocab) {
+    if (!f ||
+        fwrite(logits, sizeof *logits, (size_t)n * hp->n_vocab, f) != (size_t)n * hp->n_vocab) {
         cli_error("logits", "cannot write '%s'", out_path);
         goto done;
     }
