@@ -14,7 +14,9 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/artifacts"
 
 # Seeds: hand-built little-endian GGUFs (v3 and v2, scalars, strings, nested arrays, tensors).
-python3 - "$work/corpus" <<'PY'
+PY3=$(command -v python3 || true)
+[ -n "$PY3" ] || { echo "fuzz_run.sh: no python3; seeding with the shared model only"; PY3=true; }
+"$PY3" - "$work/corpus" <<'PY'
 import struct, sys, os
 out = sys.argv[1]
 def s(x): return struct.pack('<Q', len(x)) + x

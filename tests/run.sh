@@ -2,6 +2,10 @@
 # Runs every test binary given, counts cmocka's per-test results, and ends with one line
 # "N passed, N failed" over all of them. Exit status 1 when anything failed or crashed.
 set -u
+# Tests write their temporary files under TMPDIR: give them one that is removed afterwards.
+TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/skv_tests.XXXXXX")
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 passed=0; failed=0; crashed=()
 for t in "$@"; do
     name=$(basename "$t")
