@@ -282,13 +282,41 @@ uint64_t skv_cache_bytes_allocated(const skv_cache *c) {
 
 /* ---- selection --------------------------------------------------------------------------- */
 
+/* Scratch for re-rotating keys: a float row, and the angles of one distance, reused while
+ * consecutive keys move by the same distance (all recent keys under sink_recent do), since a
+ * table costs n_rot/2 sin/cos in double. */
+typedef struct rotator {
+    float *row; /* [head_dim] */
+    float *cs;  /* [n_rot] */
+    double delta;
+    bool valid;
+} rotator;
+
+static bool rotator_init(rotator *r, const skv_cache *c) {
+    r->row = malloc((size_t)c->head_dim * sizeof(float));
+    r->cs = malloc(((size_t)c->n_rot + 1) * sizeof(float));
+    r->valid = false;
+    r->delta = 0;
+    return r->row && r->cs;
+}
+
+static void rotator_free(rotator *r) {
+    free(r->row);
+    free(r->cs);
+}
+
 /* Re-rotates the key of entry i of a head by delta positions (RoPE rotations compose). */
-static void key_rotate(skv_cache *c, skv_cache_head *h, int i, double delta, float *tmp) {
+static void key_rotate(skv_cache *c, skv_cache_head *h, int i, double delta, rotator *r) {
     if (delta == 0) return;
+    if (!r->valid || r->delta != delta) {
+        skv_rope_angles(r->cs, c->n_rot, delta, c->rope_theta);
+        r->delta = delta;
+        r->valid = true;
+    }
     uint8_t *row = h->k + (size_t)i * c->row_bytes;
-    row_load(c->type, row, tmp, c->head_dim);
-    skv_rope(tmp, c->head_dim, c->n_rot, delta, c->rope_theta);
-    row_store(c->type, row, tmp, c->head_dim);
+    row_load(c->type, row, r->row, c->head_dim);
+    skv_rope_apply(r->row, c->n_rot, r->cs);
+    row_store(c->type, row, r->row, c->head_dim);
 }
 
 static skv_status check_positions(const skv_cache *c, int layer, int head, const int32_t *p, int n,
@@ -314,7 +342,7 @@ static skv_status check_positions(const skv_cache *c, int layer, int head, const
 
 /* Compacts a head to the (validated) positions: a forward copy, safe because the kept entries'
  * new slots never pass their old ones. Then the arrays shrink so the memory goes back. */
-static void head_select(skv_cache *c, skv_cache_head *h, const int32_t *p, int n, float *tmp) {
+static void head_select(skv_cache *c, skv_cache_head *h, const int32_t *p, int n, rotator *rot) {
     int i = 0;
     for (int j = 0; j < n; j++) {
         while (h->pos[i] != p[j]) i++;
@@ -323,7 +351,7 @@ static void head_select(skv_cache *c, skv_cache_head *h, const int32_t *p, int n
             memmove(h->k + (size_t)j * c->row_bytes, h->k + (size_t)i * c->row_bytes, c->row_bytes);
             memmove(h->v + (size_t)j * c->row_bytes, h->v + (size_t)i * c->row_bytes, c->row_bytes);
             /* rerotate mode keeps "entry j is rotated at j" true */
-            if (c->mode == SKV_POSITIONS_REROTATE) key_rotate(c, h, j, (double)j - i, tmp);
+            if (c->mode == SKV_POSITIONS_REROTATE) key_rotate(c, h, j, (double)j - i, rot);
         }
         i++;
     }
@@ -339,10 +367,13 @@ skv_status skv_cache_select_head(skv_cache *c, int layer, int head, const int32_
                            layer, head);
     skv_status st = check_positions(c, layer, head, positions, n_positions, err);
     if (st) return st;
-    float *tmp = malloc((size_t)c->head_dim * sizeof(float));
-    if (!tmp) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
-    head_select(c, skv_cache_head_at(c, layer, head), positions, n_positions, tmp);
-    free(tmp);
+    rotator rot;
+    if (!rotator_init(&rot, c)) {
+        rotator_free(&rot);
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    }
+    head_select(c, skv_cache_head_at(c, layer, head), positions, n_positions, &rot);
+    rotator_free(&rot);
     return SKV_OK;
 }
 
@@ -354,24 +385,30 @@ skv_status skv_cache_select_layer(skv_cache *c, int layer, const int32_t *positi
         skv_status st = check_positions(c, layer, h, positions, n_positions, err);
         if (st) return st;
     }
-    float *tmp = malloc((size_t)c->head_dim * sizeof(float));
-    if (!tmp) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    rotator rot;
+    if (!rotator_init(&rot, c)) {
+        rotator_free(&rot);
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    }
     for (int h = 0; h < c->n_head_kv; h++)
-        head_select(c, skv_cache_head_at(c, layer, h), positions, n_positions, tmp);
-    free(tmp);
+        head_select(c, skv_cache_head_at(c, layer, h), positions, n_positions, &rot);
+    rotator_free(&rot);
     return SKV_OK;
 }
 
 skv_status skv_cache_rerotate(skv_cache *c, skv_err *err) {
     if (c->mode == SKV_POSITIONS_REROTATE) return SKV_OK; /* invariant already holds */
-    float *tmp = malloc((size_t)c->head_dim * sizeof(float));
-    if (!tmp) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    rotator rot;
+    if (!rotator_init(&rot, c)) {
+        rotator_free(&rot);
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < c->n_layer * c->n_head_kv; i++) {
         skv_cache_head *h = &c->heads[i];
-        for (int j = 0; j < h->n; j++) key_rotate(c, h, j, (double)j - h->pos[j], tmp);
+        for (int j = 0; j < h->n; j++) key_rotate(c, h, j, (double)j - h->pos[j], &rot);
         h->rope_shift = c->n_past - h->n;
     }
-    free(tmp);
+    rotator_free(&rot);
     c->mode = SKV_POSITIONS_REROTATE;
     return SKV_OK;
 }

@@ -20,25 +20,6 @@
 /* Long prompts go through in batches of this many tokens, bounding scratch memory. */
 #define FORWARD_BATCH 512
 
-/* cos/sin of every rotated pair at one position: cs[2*i] = cos, cs[2*i+1] = sin, i < n_rot/2. */
-static void rope_angles(float *cs, int n_rot, double pos, float theta) {
-    for (int i = 0; i < n_rot / 2; i++) {
-        double a = pos * pow((double)theta, -2.0 * i / n_rot);
-        cs[2 * i] = (float)cos(a);
-        cs[2 * i + 1] = (float)sin(a);
-    }
-}
-
-/* Rotates adjacent pairs (x[2i], x[2i+1]) by the precomputed angles (llama "normal" RoPE). */
-static void rope_apply(float *x, int n_rot, const float *cs) {
-    for (int i = 0; i < n_rot / 2; i++) {
-        float c = cs[2 * i], s = cs[2 * i + 1];
-        float x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = x0 * c - x1 * s;
-        x[2 * i + 1] = x0 * s + x1 * c;
-    }
-}
-
 typedef struct attn_task {
     const skv_context *ctx;
     const float *q; /* [n, n_head * head_dim] */
@@ -123,7 +104,7 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         skv_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + erow * tokens[i],
                            x + (size_t)i * d, d);
     for (int i = 0; i < n; i++) /* the same angles serve every layer */
-        rope_angles(ctx->rope_cs + (size_t)i * hp->n_rot, hp->n_rot, pos0 + i, hp->rope_theta);
+        skv_rope_angles(ctx->rope_cs + (size_t)i * hp->n_rot, hp->n_rot, pos0 + i, hp->rope_theta);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const skv_layer_weights *L = &m->layers[l];
@@ -144,11 +125,12 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
                 int32_t shift = skv_cache_head_at(cache, l, h)->rope_shift;
                 const float *a = cs;
                 if (shift) {
-                    rope_angles(cs_shift, hp->n_rot, (double)pos - shift, hp->rope_theta);
+                    skv_rope_angles(cs_shift, hp->n_rot, (double)pos - shift, hp->rope_theta);
                     a = cs_shift;
                 }
-                for (int j = 0; j < g; j++) rope_apply(qi + (size_t)(h * g + j) * hd, hp->n_rot, a);
-                rope_apply(ki + (size_t)h * hd, hp->n_rot, a);
+                for (int j = 0; j < g; j++)
+                    skv_rope_apply(qi + (size_t)(h * g + j) * hd, hp->n_rot, a);
+                skv_rope_apply(ki + (size_t)h * hd, hp->n_rot, a);
                 skv_cache_append(cache, l, h, pos, ki + (size_t)h * hd,
                                  ctx->v + (size_t)i * dkv + (size_t)h * hd);
             }

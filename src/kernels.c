@@ -136,6 +136,23 @@ void skv_rope_ref(float *x, int head_dim, int n_rot, double pos, float theta) {
     }
 }
 
+void skv_rope_angles(float *cs, int n_rot, double pos, float theta) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        double a = pos * pow((double)theta, -2.0 * i / n_rot);
+        cs[2 * i] = (float)cos(a);
+        cs[2 * i + 1] = (float)sin(a);
+    }
+}
+
+void skv_rope_apply(float *x, int n_rot, const float *cs) {
+    for (int i = 0; i < n_rot / 2; i++) {
+        float c = cs[2 * i], sn = cs[2 * i + 1];
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c - x1 * sn;
+        x[2 * i + 1] = x0 * sn + x1 * c;
+    }
+}
+
 void skv_softmax_ref(float *x, int n) {
     if (n <= 0) return;
     float mx = x[0];

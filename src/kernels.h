@@ -112,6 +112,13 @@ void skv_rmsnorm_ref(float *out, const float *x, const float *w, int n, float ep
 void skv_rope(float *x, int head_dim, int n_rot, double pos, float theta);
 void skv_rope_ref(float *x, int head_dim, int n_rot, double pos, float theta);
 
+/* The same rotation in two steps, for when one position serves many vectors (every head of a
+ * token, every key moved by the same distance): cs[n_rot] receives cos/sin pairs
+ * (cs[2i] = cos, cs[2i+1] = sin of pos * theta^(-2i/n_rot), angles in double); apply rotates
+ * the pairs (x[2i], x[2i+1]) of one vector by them. n_rot even, <= head_dim. */
+void skv_rope_angles(float *cs, int n_rot, double pos, float theta);
+void skv_rope_apply(float *x, int n_rot, const float *cs);
+
 /* In-place softmax of x[n] (max-subtracted). */
 void skv_softmax(float *x, int n);
 void skv_softmax_ref(float *x, int n);

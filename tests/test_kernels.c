@@ -524,6 +524,23 @@ static void test_attention_invalid(void **state) {
     for (int i = 0; i < 16; i++) assert_true(o[i] == 0.0f);
 }
 
+/* The two-step rotation (angles once, applied to many vectors) equals skv_rope_ref. */
+static void test_rope_two_step(void **state) {
+    (void)state;
+    const double pos[] = {0, 1, 7, -3, 1000, -4095.0, 8191};
+    float cs[128], a[128], b[128];
+    for (int k = 0; k < (int)(sizeof pos / sizeof pos[0]); k++) {
+        for (int n_rot = 2; n_rot <= 128; n_rot *= 4) {
+            fill(a, 128, -1, 1);
+            memcpy(b, a, sizeof a);
+            skv_rope_ref(a, 128, n_rot, pos[k], 10000.0f);
+            skv_rope_angles(cs, n_rot, pos[k], 10000.0f);
+            skv_rope_apply(b, n_rot, cs);
+            for (int i = 0; i < 128; i++) assert_true(fabsf(a[i] - b[i]) < TOL_ROPE);
+        }
+    }
+}
+
 /* Split-K: attention over K/V cut into chunks, merged through each chunk's log-sum-exp, equals
  * attention over the whole range; and lse itself equals a float64 log-sum-exp. */
 static void test_attention_split_lse(void **state) {
@@ -584,6 +601,7 @@ int main(void) {
         cmocka_unit_test(test_attention_shapes),
         cmocka_unit_test(test_attention_invalid),
         cmocka_unit_test(test_attention_split_lse),
+        cmocka_unit_test(test_rope_two_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
