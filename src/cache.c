@@ -194,14 +194,23 @@ static void row_load(skv_type t, const uint8_t *src, float *dst, int n) {
         skv_dequantize_row(t, src, dst, n);
 }
 
-void skv_cache_append(skv_cache *c, int layer, int head, int32_t pos, const float *k,
-                      const float *v) {
+void skv_cache_store(skv_cache *c, int layer, int head, int i, int32_t pos, const float *k,
+                     const float *v) {
     skv_cache_head *h = skv_cache_head_at(c, layer, head);
-    size_t off = (size_t)h->n * c->row_bytes;
-    h->pos[h->n] = pos;
+    size_t off = (size_t)(h->n + i) * c->row_bytes;
+    h->pos[h->n + i] = pos;
     row_store(c->type, h->k + off, k, c->head_dim);
     row_store(c->type, h->v + off, v, c->head_dim);
-    h->n++;
+}
+
+void skv_cache_commit(skv_cache *c, int layer, int n_new) {
+    for (int h = 0; h < c->n_head_kv; h++) skv_cache_head_at(c, layer, h)->n += n_new;
+}
+
+void skv_cache_append(skv_cache *c, int layer, int head, int32_t pos, const float *k,
+                      const float *v) {
+    skv_cache_store(c, layer, head, 0, pos, k, v);
+    skv_cache_head_at(c, layer, head)->n++;
 }
 
 int skv_cache_head_count_upto(const skv_cache_head *h, int32_t p) {

@@ -50,6 +50,12 @@ skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err);
  * Room must have been reserved. */
 void skv_cache_append(skv_cache *c, int layer, int head, int32_t pos, const float *k,
                       const float *v);
+/* Writes entry n + i of a head without counting it yet, so that a batch's entries can be
+ * written in parallel; skv_cache_commit then counts n_new entries in every head of a layer.
+ * Room must have been reserved; positions must stay ascending. */
+void skv_cache_store(skv_cache *c, int layer, int head, int i, int32_t pos, const float *k,
+                     const float *v);
+void skv_cache_commit(skv_cache *c, int layer, int n_new);
 /* Number of entries of a head with pos <= p (positions are sorted). */
 int skv_cache_head_count_upto(const skv_cache_head *h, int32_t p);
 

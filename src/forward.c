@@ -86,38 +86,50 @@ static void attn_merge(const skv_context *ctx, float *att, int n_split) {
     }
 }
 
-/* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
- * (after output_norm) in ctx->xb. qcap_skip: tokens of this batch before the capture window. */
-static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qcap_skip,
-                          int qcap_slot0, int qcap_total) {
-    const skv_model *m = ctx->model;
-    const skv_hparams *hp = &m->hp;
+/* The per-token steps between the matrix products, spread over the pool in contiguous token
+ * ranges (each token's work is independent, so the split does not change any result). */
+typedef enum tok_op {
+    TOK_NORM,       /* xb = rmsnorm(x) */
+    TOK_ADD_NORM,   /* x += xb (the residual), then xb = rmsnorm(x) */
+    TOK_ADD,        /* x += xb */
+    TOK_ROPE_STORE, /* RoPE q and k, store k and v in the cache, capture q */
+    TOK_SWIGLU,     /* hb = silu(hb) * hb2 */
+} tok_op;
+
+typedef struct tok_task {
+    skv_context *ctx;
+    tok_op op;
+    int n, layer, pos0;
+    const float *norm; /* [n_embd] */
+    int qcap_skip, qcap_slot0, qcap_total;
+} tok_task;
+
+static void tok_worker(void *arg, int ith, int nth) {
+    const tok_task *t = arg;
+    skv_context *ctx = t->ctx;
+    const skv_hparams *hp = &ctx->model->hp;
     skv_cache *cache = ctx->cache;
     const int d = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    const int dq = nh * hd, dkv = nkv * hd, ff = hp->n_ff, g = nh / nkv;
-    const int pos0 = cache->n_past;
-    float *x = ctx->x, *xb = ctx->xb; /* [n, d] */
+    const int dq = nh * hd, dkv = nkv * hd, g = nh / nkv, l = t->layer;
+    const int i0 = (int)((int64_t)t->n * ith / nth), i1 = (int)((int64_t)t->n * (ith + 1) / nth);
     float cs_shift[1024]; /* angles at a shifted position (rerotate mode); n_rot <= 1024 */
-
-    size_t erow = skv_row_bytes(m->tok_embd.type, d);
-    for (int i = 0; i < n; i++)
-        skv_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + erow * tokens[i],
-                           x + (size_t)i * d, d);
-    for (int i = 0; i < n; i++) /* the same angles serve every layer */
-        skv_rope_angles(ctx->rope_cs + (size_t)i * hp->n_rot, hp->n_rot, pos0 + i, hp->rope_theta);
-
-    for (int l = 0; l < hp->n_layer; l++) {
-        const skv_layer_weights *L = &m->layers[l];
-
-        /* attention block */
-        for (int i = 0; i < n; i++)
-            skv_rmsnorm(xb + (size_t)i * d, x + (size_t)i * d, L->attn_norm.data, d, hp->norm_eps);
-        skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
-        skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
-        skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
-
-        for (int i = 0; i < n; i++) {
-            const int pos = pos0 + i;
+    for (int i = i0; i < i1; i++) {
+        float *x = ctx->x + (size_t)i * d, *xb = ctx->xb + (size_t)i * d;
+        switch (t->op) {
+        case TOK_ADD:
+        case TOK_ADD_NORM:
+            for (int j = 0; j < d; j++) x[j] += xb[j];
+            if (t->op == TOK_ADD) break;
+            /* fall through */
+        case TOK_NORM:
+            skv_rmsnorm(xb, x, t->norm, d, hp->norm_eps);
+            break;
+        case TOK_SWIGLU:
+            skv_swiglu(ctx->hb + (size_t)i * hp->n_ff, ctx->hb + (size_t)i * hp->n_ff,
+                       ctx->hb2 + (size_t)i * hp->n_ff, hp->n_ff);
+            break;
+        case TOK_ROPE_STORE: {
+            const int pos = t->pos0 + i;
             float *qi = ctx->q + (size_t)i * dq, *ki = ctx->k + (size_t)i * dkv;
             const float *cs = ctx->rope_cs + (size_t)i * hp->n_rot;
             for (int h = 0; h < nkv; h++) {
@@ -131,17 +143,62 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
                 for (int j = 0; j < g; j++)
                     skv_rope_apply(qi + (size_t)(h * g + j) * hd, hp->n_rot, a);
                 skv_rope_apply(ki + (size_t)h * hd, hp->n_rot, a);
-                skv_cache_append(cache, l, h, pos, ki + (size_t)h * hd,
-                                 ctx->v + (size_t)i * dkv + (size_t)h * hd);
+                skv_cache_store(cache, l, h, i, pos, ki + (size_t)h * hd,
+                                ctx->v + (size_t)i * dkv + (size_t)h * hd);
             }
-            if (i >= qcap_skip) { /* captured layout per layer: [n_head, qcap_total, head_dim] */
-                float *dst = ctx->qcap + (size_t)l * nh * qcap_total * hd;
-                int slot = qcap_slot0 + i - qcap_skip;
+            if (i >= t->qcap_skip) { /* captured layout per layer: [n_head, total, head_dim] */
+                float *dst = ctx->qcap + (size_t)l * nh * t->qcap_total * hd;
+                int slot = t->qcap_slot0 + i - t->qcap_skip;
                 for (int h = 0; h < nh; h++)
-                    memcpy(dst + ((size_t)h * qcap_total + slot) * hd, qi + (size_t)h * hd,
+                    memcpy(dst + ((size_t)h * t->qcap_total + slot) * hd, qi + (size_t)h * hd,
                            (size_t)hd * sizeof(float));
             }
+            break;
         }
+        }
+    }
+}
+
+static void per_token(tok_task *t, tok_op op, const float *norm) {
+    t->op = op;
+    t->norm = norm;
+    if (t->n == 1) /* one token: not worth waking the pool */
+        tok_worker(t, 0, 1);
+    else
+        skv_pool_run(t->ctx->pool, tok_worker, t);
+}
+
+/* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
+ * in ctx->x. qcap_skip: tokens of this batch before the capture window. */
+static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qcap_skip,
+                          int qcap_slot0, int qcap_total) {
+    const skv_model *m = ctx->model;
+    const skv_hparams *hp = &m->hp;
+    skv_cache *cache = ctx->cache;
+    const int d = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int dq = nh * hd, dkv = nkv * hd, ff = hp->n_ff;
+    const int pos0 = cache->n_past;
+    float *x = ctx->x, *xb = ctx->xb; /* [n, d] */
+    tok_task tt = {ctx, TOK_NORM, n, 0, pos0, NULL, qcap_skip, qcap_slot0, qcap_total};
+
+    size_t erow = skv_row_bytes(m->tok_embd.type, d);
+    for (int i = 0; i < n; i++)
+        skv_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + erow * tokens[i],
+                           x + (size_t)i * d, d);
+    for (int i = 0; i < n; i++) /* the same angles serve every layer */
+        skv_rope_angles(ctx->rope_cs + (size_t)i * hp->n_rot, hp->n_rot, pos0 + i, hp->rope_theta);
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const skv_layer_weights *L = &m->layers[l];
+        tt.layer = l;
+
+        /* attention block (the previous layer's feed-forward residual is added here) */
+        per_token(&tt, l == 0 ? TOK_NORM : TOK_ADD_NORM, L->attn_norm.data);
+        skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
+        skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
+        skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
+        per_token(&tt, TOK_ROPE_STORE, NULL);
+        skv_cache_commit(cache, l, n);
 
         /* split a decode token's heads when each thread still gets a long range */
         int nth = ctx->params.n_threads, n_split = 1;
@@ -150,17 +207,15 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         skv_pool_run(ctx->pool, attn_worker, &at);
         if (n_split > 1) attn_merge(ctx, ctx->att, n_split);
         skv_matmul(ctx->pool, xb, ctx->att, n, L->wo.data, L->wo.type, d, dq, ctx->work);
-        for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
 
         /* feed-forward block (SwiGLU) */
-        for (int i = 0; i < n; i++)
-            skv_rmsnorm(xb + (size_t)i * d, x + (size_t)i * d, L->ffn_norm.data, d, hp->norm_eps);
+        per_token(&tt, TOK_ADD_NORM, L->ffn_norm.data);
         skv_matmul(ctx->pool, ctx->hb, xb, n, L->w_gate.data, L->w_gate.type, ff, d, ctx->work);
         skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, ff, d, ctx->work);
-        skv_swiglu(ctx->hb, ctx->hb, ctx->hb2, n * ff);
+        per_token(&tt, TOK_SWIGLU, NULL);
         skv_matmul(ctx->pool, xb, ctx->hb, n, L->w_down.data, L->w_down.type, d, ff, ctx->work);
-        for (size_t i = 0; i < (size_t)n * d; i++) x[i] += xb[i];
     }
+    per_token(&tt, TOK_ADD, NULL); /* the last feed-forward residual */
     cache->n_past += n;
 }
 
