@@ -222,6 +222,45 @@ static void test_cli_generate_reference(void **state) {
     free(out);
 }
 
+/* generate --policy: keep 1.0 changes nothing; a real compression still generates, and bad
+ * policy options are usage errors (exit 2, nothing on stdout). */
+static void test_cli_generate_policy(void **state) {
+    (void)state;
+    const char *prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
+    char cmd[1024];
+    int status;
+    snprintf(cmd, sizeof cmd, "%s generate --temp 0 -n 40 --quiet -m %s -p '%s'", test_cli(),
+             test_model_path("stories260K/stories260K.gguf"), prompt);
+    char *dense = test_run(cmd, &status);
+    assert_int_equal(status, 0);
+    const char *policies[] = {"streaming", "random", "snapkv --window 4", "pyramid --window 4"};
+    for (int p = 0; p < 4; p++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s generate --temp 0 -n 40 --quiet -m %s -p '%s' --policy %s --keep 1.0",
+                 test_cli(), test_model_path("stories260K/stories260K.gguf"), prompt, policies[p]);
+        char *same = test_run(cmd, &status);
+        assert_int_equal(status, 0);
+        if (p < 3) assert_string_equal(same, dense); /* pyramid at 1.0 is not the full cache */
+        free(same);
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s generate --temp 0 -n 40 --quiet -m %s -p '%s' --policy snapkv --keep 0.3 "
+             "--window 4 --protocol engine --positions rerotate",
+             test_cli(), test_model_path("stories260K/stories260K.gguf"), prompt);
+    char *out = test_run(cmd, &status);
+    assert_int_equal(status, 0);
+    assert_int_equal(strncmp(out, prompt, strlen(prompt)), 0);
+    assert_true(strlen(out) > strlen(prompt) + 20);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi --policy nope --keep 0.5 2>/dev/null",
+             test_cli(), test_model_path("stories260K/stories260K.gguf"));
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_string_equal(out, "");
+    free(out);
+    free(dense);
+}
+
 static void test_forward_errors(void **state) {
     (void)state;
     skv_context_params cp = skv_context_default_params();
@@ -265,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_f16_cache_close),
         cmocka_unit_test(test_greedy_reference_text),
         cmocka_unit_test(test_cli_generate_reference),
+        cmocka_unit_test(test_cli_generate_policy),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_load_errors),
     };
