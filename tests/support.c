@@ -67,3 +67,29 @@ char *test_run(const char *cmd, int *status) {
     if (out) out[len] = 0;
     return out;
 }
+
+void bbuf_put(bbuf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p) abort();
+    }
+    if (n) memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+void bbuf_u8(bbuf *b, uint8_t v) {
+    bbuf_put(b, &v, 1);
+}
+void bbuf_u32(bbuf *b, uint32_t v) {
+    bbuf_put(b, &v, 4);
+}
+void bbuf_u64(bbuf *b, uint64_t v) {
+    bbuf_put(b, &v, 8);
+}
+void bbuf_strn(bbuf *b, const char *s, size_t n) {
+    bbuf_u64(b, n);
+    bbuf_put(b, s, n);
+}
+void bbuf_str(bbuf *b, const char *s) {
+    bbuf_strn(b, s, strlen(s));
+}

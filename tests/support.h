@@ -18,4 +18,17 @@ const char *test_cli(void);
  * exit status. */
 char *test_run(const char *cmd, int *status);
 
+/* A growable byte buffer for hand-made files (independent of the GGUF writer). Multi-byte
+ * values are written in host order (little-endian here, as GGUF). Aborts when out of memory. */
+typedef struct bbuf {
+    uint8_t *p;
+    size_t n, cap;
+} bbuf;
+void bbuf_put(bbuf *b, const void *src, size_t n);
+void bbuf_u8(bbuf *b, uint8_t v);
+void bbuf_u32(bbuf *b, uint32_t v);
+void bbuf_u64(bbuf *b, uint64_t v);
+void bbuf_strn(bbuf *b, const char *s, size_t n); /* GGUF string: u64 length + bytes */
+void bbuf_str(bbuf *b, const char *s);
+
 #endif

@@ -18,42 +18,12 @@
 
 /* ---- a byte builder for hand-made files (independent of the writer) ------------------------- */
 
-typedef struct bbuf {
-    uint8_t *p;
-    size_t n, cap;
-} bbuf;
-
-static void put(bbuf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-static void put_u8(bbuf *b, uint8_t v) {
-    put(b, &v, 1);
-}
-static void put_u32(bbuf *b, uint32_t v) {
-    put(b, &v, 4);
-}
-static void put_u64(bbuf *b, uint64_t v) {
-    put(b, &v, 8);
-}
-static void put_strn(bbuf *b, const char *s, size_t n) {
-    put_u64(b, n);
-    put(b, s, n);
-}
-static void put_str(bbuf *b, const char *s) {
-    put_strn(b, s, strlen(s));
-}
 static void put_key(bbuf *b, const char *key, uint32_t type) {
-    put_str(b, key);
-    put_u32(b, type);
+    bbuf_str(b, key);
+    bbuf_u32(b, type);
 }
 static void pad_to(bbuf *b, size_t align) {
-    while (b->n % align) put_u8(b, 0);
+    while (b->n % align) bbuf_u8(b, 0);
 }
 
 /* A file with one key of every scalar type, strings with NUL bytes and nested arrays, and one
@@ -61,42 +31,42 @@ static void pad_to(bbuf *b, size_t align) {
 #define HAND_N_KV 17
 static bbuf hand_file(uint32_t version) {
     bbuf b = {0};
-    put(&b, "GGUF", 4);
-    put_u32(&b, version);
-    put_u64(&b, 1);
-    put_u64(&b, HAND_N_KV);
-    put_key(&b, "u8", SKV_GGUF_UINT8), put_u8(&b, 250);
-    put_key(&b, "i8", SKV_GGUF_INT8), put_u8(&b, (uint8_t)-7);
-    put_key(&b, "u16", SKV_GGUF_UINT16), put(&b, &(uint16_t){65000}, 2);
-    put_key(&b, "i16", SKV_GGUF_INT16), put(&b, &(int16_t){-30000}, 2);
-    put_key(&b, "u32", SKV_GGUF_UINT32), put_u32(&b, 4000000000u);
-    put_key(&b, "i32", SKV_GGUF_INT32), put(&b, &(int32_t){-2000000000}, 4);
-    put_key(&b, "f32", SKV_GGUF_FLOAT32), put(&b, &(float){1.5f}, 4);
-    put_key(&b, "bool", SKV_GGUF_BOOL), put_u8(&b, 1);
-    put_key(&b, "str", SKV_GGUF_STRING), put_strn(&b, "a\0b", 3);
-    put_key(&b, "u64", SKV_GGUF_UINT64), put_u64(&b, UINT64_MAX);
-    put_key(&b, "i64", SKV_GGUF_INT64), put(&b, &(int64_t){INT64_MIN}, 8);
-    put_key(&b, "f64", SKV_GGUF_FLOAT64), put(&b, &(double){-0.125}, 8);
+    bbuf_put(&b, "GGUF", 4);
+    bbuf_u32(&b, version);
+    bbuf_u64(&b, 1);
+    bbuf_u64(&b, HAND_N_KV);
+    put_key(&b, "u8", SKV_GGUF_UINT8), bbuf_u8(&b, 250);
+    put_key(&b, "i8", SKV_GGUF_INT8), bbuf_u8(&b, (uint8_t)-7);
+    put_key(&b, "u16", SKV_GGUF_UINT16), bbuf_put(&b, &(uint16_t){65000}, 2);
+    put_key(&b, "i16", SKV_GGUF_INT16), bbuf_put(&b, &(int16_t){-30000}, 2);
+    put_key(&b, "u32", SKV_GGUF_UINT32), bbuf_u32(&b, 4000000000u);
+    put_key(&b, "i32", SKV_GGUF_INT32), bbuf_put(&b, &(int32_t){-2000000000}, 4);
+    put_key(&b, "f32", SKV_GGUF_FLOAT32), bbuf_put(&b, &(float){1.5f}, 4);
+    put_key(&b, "bool", SKV_GGUF_BOOL), bbuf_u8(&b, 1);
+    put_key(&b, "str", SKV_GGUF_STRING), bbuf_strn(&b, "a\0b", 3);
+    put_key(&b, "u64", SKV_GGUF_UINT64), bbuf_u64(&b, UINT64_MAX);
+    put_key(&b, "i64", SKV_GGUF_INT64), bbuf_put(&b, &(int64_t){INT64_MIN}, 8);
+    put_key(&b, "f64", SKV_GGUF_FLOAT64), bbuf_put(&b, &(double){-0.125}, 8);
     /* [[1, 2], [], [3]] as int16 */
-    put_key(&b, "nested", SKV_GGUF_ARRAY), put_u32(&b, SKV_GGUF_ARRAY), put_u64(&b, 3);
-    put_u32(&b, SKV_GGUF_INT16), put_u64(&b, 2), put(&b, (int16_t[]){1, 2}, 4);
-    put_u32(&b, SKV_GGUF_INT16), put_u64(&b, 0);
-    put_u32(&b, SKV_GGUF_INT16), put_u64(&b, 1), put(&b, (int16_t[]){3}, 2);
+    put_key(&b, "nested", SKV_GGUF_ARRAY), bbuf_u32(&b, SKV_GGUF_ARRAY), bbuf_u64(&b, 3);
+    bbuf_u32(&b, SKV_GGUF_INT16), bbuf_u64(&b, 2), bbuf_put(&b, (int16_t[]){1, 2}, 4);
+    bbuf_u32(&b, SKV_GGUF_INT16), bbuf_u64(&b, 0);
+    bbuf_u32(&b, SKV_GGUF_INT16), bbuf_u64(&b, 1), bbuf_put(&b, (int16_t[]){3}, 2);
     /* [["x", ""], [["deep"]]]: arrays of strings and of arrays of strings */
-    put_key(&b, "nested_str", SKV_GGUF_ARRAY), put_u32(&b, SKV_GGUF_ARRAY), put_u64(&b, 2);
-    put_u32(&b, SKV_GGUF_STRING), put_u64(&b, 2), put_str(&b, "x"), put_str(&b, "");
-    put_u32(&b, SKV_GGUF_ARRAY), put_u64(&b, 1);
-    put_u32(&b, SKV_GGUF_STRING), put_u64(&b, 1), put_str(&b, "deep");
-    put_key(&b, "bools", SKV_GGUF_ARRAY), put_u32(&b, SKV_GGUF_BOOL), put_u64(&b, 3);
-    put(&b, (uint8_t[]){1, 0, 1}, 3);
-    put_key(&b, "f64s", SKV_GGUF_ARRAY), put_u32(&b, SKV_GGUF_FLOAT64), put_u64(&b, 2);
-    put(&b, (double[]){0.5, -1e300}, 16);
-    put_key(&b, "empty", SKV_GGUF_ARRAY), put_u32(&b, SKV_GGUF_UINT32), put_u64(&b, 0);
-    put_str(&b, "t");
-    put_u32(&b, 2), put_u64(&b, 3), put_u64(&b, 2);
-    put_u32(&b, SKV_TYPE_F32), put_u64(&b, 0);
+    put_key(&b, "nested_str", SKV_GGUF_ARRAY), bbuf_u32(&b, SKV_GGUF_ARRAY), bbuf_u64(&b, 2);
+    bbuf_u32(&b, SKV_GGUF_STRING), bbuf_u64(&b, 2), bbuf_str(&b, "x"), bbuf_str(&b, "");
+    bbuf_u32(&b, SKV_GGUF_ARRAY), bbuf_u64(&b, 1);
+    bbuf_u32(&b, SKV_GGUF_STRING), bbuf_u64(&b, 1), bbuf_str(&b, "deep");
+    put_key(&b, "bools", SKV_GGUF_ARRAY), bbuf_u32(&b, SKV_GGUF_BOOL), bbuf_u64(&b, 3);
+    bbuf_put(&b, (uint8_t[]){1, 0, 1}, 3);
+    put_key(&b, "f64s", SKV_GGUF_ARRAY), bbuf_u32(&b, SKV_GGUF_FLOAT64), bbuf_u64(&b, 2);
+    bbuf_put(&b, (double[]){0.5, -1e300}, 16);
+    put_key(&b, "empty", SKV_GGUF_ARRAY), bbuf_u32(&b, SKV_GGUF_UINT32), bbuf_u64(&b, 0);
+    bbuf_str(&b, "t");
+    bbuf_u32(&b, 2), bbuf_u64(&b, 3), bbuf_u64(&b, 2);
+    bbuf_u32(&b, SKV_TYPE_F32), bbuf_u64(&b, 0);
     pad_to(&b, 32);
-    put(&b, (float[]){0, 1, 2, 3, 4, 5}, 24);
+    bbuf_put(&b, (float[]){0, 1, 2, 3, 4, 5}, 24);
     return b;
 }
 

@@ -16,34 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct bbuf {
-    uint8_t *p;
-    size_t n, cap;
-} bbuf;
-
-static void put(bbuf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    if (n) memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-static void put_u8(bbuf *b, uint8_t v) {
-    put(b, &v, 1);
-}
-static void put_u32(bbuf *b, uint32_t v) {
-    put(b, &v, 4);
-}
-static void put_u64(bbuf *b, uint64_t v) {
-    put(b, &v, 8);
-}
-static void put_str(bbuf *b, const char *s) {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
-
 /* Field offsets of the valid file. */
 typedef struct layout {
     size_t version, n_tensors, n_kv;
@@ -65,40 +37,41 @@ typedef struct layout {
  * tensors: a F32 [8,2] @0 (64 B), b Q8_0 [32] @64 (34 B), c F16 [4] @128 (8 B), ending the file. */
 static bbuf valid_file(layout *L) {
     bbuf b = {0};
-    put(&b, "GGUF", 4);
-    L->version = b.n, put_u32(&b, 3);
-    L->n_tensors = b.n, put_u64(&b, 3);
-    L->n_kv = b.n, put_u64(&b, 5);
-    L->kv[0] = b.n, put_str(&b, "general.architecture");
-    L->kv_type[0] = b.n, put_u32(&b, SKV_GGUF_STRING), put_str(&b, "llama");
-    L->kv[1] = b.n, put_str(&b, "general.alignment");
-    L->kv_type[1] = b.n, put_u32(&b, SKV_GGUF_UINT32);
-    L->align_val = b.n, put_u32(&b, 32);
-    L->kv[2] = b.n, put_str(&b, "test.arr");
-    L->kv_type[2] = b.n, put_u32(&b, SKV_GGUF_ARRAY);
-    L->arr_etype = b.n, put_u32(&b, SKV_GGUF_UINT8);
-    L->arr_len = b.n, put_u64(&b, 3), put(&b, (uint8_t[]){1, 2, 3}, 3);
-    L->kv[3] = b.n, put_str(&b, "test.flag");
-    L->kv_type[3] = b.n, put_u32(&b, SKV_GGUF_BOOL);
-    L->flag_val = b.n, put_u8(&b, 1);
-    L->kv[4] = b.n, put_str(&b, "test.strs");
-    L->kv_type[4] = b.n, put_u32(&b, SKV_GGUF_ARRAY), put_u32(&b, SKV_GGUF_STRING), put_u64(&b, 2);
-    L->strs_len0 = b.n, put_str(&b, "a"), put_str(&b, "bc");
+    bbuf_put(&b, "GGUF", 4);
+    L->version = b.n, bbuf_u32(&b, 3);
+    L->n_tensors = b.n, bbuf_u64(&b, 3);
+    L->n_kv = b.n, bbuf_u64(&b, 5);
+    L->kv[0] = b.n, bbuf_str(&b, "general.architecture");
+    L->kv_type[0] = b.n, bbuf_u32(&b, SKV_GGUF_STRING), bbuf_str(&b, "llama");
+    L->kv[1] = b.n, bbuf_str(&b, "general.alignment");
+    L->kv_type[1] = b.n, bbuf_u32(&b, SKV_GGUF_UINT32);
+    L->align_val = b.n, bbuf_u32(&b, 32);
+    L->kv[2] = b.n, bbuf_str(&b, "test.arr");
+    L->kv_type[2] = b.n, bbuf_u32(&b, SKV_GGUF_ARRAY);
+    L->arr_etype = b.n, bbuf_u32(&b, SKV_GGUF_UINT8);
+    L->arr_len = b.n, bbuf_u64(&b, 3), bbuf_put(&b, (uint8_t[]){1, 2, 3}, 3);
+    L->kv[3] = b.n, bbuf_str(&b, "test.flag");
+    L->kv_type[3] = b.n, bbuf_u32(&b, SKV_GGUF_BOOL);
+    L->flag_val = b.n, bbuf_u8(&b, 1);
+    L->kv[4] = b.n, bbuf_str(&b, "test.strs");
+    L->kv_type[4] = b.n, bbuf_u32(&b, SKV_GGUF_ARRAY), bbuf_u32(&b, SKV_GGUF_STRING),
+    bbuf_u64(&b, 2);
+    L->strs_len0 = b.n, bbuf_str(&b, "a"), bbuf_str(&b, "bc");
     const char *names[3] = {"a", "b", "c"};
     const uint32_t types[3] = {SKV_TYPE_F32, SKV_TYPE_Q8_0, SKV_TYPE_F16};
     const uint32_t ndims[3] = {2, 1, 1};
     const uint64_t ne0[3] = {8, 32, 4}, offs[3] = {0, 64, 128};
     for (int i = 0; i < 3; i++) {
-        L->t[i] = b.n, put_str(&b, names[i]);
-        L->t_ndims[i] = b.n, put_u32(&b, ndims[i]);
-        L->t_ne0[i] = b.n, put_u64(&b, ne0[i]);
-        if (ndims[i] == 2) put_u64(&b, 2);
-        L->t_type[i] = b.n, put_u32(&b, types[i]);
-        L->t_off[i] = b.n, put_u64(&b, offs[i]);
+        L->t[i] = b.n, bbuf_str(&b, names[i]);
+        L->t_ndims[i] = b.n, bbuf_u32(&b, ndims[i]);
+        L->t_ne0[i] = b.n, bbuf_u64(&b, ne0[i]);
+        if (ndims[i] == 2) bbuf_u64(&b, 2);
+        L->t_type[i] = b.n, bbuf_u32(&b, types[i]);
+        L->t_off[i] = b.n, bbuf_u64(&b, offs[i]);
     }
-    while (b.n % 32) put_u8(&b, 0);
+    while (b.n % 32) bbuf_u8(&b, 0);
     L->data = b.n;
-    for (int i = 0; i < 136; i++) put_u8(&b, (uint8_t)i);
+    for (int i = 0; i < 136; i++) bbuf_u8(&b, (uint8_t)i);
     L->size = b.n;
     return b;
 }
@@ -347,16 +320,16 @@ static void test_bad_fields(void **state) {
 /* (f) nested arrays: 8 levels open, 9 and a deep bomb fail, without deep recursion */
 static bbuf nested_file(int depth, int with_leaf) {
     bbuf b = {0};
-    put(&b, "GGUF", 4);
-    put_u32(&b, 3);
-    put_u64(&b, 0);
-    put_u64(&b, 1);
-    put_str(&b, "bomb");
-    put_u32(&b, SKV_GGUF_ARRAY);
-    for (int d = 1; d < depth; d++) put_u32(&b, SKV_GGUF_ARRAY), put_u64(&b, 1);
-    put_u32(&b, SKV_GGUF_INT32);
-    put_u64(&b, with_leaf ? 1 : 0);
-    if (with_leaf) put_u32(&b, 42);
+    bbuf_put(&b, "GGUF", 4);
+    bbuf_u32(&b, 3);
+    bbuf_u64(&b, 0);
+    bbuf_u64(&b, 1);
+    bbuf_str(&b, "bomb");
+    bbuf_u32(&b, SKV_GGUF_ARRAY);
+    for (int d = 1; d < depth; d++) bbuf_u32(&b, SKV_GGUF_ARRAY), bbuf_u64(&b, 1);
+    bbuf_u32(&b, SKV_GGUF_INT32);
+    bbuf_u64(&b, with_leaf ? 1 : 0);
+    if (with_leaf) bbuf_u32(&b, 42);
     return b;
 }
 
