@@ -1,5 +1,6 @@
 /* context.c — per-sequence state over a shared model: create, clone, reset, accessors. */
 #include "context.h"
+#include "attn_prefill.h"
 #include "kernels.h"
 
 #include <string.h>
@@ -25,6 +26,10 @@ static void free_scratch(skv_context *ctx) {
     free(ctx->work);
     free(ctx->rope_cs);
     free(ctx->attn_part);
+    free(ctx->attn_work);
+    free(ctx->attn_nvis);
+    ctx->attn_work = NULL;
+    ctx->attn_nvis = NULL;
     ctx->rope_cs = ctx->attn_part = NULL;
     ctx->x = ctx->xb = ctx->q = ctx->k = ctx->v = ctx->att = ctx->hb = ctx->hb2 = NULL;
     ctx->work = NULL;
@@ -69,10 +74,15 @@ skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
     ctx->attn_part =
         malloc((size_t)hp->n_head_kv * (size_t)ctx->params.n_threads *
                (size_t)(hp->n_head / hp->n_head_kv) * (hp->head_dim + 1) * sizeof(float));
+    ctx->attn_work_size =
+        skv_attn_prefill_work_size(SKV_ATTN_TOKENS, hp->n_head / hp->n_head_kv, hp->head_dim);
+    ctx->attn_work = malloc((size_t)ctx->params.n_threads * ctx->attn_work_size);
+    ctx->attn_nvis = malloc((size_t)ctx->params.n_threads * SKV_ATTN_TOKENS * sizeof(int));
     ctx->work_size = max_work_size(ctx->model, n);
     ctx->work = ctx->work_size ? malloc(ctx->work_size) : NULL;
     if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
-        !ctx->hb2 || !ctx->rope_cs || !ctx->attn_part || (ctx->work_size && !ctx->work)) {
+        !ctx->hb2 || !ctx->rope_cs || !ctx->attn_part || !ctx->attn_work || !ctx->attn_nvis ||
+        (ctx->work_size && !ctx->work)) {
         free_scratch(ctx);
         return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a batch of %d tokens", n);
     }

@@ -14,15 +14,18 @@ struct skv_context {
 
     /* scratch for a batch of up to n_batch tokens (grown on demand) */
     int n_batch;
-    float *x;         /* [n_batch, n_embd] residual stream */
-    float *xb;        /* [n_batch, n_embd] normed input */
-    float *q;         /* [n_batch, n_head * head_dim] */
-    float *k;         /* [n_batch, n_head_kv * head_dim] */
-    float *v;         /* [n_batch, n_head_kv * head_dim] */
-    float *att;       /* [n_batch, n_head * head_dim] attention output */
-    float *hb;        /* [n_batch, n_ff] gate */
-    float *hb2;       /* [n_batch, n_ff] up */
-    float *rope_cs;   /* [n_batch, n_rot] cos/sin pairs of each token's position */
+    float *x;        /* [n_batch, n_embd] residual stream */
+    float *xb;       /* [n_batch, n_embd] normed input */
+    float *q;        /* [n_batch, n_head * head_dim] */
+    float *k;        /* [n_batch, n_head_kv * head_dim] */
+    float *v;        /* [n_batch, n_head_kv * head_dim] */
+    float *att;      /* [n_batch, n_head * head_dim] attention output */
+    float *hb;       /* [n_batch, n_ff] gate */
+    float *hb2;      /* [n_batch, n_ff] up */
+    float *rope_cs;  /* [n_batch, n_rot] cos/sin pairs of each token's position */
+    void *attn_work; /* [n_threads, attn_work_size] blocked prefill attention scratch */
+    size_t attn_work_size;
+    int *attn_nvis;   /* [n_threads, SKV_ATTN_TOKENS] visible entries per token of a block */
     float *attn_part; /* [n_head_kv, n_threads, n_head / n_head_kv * (head_dim + 1)] split-K
                          partial outputs and log-sum-exps of one decode token */
     void *work;       /* matmul work (quantized activations) */
@@ -33,6 +36,9 @@ struct skv_context {
     int qcap_n;         /* valid captured tokens */
     int qcap_first_pos; /* position of the first captured token */
 };
+
+/* Prefill attention runs on blocks of this many tokens of one kv head (src/attn_prefill.c). */
+#define SKV_ATTN_TOKENS 32
 
 /* Grows the scratch buffers to batches of n tokens. */
 skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err);

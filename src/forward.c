@@ -11,6 +11,7 @@
  *     xb = rmsnorm(x) ; x += (silu(xb·Wgate) * xb·Wup)·Wdown
  *   logits = rmsnorm(x)·Wout
  */
+#include "attn_prefill.h"
 #include "context.h"
 #include "kernels.h"
 
@@ -28,36 +29,52 @@ typedef struct attn_task {
     int n_split; /* > 1: one decode token, each kv head's entries cut into n_split ranges */
 } attn_task;
 
-/* One (token, kv head) pair per work item, interleaved across threads: later tokens see more
- * entries, so interleaving balances the causal triangle. A decode token has only n_head_kv
- * items (3 heads on 2 threads idle a third of the machine), so there each head's entries are
- * split into n_split = n_threads ranges whose partial results merge by log-sum-exp. */
+/* Prefill: one (block of SKV_ATTN_TOKENS tokens, kv head) per work item, interleaved across
+ * threads (later blocks see more entries, so interleaving balances the causal triangle), on
+ * the blocked kernel; caches it does not take (q8_0) run one (token, kv head) at a time.
+ * Decode: one token has only n_head_kv items (3 heads on 2 threads idle a third of the
+ * machine), so each head's entries are split into n_split = n_threads ranges whose partial
+ * results merge by log-sum-exp. */
 static void attn_worker(void *arg, int ith, int nth) {
     const attn_task *t = arg;
-    const skv_hparams *hp = &t->ctx->model->hp;
-    const skv_cache *c = t->ctx->cache;
-    int g = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
-    size_t dq = (size_t)hp->n_head * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    int total = t->n * hp->n_head_kv * t->n_split;
-    for (int idx = ith; idx < total; idx += nth) {
-        int item = idx / t->n_split, part = idx % t->n_split;
-        int i = item / hp->n_head_kv, h = item % hp->n_head_kv;
-        const skv_cache_head *head = skv_cache_head_at_const(c, t->layer, h);
-        int n_valid = skv_cache_head_count_upto(head, t->pos0 + i);
-        size_t off = (size_t)i * dq + (size_t)h * g * hd;
-        if (t->n_split == 1) {
-            skv_attn_group(t->att + off, t->q + off, g, hd, head->k, head->v, c->type, n_valid,
-                           scale);
-            continue;
+    const skv_context *ctx = t->ctx;
+    const skv_hparams *hp = &ctx->model->hp;
+    const skv_cache *c = ctx->cache;
+    const int g = hp->n_head / hp->n_head_kv, hd = hp->head_dim, nkv = hp->n_head_kv;
+    const size_t dq = (size_t)hp->n_head * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (t->n_split > 1) {
+        for (int idx = ith; idx < nkv * t->n_split; idx += nth) {
+            int h = idx / t->n_split, part = idx % t->n_split;
+            const skv_cache_head *head = skv_cache_head_at_const(c, t->layer, h);
+            int n_valid = skv_cache_head_count_upto(head, t->pos0);
+            int j0 = (int)((int64_t)n_valid * part / t->n_split);
+            int j1 = (int)((int64_t)n_valid * (part + 1) / t->n_split);
+            float *out = ctx->attn_part + (size_t)h * t->n_split * g * (hd + 1) +
+                         (size_t)part * g * (hd + 1);
+            skv_attn_group_lse(out, out + (size_t)g * hd, t->q + (size_t)h * g * hd, g, hd,
+                               head->k + (size_t)j0 * c->row_bytes,
+                               head->v + (size_t)j0 * c->row_bytes, c->type, j1 - j0, scale);
         }
-        int j0 = (int)((int64_t)n_valid * part / t->n_split);
-        int j1 = (int)((int64_t)n_valid * (part + 1) / t->n_split);
-        float *out = t->ctx->attn_part + (size_t)item * t->n_split * g * (hd + 1) +
-                     (size_t)part * g * (hd + 1);
-        skv_attn_group_lse(out, out + (size_t)g * hd, t->q + off, g, hd,
-                           head->k + (size_t)j0 * c->row_bytes, head->v + (size_t)j0 * c->row_bytes,
-                           c->type, j1 - j0, scale);
+        return;
+    }
+    const int n_blocks = (t->n + SKV_ATTN_TOKENS - 1) / SKV_ATTN_TOKENS;
+    int *n_vis = ctx->attn_nvis + (size_t)ith * SKV_ATTN_TOKENS;
+    void *work = (uint8_t *)ctx->attn_work + (size_t)ith * ctx->attn_work_size;
+    for (int idx = ith; idx < n_blocks * nkv; idx += nth) {
+        int b0 = idx / nkv * SKV_ATTN_TOKENS, h = idx % nkv;
+        int nb = t->n - b0 < SKV_ATTN_TOKENS ? t->n - b0 : SKV_ATTN_TOKENS;
+        const skv_cache_head *head = skv_cache_head_at_const(c, t->layer, h);
+        size_t off = (size_t)b0 * dq + (size_t)h * g * hd;
+        for (int i = 0; i < nb; i++) n_vis[i] = skv_cache_head_count_upto(head, t->pos0 + b0 + i);
+        /* head_dim 8 (toy models) fills one vector per row: the per-token kernel does as well */
+        if (nb > 1 && hd >= 16 &&
+            skv_attn_prefill(t->att + off, dq, t->q + off, dq, nb, g, hd, head->k, head->v, c->type,
+                             n_vis, scale, work))
+            continue;
+        for (int i = 0; i < nb; i++)
+            skv_attn_group(t->att + off + (size_t)i * dq, t->q + off + (size_t)i * dq, g, hd,
+                           head->k, head->v, c->type, n_vis[i], scale);
     }
 }
 
