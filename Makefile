@@ -9,7 +9,8 @@ OPT      ?= -O2
 SAN      ?=
 CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -Iinclude -Isrc $(SAN) -pthread
+# Only the SKV_API declarations of include/sparsekv.h are exported from the shared library.
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -Iinclude -Isrc $(SAN) -pthread
 LDFLAGS  += $(SAN) -pthread
 LDLIBS   += -lm
 # The *_avx2.c files alone are built for AVX2/FMA/F16C; the dispatcher picks it only when the CPU has
@@ -25,12 +26,15 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT_SRC := $(filter-out $(TEST_SRC) tests/fuzz_%.c,$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SUPPORT_SRC))
 
+VERSION  := $(shell sed -n 's/^\#define SKV_VERSION "\(.*\)"/\1/p' include/sparsekv.h)
+MAJOR    := $(firstword $(subst ., ,$(VERSION)))
+SONAME   := libsparsekv.so.$(MAJOR)
 STATIC   := $(BUILD)/libsparsekv.a
 SHARED   := $(BUILD)/libsparsekv.so
 CLI      := $(BUILD)/sparsekv
 
 .SECONDARY:
-.PHONY: all lib test asan fuzz check bench install clean format
+.PHONY: all lib test asan fuzz check bench install uninstall clean format
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 lib: $(STATIC) $(SHARED)
@@ -47,8 +51,11 @@ $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# build/libsparsekv.so.X.Y.Z with SONAME libsparsekv.so.X, and the two usual links to it.
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $@.$(VERSION) $^ $(LDFLAGS) $(LDLIBS)
+	ln -sf libsparsekv.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf libsparsekv.so.$(VERSION) $@
 
 $(CLI): $(TOOL_OBJ) $(STATIC)
 	$(CC) -o $@ $(TOOL_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS)
@@ -91,15 +98,25 @@ $(BUILD)/bench_%: bench/%.c $(STATIC)
 bench: $(CLI) $(BENCH_BIN)
 	bench/run.sh $(abspath $(CLI))
 
+# The .pc file puts an rpath to PREFIX/lib into Libs, so programs built with pkg-config find the
+# shared library without LD_LIBRARY_PATH or ldconfig (for a system prefix, run ldconfig anyway).
 install: $(STATIC) $(SHARED) $(CLI)
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED).$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsparsekv.so
 	install -m 644 include/sparsekv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' sparsekv.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sparsekv.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/libsparsekv.a $(DESTDIR)$(PREFIX)/lib/libsparsekv.so \
+	    $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libsparsekv.so.$(VERSION) \
+	    $(DESTDIR)$(PREFIX)/include/sparsekv.h $(DESTDIR)$(PREFIX)/bin/sparsekv \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
 
 format:
 	clang-format -i include/*.h src/*.c src/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true

@@ -24,7 +24,23 @@
 extern "C" {
 #endif
 
-#define SKV_VERSION "0.1.0"
+/* Symbols of the public API are the only ones libsparsekv.so exports (built with
+ * -fvisibility=hidden). */
+#if defined(__GNUC__)
+#define SKV_API __attribute__((visibility("default")))
+#else
+#define SKV_API
+#endif
+
+/* Version of this header. skv_version() / skv_version_number() give the library's own, which
+ * differs from these only if an application was built against another release. The shared
+ * library's SONAME is libsparsekv.so.SKV_VERSION_MAJOR. */
+#define SKV_VERSION_MAJOR 0
+#define SKV_VERSION_MINOR 2
+#define SKV_VERSION_PATCH 0
+#define SKV_VERSION "0.2.0"
+/* major * 10000 + minor * 100 + patch */
+#define SKV_VERSION_NUMBER (SKV_VERSION_MAJOR * 10000 + SKV_VERSION_MINOR * 100 + SKV_VERSION_PATCH)
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes and errors
@@ -49,7 +65,7 @@ typedef struct skv_err {
 } skv_err;
 
 /* A short constant name for a status ("ok", "invalid argument", ...). */
-const char *skv_status_str(skv_status s);
+SKV_API const char *skv_status_str(skv_status s);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensor element types (numbering follows the GGUF/ggml type ids)
@@ -68,9 +84,9 @@ typedef enum skv_type {
 } skv_type;
 
 /* "f32", "f16", "q8_0", ...; NULL for an id sparsekv does not support. */
-const char *skv_type_name(skv_type t);
+SKV_API const char *skv_type_name(skv_type t);
 /* Parses a name as printed by skv_type_name (case-insensitive); false if unknown. */
-bool skv_type_from_name(const char *name, skv_type *out);
+SKV_API bool skv_type_from_name(const char *name, skv_type *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Model: read-only weights (mmap), shareable between contexts and threads
@@ -95,16 +111,16 @@ typedef struct skv_hparams {
 } skv_hparams;
 
 /* Loads a GGUF model (general.architecture = llama). Returns NULL and fills err on failure. */
-skv_model *skv_model_load(const char *path, skv_err *err);
-void skv_model_free(skv_model *model);
+SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
+SKV_API void skv_model_free(skv_model *model);
 
-const skv_hparams *skv_model_hparams(const skv_model *model);
+SKV_API const skv_hparams *skv_model_hparams(const skv_model *model);
 /* The model's tokenizer (owned by the model). */
-const skv_vocab *skv_model_vocab(const skv_model *model);
+SKV_API const skv_vocab *skv_model_vocab(const skv_model *model);
 /* Bytes of weight data the model reads per token (all matrices and norms). */
-uint64_t skv_model_weight_bytes(const skv_model *model);
+SKV_API uint64_t skv_model_weight_bytes(const skv_model *model);
 /* The type most of the model's matrices are stored in. */
-skv_type skv_model_weight_type(const skv_model *model);
+SKV_API skv_type skv_model_weight_type(const skv_model *model);
 
 /* ---------------------------------------------------------------------------------------------
  * Tokenizer (SentencePiece BPE with byte fallback, the Llama 2 kind)
@@ -112,15 +128,15 @@ skv_type skv_model_weight_type(const skv_model *model);
 
 /* Loads a vocabulary from a llama2.c tokenizer.bin (e.g. tok512.bin, the 32000-token
  * llama2-tokenizer/tokenizer.bin). bos/eos default to 1/2, unk to 0. */
-skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err);
+SKV_API skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err);
 /* Frees a vocabulary from skv_vocab_load_llama2c (never the one owned by a model). */
-void skv_vocab_free(skv_vocab *vocab);
+SKV_API void skv_vocab_free(skv_vocab *vocab);
 
-int skv_vocab_n_tokens(const skv_vocab *vocab);
-int32_t skv_vocab_bos(const skv_vocab *vocab);
-int32_t skv_vocab_eos(const skv_vocab *vocab);
+SKV_API int skv_vocab_n_tokens(const skv_vocab *vocab);
+SKV_API int32_t skv_vocab_bos(const skv_vocab *vocab);
+SKV_API int32_t skv_vocab_eos(const skv_vocab *vocab);
 /* The raw piece of a token as stored in the vocabulary (with U+2581 for spaces), or NULL. */
-const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
+SKV_API const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
 
 /* Return convention of the three calls below: >= 0 the count written; INT_MIN on invalid
  * arguments (NULL vocab, NULL buffer with a nonzero size, a token id out of range) or when memory
@@ -130,19 +146,19 @@ const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
 /* Encodes len bytes of text (any bytes: invalid UTF-8 falls back to byte tokens). Prepends BOS
  * when add_bos. Returns the number of tokens written; when n_max is too small, returns
  * -(number needed) and writes nothing useful. */
-int skv_tokenize(const skv_vocab *vocab, const char *text, size_t len, bool add_bos,
+SKV_API int skv_tokenize(const skv_vocab *vocab, const char *text, size_t len, bool add_bos,
                  int32_t *tokens, int n_max);
 
 /* Decodes tokens to bytes. BOS/EOS produce nothing; byte tokens produce their byte; the space
  * that SentencePiece adds before the first word (the piece right after BOS, or the first piece
  * when strip_leading_space) is dropped. Returns bytes written (not NUL-terminated) or
  * -(bytes needed) when buf_size is too small. */
-int skv_detokenize(const skv_vocab *vocab, const int32_t *tokens, int n_tokens,
+SKV_API int skv_detokenize(const skv_vocab *vocab, const int32_t *tokens, int n_tokens,
                    bool strip_leading_space, char *buf, int buf_size);
 
 /* Bytes of one token as it would appear in generated text after token prev (so the leading space
  * after BOS is dropped). Returns bytes written or -(needed). */
-int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t token, char *buf,
+SKV_API int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t token, char *buf,
                        int buf_size);
 
 /* ---------------------------------------------------------------------------------------------
@@ -167,22 +183,22 @@ typedef struct skv_context_params {
                            nothing */
 } skv_context_params;
 
-skv_context_params skv_context_default_params(void);
-skv_context *skv_context_new(const skv_model *model, const skv_context_params *params,
+SKV_API skv_context_params skv_context_default_params(void);
+SKV_API skv_context *skv_context_new(const skv_model *model, const skv_context_params *params,
                              skv_err *err);
-void skv_context_free(skv_context *ctx);
+SKV_API void skv_context_free(skv_context *ctx);
 
 /* A new context over the same model with a deep copy of ctx's cache (and captured queries).
  * The original is never modified. */
-skv_context *skv_context_clone(const skv_context *ctx, skv_err *err);
+SKV_API skv_context *skv_context_clone(const skv_context *ctx, skv_err *err);
 
-const skv_model *skv_context_model(const skv_context *ctx);
+SKV_API const skv_model *skv_context_model(const skv_context *ctx);
 /* Logical length: the position the next token will be given. */
-int skv_context_n_past(const skv_context *ctx);
-int skv_context_n_ctx(const skv_context *ctx);
-int skv_context_n_threads(const skv_context *ctx);
+SKV_API int skv_context_n_past(const skv_context *ctx);
+SKV_API int skv_context_n_ctx(const skv_context *ctx);
+SKV_API int skv_context_n_threads(const skv_context *ctx);
 /* Drops the whole cache (logical length back to 0) and captured queries. */
-void skv_context_reset(skv_context *ctx);
+SKV_API void skv_context_reset(skv_context *ctx);
 
 typedef enum skv_logits_mode {
     SKV_LOGITS_NONE = 0, /* compute no logits (fastest prefill) */
@@ -193,61 +209,61 @@ typedef enum skv_logits_mode {
 /* Runs n_tokens through the model at positions n_past .. n_past+n_tokens-1 (one batched pass),
  * appending their keys and values to the cache. Attention is causal by position. logits must
  * hold the rows mode asks for (may be NULL for SKV_LOGITS_NONE). */
-skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
+SKV_API skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
                        float *logits, skv_err *err);
 
 /* Captured post-RoPE queries of the last forward call's last n tokens (n <= capture_window):
  * q points at [n_head, n, head_dim] for the layer; NULL when nothing was captured.
  * *first_pos receives the position of the first captured query. */
-const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,
+SKV_API const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,
                                           int *first_pos);
 
 /* The context's cache (owned by the context). */
-skv_cache *skv_context_cache(skv_context *ctx);
-const skv_cache *skv_context_cache_const(const skv_context *ctx);
+SKV_API skv_cache *skv_context_cache(skv_context *ctx);
+SKV_API const skv_cache *skv_context_cache_const(const skv_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * KV cache: per layer and per kv head, a sorted array of retained positions with their K
  * (post-RoPE) and V rows. Dense = every head holds 0..T-1.
  * ------------------------------------------------------------------------------------------- */
 
-int skv_cache_n_layer(const skv_cache *cache);
-int skv_cache_n_head_kv(const skv_cache *cache);
-int skv_cache_head_dim(const skv_cache *cache);
-skv_type skv_cache_type(const skv_cache *cache);
+SKV_API int skv_cache_n_layer(const skv_cache *cache);
+SKV_API int skv_cache_n_head_kv(const skv_cache *cache);
+SKV_API int skv_cache_head_dim(const skv_cache *cache);
+SKV_API skv_type skv_cache_type(const skv_cache *cache);
 /* Logical length T: survives selection. */
-int skv_cache_n_past(const skv_cache *cache);
-skv_position_mode skv_cache_position_mode(const skv_cache *cache);
+SKV_API int skv_cache_n_past(const skv_cache *cache);
+SKV_API skv_position_mode skv_cache_position_mode(const skv_cache *cache);
 
 /* Number of entries retained in (layer, kv head). */
-int skv_cache_head_len(const skv_cache *cache, int layer, int head);
+SKV_API int skv_cache_head_len(const skv_cache *cache, int layer, int head);
 /* Retained positions of (layer, kv head): [len], ascending. Borrowed; valid until the cache
  * changes. */
-const int32_t *skv_cache_head_positions(const skv_cache *cache, int layer, int head);
+SKV_API const int32_t *skv_cache_head_positions(const skv_cache *cache, int layer, int head);
 
 /* Dense float copies of a head's keys and values (the seed's dense_kv). k and v (either may be
  * NULL) must hold [len, head_dim] floats; pos (may be NULL) [len]. */
-skv_status skv_cache_head_read(const skv_cache *cache, int layer, int head, float *k, float *v,
+SKV_API skv_status skv_cache_head_read(const skv_cache *cache, int layer, int head, float *k, float *v,
                                int32_t *pos, skv_err *err);
 
 /* Keeps, in every kv head of one layer, only the listed positions (positions are logical
  * positions, not indices). idx: n_idx ascending unique positions each present in every head
  * (else SKV_ERR_INVALID_ARG, cache unchanged). head_idx variant: per kv head its own list. */
-skv_status skv_cache_select_layer(skv_cache *cache, int layer, const int32_t *positions,
+SKV_API skv_status skv_cache_select_layer(skv_cache *cache, int layer, const int32_t *positions,
                                   int n_positions, skv_err *err);
-skv_status skv_cache_select_head(skv_cache *cache, int layer, int head, const int32_t *positions,
+SKV_API skv_status skv_cache_select_head(skv_cache *cache, int layer, int head, const int32_t *positions,
                                  int n_positions, skv_err *err);
 
 /* Re-rotates every head's retained keys from their original position to their index in the
  * head (StreamingLLM) and switches the cache to SKV_POSITIONS_REROTATE: tokens appended later
  * are rotated at (head length + i) while still being causal by logical position. */
-skv_status skv_cache_rerotate(skv_cache *cache, skv_err *err);
+SKV_API skv_status skv_cache_rerotate(skv_cache *cache, skv_err *err);
 
 /* Bytes held by K, V and positions: of one layer, or of the whole cache (layer = -1).
  * Counts retained entries (not spare capacity). */
-uint64_t skv_cache_bytes(const skv_cache *cache, int layer);
+SKV_API uint64_t skv_cache_bytes(const skv_cache *cache, int layer);
 /* Bytes actually allocated (including spare capacity). */
-uint64_t skv_cache_bytes_allocated(const skv_cache *cache);
+SKV_API uint64_t skv_cache_bytes_allocated(const skv_cache *cache);
 
 /* ---------------------------------------------------------------------------------------------
  * Compression: score -> allocate -> select (SPEC.md)
@@ -285,7 +301,7 @@ typedef struct skv_compress_params {
 
 /* Defaults: sink_recent at keep_frac 1.0 (compresses nothing), seed protocol, sinks 4, max
  * pooling, kernel 7, window_keep 32, original positions. */
-skv_compress_params skv_compress_default_params(void);
+SKV_API skv_compress_params skv_compress_default_params(void);
 
 /* What a compression did. Arrays are owned by the info; release with skv_compress_info_free. */
 typedef struct skv_compress_info {
@@ -304,17 +320,17 @@ typedef struct skv_compress_info {
     uint64_t bytes_after;
 } skv_compress_info;
 
-void skv_compress_info_free(skv_compress_info *info);
+SKV_API void skv_compress_info_free(skv_compress_info *info);
 
 /* Compresses ctx's cache in place under params (SPEC.md). The cache must be a fresh dense
  * prefill in original-position mode (else SKV_ERR_STATE). On error the cache is unchanged. */
-skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
+SKV_API skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
                         skv_compress_info *info, skv_err *err);
 
 /* Canonical policy name for a name or alias, or NULL if unknown. */
-const char *skv_policy_canonical(const char *name);
+SKV_API const char *skv_policy_canonical(const char *name);
 /* Whether a policy needs window queries. */
-bool skv_policy_needs_window(const char *name);
+SKV_API bool skv_policy_needs_window(const char *name);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling
@@ -329,43 +345,45 @@ typedef struct skv_sampler_params {
 
 typedef struct skv_sampler skv_sampler;
 
-skv_sampler_params skv_sampler_default_params(void);
-skv_sampler *skv_sampler_new(const skv_sampler_params *params, skv_err *err);
-void skv_sampler_free(skv_sampler *s);
+SKV_API skv_sampler_params skv_sampler_default_params(void);
+SKV_API skv_sampler *skv_sampler_new(const skv_sampler_params *params, skv_err *err);
+SKV_API void skv_sampler_free(skv_sampler *s);
 /* Picks a token from logits [n_vocab]; logits may be modified. */
-int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab);
+SKV_API int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab);
 
 /* A small, documented PRNG (xoshiro256** seeded through splitmix64) used for sampling, the
  * random policy and synthetic models. */
 typedef struct skv_rng {
     uint64_t s[4];
 } skv_rng;
-void skv_rng_seed(skv_rng *rng, uint64_t seed);
-uint64_t skv_rng_next(skv_rng *rng);
+SKV_API void skv_rng_seed(skv_rng *rng, uint64_t seed);
+SKV_API uint64_t skv_rng_next(skv_rng *rng);
 /* Uniform in [0, 1). */
-double skv_rng_uniform(skv_rng *rng);
+SKV_API double skv_rng_uniform(skv_rng *rng);
 /* Uniform in [0, n), unbiased. */
-uint64_t skv_rng_below(skv_rng *rng, uint64_t n);
+SKV_API uint64_t skv_rng_below(skv_rng *rng, uint64_t n);
 
 /* ---------------------------------------------------------------------------------------------
  * Conversion and model files
  * ------------------------------------------------------------------------------------------- */
 
 /* llama2.c checkpoint (v0 or v1) + tokenizer.bin -> GGUF v3 (F32, tokenizer embedded). */
-skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenizer_path,
+SKV_API skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenizer_path,
                                const char *out_path, skv_err *err);
 
 /* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32). */
-skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
+SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
                               int n_threads, skv_err *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Version
  * ------------------------------------------------------------------------------------------- */
 
-const char *skv_version(void);
+/* The library's version string ("0.2.0") and number (SKV_VERSION_NUMBER of the library). */
+SKV_API const char *skv_version(void);
+SKV_API int skv_version_number(void);
 /* Monotonic wall clock in milliseconds (for timing reports). */
-double skv_time_ms(void);
+SKV_API double skv_time_ms(void);
 
 #ifdef __cplusplus
 }

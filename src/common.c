@@ -51,3 +51,7 @@ long skv_round_half_even(double x) {
 const char *skv_version(void) {
     return SKV_VERSION;
 }
+
+int skv_version_number(void) {
+    return SKV_VERSION_NUMBER;
+}
