@@ -10,15 +10,19 @@ SAN      ?=
 CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 # Only the SKV_API declarations of include/sparsekv.h are exported from the shared library.
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -Iinclude -Isrc $(SAN) -pthread
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -Iinclude -Isrc -I. $(SAN) -pthread
 LDFLAGS  += $(SAN) -pthread
 LDLIBS   += -lm
 # The *_avx2.c files alone are built for AVX2/FMA/F16C; the dispatcher picks it only when the CPU has
 # them, so the library still runs on any x86-64 (and builds elsewhere without that file's SIMD).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/*.c) $(wildcard src/eval/*.c))
+LIB_SRC  := $(sort $(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+# The evaluation harness (protocols, metrics, reports, plots) is not part of libsparsekv: it is
+# its own static library on top of the engine, linked into the CLI and the tests.
+EVAL_SRC := $(sort $(wildcard eval/*.c))
+EVAL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(EVAL_SRC))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TOOL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TOOL_SRC))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -30,6 +34,7 @@ VERSION  := $(shell sed -n 's/^\#define SKV_VERSION "\(.*\)"/\1/p' include/spars
 MAJOR    := $(firstword $(subst ., ,$(VERSION)))
 SONAME   := libsparsekv.so.$(MAJOR)
 STATIC   := $(BUILD)/libsparsekv.a
+EVALLIB  := $(BUILD)/libsparsekv_eval.a
 SHARED   := $(BUILD)/libsparsekv.so
 CLI      := $(BUILD)/sparsekv
 
@@ -39,7 +44,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 lib: $(STATIC) $(SHARED)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/eval/*.h tools/*.h tests/*.h)
+$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h eval/*.h tools/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -57,11 +62,15 @@ $(SHARED): $(LIB_OBJ)
 	ln -sf libsparsekv.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libsparsekv.so.$(VERSION) $@
 
-$(CLI): $(TOOL_OBJ) $(STATIC)
-	$(CC) -o $@ $(TOOL_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS)
+$(EVALLIB): $(EVAL_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(STATIC)
-	$(CC) -o $@ $< $(TEST_SUPPORT_OBJ) $(STATIC) $(LDFLAGS) -lcmocka $(LDLIBS)
+$(CLI): $(TOOL_OBJ) $(EVALLIB) $(STATIC)
+	$(CC) -o $@ $(TOOL_OBJ) $(EVALLIB) $(STATIC) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC)
+	$(CC) -o $@ $< $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC) $(LDFLAGS) -lcmocka $(LDLIBS)
 
 # Tests find the CLI through SKV_CLI and the shared models through SKV_MODELS.
 test: $(TEST_BIN) $(CLI)
@@ -119,7 +128,7 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true
+	clang-format -i include/*.h src/*.c src/*.h eval/*.c eval/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true
 
 clean:
 	rm -rf build build-asan

@@ -1,5 +1,5 @@
 /* cmd_eval.c — `sparsekv eval`: what each compression policy costs in quality against the full
- * cache, on real caches (docs/EVAL.md). The measuring is in src/eval; this file parses options,
+ * cache, on real caches (docs/EVAL.md). The measuring is in eval/; this file parses options,
  * shows progress, runs gnuplot and prints the summary. */
 #include "cli.h"
 #include "eval/eval.h"
