@@ -12,7 +12,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 # Only the SKV_API declarations of include/sparsekv.h are exported from the shared library.
 CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -Iinclude -Isrc -I. $(SAN) -pthread
 LDFLAGS  += $(SAN) -pthread
-LDLIBS   += -lm
+LDLIBS   += -lpcre2-8 -lm
 # The *_avx2.c files alone are built for AVX2/FMA/F16C; the dispatcher picks it only when the CPU has
 # them, so the library still runs on any x86-64 (and builds elsewhere without that file's SIMD).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
@@ -118,6 +118,8 @@ install: $(STATIC) $(SHARED) $(CLI)
 	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsparsekv.so
 	install -m 644 include/sparsekv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/share/sparsekv
+	install -m 644 models/stories260K.gguf $(DESTDIR)$(PREFIX)/share/sparsekv/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sparsekv.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
 
@@ -125,7 +127,9 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libsparsekv.a $(DESTDIR)$(PREFIX)/lib/libsparsekv.so \
 	    $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libsparsekv.so.$(VERSION) \
 	    $(DESTDIR)$(PREFIX)/include/sparsekv.h $(DESTDIR)$(PREFIX)/bin/sparsekv \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc \
+	    $(DESTDIR)$(PREFIX)/share/sparsekv/stories260K.gguf
+	-rmdir $(DESTDIR)$(PREFIX)/share/sparsekv 2>/dev/null
 
 format:
 	clang-format -i include/*.h src/*.c src/*.h eval/*.c eval/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 need=()
-for p in build-essential libcmocka-dev gnuplot-nox; do
+for p in build-essential libcmocka-dev libpcre2-dev gnuplot-nox; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -17,9 +17,8 @@ fi
 
 make -j"$(nproc)" all >/dev/null
 echo "built build/sparsekv"
-model=../shared/models/stories260K/stories260K.gguf
-if [ ! -f "$model" ]; then
-    echo "setup.sh: the default model $model is missing (sparsekv expects ../shared next to it)" >&2
+if [ ! -f models/stories260K.gguf ]; then
+    echo "setup.sh: the embedded default model models/stories260K.gguf is missing from this checkout" >&2
     exit 1
 fi
 exec build/sparsekv eval --out eval-out "$@"

@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define SKV_DEFAULT_MODEL "../shared/models/stories260K/stories260K.gguf"
+/* How help texts name the default model: the stories260K.gguf the project carries (found by
+ * cli_model_path). */
+#define SKV_DEFAULT_MODEL "the embedded stories260K.gguf"
 
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
@@ -32,8 +34,10 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_u64(const char *s, uint64_t *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
 
-/* The model path to use: explicit, or the default stories260K when it exists. NULL (and a
- * message naming the default path) when there is none. */
+/* The model path to use: explicit, else the embedded default stories260K.gguf, looked up in
+ * order: $SKV_DEFAULT_MODEL; EXE_DIR/../models/ (the source tree, for build/sparsekv);
+ * EXE_DIR/../share/sparsekv/ (an installed sparsekv); ./models/; and
+ * ../shared/models/stories260K/. NULL (and a message naming the places tried) when none exists. */
 const char *cli_model_path(const char *cmd, const char *explicit_path);
 
 /* Loads the model, printing the library's message on failure. */

@@ -3,6 +3,7 @@
 #include "eval/eval.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,13 +50,45 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out) {
     return true;
 }
 
+/* The directory of the running executable (without the trailing slash), or "" if unknown. */
+static void exe_dir(char *buf, size_t size) {
+    ssize_t n = readlink("/proc/self/exe", buf, size - 1);
+    if (n <= 0 || (size_t)n >= size - 1) {
+        buf[0] = 0;
+        return;
+    }
+    buf[n] = 0;
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
+    else buf[0] = 0;
+}
+
 const char *cli_model_path(const char *cmd, const char *explicit_path) {
     if (explicit_path) return explicit_path;
-    if (access(SKV_DEFAULT_MODEL, R_OK) == 0) return SKV_DEFAULT_MODEL;
+    static char found[PATH_MAX];
+    const char *env = getenv("SKV_DEFAULT_MODEL");
+    if (env && *env) {
+        if (access(env, R_OK) == 0) return env;
+        cli_error(cmd, "SKV_DEFAULT_MODEL=%s cannot be read: %s", env, strerror(errno));
+        return NULL;
+    }
+    char dir[PATH_MAX];
+    exe_dir(dir, sizeof dir);
+    const char *rel[] = {"/../models/stories260K.gguf", "/../share/sparsekv/stories260K.gguf"};
+    for (size_t i = 0; dir[0] && i < sizeof rel / sizeof rel[0]; i++) {
+        char candidate[PATH_MAX + 64];
+        snprintf(candidate, sizeof candidate, "%s%s", dir, rel[i]);
+        if (access(candidate, R_OK) == 0) return realpath(candidate, found) ? found : NULL;
+    }
+    const char *local[] = {"models/stories260K.gguf",
+                           "../shared/models/stories260K/stories260K.gguf"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (access(local[i], R_OK) == 0) return local[i];
     cli_error(cmd,
-              "no model given (-m MODEL) and the default model %s is not there "
-              "(run from the project root, next to ../shared)",
-              SKV_DEFAULT_MODEL);
+              "no model given (-m MODEL) and the embedded stories260K.gguf was not found "
+              "(looked in %s/../models, %s/../share/sparsekv, ./models and "
+              "../shared/models/stories260K; SKV_DEFAULT_MODEL=PATH names another)",
+              dir[0] ? dir : "?", dir[0] ? dir : "?");
     return NULL;
 }
 
