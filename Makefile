@@ -39,7 +39,7 @@ SHARED   := $(BUILD)/libsparsekv.so
 CLI      := $(BUILD)/sparsekv
 
 .SECONDARY:
-.PHONY: all lib test asan fuzz check bench install uninstall clean format
+.PHONY: all lib test asan tsan fuzz check bench install uninstall clean format pytest
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
 lib: $(STATIC) $(SHARED)
@@ -76,23 +76,48 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC)
 test: $(TEST_BIN) $(CLI)
 	@SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(TEST_BIN)
 
+# The Python bindings (python/sparsekv, ctypes over $(SHARED)) under pytest, checked against
+# the CLI of the same build. PYTHON3: the first of python3, /usr/bin/python3 with numpy + pytest.
+PYTHON3 ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import numpy, pytest' \
+              >/dev/null 2>&1 && { command -v $$p; break; }; done)
+pytest: all
+	@test -n "$(PYTHON3)" || { echo "make pytest: no python3 with numpy and pytest" \
+	    "(apt-get install python3-numpy python3-pytest)" >&2; exit 1; }
+	@test -n "$$(ls tests/python/test_*.py 2>/dev/null)" || { echo "make pytest: no tests" >&2; exit 1; }
+	PYTHONPATH=$(abspath python) SKV_CLI=$(abspath $(CLI)) SKV_LIB=$(abspath $(SHARED)) \
+	    PYTHONDONTWRITEBYTECODE=1 $(PYTHON3) -m pytest -p no:cacheprovider tests/python -q
+
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
+# Several contexts on one model from several threads, under ThreadSanitizer (own build dir).
+TSAN_TESTS := test_contexts_threads
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread -fno-omit-frame-pointer" \
+	    $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
+	tests/tsan_run.sh $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
+
 FUZZ_CC ?= clang
-fuzz: $(BUILD)/fuzz_gguf
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_results
 $(BUILD)/fuzz_gguf: tests/fuzz_gguf.c $(LIB_SRC)
 	@mkdir -p $(BUILD)
 	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz_gguf.c src/gguf.c src/common.c src/types.c -lm
+# eval-merge's results.jsonl reader (and the reports written from what it accepts)
+$(BUILD)/fuzz_results: tests/fuzz_results.c eval/report.c eval/json.c eval/metrics.c eval/eval.h $(STATIC)
+	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -I. -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz_results.c eval/report.c eval/json.c eval/metrics.c $(STATIC) $(LDLIBS) -pthread
 
 # Everything CI runs: the suite, the suite again under ASan+UBSan, a bounded fuzz run of the
 # GGUF reader, and valgrind on generate.
 check: all
 	$(MAKE) test
+	$(MAKE) pytest
 	$(MAKE) asan
+	$(MAKE) tsan
 	$(MAKE) fuzz
 	tests/fuzz_run.sh $(BUILD)/fuzz_gguf
+	tests/fuzz_results_run.sh $(BUILD)/fuzz_results
 	tests/valgrind_generate.sh $(CLI)
 
 # Examples use the public header only, as an installed user would.
@@ -135,4 +160,4 @@ format:
 	clang-format -i include/*.h src/*.c src/*.h eval/*.c eval/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan

@@ -3,6 +3,7 @@
 #include "eval/eval.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,66 @@ static bool blank(const char *s, size_t n) {
     return true;
 }
 
+/* Tokens of a "messages" conversation: formatted with the model's chat template (the
+ * assistant's header appended unless the last message is the assistant's), special tokens
+ * parsed, no BOS added (the template writes it). Returns the count, -1 after filling err. */
+static int chat_tokens(const skv_json *msgs, const char *path, int line, const skv_vocab *vocab,
+                       int32_t **out, skv_err *err) {
+    int n = msgs->n;
+    if (n < 1) {
+        skv_err_set(err, SKV_ERR_FORMAT, "%s:%d: \"messages\" is empty", path, line);
+        return -1;
+    }
+    skv_chat_message *m = malloc((size_t)n * sizeof *m);
+    if (!m) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const skv_json *e = &msgs->items[i];
+        const skv_json *r = e->type == SKV_JSON_OBJECT ? skv_json_get(e, "role") : NULL;
+        const skv_json *c = e->type == SKV_JSON_OBJECT ? skv_json_get(e, "content") : NULL;
+        if (!r || !c || r->type != SKV_JSON_STRING || c->type != SKV_JSON_STRING ||
+            strlen(c->str) != c->str_len) {
+            free(m);
+            skv_err_set(err, SKV_ERR_FORMAT,
+                        "%s:%d: \"messages\"[%d] is not an object with string \"role\" and "
+                        "\"content\" (without NUL bytes)",
+                        path, line, i);
+            return -1;
+        }
+        m[i].role = r->str;
+        m[i].content = c->str;
+    }
+    bool gen = strcmp(m[n - 1].role, "assistant") != 0;
+    skv_err cerr = {0};
+    int need = skv_chat_format(vocab, NULL, m, n, gen, NULL, 0, &cerr);
+    char *text = NULL;
+    if (need != INT_MIN) {
+        int size = (need < 0 ? -need : need) + 1;
+        text = malloc((size_t)size);
+        need = text ? skv_chat_format(vocab, NULL, m, n, gen, text, size, &cerr) : INT_MIN;
+    }
+    free(m);
+    if (need < 0) {
+        free(text);
+        skv_err_set(err, cerr.status == SKV_OK ? SKV_ERR_NOMEM : cerr.status, "%s:%d: %s", path,
+                    line, cerr.msg[0] ? cerr.msg : "out of memory");
+        return -1;
+    }
+    int cap = need + 2;
+    int32_t *t = malloc((size_t)cap * sizeof *t);
+    int k = t ? skv_tokenize_ex(vocab, text, (size_t)need, false, true, t, cap) : INT_MIN;
+    free(text);
+    if (k < 0) {
+        free(t);
+        skv_err_set(err, SKV_ERR_NOMEM, "%s:%d: could not tokenize the conversation", path, line);
+        return -1;
+    }
+    *out = t;
+    return k;
+}
+
 /* Builds the sample of one parsed line; false + why when it does not fit, status on errors. */
 static skv_status line_sample(const skv_json *v, const char *path, int line, const skv_vocab *vocab,
                               const skv_eval_split *split, int n_ctx, int greedy,
@@ -150,9 +211,19 @@ static skv_status line_sample(const skv_json *v, const char *path, int line, con
     const skv_json *text = skv_json_get(v, "text");
     const skv_json *toks = skv_json_get(v, "tokens");
     const skv_json *ctxv = skv_json_get(v, "context");
+    const skv_json *msgs = skv_json_get(v, "messages");
     if (text && text->type != SKV_JSON_STRING) text = NULL;
     if (toks && toks->type != SKV_JSON_ARRAY) toks = NULL;
+    if (msgs && msgs->type != SKV_JSON_ARRAY) msgs = NULL;
     *ok = false;
+    if (msgs && !text && !toks) {
+        int32_t *t = NULL;
+        int n = chat_tokens(msgs, path, line, vocab, &t, err);
+        if (n < 0) return err ? err->status : SKV_ERR_FORMAT;
+        *ok = skv_eval_cut(t, n, split, n_ctx, greedy, s, why, why_size);
+        free(t);
+        return SKV_OK;
+    }
     if (text) {
         int32_t *t = NULL;
         int n = tokenize_alloc(vocab, text->str, text->str_len, true, &t);
@@ -248,17 +319,18 @@ skv_status skv_eval_load_jsonl(const char *path, const skv_vocab *vocab,
         }
         const skv_json *t = skv_json_get(v, "text"), *tk = skv_json_get(v, "tokens");
         const skv_json *c = skv_json_get(v, "context"), *w = skv_json_get(v, "window"),
-                       *co = skv_json_get(v, "continuation");
+                       *co = skv_json_get(v, "continuation"), *ms = skv_json_get(v, "messages");
         bool shape_ok = v->type == SKV_JSON_OBJECT &&
                         ((t && t->type == SKV_JSON_STRING) || (tk && tk->type == SKV_JSON_ARRAY) ||
+                         (ms && ms->type == SKV_JSON_ARRAY) ||
                          (c && w && co && c->type == SKV_JSON_STRING &&
                           w->type == SKV_JSON_STRING && co->type == SKV_JSON_STRING));
         if (!shape_ok) {
             skv_json_free(v);
             st = skv_err_set(err, SKV_ERR_FORMAT,
                              "%s:%d: expected an object with a string \"text\", an array "
-                             "\"tokens\", or the strings \"context\", \"window\" and "
-                             "\"continuation\"",
+                             "\"tokens\", an array \"messages\" of {\"role\", \"content\"}, "
+                             "or the strings \"context\", \"window\" and \"continuation\"",
                              path, line);
             goto done;
         }

@@ -151,6 +151,8 @@ static inline bool skv_eval_in_shard(int i, int k, int n) {
  *   "text": string             tokenized with BOS, then cut by split
  *   "tokens": [ids]            used as is, then cut by split
  *   "context", "window", "continuation": strings  (context with BOS; the others without)
+ *   "messages": [{"role", "content"}...]  a conversation formatted with the model's chat
+ *                              template (special tokens parsed), then cut by split
  * Every line is parsed (a bad line is an error naming its line in every shard); only the
  * shard's samples are tokenized. max_samples > 0 keeps the first max_samples samples. Samples
  * that do not fit are skipped with a warning. */
@@ -204,6 +206,21 @@ skv_status skv_eval_passkey_dataset(const skv_vocab *vocab, int n_samples, const
                                     int n_depths, int n_tokens, int window, int shard_k,
                                     int shard_n, skv_eval_dataset *out, skv_err *err);
 
+/* Retrieval tasks of the trained retrieval model (eval/tasks.c; the same text as
+ * tools/train/data.py): key-value lookup and multi-needle. Samples are scored like passkey. */
+typedef enum skv_eval_task_kind { SKV_TASK_KV = 1, SKV_TASK_MULTIKEY = 2 } skv_eval_task_kind;
+#define SKV_MULTIKEY_NEEDLES 4
+
+/* The prompt text of sample (malloc'd; NULL when out of memory): kv with n pairs, multikey with
+ * n filler sentences; answer receives the 5-digit value asked for. */
+char *skv_task_prompt(skv_eval_task_kind kind, uint64_t sample, double depth, int n,
+                      char answer[16]);
+/* Prompts for every (sample, depth) of the shard, each the largest (most pairs / filler) whose
+ * BOS + text has at most n_tokens tokens; the last `window` tokens are the window. */
+skv_status skv_eval_task_dataset(const skv_vocab *vocab, skv_eval_task_kind kind, int n_samples,
+                                 const double *depths, int n_depths, int n_tokens, int window,
+                                 int shard_k, int shard_n, skv_eval_dataset *out, skv_err *err);
+
 /* ---------------------------------------------------------------------------------------------
  * Runner
  * ------------------------------------------------------------------------------------------- */
@@ -252,6 +269,9 @@ typedef struct skv_eval_result {
     int n_layer, n_head_kv;
     const int *kept;          /* [n_layer, n_head_kv] */
     const int *layer_budgets; /* [n_layer] */
+    const int *forced;        /* [n_layer] entries forced (window, window_keep, sinks, recent) */
+    const int *by_score;      /* [n_layer] entries chosen by score */
+    uint64_t selection_hash;  /* equal selections hash equal (skv_compress_info) */
     /* passkey */
     const char *output, *ref_output; /* greedy text after the prompt */
     bool correct, ref_correct;
@@ -259,6 +279,28 @@ typedef struct skv_eval_result {
 } skv_eval_result;
 
 typedef skv_status (*skv_eval_result_fn)(void *user, const skv_eval_result *r, skv_err *err);
+
+/* Decoding-time evaluation (eval/decode.c, `sparsekv eval --budget N`): the sample fed under a
+ * context budget of `budget` entries per kv head (a cut every `interval` tokens, the window's
+ * queries the last min(n_window, interval) tokens', rerotate), continuation distributions
+ * compared with the full cache's. entries[n_steps]: the most entries any head held after each
+ * token of window and continuation. */
+typedef struct skv_eval_decode_result {
+    const skv_eval_sample *sample;
+    const char *policy;
+    int budget, interval;
+    skv_eval_lm_metrics m;
+    int cuts, max_entries;
+    const int *entries;
+    int n_steps;
+} skv_eval_decode_result;
+typedef skv_status (*skv_eval_decode_fn)(void *user, const skv_eval_decode_result *r, skv_err *err);
+skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample *s,
+                                  const char *const *policies, int n_policies, int budget,
+                                  int interval, const skv_eval_settings *st, skv_eval_decode_fn fn,
+                                  void *user, skv_err *err);
+/* One decode.jsonl line: "mode": "decode", "budget", the metrics and the entries over time. */
+void skv_eval_write_decode(FILE *f, const skv_eval_decode_result *r);
 
 /* Runs every configuration on one sample: the dense caches are built once (seed: prefix;
  * engine: prefix + window in one call with capture) and cloned per configuration. fn gets each
@@ -299,6 +341,13 @@ typedef struct skv_eval_rows {
 void skv_eval_rows_free(skv_eval_rows *r);
 /* Appends the lines of a results.jsonl file. Errors name the file and line. */
 skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err *err);
+/* The same from an open stream; path names it in errors (the fuzz target reads from memory). */
+skv_status skv_eval_read_results_stream(FILE *f, const char *path, skv_eval_rows *rows,
+                                        skv_err *err);
+/* The protocol / position-mode names results.jsonl uses ("seed", "engine"; "original",
+ * "rerotate"); false for anything else. */
+bool skv_eval_protocol_from_name(const char *s, skv_protocol *out);
+bool skv_eval_positions_from_name(const char *s, skv_position_mode *out);
 /* Sorts by (sample, depth, config) and refuses duplicates and mixed tasks, or one config
  * index that names two different configurations. */
 skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err);
@@ -308,6 +357,49 @@ skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err);
  * *md (when not NULL) receives summary.md's text (malloc'd). */
 skv_status skv_eval_write_reports(const skv_eval_rows *rows, const char *dir, char **md,
                                   skv_err *err);
+
+/* Display names for the plots (`--label snapkv=SnapKV`): key is a policy name or alias, a
+ * protocol or a position mode; text is user text (escaped wherever it is written). */
+typedef struct skv_eval_label {
+    char key[32]; /* canonical policy name, protocol or position mode */
+    const char *text;
+} skv_eval_label;
+
+typedef struct skv_eval_labels {
+    const skv_eval_label *items;
+    int n;
+} skv_eval_labels;
+
+/* Parses "KEY=TEXT" into *out (text points into spec). False with a sentence in why when KEY
+ * names no policy, protocol or position mode, or TEXT is empty, longer than 64 bytes or holds
+ * control characters. */
+bool skv_eval_label_parse(const char *spec, skv_eval_label *out, char *why, size_t why_size);
+
+/* skv_eval_write_reports with labels for the plots (labels may be NULL). */
+skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char *dir,
+                                          const skv_eval_labels *labels, char **md, skv_err *err);
+
+/* Escapes for the places eval writes text to:
+ * a CSV field (RFC 4180: quoted when it holds a comma, quote, CR or LF, quotes doubled),
+ * a gnuplot single-quoted string literal (quotes included: '' for ', control bytes as '?'),
+ * a Markdown table cell (backslash, |, backtick, *, [, ], #, ~ and _ at a word's edge
+ * backslash-escaped; <, >, & as entities; line breaks as spaces). */
+void skv_eval_write_csv_field(FILE *f, const char *s);
+void skv_eval_write_gnuplot_string(FILE *f, const char *s);
+void skv_eval_write_md_cell(FILE *f, const char *s);
+
+/* The name of a policy's fixed plot colour ("#rrggbb"): the same for a policy in every run
+ * whatever the order of --policies; unknown names get one of a fallback set by a hash. */
+const char *skv_eval_policy_colour(const char *policy);
+
+/* compress --plot: a heat map of kept positions, one row per (layer, kv head), one column per
+ * position 0..n_pos-1. positions[l * n_head + h] lists the kept positions of that head (n of
+ * them, lens[l * n_head + h]). Writes a self-contained gnuplot script (data inline) that draws
+ * the PNG at png_path (and nothing else) to f. window_from >= 0 marks the observation window
+ * [window_from, n_pos). title is user text (escaped). */
+void skv_eval_write_kept_map(FILE *f, const char *png_path, const char *title, int n_layer,
+                             int n_head, int n_pos, const int32_t *const *positions,
+                             const int *lens, int window_from);
 
 /* Creates dir and its parents when missing. */
 skv_status skv_eval_mkdirs(const char *dir, skv_err *err);

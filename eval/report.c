@@ -4,6 +4,7 @@
  * round-trip exactly), rows sorted by (sample, depth, config) and summed in that order, so
  * eval-merge over shards reproduces a single run's summary.csv byte for byte. */
 #include "eval/eval.h"
+#include "policies.h"
 
 #include <errno.h>
 #include <math.h>
@@ -116,6 +117,17 @@ void skv_eval_write_result(FILE *f, const skv_eval_settings *st, const skv_eval_
     for (int l = 0; r->layer_budgets && l < r->n_layer; l++)
         fprintf(f, "%s%d", l ? "," : "", r->layer_budgets[l]);
     fputc(']', f);
+    /* what the selection really was, per layer: forced entries and entries chosen by score */
+    wkey(f, "forced");
+    fputc('[', f);
+    for (int l = 0; r->forced && l < r->n_layer; l++)
+        fprintf(f, "%s%d", l ? "," : "", r->forced[l]);
+    fputc(']', f);
+    wkey(f, "by_score");
+    fputc('[', f);
+    for (int l = 0; r->by_score && l < r->n_layer; l++)
+        fprintf(f, "%s%d", l ? "," : "", r->by_score[l]);
+    fputc(']', f);
     wd(f, "compress_ms", r->compress_ms);
     wd(f, "window_ms", r->window_ms);
     wd(f, "eval_ms", r->eval_ms);
@@ -145,20 +157,75 @@ static bool get_bool01(const skv_json *o, const char *k, double *out) {
     return false;
 }
 
-/* Fills row from a parsed line; names the first missing field in *missing. */
-static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **missing) {
+/* A string value read from a results file, shown in an error message: printable ASCII as is,
+ * every other byte as \xNN, at most 48 bytes of it. */
+static void show_value(char *buf, size_t size, const char *s, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (i == 48) {
+            o += (size_t)snprintf(buf + o, size - o, "...");
+            break;
+        }
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+    }
+    buf[o] = 0;
+}
+
+/* The string member key of o, or NULL when absent, not a string or holding a NUL byte. */
+static const char *get_str(const skv_json *o, const char *key, size_t *len) {
+    const skv_json *v = skv_json_get(o, key);
+    if (!v || v->type != SKV_JSON_STRING || !v->str || strlen(v->str) != v->str_len) return NULL;
+    *len = v->str_len;
+    return v->str;
+}
+
+bool skv_eval_protocol_from_name(const char *s, skv_protocol *out) {
+    if (!s) return false;
+    if (!strcmp(s, "seed"))
+        *out = SKV_PROTOCOL_SEED;
+    else if (!strcmp(s, "engine"))
+        *out = SKV_PROTOCOL_ENGINE;
+    else
+        return false;
+    return true;
+}
+
+bool skv_eval_positions_from_name(const char *s, skv_position_mode *out) {
+    if (!s) return false;
+    if (!strcmp(s, "original"))
+        *out = SKV_POSITIONS_ORIGINAL;
+    else if (!strcmp(s, "rerotate"))
+        *out = SKV_POSITIONS_REROTATE;
+    else
+        return false;
+    return true;
+}
+
+/* Fills row from a parsed line. On failure names the field in *field and says what is wrong
+ * with it in why. Every string kept from the line is checked against the names this program
+ * writes (the policy registry, the protocols, the position modes), so nothing else can reach a
+ * summary, a CSV or a gnuplot script. */
+static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **field, char *why,
+                          size_t why_size) {
     const char *s;
+    size_t len;
     long l;
     double d;
+    char shown[256];
+    why[0] = 0;
 #define NEED(cond, name)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            *missing = name;                                                                       \
+            *field = name;                                                                         \
             return false;                                                                          \
         }                                                                                          \
     } while (0)
     NEED(o->type == SKV_JSON_OBJECT, "(an object)");
-    NEED(skv_json_get_string(o, "task", &s) && (!strcmp(s, "lm") || !strcmp(s, "passkey")), "task");
+    NEED((s = get_str(o, "task", &len)) && (!strcmp(s, "lm") || !strcmp(s, "passkey")), "task");
     row->task = !strcmp(s, "lm") ? SKV_EVAL_LM : SKV_EVAL_PASSKEY;
     NEED(skv_json_get_int(o, "sample", &l) && l >= 0 && l < (1L << 30), "sample");
     row->sample = (int)l;
@@ -169,14 +236,32 @@ static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **mis
         NEED(l >= 0 && l < (1L << 20), "depth_index");
         row->depth_index = (int)l;
     }
-    NEED(skv_json_get_string(o, "policy", &s) && strlen(s) < sizeof row->policy, "policy");
-    snprintf(row->policy, sizeof row->policy, "%s", s);
+    NEED((s = get_str(o, "policy", &len)), "policy");
+    const char *canon = skv_policy_canonical(s);
+    if (!canon || strlen(canon) >= sizeof row->policy) {
+        show_value(shown, sizeof shown, s, len);
+        snprintf(why, why_size, "unknown policy \"%s\" (known: %s)", shown, skv_policy_list());
+        NEED(false, "policy");
+    }
+    snprintf(row->policy, sizeof row->policy, "%s", canon);
     NEED(skv_json_get_number(o, "keep_frac", &row->keep_frac) && row->keep_frac > 0 &&
              row->keep_frac <= 1,
          "keep_frac");
-    NEED(skv_json_get_string(o, "protocol", &s) && strlen(s) < sizeof row->protocol, "protocol");
+    skv_protocol proto;
+    NEED((s = get_str(o, "protocol", &len)), "protocol");
+    if (!skv_eval_protocol_from_name(s, &proto)) {
+        show_value(shown, sizeof shown, s, len);
+        snprintf(why, why_size, "unknown protocol \"%s\" (known: seed, engine)", shown);
+        NEED(false, "protocol");
+    }
     snprintf(row->protocol, sizeof row->protocol, "%s", s);
-    NEED(skv_json_get_string(o, "positions", &s) && strlen(s) < sizeof row->positions, "positions");
+    skv_position_mode pm;
+    NEED((s = get_str(o, "positions", &len)), "positions");
+    if (!skv_eval_positions_from_name(s, &pm)) {
+        show_value(shown, sizeof shown, s, len);
+        snprintf(why, why_size, "unknown position mode \"%s\" (known: original, rerotate)", shown);
+        NEED(false, "positions");
+    }
     snprintf(row->positions, sizeof row->positions, "%s", s);
     NEED(skv_json_get_int(o, "seed", &l) && l >= 0, "seed");
     row->seed = (uint64_t)l;
@@ -217,6 +302,13 @@ skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err 
     if (!f)
         return skv_err_set(err, SKV_ERR_IO, "cannot open results file %s: %s", path,
                            strerror(errno));
+    skv_status st = skv_eval_read_results_stream(f, path, rows, err);
+    fclose(f);
+    return st;
+}
+
+skv_status skv_eval_read_results_stream(FILE *f, const char *path, skv_eval_rows *rows,
+                                        skv_err *err) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -225,6 +317,10 @@ skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err 
     while ((n = getline(&line, &cap, f)) >= 0) {
         lineno++;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (lineno == 1 && n >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) { /* UTF-8 BOM */
+            memmove(line, line + 3, (size_t)n - 2);
+            n -= 3;
+        }
         bool blank = true;
         for (ssize_t i = 0; i < n; i++)
             if (line[i] != ' ' && line[i] != '\t') blank = false;
@@ -237,7 +333,8 @@ skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err 
         }
         if (rows->n == rows->cap) {
             int nc = rows->cap ? rows->cap * 2 : 256;
-            skv_eval_row *nr = realloc(rows->rows, (size_t)nc * sizeof *nr);
+            skv_eval_row *nr =
+                rows->cap > (1 << 28) ? NULL : realloc(rows->rows, (size_t)nc * sizeof *nr);
             if (!nr) {
                 skv_json_free(v);
                 st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory reading %s", path);
@@ -248,13 +345,18 @@ skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err 
         }
         skv_eval_row *row = &rows->rows[rows->n];
         memset(row, 0, sizeof *row);
-        const char *missing = NULL;
-        bool ok = row_from_json(v, row, &missing);
+        const char *field = NULL;
+        char why[512];
+        bool ok = row_from_json(v, row, &field, why, sizeof why);
         skv_json_free(v);
         if (!ok) {
-            st = skv_err_set(err, SKV_ERR_FORMAT,
-                             "%s:%d: not an eval result line (field '%s' missing or invalid)", path,
-                             lineno, missing);
+            if (why[0])
+                st = skv_err_set(err, SKV_ERR_FORMAT, "%s:%d: field '%s': %s", path, lineno, field,
+                                 why);
+            else
+                st = skv_err_set(err, SKV_ERR_FORMAT,
+                                 "%s:%d: not an eval result line (field '%s' missing or invalid)",
+                                 path, lineno, field);
             break;
         }
         row->line = malloc((size_t)n + 1);
@@ -268,7 +370,6 @@ skv_status skv_eval_read_results(const char *path, skv_eval_rows *rows, skv_err 
     }
     if (!st && ferror(f)) st = skv_err_set(err, SKV_ERR_IO, "error reading %s", path);
     free(line);
-    fclose(f);
     return st;
 }
 
@@ -286,10 +387,19 @@ static bool same_config(const skv_eval_row *a, const skv_eval_row *b) {
            a->seed == b->seed && a->greedy == b->greedy;
 }
 
+/* qsort has no context argument; rows_check sets this before sorting (single-threaded use) */
+static _Thread_local const skv_eval_row *cfg_sort_rows;
+
+static int cfg_order_cmp(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    const skv_eval_row *x = &cfg_sort_rows[i], *y = &cfg_sort_rows[j];
+    if (x->config != y->config) return x->config < y->config ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
 skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err) {
     if (rows->n < 1) return skv_err_set(err, SKV_ERR_FORMAT, "no eval results to summarize");
     qsort(rows->rows, (size_t)rows->n, sizeof rows->rows[0], row_cmp);
-    int max_cfg = 0;
     for (int i = 0; i < rows->n; i++) {
         const skv_eval_row *r = &rows->rows[i];
         if (r->task != rows->rows[0].task)
@@ -302,25 +412,28 @@ skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err) {
                                "were the shards run with different --shard counts, or one given "
                                "twice?",
                                r->sample, r->depth_index, r->config, (r - 1)->file, r->file);
-        if (r->config > max_cfg) max_cfg = r->config;
     }
-    /* one config index must always name the same configuration */
-    int *first = malloc(((size_t)max_cfg + 1) * sizeof *first);
-    if (!first) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
-    for (int c = 0; c <= max_cfg; c++) first[c] = -1;
+    /* one config index must always name the same configuration: rows ordered by (config,
+     * row) so each index's first row comes first (no table sized by the largest index, which
+     * a hostile file sets to 2^30) */
+    int *order = malloc((size_t)rows->n * sizeof *order);
+    if (!order) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < rows->n; i++) order[i] = i;
+    cfg_sort_rows = rows->rows;
+    qsort(order, (size_t)rows->n, sizeof *order, cfg_order_cmp);
     skv_status st = SKV_OK;
-    for (int i = 0; i < rows->n && !st; i++) {
-        const skv_eval_row *r = &rows->rows[i];
-        if (first[r->config] < 0) {
-            first[r->config] = i;
-        } else if (!same_config(&rows->rows[first[r->config]], r)) {
+    for (int k = 1, first = 0; k < rows->n && !st; k++) {
+        const skv_eval_row *r = &rows->rows[order[k]], *f = &rows->rows[order[first]];
+        if (r->config != f->config) {
+            first = k;
+        } else if (!same_config(f, r)) {
             st = skv_err_set(err, SKV_ERR_FORMAT,
                              "config %d means different settings in %s and %s: the runs were "
                              "made with different arguments",
-                             r->config, rows->rows[first[r->config]].file, r->file);
+                             r->config, f->file, r->file);
         }
     }
-    free(first);
+    free(order);
     return st;
 }
 
@@ -528,7 +641,12 @@ static void cnum(FILE *f, double x) {
 static void write_csv_row(FILE *f, const group *g, const gstats *s) {
     const skv_eval_row *p = g->proto;
     bool lm = p->task == SKV_EVAL_LM;
-    fprintf(f, "%s,%s,%s,%s", lm ? "lm" : "passkey", p->protocol, p->positions, p->policy);
+    fputs(lm ? "lm" : "passkey", f);
+    const char *names[3] = {p->protocol, p->positions, p->policy};
+    for (int k = 0; k < 3; k++) {
+        fputc(',', f);
+        skv_eval_write_csv_field(f, names[k]);
+    }
     cnum(f, p->keep_frac);
     if (!lm) cnum(f, p->depth);
     fprintf(f, ",%d,%d", s->n_samples, s->n_seeds);
@@ -595,7 +713,12 @@ static void md_pm(FILE *f, const char *fmt, double v, double ci) {
 static void write_md_row(FILE *f, const group *g, const gstats *s) {
     const skv_eval_row *p = g->proto;
     bool lm = p->task == SKV_EVAL_LM;
-    fprintf(f, "| %s | %s | %s | %g |", p->protocol, p->positions, p->policy, p->keep_frac);
+    const char *names[3] = {p->protocol, p->positions, p->policy};
+    for (int k = 0; k < 3; k++) {
+        fputs(k ? " | " : "| ", f);
+        skv_eval_write_md_cell(f, names[k]);
+    }
+    fprintf(f, " | %g |", p->keep_frac);
     if (!lm) fprintf(f, " %g |", p->depth);
     if (s->n_seeds > 1)
         fprintf(f, " %d (×%d seeds) |", s->n_samples, s->n_seeds);
@@ -647,76 +770,411 @@ static skv_status close_file(FILE *f, const char *path, skv_err *err) {
     return SKV_OK;
 }
 
-/* Plot lines: one per (protocol, positions, policy); points over keep fractions. For passkey
- * the value is the accuracy averaged over depths. */
+/* ---- escaping for the places text goes --------------------------------------------------- */
+
+void skv_eval_write_csv_field(FILE *f, const char *s) {
+    if (!s) s = "";
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (const char *p = s; *p; p++) {
+        if (*p == '"') fputc('"', f);
+        fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void skv_eval_write_gnuplot_string(FILE *f, const char *s) {
+    /* In a single-quoted gnuplot string only '' is special; a raw line break would end the
+     * command, so control bytes (and DEL) become '?'. */
+    fputc('\'', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '\'')
+            fputs("''", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fputc('?', f);
+        else
+            fputc(*p, f);
+    }
+    fputc('\'', f);
+}
+
+static bool md_word_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+void skv_eval_write_md_cell(FILE *f, const char *s) {
+    if (!s) s = "";
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        if (c == '\r' || c == '\n' || c == '\t')
+            fputc(' ', f);
+        else if ((unsigned char)c < 0x20 || c == 0x7f)
+            fputc('?', f);
+        else if (c == '<')
+            fputs("&lt;", f);
+        else if (c == '>')
+            fputs("&gt;", f);
+        else if (c == '&')
+            fputs("&amp;", f);
+        else if (c == '\\' || c == '|' || c == '`' || c == '*' || c == '[' || c == ']' ||
+                 c == '#' || c == '~')
+            fprintf(f, "\\%c", c);
+        else if (c == '_' && !(p > s && md_word_char(p[-1]) && md_word_char(p[1])))
+            fputs("\\_", f); /* intraword underscores (sink_recent) stay as they are */
+        else
+            fputc(c, f);
+    }
+}
+
+/* ---- labels -------------------------------------------------------------------------------- */
+
+bool skv_eval_label_parse(const char *spec, skv_eval_label *out, char *why, size_t why_size) {
+    memset(out, 0, sizeof *out);
+    const char *eq = spec ? strchr(spec, '=') : NULL;
+    if (!eq || eq == spec) {
+        snprintf(why, why_size, "expected KEY=TEXT, e.g. snapkv=SnapKV");
+        return false;
+    }
+    char key[64];
+    size_t kl = (size_t)(eq - spec);
+    if (kl >= sizeof key) {
+        snprintf(why, why_size, "the key is too long");
+        return false;
+    }
+    memcpy(key, spec, kl);
+    key[kl] = 0;
+    const char *canon = skv_policy_canonical(key);
+    skv_protocol pr;
+    skv_position_mode pm;
+    if (canon)
+        snprintf(out->key, sizeof out->key, "%s", canon);
+    else if (skv_eval_protocol_from_name(key, &pr))
+        snprintf(out->key, sizeof out->key, "%s", pr == SKV_PROTOCOL_ENGINE ? "engine" : "seed");
+    else if (skv_eval_positions_from_name(key, &pm))
+        snprintf(out->key, sizeof out->key, "%s",
+                 pm == SKV_POSITIONS_REROTATE ? "rerotate" : "original");
+    else {
+        char shown[256];
+        show_value(shown, sizeof shown, key, kl);
+        snprintf(why, why_size,
+                 "'%s' is not a policy (%s), a protocol (seed, engine) or a position mode "
+                 "(original, rerotate)",
+                 shown, skv_policy_list());
+        return false;
+    }
+    const char *text = eq + 1;
+    size_t tl = strlen(text);
+    if (tl == 0 || tl > 64) {
+        snprintf(why, why_size, "the label text must have 1 to 64 bytes");
+        return false;
+    }
+    for (size_t i = 0; i < tl; i++)
+        if ((unsigned char)text[i] < 0x20 || text[i] == 0x7f) {
+            snprintf(why, why_size, "the label text holds a control character");
+            return false;
+        }
+    out->text = text;
+    return true;
+}
+
+static const char *label_of(const skv_eval_labels *labels, const char *key) {
+    for (int i = 0; labels && i < labels->n; i++)
+        if (!strcmp(labels->items[i].key, key)) return labels->items[i].text;
+    return NULL;
+}
+
+/* ---- fixed styles ---------------------------------------------------------------------------- */
+
+/* One colour (Okabe-Ito and Paul Tol's colour-blind-safe sets) and point type per policy, by
+ * canonical name, so a policy looks the same in every figure of every run. */
+static const struct {
+    const char *policy, *colour;
+    int pt;
+} policy_styles[] = {
+    {"sink_recent", "#0072B2", 7}, /* blue, filled circle */
+    {"random", "#7F7F7F", 6},      /* grey, open circle: the baseline */
+    {"attention", "#D55E00", 9},   /* vermillion, filled triangle */
+    {"pyramid", "#009E73", 5},     /* bluish green, filled square */
+    {"knorm", "#CC79A7", 13},      /* reddish purple, filled diamond */
+    {"keydiff", "#E69F00", 11},    /* orange, filled down triangle */
+    {"tova", "#56B4E9", 4},        /* sky blue, open square */
+    {"h2o", "#882255", 8},         /* wine, open triangle */
+    {"adakv", "#332288", 12},      /* indigo, open diamond */
+};
+static const char *const fallback_colours[] = {"#999933", "#117733", "#AA4499",
+                                               "#44AA99", "#661100", "#6699CC"};
+
+static int policy_style(const char *policy) {
+    for (size_t i = 0; i < sizeof policy_styles / sizeof policy_styles[0]; i++)
+        if (!strcmp(policy_styles[i].policy, policy)) return (int)i;
+    return -1;
+}
+
+static uint32_t name_hash(const char *s) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+const char *skv_eval_policy_colour(const char *policy) {
+    int k = policy_style(policy ? policy : "");
+    if (k >= 0) return policy_styles[k].colour;
+    return fallback_colours[name_hash(policy ? policy : "") %
+                            (sizeof fallback_colours / sizeof fallback_colours[0])];
+}
+
+static int policy_pt(const char *policy) {
+    int k = policy_style(policy);
+    return k >= 0 ? policy_styles[k].pt : 2 + (int)(name_hash(policy) % 2) * 1; /* x or * */
+}
+
+/* Dash per protocol and position mode: solid, dashed, dotted, dash-dot. */
+static const char *mode_dash(const char *protocol, const char *positions) {
+    bool engine = !strcmp(protocol, "engine"), rerot = !strcmp(positions, "rerotate");
+    if (!engine && !rerot) return "1";
+    if (engine && !rerot) return "(10,6)";
+    if (!engine) return "(2,5)";
+    return "(12,5,2,5)";
+}
+
+static int mode_rank(const char *protocol, const char *positions) {
+    return (!strcmp(protocol, "engine") ? 1 : 0) + (!strcmp(positions, "rerotate") ? 2 : 0);
+}
+
+/* The legend / panel text of a protocol + position mode (labels applied; not escaped). */
+static void mode_label(const skv_eval_labels *labels, int m, char *text, size_t size) {
+    const char *proto = m & 1 ? "engine" : "seed", *pos = m & 2 ? "rerotate" : "original";
+    const char *lp = label_of(labels, proto), *lq = label_of(labels, pos);
+    if (m & 2)
+        snprintf(text, size, "%s, %s", lp ? lp : proto, lq ? lq : pos);
+    else if (lp)
+        snprintf(text, size, "%s", lp);
+    else
+        snprintf(text, size, "%s protocol", proto);
+}
+
+/* A name for a plot data comment: [A-Za-z0-9_.-] only. */
+static void write_plain(FILE *f, const char *s) {
+    for (; *s; s++) fputc(md_word_char(*s) || *s == '_' || *s == '.' || *s == '-' ? *s : '?', f);
+}
+
+/* ---- plots ----------------------------------------------------------------------------------- */
+
+/* A number for plot_data.dat: %.9g, NaN for what is undefined (gnuplot skips it). */
+static void pnum(FILE *f, double x) {
+    if (isfinite(x))
+        fprintf(f, " %.9g", x);
+    else
+        fputs(" NaN", f);
+}
+
+typedef struct plot_line {
+    int first_group; /* its first group in summary order */
+    const skv_eval_row *proto;
+    double offset; /* dodge factor for x */
+} plot_line;
+
+/* A keep-1.0 row that kept every entry: the full cache itself (KL 0, top-1 1, ...). */
+static bool is_control(const skv_eval_row *p, const gstats *s) {
+    return p->keep_frac == 1.0 && s->bytes_before > 0 && s->bytes_after >= s->bytes_before;
+}
+
+typedef struct yrange {
+    double lo, hi;
+} yrange;
+
+static void yr_add(yrange *r, double v) {
+    if (!isfinite(v)) return;
+    if (v < r->lo) r->lo = v;
+    if (v > r->hi) r->hi = v;
+}
+
+/* Plots: one line per (policy, protocol, positions) over the keep fractions, on a log keep
+ * axis; keep-1.0 controls are the reference line, not points. */
 static skv_status write_plots(const skv_eval_rows *rows, const group *groups, const gstats *stats,
-                              int n_groups, const char *dir, skv_err *err) {
+                              int n_groups, const char *dir, const skv_eval_labels *labels,
+                              skv_err *err) {
     char path[4096];
     bool lm = rows->rows[0].task == SKV_EVAL_LM;
-    FILE *f = open_in(dir, "plot_data.dat", path, sizeof path, err);
-    if (!f) return err ? err->status : SKV_ERR_IO;
-    /* distinct lines, in summary order */
     int *line_of = malloc((size_t)n_groups * sizeof *line_of);
-    int *line_first = malloc((size_t)n_groups * sizeof *line_first);
-    if (!line_of || !line_first) {
-        free(line_of);
-        free(line_first);
-        fclose(f);
-        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    plot_line *lines = calloc((size_t)n_groups, sizeof *lines);
+    double *keeps = malloc((size_t)n_groups * sizeof *keeps);
+    const char **pols = malloc((size_t)n_groups * sizeof *pols);
+    FILE *f = NULL;
+    skv_status st = SKV_OK;
+    if (!line_of || !lines || !keeps || !pols) {
+        st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        goto done;
     }
-    int n_lines = 0;
+    /* lines, in summary order; policies in order of first appearance */
+    int n_lines = 0, n_keeps = 0, n_pols = 0;
+    int greedy = 0;
     for (int i = 0; i < n_groups; i++) {
         const skv_eval_row *p = groups[i].proto;
+        if (stats[i].greedy > greedy) greedy = stats[i].greedy;
+        line_of[i] = -1;
+        if (is_control(p, &stats[i])) continue;
         int l = -1;
         for (int k = 0; k < n_lines && l < 0; k++) {
-            const skv_eval_row *q = groups[line_first[k]].proto;
+            const skv_eval_row *q = lines[k].proto;
             if (!strcmp(p->policy, q->policy) && !strcmp(p->protocol, q->protocol) &&
                 !strcmp(p->positions, q->positions))
                 l = k;
         }
         if (l < 0) {
             l = n_lines++;
-            line_first[l] = i;
+            lines[l].first_group = i;
+            lines[l].proto = p;
         }
         line_of[i] = l;
+        bool seen = false;
+        for (int k = 0; k < n_keeps; k++) seen |= keeps[k] == p->keep_frac;
+        if (!seen) keeps[n_keeps++] = p->keep_frac;
+        seen = false;
+        for (int k = 0; k < n_pols; k++) seen |= !strcmp(pols[k], p->policy);
+        if (!seen) pols[n_pols++] = p->policy;
     }
-    fprintf(f, "# sparsekv eval plot data: one block per line (gnuplot index)\n");
+    for (int a = 1; a < n_keeps; a++) /* ascending */
+        for (int b = a; b > 0 && keeps[b] < keeps[b - 1]; b--) {
+            double t = keeps[b];
+            keeps[b] = keeps[b - 1];
+            keeps[b - 1] = t;
+        }
+    /* dodge: lines side by side around each keep fraction, a policy's modes next to each
+     * other; the whole spread is 30% of the smallest gap between keep fractions (log axis) */
+    double gap = log(2.0);
+    for (int k = 1; k < n_keeps; k++)
+        if (log(keeps[k] / keeps[k - 1]) < gap) gap = log(keeps[k] / keeps[k - 1]);
+    /* (one panel per protocol / position mode: the slots restart in each) */
+    int panel_modes[4], n_panels = 0;
+    for (int m = 0; m < 4; m++) {
+        int n_m = 0, slot = 0;
+        for (int l = 0; l < n_lines; l++)
+            n_m += mode_rank(lines[l].proto->protocol, lines[l].proto->positions) == m;
+        if (n_m == 0) continue;
+        panel_modes[n_panels++] = m;
+        for (int pi = 0; pi < n_pols; pi++)
+            for (int l = 0; l < n_lines; l++)
+                if (!strcmp(lines[l].proto->policy, pols[pi]) &&
+                    mode_rank(lines[l].proto->protocol, lines[l].proto->positions) == m)
+                    lines[l].offset =
+                        n_m > 1 ? exp(0.3 * gap * ((double)slot++ / (n_m - 1) - 0.5)) : 1.0;
+    }
+    if (n_panels == 0) panel_modes[n_panels++] = 0;
+
+    /* data */
+    f = open_in(dir, "plot_data.dat", path, sizeof path, err);
+    if (!f) {
+        st = err ? err->status : SKV_ERR_IO;
+        goto done;
+    }
+    yrange yr_kl = {INFINITY, -INFINITY}, yr_top1 = {INFINITY, -INFINITY},
+           yr_ppl = {INFINITY, -INFINITY}, yr_greedy = {INFINITY, -INFINITY},
+           yr_acc = {INFINITY, -INFINITY};
+    double kl_floor = INFINITY; /* smallest positive KL drawn (mean or CI bound) */
+    double ref_acc = 0;
+    int n_ref = 0;
+    for (int i = 0; i < n_groups; i++) {
+        if (lm) continue;
+        ref_acc += stats[i].ref_accuracy.mean;
+        n_ref++;
+    }
+    ref_acc = n_ref ? ref_acc / n_ref : NAN;
+    for (int i = 0; i < n_groups && lm; i++) {
+        if (line_of[i] < 0) continue;
+        const gstats *s = &stats[i];
+        double ci = isnan(s->kl_mean.ci95) ? 0 : s->kl_mean.ci95;
+        if (s->kl_mean.mean > 0 && isfinite(s->kl_mean.mean)) {
+            yr_kl.hi = fmax(yr_kl.hi, s->kl_mean.mean + ci);
+            kl_floor =
+                fmin(kl_floor, s->kl_mean.mean - ci > 0 ? s->kl_mean.mean - ci : s->kl_mean.mean);
+        }
+    }
+    /* log KL axis: from a little under the smallest value drawn; a CI that reaches 0 is drawn
+     * down to the bottom edge */
+    double kl_bottom = isfinite(kl_floor) ? kl_floor / 2 : 1e-6;
+    fprintf(f, "# sparsekv eval plot data: one block per line (gnuplot index), keep-1.0 controls "
+               "(full cache) left out\n");
     if (lm)
-        fprintf(f, "# keep_frac kl_mean kl_mean_ci95 top1 top1_ci95\n");
+        fprintf(f, "# keep_frac x(dodged) kl_mean kl_lo kl_hi top1 top1_lo top1_hi ppl_ratio "
+                   "ppl_lo ppl_hi greedy_match greedy_lo greedy_hi\n");
     else
-        fprintf(f, "# keep_frac accuracy(mean over depths)\n");
+        fprintf(f, "# keep_frac x(dodged) accuracy(mean over depths)\n");
     for (int l = 0; l < n_lines; l++) {
-        const skv_eval_row *q = groups[line_first[l]].proto;
-        fprintf(f, "%s# %s %s %s\n", l ? "\n\n" : "", q->policy, q->protocol, q->positions);
-        /* keep fractions of this line, in summary order (ascending as enumerated) */
+        const skv_eval_row *q = lines[l].proto;
+        fputs(l ? "\n\n# " : "# ", f);
+        write_plain(f, q->policy);
+        fputc(' ', f);
+        write_plain(f, q->protocol);
+        fputc(' ', f);
+        write_plain(f, q->positions);
+        fputc('\n', f);
         for (int i = 0; i < n_groups; i++) {
             if (line_of[i] != l) continue;
+            double keep = groups[i].proto->keep_frac, x = keep * lines[l].offset;
             if (!lm) {
                 /* once per keep fraction: average the depths */
                 bool first = true;
                 for (int j = 0; j < i; j++)
-                    if (line_of[j] == l && groups[j].proto->keep_frac == groups[i].proto->keep_frac)
-                        first = false;
+                    if (line_of[j] == l && groups[j].proto->keep_frac == keep) first = false;
                 if (!first) continue;
                 double sum = 0;
                 int c = 0;
                 for (int j = i; j < n_groups; j++)
-                    if (line_of[j] == l &&
-                        groups[j].proto->keep_frac == groups[i].proto->keep_frac) {
+                    if (line_of[j] == l && groups[j].proto->keep_frac == keep) {
                         sum += stats[j].accuracy.mean;
                         c++;
                     }
-                fprintf(f, "%.9g %.9g\n", groups[i].proto->keep_frac, sum / c);
+                fprintf(f, "%.9g", keep);
+                pnum(f, x);
+                pnum(f, sum / c);
+                fputc('\n', f);
+                yr_add(&yr_acc, sum / c);
                 continue;
             }
             const gstats *s = &stats[i];
-            fprintf(f, "%.9g %.9g %.9g %.9g %.9g\n", groups[i].proto->keep_frac, s->kl_mean.mean,
-                    isnan(s->kl_mean.ci95) ? 0.0 : s->kl_mean.ci95, s->top1.mean,
-                    isnan(s->top1.ci95) ? 0.0 : s->top1.ci95);
+            double kci = isnan(s->kl_mean.ci95) ? 0 : s->kl_mean.ci95;
+            double tci = isnan(s->top1.ci95) ? 0 : s->top1.ci95;
+            double pci = isnan(s->ln_ppl.ci95) ? 0 : s->ln_ppl.ci95;
+            double gci = isnan(s->greedy_match.ci95) ? 0 : s->greedy_match.ci95;
+            double km = s->kl_mean.mean;
+            fprintf(f, "%.9g", keep);
+            pnum(f, x);
+            pnum(f, km > 0 ? km : NAN);
+            pnum(f, km > 0 ? (km - kci > 0 ? km - kci : kl_bottom) : NAN);
+            pnum(f, km > 0 ? km + kci : NAN);
+            double t = s->top1.mean, tlo = fmax(0, t - tci), thi = fmin(1, t + tci);
+            pnum(f, t);
+            pnum(f, tlo);
+            pnum(f, thi);
+            yr_add(&yr_top1, tlo);
+            yr_add(&yr_top1, thi);
+            double pm = s->ln_ppl.mean;
+            pnum(f, exp(pm));
+            pnum(f, exp(pm - pci));
+            pnum(f, exp(pm + pci));
+            yr_add(&yr_ppl, exp(pm - pci));
+            yr_add(&yr_ppl, exp(pm + pci));
+            double g = s->greedy_match.mean, glo = fmax(0, g - gci),
+                   ghi = fmin((double)s->greedy, g + gci);
+            pnum(f, g);
+            pnum(f, glo);
+            pnum(f, ghi);
+            yr_add(&yr_greedy, glo);
+            yr_add(&yr_greedy, ghi);
+            fputc('\n', f);
         }
     }
-    skv_status st = close_file(f, path, err);
-    if (st) goto done;
+    if ((st = close_file(f, path, err))) {
+        f = NULL;
+        goto done;
+    }
+    f = NULL;
+
+    /* script */
     f = open_in(dir, "plots.gp", path, sizeof path, err);
     if (!f) {
         st = err ? err->status : SKV_ERR_IO;
@@ -724,72 +1182,241 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
     }
     fprintf(f, "# sparsekv eval plots: run `gnuplot plots.gp` in this directory\n"
                "png_term = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n"
-               "set grid\nset key outside right top\nset xlabel 'keep fraction'\n"
-               "set xrange [0:1.05]\n");
-    struct {
+               "set encoding utf8\nset bars small\nset pointsize 1.0\n");
+    /* the axes every panel starts from (the legend panel unsets them) */
+    char axes[4096];
+    {
+        double kmin = n_keeps ? keeps[0] : 0.5, kmax = n_keeps ? keeps[n_keeps - 1] : 1.0;
+        double pad = exp(0.3 * gap);
+        size_t o = (size_t)snprintf(
+            axes, sizeof axes,
+            "set grid lc rgb '#dddddd' lw 1\nset border 3 lc rgb '#444444'\nset xtics nomirror\n"
+            "set ytics nomirror\nunset x2tics\nunset y2tics\n"
+            "unset key\nset logscale x\nset xrange [%.9g:%.9g]\nset xtics (",
+            kmin / pad, kmax * pad);
+        for (int k = 0; k < n_keeps && o < sizeof axes - 64; k++)
+            o += (size_t)snprintf(axes + o, sizeof axes - o, "%s'%g' %.9g", k ? ", " : "", keeps[k],
+                                  keeps[k]);
+        snprintf(axes + o, sizeof axes - o, ")\nset mxtics 1\n");
+    }
+    struct plotdef {
         const char *name, *ylabel, *title, *using;
-    } plots_lm[2] = {{"kl_vs_keep", "KL(reference || compressed), nats per token",
-                      "KL divergence vs keep fraction (mean over samples, 95% CI)", "1:2:3"},
-                     {"top1_vs_keep", "top-1 agreement with the full cache",
-                      "Top-1 agreement vs keep fraction (mean over samples, 95% CI)", "1:4:5"}},
-      plots_pk[1] = {{"passkey_vs_keep", "pass key retrieval accuracy",
-                      "Passkey accuracy vs keep fraction (mean over depths)", "1:2"}};
-    int n_plots = lm ? 2 : 1;
+        int kind; /* 0 kl (log), 1 top1, 2 ppl, 3 greedy, 4 passkey */
+        int ycol; /* the value's column in plot_data.dat */
+    } defs_lm[4] = {{"kl_vs_keep", "KL(full || compressed), nats per token (log scale)",
+                     "KL divergence from the full cache (mean over samples, 95% CI)", "2:3:4:5", 0,
+                     3},
+                    {"top1_vs_keep", "top-1 agreement with the full cache",
+                     "Top-1 agreement with the full cache (mean over samples, 95% CI)", "2:6:7:8",
+                     1, 6},
+                    {"ppl_vs_keep", "PPL(compressed) / PPL(full)",
+                     "Perplexity ratio on the continuation (geometric mean over samples, 95% CI)",
+                     "2:9:10:11", 2, 9},
+                    {"greedy_vs_keep", "greedy tokens matching the full cache",
+                     "Greedy decoding: tokens until the first divergence (mean over samples, "
+                     "95% CI)",
+                     "2:12:13:14", 3, 12}},
+      defs_pk[1] = {{"passkey_vs_keep", "pass key retrieval accuracy",
+                     "Passkey accuracy (mean over depths)", "2:3", 4, 3}};
+    int n_plots = lm ? 4 : 1;
     for (int pl = 0; pl < n_plots; pl++) {
-        const char *name = lm ? plots_lm[pl].name : plots_pk[pl].name;
-        const char *ylabel = lm ? plots_lm[pl].ylabel : plots_pk[pl].ylabel;
-        const char *title = lm ? plots_lm[pl].title : plots_pk[pl].title;
-        const char *usng = lm ? plots_lm[pl].using : plots_pk[pl].using;
-        fprintf(f, "\nset ylabel '%s'\nset title '%s'\n", ylabel, title);
-        if (!lm || pl == 1)
-            fprintf(f, "set yrange [0:1.05]\n");
+        const struct plotdef *d = lm ? &defs_lm[pl] : &defs_pk[pl];
+        fprintf(f, "\n# ---- %s\n", d->name);
+        /* the y axis of this figure, set again in every panel */
+        char *yset = NULL;
+        size_t yset_len = 0;
+        FILE *fy = open_memstream(&yset, &yset_len);
+        if (!fy) {
+            st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        FILE *fmain = f;
+        f = fy;
+        fprintf(f, "unset label\nunset logscale y\n");
+        if (d->kind == 3)
+            fprintf(f, "set ylabel '%s (of %d)'\n", d->ylabel, greedy);
         else
-            fprintf(f, "set yrange [0:*]\n");
+            fprintf(f, "set ylabel '%s'\n", d->ylabel);
+        double ref = NAN; /* the full cache's value: drawn as a reference line */
+        yrange r = {0, 1};
+        switch (d->kind) {
+        case 0:
+            fprintf(f, "set logscale y\nset format y '%%g'\n");
+            if (isfinite(yr_kl.hi))
+                fprintf(f, "set yrange [%.9g:%.9g]\n", kl_bottom, yr_kl.hi * 2);
+            else
+                fprintf(f, "set yrange [*:*]\n");
+            fprintf(f, "set label 1 'full cache (keep 1.0): KL = 0' at graph 0.02, graph 0.04 "
+                       "left textcolor rgb '#444444'\n");
+            break;
+        case 1:
+            r = yr_top1;
+            ref = 1.0;
+            break;
+        case 2:
+            r = yr_ppl;
+            ref = 1.0;
+            break;
+        case 3:
+            r = yr_greedy;
+            ref = greedy;
+            break;
+        default:
+            r = yr_acc;
+            ref = ref_acc;
+            break;
+        }
+        if (d->kind != 0) {
+            fprintf(f, "set format y '%%g'\n");
+            if (isfinite(ref)) {
+                yr_add(&r, ref);
+            }
+            if (!(r.lo <= r.hi)) r = (yrange){0, 1};
+            double span = r.hi - r.lo;
+            if (span <= 0) span = fabs(r.hi) > 0 ? fabs(r.hi) * 0.1 : 1;
+            double lo = r.lo - 0.08 * span, hi = r.hi + 0.08 * span;
+            if (d->kind == 4) { /* accuracy: the whole 0..1 */
+                lo = -0.02;
+                hi = 1.02;
+            } else if (d->kind == 1) { /* fractions: no room far outside [0, 1] */
+                lo = fmax(lo, -0.02);
+                hi = fmin(hi, 1.02);
+            } else if (d->kind == 3) { /* greedy tokens: 0..G */
+                lo = fmax(lo, -0.02 * greedy);
+                hi = fmin(hi, 1.02 * greedy);
+            }
+            fprintf(f, "set yrange [%.9g:%.9g]\n", lo, hi);
+        }
+        f = fmain;
+        if (fclose(fy) != 0) {
+            free(yset);
+            st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+
+        /* one panel per protocol / position mode, side by side (2 x 2 for 3 or 4), the same
+         * axes in each, placed by hand; the legend is its own strip along the bottom */
+        int cols = n_panels == 1 ? 1 : 2, prow = n_panels > 2 ? 2 : 1;
+        int n_entries = n_pols + n_panels + (isfinite(ref) && d->kind != 0 ? 1 : 0);
+        int width = cols == 1 ? 960 : 1400, key_cols = width / 190;
+        int key_rows = (n_entries + key_cols - 1) / key_cols;
+        int height = (prow == 1 ? 520 : 920) + 22 * key_rows;
+        double key_h = (16.0 + 22.0 * key_rows) / height, title_h = 34.0 / height;
+        double pw = 1.0 / cols, ph = (1.0 - key_h - title_h) / prow;
         for (int term = 0; term < 2; term++) {
             if (term == 0)
                 fprintf(f,
-                        "eval('set terminal '.png_term.' size 1000,600 noenhanced')\nset output "
-                        "'%s.png'\n",
-                        name);
+                        "eval('set terminal '.png_term.' size %d,%d noenhanced font "
+                        "\"Sans,11\"')\nset output '%s.png'\n",
+                        width, height, d->name);
             else
                 fprintf(f,
-                        "set terminal svg size 1000,600 dynamic noenhanced\nset output '%s.svg'\n",
-                        name);
-            fprintf(f, "plot \\\n");
-            for (int l = 0; l < n_lines; l++) {
-                const skv_eval_row *q = groups[line_first[l]].proto;
-                /* colour by policy (rank of its first line), dash by protocol/positions */
-                int pol = 0, dash;
-                for (int k = 0; k < n_lines; k++) {
-                    const char *pk = groups[line_first[k]].proto->policy;
-                    if (!strcmp(pk, q->policy)) break;
-                    bool earlier = false;
-                    for (int j = 0; j < k; j++)
-                        earlier |= !strcmp(groups[line_first[j]].proto->policy, pk);
-                    if (!earlier) pol++;
+                        "set terminal svg size %d,%d dynamic noenhanced font 'Sans,11'\n"
+                        "set output '%s.svg'\n",
+                        width, height, d->name);
+            fprintf(f, "set multiplot title '%s'\n", d->title);
+            for (int pn = 0; pn < n_panels; pn++) {
+                int m = panel_modes[pn];
+                fputs(axes, f);
+                fputs(yset, f);
+                fprintf(f, "set origin %.6f,%.6f\nset size %.6f,%.6f\n", (pn % cols) * pw,
+                        key_h + (prow - 1 - pn / cols) * ph, pw, ph);
+                bool bottom = pn / cols == prow - 1;
+                fprintf(f, "set xlabel '%s'\n", bottom ? "keep fraction (log scale)" : "");
+                if (pn % cols) fputs("set ylabel ''\n", f);
+                if (n_panels > 1) {
+                    char text[200];
+                    mode_label(labels, m, text, sizeof text);
+                    fputs("set title ", f);
+                    skv_eval_write_gnuplot_string(f, text);
+                    fputc('\n', f);
+                } else {
+                    fputs("unset title\n", f);
                 }
-                dash = (!strcmp(q->protocol, "engine") ? 2 : 1) +
-                       (!strcmp(q->positions, "rerotate") ? 2 : 0);
-                fprintf(f,
-                        "  'plot_data.dat' index %d using %s with %s lc %d dt %d pt %d "
-                        "title '%s %s%s%s'%s\n",
-                        l, usng, lm ? "yerrorlines" : "linespoints", pol + 1, dash, pol + 1,
-                        q->policy, q->protocol, strcmp(q->positions, "original") ? " " : "",
-                        strcmp(q->positions, "original") ? q->positions : "",
-                        l + 1 < n_lines ? ", \\" : "");
+                fprintf(f, "plot \\\n");
+                bool any = false;
+                /* the full cache's value first, a wide light band under the data */
+                if (isfinite(ref) && d->kind != 0) {
+                    fprintf(f, "  %.9g with lines lc rgb '#c8c8c8' lw 6", ref);
+                    any = true;
+                }
+                for (int l = 0; l < n_lines; l++) {
+                    const skv_eval_row *q = lines[l].proto;
+                    if (mode_rank(q->protocol, q->positions) != m) continue;
+                    const char *col = skv_eval_policy_colour(q->policy);
+                    /* solid CI bars and markers, then the line with its dash */
+                    fprintf(f,
+                            "%s  'plot_data.dat' index %d using %s with %s lc rgb '%s' dt 1 "
+                            "pt %d lw 1",
+                            any ? ", \\\n" : "", l, d->using, lm ? "yerrorbars" : "points", col,
+                            policy_pt(q->policy));
+                    fprintf(f,
+                            ", \\\n  'plot_data.dat' index %d using 2:%d with lines lc rgb "
+                            "'%s' dt %s lw 1.5",
+                            l, d->ycol, col, mode_dash(q->protocol, q->positions));
+                    any = true;
+                }
+                if (!any) fputs("  1/0", f);
+                fputc('\n', f);
             }
+            /* the legend strip: one entry per policy (colour, marker), one per protocol /
+             * position mode (dash), and the full cache's reference line */
+            fprintf(f,
+                    "set origin 0,0\nset size 1,%.6f\nunset title\nunset xlabel\nunset ylabel\n"
+                    "unset border\nunset tics\nunset grid\nunset label\nunset logscale\n"
+                    "set xrange [0:1]\nset yrange [0:1]\nset lmargin 0\nset rmargin 0\n"
+                    "set tmargin 0\nset bmargin 0\n"
+                    "set key center center horizontal Left reverse samplen 3 spacing 1.1 "
+                    "width -1 maxrows %d\nplot \\\n",
+                    key_h, key_rows);
+            bool any = false;
+            for (int pi = 0; pi < n_pols; pi++) {
+                const char *lab = label_of(labels, pols[pi]);
+                fprintf(f, "%s  1/0 with linespoints lc rgb '%s' dt 1 pt %d lw 1.5 title ",
+                        any ? ", \\\n" : "", skv_eval_policy_colour(pols[pi]), policy_pt(pols[pi]));
+                skv_eval_write_gnuplot_string(f, lab ? lab : pols[pi]);
+                any = true;
+            }
+            for (int k = 0; k < n_panels; k++) {
+                int mk = panel_modes[k];
+                char text[200];
+                mode_label(labels, mk, text, sizeof text);
+                fprintf(f, "%s  1/0 with lines lc rgb '#333333' dt %s lw 1.5 title ",
+                        any ? ", \\\n" : "",
+                        mode_dash(mk & 1 ? "engine" : "seed", mk & 2 ? "rerotate" : "original"));
+                skv_eval_write_gnuplot_string(f, text);
+                any = true;
+            }
+            if (isfinite(ref) && d->kind != 0)
+                fprintf(f, "%s  1/0 with lines lc rgb '#c8c8c8' lw 6 title '%s'",
+                        any ? ", \\\n" : "", d->kind == 4 ? "full cache" : "full cache (keep 1.0)");
+            else if (!any)
+                fputs("  1/0 notitle", f);
+            fputs("\nunset multiplot\nset lmargin -1\nset rmargin -1\nset tmargin -1\n"
+                  "set bmargin -1\n",
+                  f);
         }
+        free(yset);
         fprintf(f, "set output\n");
     }
     st = close_file(f, path, err);
+    f = NULL;
 done:
+    if (f) fclose(f);
     free(line_of);
-    free(line_first);
+    free(lines);
+    free(keeps);
+    free(pols);
     return st;
 }
 
 skv_status skv_eval_write_reports(const skv_eval_rows *rows, const char *dir, char **md,
                                   skv_err *err) {
+    return skv_eval_write_reports_labeled(rows, dir, NULL, md, err);
+}
+
+skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char *dir,
+                                          const skv_eval_labels *labels, char **md, skv_err *err) {
     if (md) *md = NULL;
     if (rows->n < 1) return skv_err_set(err, SKV_ERR_FORMAT, "no eval results to summarize");
     skv_status st = SKV_OK;
@@ -859,7 +1486,12 @@ skv_status skv_eval_write_reports(const skv_eval_rows *rows, const char *dir, ch
             lm ? "" : ",depth");
     for (int k = 0; k < n_groups; k++) {
         const skv_eval_row *p = groups[k].proto;
-        fprintf(f, "%s,%s,%s,%.9g", p->protocol, p->positions, p->policy, p->keep_frac);
+        skv_eval_write_csv_field(f, p->protocol);
+        fputc(',', f);
+        skv_eval_write_csv_field(f, p->positions);
+        fputc(',', f);
+        skv_eval_write_csv_field(f, p->policy);
+        fprintf(f, ",%.9g", p->keep_frac);
         if (!lm) fprintf(f, ",%.9g", p->depth);
         fprintf(f, ",%d,%.4f,%.4f,%.4f\n", stats[k].n_rows, stats[k].compress_ms,
                 stats[k].window_ms, stats[k].eval_ms);
@@ -899,7 +1531,7 @@ skv_status skv_eval_write_reports(const skv_eval_rows *rows, const char *dir, ch
     fwrite(mdbuf, 1, mdlen, f);
     if ((st = close_file(f, path, err))) goto done;
 
-    st = write_plots(rows, groups, stats, n_groups, dir, err);
+    st = write_plots(rows, groups, stats, n_groups, dir, labels, err);
     goto done;
 fail_io:
     st = err ? err->status : SKV_ERR_IO;
@@ -915,4 +1547,64 @@ done:
     free(stats);
     free(vals);
     return st;
+}
+
+/* ---- compress --plot ------------------------------------------------------------------------ */
+
+void skv_eval_write_kept_map(FILE *f, const char *png_path, const char *title, int n_layer,
+                             int n_head, int n_pos, const int32_t *const *positions,
+                             const int *lens, int window_from) {
+    int n_rows = n_layer * n_head;
+    if (n_pos < 1) n_pos = 1;
+    /* about 8 px per row (at least 3), 360..1400 px high */
+    int px_row = n_rows > 0 && 900 / n_rows >= 3 ? (900 / n_rows > 14 ? 14 : 900 / n_rows) : 3;
+    int height = 150 + n_rows * px_row;
+    if (height < 360) height = 360;
+    if (height > 1400) height = 1400;
+    fprintf(f, "# sparsekv compress --plot: kept positions per (layer, kv head)\n"
+               "png_term = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n");
+    fprintf(f, "eval('set terminal '.png_term.' size 1100,%d noenhanced font \"Sans,10\"')\n",
+            height);
+    fputs("set output ", f);
+    skv_eval_write_gnuplot_string(f, png_path);
+    fputs("\nset title ", f);
+    skv_eval_write_gnuplot_string(f, title);
+    fprintf(f, "\nset xlabel 'position in the cache (token index)'\n"
+               "set ylabel 'layer (one row per kv head)'\n"
+               "set palette defined (0 '#dddddd', 1 '#08519c')\nset cbrange [0:1]\n"
+               "unset colorbox\nset tics out nomirror\nset border lc rgb '#444444'\n");
+    fprintf(f, "set xrange [-0.5:%d.5]\nset yrange [%d.5:-0.5]\n", n_pos - 1, n_rows - 1);
+    /* a tic per layer at the middle of its heads; separators between layers */
+    int step = n_layer > 40 ? (n_layer + 39) / 40 : 1;
+    fputs("set ytics (", f);
+    for (int l = 0, k = 0; l < n_layer; l += step, k++)
+        fprintf(f, "%s'%d' %.1f", k ? ", " : "", l, l * n_head + (n_head - 1) / 2.0);
+    fputs(")\n", f);
+    for (int l = 1; l < n_layer && n_head > 1; l++)
+        fprintf(f, "set arrow from -0.5,%.1f to %d.5,%.1f nohead front lc rgb '#ffffff' lw 1\n",
+                l * n_head - 0.5, n_pos - 1, l * n_head - 0.5);
+    if (window_from > 0 && window_from < n_pos) {
+        fprintf(f,
+                "set arrow from %.1f, graph 0 to %.1f, graph 1 nohead front lc rgb '#D55E00' "
+                "lw 1.5 dt (6,4)\n"
+                "set label 'window' at %.1f, graph 1.02 left textcolor rgb '#D55E00'\n",
+                window_from - 0.5, window_from - 0.5, window_from - 0.5);
+    }
+    fputs("$kept << EOD\n", f);
+    char *rowbuf = malloc((size_t)n_pos);
+    for (int r = 0; r < n_rows && rowbuf; r++) {
+        memset(rowbuf, 0, (size_t)n_pos);
+        for (int i = 0; positions && positions[r] && i < lens[r]; i++)
+            if (positions[r][i] >= 0 && positions[r][i] < n_pos) rowbuf[positions[r][i]] = 1;
+        for (int c = 0; c < n_pos; c++)
+            fputs(c ? (rowbuf[c] ? " 1" : " 0") : (rowbuf[c] ? "1" : "0"), f);
+        fputc('\n', f);
+    }
+    free(rowbuf);
+    fputs("EOD\nset key outside bottom right horizontal samplen 1.5 noautotitle\n"
+          "set style fill solid 1.0 noborder\n"
+          "plot $kept matrix with image notitle, \\\n"
+          "  1/0 with boxes fc rgb '#08519c' title 'kept', \\\n"
+          "  1/0 with boxes fc rgb '#dddddd' title 'evicted'\nset output\n",
+          f);
 }

@@ -31,6 +31,21 @@ void skv_eval_settings_default(skv_eval_settings *s) {
     s->pooling = cp.pooling;
 }
 
+/* Whether a policy reads the seed parameter (the registry says so): it gets one configuration
+ * per seed. */
+static bool reads_seed(const char *policy) {
+    const char *c = skv_policy_canonical(policy);
+    for (int k = 0; c && k < skv_policy_count(); k++) {
+        skv_policy_about a;
+        if (skv_policy_describe(k, &a, NULL) == SKV_OK && !strcmp(a.name, c)) {
+            for (const char *s = a.params; (s = strstr(s, "seed")) != NULL; s += 4)
+                if ((s == a.params || s[-1] == ',') && (s[4] == ',' || s[4] == '\0')) return true;
+            return false;
+        }
+    }
+    return false;
+}
+
 skv_status skv_eval_configs(const char *const *policies, int n_policies, const double *keeps,
                             int n_keeps, const skv_protocol *protocols, int n_protocols,
                             const skv_position_mode *positions, int n_positions, int n_seeds,
@@ -51,7 +66,7 @@ skv_status skv_eval_configs(const char *const *policies, int n_policies, const d
         for (int po = 0; po < n_positions; po++)
             for (int p = 0; p < n_policies; p++)
                 for (int k = 0; k < n_keeps; k++) {
-                    bool random = !strcmp(policies[p], "random");
+                    bool random = reads_seed(policies[p]); /* random: one per seed */
                     for (int s = 0; s < (random ? n_seeds : 1); s++) {
                         skv_eval_config *e = &c[n];
                         e->index = n++;
@@ -73,9 +88,10 @@ typedef struct run {
     const skv_eval_sample *s;
     const skv_eval_settings *st;
     int V, T, W, C, G;
-    float *buf;    /* [max(W + C - 1, 1), V] logits of one call */
-    float *cmp;    /* [C, V] */
-    int32_t *gtok; /* [G] greedy tokens of a compressed run */
+    float *buf;     /* [max(W + C - 1, 1), V] logits of one call */
+    float *cmp;     /* [C, V] */
+    int32_t *gtok;  /* [G] greedy tokens of a compressed run */
+    bool need_attn; /* a configuration's policy needs the prefill's attention (h2o) */
 } run;
 
 /* The C continuation distributions on ctx (which holds the prefix cache of the protocol);
@@ -188,6 +204,8 @@ static skv_status ref_build(run *r, skv_protocol proto, ref *f, skv_err *err) {
     f->base = skv_context_new(r->model, &cp, err);
     if (!f->base) return err ? err->status : SKV_ERR_STATE;
     skv_status s;
+    /* policies that need the prefill's attention (h2o): sum it during this prefill */
+    if (r->need_attn && (s = skv_context_accumulate_attention(f->base, true, err))) return s;
     if (proto == SKV_PROTOCOL_SEED) {
         if ((s = skv_forward(f->base, r->s->tokens, r->T, SKV_LOGITS_NONE, NULL, err))) return s;
     } else {
@@ -197,12 +215,14 @@ static skv_status ref_build(run *r, skv_protocol proto, ref *f, skv_err *err) {
     if (r->C > 0) {
         skv_context *c = skv_context_clone(f->base, err);
         if (!c) return err ? err->status : SKV_ERR_STATE;
+        skv_context_accumulate_attention(c, false, NULL);
         s = teacher_force(r, c, proto, f->last, f->logits, err);
         skv_context_free(c);
         if (s) return s;
     }
     skv_context *g = skv_context_clone(f->base, err);
     if (!g) return err ? err->status : SKV_ERR_STATE;
+    skv_context_accumulate_attention(g, false, NULL);
     int n;
     s = greedy(r, g, proto, f->last, NULL, f->greedy, &n, err);
     skv_context_free(g);
@@ -244,6 +264,7 @@ static skv_status run_config(run *r, const skv_eval_config *cfg, ref *f, skv_eva
     p.window_keep = st->window_keep;
     p.positions = cfg->positions;
     if ((s = skv_compress(c, &p, &info, err))) goto done;
+    skv_context_accumulate_attention(c, false, NULL); /* the sums are no longer needed */
 
     skv_eval_result res;
     memset(&res, 0, sizeof res);
@@ -291,6 +312,9 @@ static skv_status run_config(run *r, const skv_eval_config *cfg, ref *f, skv_eva
     res.n_head_kv = info.n_head_kv;
     res.kept = info.kept;
     res.layer_budgets = info.layer_budgets;
+    res.forced = info.forced;
+    res.by_score = info.by_score;
+    res.selection_hash = info.selection_hash;
     s = cb->fn(cb->user, &res, err);
 done:
     free(text);
@@ -319,6 +343,14 @@ skv_status skv_eval_run_sample(const skv_model *model, const skv_eval_sample *s,
                            s->index, r.T, r.W, r.C, r.G);
     bool need[2] = {false, false};
     for (int i = 0; i < n_cfgs; i++) need[cfgs[i].protocol == SKV_PROTOCOL_ENGINE] = true;
+    for (int i = 0; i < n_cfgs && !r.need_attn; i++) {
+        const char *c = skv_policy_canonical(cfgs[i].policy);
+        for (int k = 0; c && k < skv_policy_count(); k++) {
+            skv_policy_about a;
+            if (skv_policy_describe(k, &a, NULL) == SKV_OK && !strcmp(a.name, c))
+                r.need_attn |= a.needs_prefill_attention;
+        }
+    }
     int rows = r.W + r.C - 1 > 1 ? r.W + r.C - 1 : 1;
     r.buf = malloc((size_t)rows * (size_t)r.V * sizeof *r.buf);
     r.cmp = malloc((size_t)(r.C > 0 ? r.C : 1) * (size_t)r.V * sizeof *r.cmp);

@@ -55,6 +55,9 @@ typedef enum skv_status {
     SKV_ERR_NOMEM = 5,       /* an allocation failed */
     SKV_ERR_STATE = 6,       /* the call is not valid in the object's current state
                                 (e.g. the context is full, no queries were captured) */
+    SKV_ERR_NUMERIC = 7,     /* the model produced NaN or Inf (e.g. non-finite weights); the
+                                message names the first position. The tokens are in the cache,
+                                but nothing computed from them is meaningful */
 } skv_status;
 
 /* Error details. Pass one to any fallible call; on failure msg holds a complete sentence that
@@ -95,6 +98,12 @@ SKV_API bool skv_type_from_name(const char *name, skv_type *out);
 typedef struct skv_model skv_model;
 typedef struct skv_vocab skv_vocab;
 
+/* Which dimensions RoPE turns together (see docs/ARCHITECTURES.md). */
+typedef enum skv_rope_mode {
+    SKV_ROPE_ADJACENT = 0, /* pairs (x[2i], x[2i+1]): llama */
+    SKV_ROPE_NEOX = 1,     /* pairs (x[i], x[i + n_rot/2]): qwen2, qwen3, phi3 */
+} skv_rope_mode;
+
 typedef struct skv_hparams {
     int n_vocab;
     int n_ctx_train; /* context length the model was trained for */
@@ -102,15 +111,22 @@ typedef struct skv_hparams {
     int n_layer;
     int n_head;    /* query heads */
     int n_head_kv; /* key/value heads (GQA when < n_head) */
-    int head_dim;  /* n_embd / n_head */
+    int head_dim;  /* attention.key_length, else n_embd / n_head */
     int n_ff;      /* feed-forward hidden dimension */
     int n_rot;     /* RoPE dimension count (<= head_dim) */
     float rope_theta;
     float norm_eps;
     bool tied_output; /* output matrix is the token embedding */
+    char arch[16];    /* general.architecture: llama, qwen2, qwen3 or phi3 */
+    skv_rope_mode rope_mode;
+    float rope_freq_scale;  /* linear RoPE scaling: 1 / rope.scaling.factor (1 = none) */
+    bool rope_freq_factors; /* rope_freqs.weight divides each RoPE frequency (Llama 3.1+) */
+    bool qkv_bias;          /* attention projections have biases */
+    bool qk_norm;           /* per-head RMSNorm of q and k before RoPE (qwen3) */
 } skv_hparams;
 
-/* Loads a GGUF model (general.architecture = llama). Returns NULL and fills err on failure. */
+/* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
+ * Returns NULL and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 
@@ -123,20 +139,47 @@ SKV_API uint64_t skv_model_weight_bytes(const skv_model *model);
 SKV_API skv_type skv_model_weight_type(const skv_model *model);
 
 /* ---------------------------------------------------------------------------------------------
- * Tokenizer (SentencePiece BPE with byte fallback, the Llama 2 kind)
+ * Tokenizer: SentencePiece BPE with byte fallback (tokenizer.ggml.model = llama: Llama 2,
+ * Mistral, Phi-3) and byte-level BPE (gpt2: GPT-2, Llama 3, Qwen2/2.5/3, SmolLM), see
+ * docs/TOKENIZERS.md
  * ------------------------------------------------------------------------------------------- */
+
+/* Loads the vocabulary of a GGUF file: a full model or a vocab-only file holding no tensors
+ * (llama.cpp's ggml-vocab-*.gguf). Free with skv_vocab_free. */
+SKV_API skv_vocab *skv_vocab_load(const char *path, skv_err *err);
 
 /* Loads a vocabulary from a llama2.c tokenizer.bin (e.g. tok512.bin, the 32000-token
  * llama2-tokenizer/tokenizer.bin). bos/eos default to 1/2, unk to 0. */
 SKV_API skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err);
-/* Frees a vocabulary from skv_vocab_load_llama2c (never the one owned by a model). */
+/* Frees a vocabulary from skv_vocab_load or skv_vocab_load_llama2c (never the one owned by a
+ * model). */
 SKV_API void skv_vocab_free(skv_vocab *vocab);
 
 SKV_API int skv_vocab_n_tokens(const skv_vocab *vocab);
 SKV_API int32_t skv_vocab_bos(const skv_vocab *vocab);
 SKV_API int32_t skv_vocab_eos(const skv_vocab *vocab);
-/* The raw piece of a token as stored in the vocabulary (with U+2581 for spaces), or NULL. */
+/* The raw piece of a token as stored in the vocabulary (SentencePiece: U+2581 for spaces;
+ * byte-level BPE: the GPT-2 byte alphabet, "\u0120" for a space), or NULL. */
 SKV_API const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
+
+/* "llama" (SentencePiece) or "gpt2" (byte-level BPE). */
+SKV_API const char *skv_vocab_model(const skv_vocab *vocab);
+/* The byte-level pre-tokenizer in use ("llama-bpe", "qwen2", ...); NULL for SentencePiece. */
+SKV_API const char *skv_vocab_pre(const skv_vocab *vocab);
+/* End-of-turn token (tokenizer.ggml.eot_token_id), -1 when the vocabulary names none. */
+SKV_API int32_t skv_vocab_eot(const skv_vocab *vocab);
+/* Whether token ends generation: EOS, EOT, EOM and the control tokens that close a turn
+ * (<|eot_id|>, <|im_end|>, <|end|>, <|endoftext|>, ...). */
+SKV_API bool skv_vocab_is_eog(const skv_vocab *vocab, int32_t token);
+/* Whether the vocabulary asks for BOS before / EOS after a text (tokenizer.ggml.add_bos_token,
+ * add_eos_token; without the key: BOS for SentencePiece and Llama 3, none for other byte-level
+ * vocabularies). */
+SKV_API bool skv_vocab_add_bos(const skv_vocab *vocab);
+SKV_API bool skv_vocab_add_eos(const skv_vocab *vocab);
+/* tokenizer.chat_template, or NULL. */
+SKV_API const char *skv_vocab_chat_template(const skv_vocab *vocab);
+/* Id of the token whose raw piece is exactly piece (e.g. "<|im_end|>"), or -1. Linear. */
+SKV_API int32_t skv_vocab_find(const skv_vocab *vocab, const char *piece);
 
 /* Return convention of the three calls below: >= 0 the count written; INT_MIN on invalid
  * arguments (NULL vocab, NULL buffer with a nonzero size, a token id out of range) or when memory
@@ -149,6 +192,13 @@ SKV_API const char *skv_vocab_piece(const skv_vocab *vocab, int32_t token);
 SKV_API int skv_tokenize(const skv_vocab *vocab, const char *text, size_t len, bool add_bos,
                  int32_t *tokens, int n_max);
 
+/* Like skv_tokenize, with llama.cpp's two switches: add_special adds BOS/EOS as the vocabulary
+ * asks (skv_vocab_add_bos/_eos); parse_special matches the text of special tokens (CONTROL and
+ * USER_DEFINED types: "<|begin_of_text|>", "<|im_start|>", "<s>" ...) in text and emits their ids.
+ * Without parse_special such text is encoded as ordinary text, never as the special token. */
+SKV_API int skv_tokenize_ex(const skv_vocab *vocab, const char *text, size_t len,
+                            bool add_special, bool parse_special, int32_t *tokens, int n_max);
+
 /* Decodes tokens to bytes. BOS/EOS produce nothing; byte tokens produce their byte; the space
  * that SentencePiece adds before the first word (the piece right after BOS, or the first piece
  * when strip_leading_space) is dropped. Returns bytes written (not NUL-terminated) or
@@ -160,6 +210,33 @@ SKV_API int skv_detokenize(const skv_vocab *vocab, const int32_t *tokens, int n_
  * after BOS is dropped). Returns bytes written or -(needed). */
 SKV_API int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t token, char *buf,
                        int buf_size);
+
+/* ---------------------------------------------------------------------------------------------
+ * Chat templates: built-in formats chosen from tokenizer.chat_template by recognisable markers
+ * (no Jinja): Llama 3 (<|start_header_id|>), ChatML (<|im_start|>: Qwen, SmolLM) and Phi-3
+ * (<|user|> ... <|end|>).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct skv_chat_message {
+    const char *role; /* "system", "user" or "assistant" */
+    const char *content;
+} skv_chat_message;
+
+/* Name of the built-in format ("llama3", "chatml", "phi3") that tmpl selects: tmpl is a format
+ * name, or a template's text (Jinja, recognised by its markers), or NULL for the vocabulary's
+ * tokenizer.chat_template. NULL (err filled) when there is no template or it is not recognised. */
+SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *tmpl,
+                                           skv_err *err);
+
+/* Formats a conversation as the template (tmpl as above) does, ending with the assistant's
+ * header when add_generation_prompt. The text holds the special tokens' text (BOS included where
+ * the template writes it): encode it with skv_tokenize_ex(..., add_special = false,
+ * parse_special = true). Returns bytes written (a NUL follows when room remains), -(bytes
+ * needed) when buf_size is too small, INT_MIN on error (err filled: unknown or missing template,
+ * a role other than system/user/assistant, NULL arguments). */
+SKV_API int skv_chat_format(const skv_vocab *vocab, const char *tmpl,
+                            const skv_chat_message *messages, int n_messages,
+                            bool add_generation_prompt, char *buf, int buf_size, skv_err *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: per-sequence state (KV cache, scratch, captured queries) over a shared model
@@ -278,8 +355,9 @@ typedef enum skv_protocol {
 typedef enum skv_pooling { SKV_POOL_MAX = 0, SKV_POOL_AVG = 1 } skv_pooling;
 
 typedef struct skv_compress_params {
-    const char *policy; /* "sink_recent"|"streaming", "random", "attention"|"snapkv",
-                           "pyramid"|"pyramidkv" */
+    const char *policy; /* a registry name or alias (skv_policy_describe, `sparsekv
+                           policies`): sink_recent|streaming, random, attention|snapkv,
+                           pyramid|pyramidkv, knorm, keydiff, tova, h2o, adakv, ... */
     double keep_frac;   /* in (0, 1] */
     skv_protocol protocol;
     /* seed protocol: window tokens fed on a copy (attention, pyramid); ignored by sink_recent
@@ -318,6 +396,13 @@ typedef struct skv_compress_info {
     int *kept;             /* [n_layer, n_head_kv] entries kept */
     uint64_t bytes_before; /* KV bytes before / after */
     uint64_t bytes_after;
+    /* what the selection really was, per layer summed over its kv heads: entries kept because
+     * they were forced (engine window, window_keep, sinks, h2o's recent) and entries chosen by
+     * score; forced[l] + by_score[l] = sum of kept[l, h] */
+    int *forced;             /* [n_layer] */
+    int *by_score;           /* [n_layer] */
+    uint64_t selection_hash; /* FNV-1a of every head's kept positions: equal selections hash
+                                equal */
 } skv_compress_info;
 
 SKV_API void skv_compress_info_free(skv_compress_info *info);
@@ -331,6 +416,81 @@ SKV_API skv_status skv_compress(skv_context *ctx, const skv_compress_params *par
 SKV_API const char *skv_policy_canonical(const char *name);
 /* Whether a policy needs window queries. */
 SKV_API bool skv_policy_needs_window(const char *name);
+
+/* ---- the policy registry: one row per policy (src/policies/), the single source of truth */
+
+typedef struct skv_policy_about {
+    const char *name;   /* canonical */
+    const char *alias;  /* or NULL */
+    const char *paper;  /* source */
+    const char *rule;   /* the score in one line */
+    const char *cost;   /* what it costs beyond the prefill */
+    const char *params; /* the skv_compress_params fields it reads, comma-separated, or "" */
+    bool needs_window;  /* window queries (engine: captured; seed: a window pass on a copy) */
+    bool needs_prefill_attention; /* attention summed during the prefill
+                                     (skv_context_accumulate_attention before it) */
+    bool decode;                  /* usable under a decoding budget (skv_context_set_budget) */
+    bool layer_budgets;           /* its own layer budgets (info.layer_budgets differ from keep) */
+    bool builtin;                 /* false: registered through skv_policy_register */
+} skv_policy_about;
+
+/* Rows in the registry (built-in first, then registered ones, in order). */
+SKV_API int skv_policy_count(void);
+/* Row i, or SKV_ERR_INVALID_ARG when i is out of range. Strings are static. */
+SKV_API skv_status skv_policy_describe(int i, skv_policy_about *out, skv_err *err);
+
+/* The compression parameters (skv_compress_params fields) with their CLI flag, default and
+ * accepted range, as text. */
+typedef struct skv_policy_param_about {
+    const char *name, *flag, *def, *range, *help;
+} skv_policy_param_about;
+SKV_API int skv_policy_param_count(void);
+SKV_API const skv_policy_param_about *skv_policy_param_at(int i);
+
+/* A policy written outside the library scores one (layer, kv head) at a time; selection,
+ * the engine window and budgets are the library's (top-keep, ties toward the higher position).
+ * keys: [n, head_dim] post-RoPE keys of the n scored positions (float copies); queries: the
+ * window's post-RoPE queries of the group's query heads, row (i, w) at
+ * queries + i * query_head_stride + w * head_dim (NULL when the policy needs no window). */
+typedef struct skv_policy_head {
+    int layer, kv_head, head_dim;
+    int n; /* positions scored: score[0..n) */
+    const float *keys;
+    const float *queries;
+    int group, n_window;
+    size_t query_head_stride;
+} skv_policy_head;
+typedef skv_status (*skv_policy_score_fn)(void *user, const skv_policy_head *head, double *score,
+                                          skv_err *err);
+typedef struct skv_policy_def {
+    const char *name;  /* [a-z0-9_]{1,31}, not a registered name or alias (copied) */
+    const char *paper; /* shown by `sparsekv policies` (copied; may be NULL) */
+    bool needs_window;
+    skv_policy_score_fn score;
+    void *user;
+} skv_policy_def;
+/* Adds a row to the registry (at most 16 registered rows). Not safe while another thread
+ * compresses or registers. */
+SKV_API skv_status skv_policy_register(const skv_policy_def *def, skv_err *err);
+
+/* h2o needs the attention every prompt query paid to every key: turned on before the prefill,
+ * the forward pass sums it per (layer, kv head, entry) (one extra q.k and softmax per visible
+ * entry of every token: about the attention's own score cost). Off costs nothing. SKV_ERR_STATE
+ * when turned on over a non-empty cache. */
+SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, skv_err *err);
+
+/* Decoding-time compression (SPEC.md): after every forward call that brings the tokens since
+ * the last cut to >= interval (or leaves a head above max_entries + interval), every head
+ * holding more than max_entries entries is cut back to max_entries by params->policy, scored
+ * with the last min(params->n_window, interval) tokens' queries as the window (kept);
+ * params->positions = rerotate re-rotates after every cut, and then the logical length may run
+ * past n_ctx (each head never holds more than max_entries + interval). keep_frac, protocol and
+ * window_tokens are ignored. max_entries = 0 removes the budget. The policy must allow decode
+ * (skv_policy_about.decode). */
+SKV_API skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *params,
+                                          int max_entries, int interval, skv_err *err);
+/* Cuts made under the budget so far. */
+SKV_API int skv_context_budget_cuts(const skv_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling
@@ -374,6 +534,24 @@ SKV_API skv_status skv_convert_llama2c(const char *checkpoint_path, const char *
 /* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32). */
 SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
                               int n_threads, skv_err *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * SIMD level of the kernels
+ * ------------------------------------------------------------------------------------------- */
+
+/* The level the kernels run at: "scalar" (plain C references), "avx2" (AVX2+FMA+F16C) or
+ * "avx512". Chosen once per process from CPUID: the widest level both the CPU and this build
+ * have, lowered by the environment variable SKV_SIMD=scalar|avx2|avx512|auto (SKV_FORCE_SCALAR=1
+ * is the same as SKV_SIMD=scalar). */
+SKV_API const char *skv_simd_level(void);
+/* The widest level this CPU (and its OS) supports, whatever SKV_SIMD says or this build has. */
+SKV_API const char *skv_simd_cpu_level(void);
+/* The CPU features seen, space-separated ("sse4.2 avx avx2 fma f16c avx512f ..."). */
+SKV_API const char *skv_simd_cpu_features(void);
+/* NULL when SKV_SIMD is unset or was honoured; else why not, and which level runs instead (an
+ * unknown value is ignored; a level the CPU or build lacks falls back to the widest below it).
+ * The library never prints it: the CLI does, on stderr. */
+SKV_API const char *skv_simd_warning(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Version

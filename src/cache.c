@@ -116,13 +116,17 @@ skv_cache *skv_cache_new(int n_layer, int n_head_kv, int head_dim, int n_rot, fl
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
     c->head_dim = head_dim;
-    c->n_rot = n_rot;
-    c->rope_theta = rope_theta;
+    c->rope =
+        skv_rope_plain(SKV_ROPE_ADJACENT, head_dim, SKV_MIN(n_rot, head_dim) & ~1, rope_theta);
     c->type = type;
     c->row_bytes = row_bytes;
     c->n_ctx = n_ctx;
     c->mode = SKV_POSITIONS_ORIGINAL;
     return c;
+}
+
+void skv_cache_set_rope(skv_cache *c, const skv_rope_spec *r) {
+    c->rope = *r;
 }
 
 void skv_cache_free(skv_cache *c) {
@@ -139,9 +143,10 @@ void skv_cache_clear(skv_cache *c) {
 }
 
 skv_cache *skv_cache_clone(const skv_cache *src, skv_err *err) {
-    skv_cache *c = skv_cache_new(src->n_layer, src->n_head_kv, src->head_dim, src->n_rot,
-                                 src->rope_theta, src->type, src->n_ctx, err);
+    skv_cache *c = skv_cache_new(src->n_layer, src->n_head_kv, src->head_dim, src->rope.n_rot,
+                                 (float)src->rope.theta, src->type, src->n_ctx, err);
     if (!c) return NULL;
+    c->rope = src->rope;
     c->n_past = src->n_past;
     c->mode = src->mode;
     for (int i = 0; i < src->n_layer * src->n_head_kv; i++) {
@@ -291,9 +296,10 @@ uint64_t skv_cache_bytes_allocated(const skv_cache *c) {
 
 /* ---- selection --------------------------------------------------------------------------- */
 
-/* Scratch for re-rotating keys: a float row, and the angles of one distance, reused while
- * consecutive keys move by the same distance (all recent keys under sink_recent do), since a
- * table costs n_rot/2 sin/cos in double. */
+/* Scratch for re-rotating keys: a float row, and the RoPE table (rope.h) of one distance,
+ * reused while consecutive keys move by the same distance (all recent keys under sink_recent
+ * do), since a table costs n_rot/2 sin/cos in double. The same descriptor rotated the keys in
+ * the forward pass, so pairing mode, frequency factors and scaling always agree. */
 typedef struct rotator {
     float *row; /* [head_dim] */
     float *cs;  /* [n_rot] */
@@ -303,7 +309,7 @@ typedef struct rotator {
 
 static bool rotator_init(rotator *r, const skv_cache *c) {
     r->row = malloc((size_t)c->head_dim * sizeof(float));
-    r->cs = malloc(((size_t)c->n_rot + 1) * sizeof(float));
+    r->cs = malloc(((size_t)c->rope.n_rot + 1) * sizeof(float));
     r->valid = false;
     r->delta = 0;
     return r->row && r->cs;
@@ -318,13 +324,13 @@ static void rotator_free(rotator *r) {
 static void key_rotate(skv_cache *c, skv_cache_head *h, int i, double delta, rotator *r) {
     if (delta == 0) return;
     if (!r->valid || r->delta != delta) {
-        skv_rope_angles(r->cs, c->n_rot, delta, c->rope_theta);
+        skv_rope_table(&c->rope, r->cs, delta);
         r->delta = delta;
         r->valid = true;
     }
     uint8_t *row = h->k + (size_t)i * c->row_bytes;
     row_load(c->type, row, r->row, c->head_dim);
-    skv_rope_apply(r->row, c->n_rot, r->cs);
+    skv_rope_apply_table(&c->rope, r->row, r->cs);
     row_store(c->type, row, r->row, c->head_dim);
 }
 

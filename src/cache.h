@@ -11,6 +11,7 @@
 #define SKV_CACHE_H
 
 #include "common.h"
+#include "rope.h"
 
 typedef struct skv_cache_head {
     int32_t *pos; /* [cap] */
@@ -21,8 +22,8 @@ typedef struct skv_cache_head {
 } skv_cache_head;
 
 struct skv_cache {
-    int n_layer, n_head_kv, head_dim, n_rot;
-    float rope_theta;
+    int n_layer, n_head_kv, head_dim;
+    skv_rope_spec rope; /* how keys were rotated (re-rotation composes with it) */
     skv_type type;
     size_t row_bytes; /* bytes of one K (or V) row in type */
     int n_past;       /* logical length T */
@@ -41,6 +42,9 @@ static inline const skv_cache_head *skv_cache_head_at_const(const skv_cache *c, 
 
 skv_cache *skv_cache_new(int n_layer, int n_head_kv, int head_dim, int n_rot, float rope_theta,
                          skv_type type, int n_ctx, skv_err *err);
+/* Sets the RoPE the keys are rotated with (skv_cache_new assumes adjacent pairs, no scaling,
+ * no factors). r->factors must outlive the cache (the model owns them). */
+void skv_cache_set_rope(skv_cache *c, const skv_rope_spec *r);
 void skv_cache_free(skv_cache *c);
 skv_cache *skv_cache_clone(const skv_cache *c, skv_err *err);
 void skv_cache_clear(skv_cache *c);

@@ -33,6 +33,8 @@ const char *skv_status_str(skv_status s) {
         return "out of memory";
     case SKV_ERR_STATE:
         return "invalid state";
+    case SKV_ERR_NUMERIC:
+        return "non-finite result";
     }
     return "unknown status";
 }

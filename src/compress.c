@@ -49,8 +49,12 @@ void skv_compress_info_free(skv_compress_info *info) {
     if (!info) return;
     free(info->layer_budgets);
     free(info->kept);
+    free(info->forced);
+    free(info->by_score);
     info->layer_budgets = NULL;
     info->kept = NULL;
+    info->forced = NULL;
+    info->by_score = NULL;
 }
 
 void skv_compress_plan_free(skv_compress_plan *plan) {
@@ -238,6 +242,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     plan->layer_budgets = alloc_array((size_t)L, sizeof *plan->layer_budgets);
     plan->idx = alloc_array(n_heads * (size_t)T, sizeof *plan->idx);
     plan->n_idx = alloc_array(n_heads, sizeof *plan->n_idx);
+    const double **sums = NULL;
     skv_rank *rank = alloc_array((size_t)T, sizeof *rank);
     if (!plan->scores || !plan->budgets || !plan->layer_budgets || !plan->idx || !plan->n_idx ||
         !rank) {
@@ -248,19 +253,32 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
         goto done;
     }
 
+    if (policy->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
+        sums = calloc(n_heads, sizeof *sums);
+        if (!sums) {
+            st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        st = skv_h2o_rows(ctx, sums, err);
+        if (st) goto done;
+    }
     skv_score_job job = {
         .n_layer = L,
         .n_head_kv = H,
         .n_head = hp->n_head,
         .head_dim = hp->head_dim,
         .T = n_score,
+        .T_total = T,
+        .keep = plan->keep,
         .params = params,
         .cache = cache,
         .queries = queries,
         .q_n = q_n,
         .q_off = q_off,
         .W = W,
+        .attn_sum = sums,
         .pool = ctx->pool,
+        .ext = policy->ext,
     };
     st = policy->score(&job, plan->scores, T, err);
     if (st) goto done;
@@ -269,10 +287,19 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
 
     /* The allocator's window is what every layer keeps regardless: in the engine protocol the
      * W window positions and the window_keep before them. */
-    st = policy->allocate(plan->keep, L, H, params->window_keep + (n_score < T ? W : 0),
+    st = policy->allocate(plan->keep, T, L, H, params->window_keep + (n_score < T ? W : 0),
                           plan->budgets, plan->layer_budgets, err);
     if (st) goto done;
 
+    if (policy->select) { /* the heads of a layer share its budget (adakv) */
+        for (int l = 0; l < L && !st; l++) {
+            const size_t i0 = (size_t)l * H;
+            st = policy->select(plan->scores + i0 * (size_t)T, T, T, H, plan->keep,
+                                plan->budgets + i0, plan->idx + i0 * (size_t)T, err);
+            for (int h = 0; h < H; h++) plan->n_idx[i0 + h] = plan->budgets[i0 + h];
+        }
+        goto done;
+    }
     for (size_t i = 0; i < n_heads; i++) {
         int32_t *out = plan->idx + i * (size_t)T;
         if (policy->shared && i > 0 && plan->budgets[i] == plan->budgets[i - 1]) {
@@ -286,6 +313,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     }
 
 done:
+    free(sums);
     free(rank);
     free(queries);
     skv_context_free(clone);
@@ -303,13 +331,40 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
 
     const int L = plan.n_layer, H = plan.n_head_kv, T = plan.T;
     skv_cache *cache = ctx->cache;
-    int *kept = NULL;
+    int *kept = NULL, *forced = NULL, *by_score = NULL;
+    uint64_t hash = 1469598103934665603ULL; /* FNV-1a over (head, positions) */
     if (info) {
         kept = alloc_array((size_t)L * (size_t)H, sizeof *kept);
-        if (!kept) {
+        forced = calloc((size_t)L, sizeof *forced);
+        by_score = calloc((size_t)L, sizeof *by_score);
+        if (!kept || !forced || !by_score) {
+            free(kept), free(forced), free(by_score);
             skv_compress_plan_free(&plan);
             return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         }
+        /* what the selection really was: forced (+inf: window, window_keep, h2o's recent;
+         * sink_recent's sinks score above every position) or chosen by score */
+        const double sink_from = (double)plan.n_score;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                const size_t i = (size_t)l * H + (size_t)h;
+                const double *row = plan.scores + (plan.policy->shared ? 0 : i * (size_t)T);
+                for (int j = 0; j < plan.n_idx[i]; j++) {
+                    const int32_t t = plan.idx[i * (size_t)T + (size_t)j];
+                    const double sc = row[t];
+                    if (isinf(sc) && sc > 0)
+                        forced[l]++;
+                    else if (plan.policy->sinks_forced && sc >= sink_from)
+                        forced[l]++;
+                    else
+                        by_score[l]++;
+                    uint64_t v = ((uint64_t)i << 32) ^ (uint32_t)t;
+                    for (int b = 0; b < 8; b++) {
+                        hash ^= (v >> (8 * b)) & 0xff;
+                        hash *= 1099511628211ULL;
+                    }
+                }
+            }
     }
     const uint64_t bytes_before = skv_cache_bytes(cache, -1);
 
@@ -324,6 +379,9 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
                    !memcmp(plan.idx + i * (size_t)T, first, (size_t)plan.n_idx[i] * sizeof *first);
         }
         if (plan.n_idx[(size_t)l * H] == T && same) continue; /* keeps everything */
+        for (int h = 0; h < H; h++) /* h2o's sums follow the entries they belong to */
+            skv_pstate_compact(ctx->pstate, l * H + h, plan.idx + ((size_t)l * H + h) * (size_t)T,
+                               plan.n_idx[(size_t)l * H + h]);
         if (same) {
             st = skv_cache_select_layer(cache, l, first, plan.n_idx[(size_t)l * H], err);
         } else {
@@ -336,7 +394,7 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
     }
     if (!st && params->positions == SKV_POSITIONS_REROTATE) st = skv_cache_rerotate(cache, err);
     if (st) {
-        free(kept);
+        free(kept), free(forced), free(by_score);
         skv_compress_plan_free(&plan);
         return st;
     }
@@ -356,6 +414,9 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
             for (int h = 0; h < H; h++)
                 kept[(size_t)l * H + (size_t)h] = skv_cache_head_len(cache, l, h);
         info->kept = kept;
+        info->forced = forced;
+        info->by_score = by_score;
+        info->selection_hash = hash;
         info->bytes_before = bytes_before;
         info->bytes_after = skv_cache_bytes(cache, -1);
     }

@@ -2,6 +2,7 @@
 #include "context.h"
 #include "attn_prefill.h"
 #include "kernels.h"
+#include "policies.h"
 
 #include <string.h>
 
@@ -23,6 +24,7 @@ static void free_scratch(skv_context *ctx) {
     free(ctx->att);
     free(ctx->hb);
     free(ctx->hb2);
+    free(ctx->qkv);
     free(ctx->work);
     free(ctx->rope_cs);
     free(ctx->attn_part);
@@ -32,6 +34,7 @@ static void free_scratch(skv_context *ctx) {
     ctx->attn_nvis = NULL;
     ctx->rope_cs = ctx->attn_part = NULL;
     ctx->x = ctx->xb = ctx->q = ctx->k = ctx->v = ctx->att = ctx->hb = ctx->hb2 = NULL;
+    ctx->qkv = NULL;
     ctx->work = NULL;
     ctx->n_batch = 0;
     ctx->work_size = 0;
@@ -42,13 +45,15 @@ static size_t max_work_size(const skv_model *m, int n) {
     size_t w = skv_matmul_work_size(m->output.type, n, hp->n_embd);
     for (int l = 0; l < hp->n_layer; l++) {
         const skv_layer_weights *L = &m->layers[l];
-        size_t ws[] = {skv_matmul_work_size(L->wq.type, n, hp->n_embd),
-                       skv_matmul_work_size(L->wk.type, n, hp->n_embd),
-                       skv_matmul_work_size(L->wv.type, n, hp->n_embd),
-                       skv_matmul_work_size(L->wo.type, n, hp->n_head * hp->head_dim),
-                       skv_matmul_work_size(L->w_gate.type, n, hp->n_embd),
-                       skv_matmul_work_size(L->w_up.type, n, hp->n_embd),
-                       skv_matmul_work_size(L->w_down.type, n, hp->n_ff)};
+        const skv_weight *in = L->wqkv.data ? &L->wqkv : &L->wq;
+        size_t ws[] = {
+            skv_matmul_work_size(in->type, n, hp->n_embd),
+            skv_matmul_work_size(L->wk.data ? L->wk.type : in->type, n, hp->n_embd),
+            skv_matmul_work_size(L->wv.data ? L->wv.type : in->type, n, hp->n_embd),
+            skv_matmul_work_size(L->wo.type, n, hp->n_head * hp->head_dim),
+            skv_matmul_work_size(L->w_gate.data ? L->w_gate.type : L->w_up.type, n, hp->n_embd),
+            skv_matmul_work_size(L->w_up.type, n, hp->n_embd),
+            skv_matmul_work_size(L->w_down.type, n, hp->n_ff)};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i] > w) w = ws[i];
     }
@@ -69,7 +74,9 @@ skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
     ctx->v = malloc(nn * dkv * sizeof(float));
     ctx->att = malloc(nn * dq * sizeof(float));
     ctx->hb = malloc(nn * hp->n_ff * sizeof(float));
-    ctx->hb2 = malloc(nn * hp->n_ff * sizeof(float));
+    ctx->hb2 = malloc(nn * 2 * hp->n_ff * sizeof(float)); /* fused [gate | up] rows need 2 n_ff */
+    bool fused_qkv = ctx->model->layers[0].wqkv.data != NULL;
+    ctx->qkv = fused_qkv ? malloc(nn * (dq + 2 * dkv) * sizeof(float)) : NULL;
     ctx->rope_cs = malloc(nn * hp->n_rot * sizeof(float));
     ctx->attn_part =
         malloc((size_t)hp->n_head_kv * (size_t)ctx->params.n_threads *
@@ -81,8 +88,8 @@ skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
     ctx->work_size = max_work_size(ctx->model, n);
     ctx->work = ctx->work_size ? malloc(ctx->work_size) : NULL;
     if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb ||
-        !ctx->hb2 || !ctx->rope_cs || !ctx->attn_part || !ctx->attn_work || !ctx->attn_nvis ||
-        (ctx->work_size && !ctx->work)) {
+        !ctx->hb2 || (fused_qkv && !ctx->qkv) || !ctx->rope_cs || !ctx->attn_part ||
+        !ctx->attn_work || !ctx->attn_nvis || (ctx->work_size && !ctx->work)) {
         free_scratch(ctx);
         return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a batch of %d tokens", n);
     }
@@ -133,6 +140,7 @@ skv_context *skv_context_new(const skv_model *model, const skv_context_params *p
     ctx->cache = skv_cache_new(hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_theta,
                                p.kv_type, p.n_ctx, err);
     if (!ctx->cache) goto fail;
+    skv_cache_set_rope(ctx->cache, &model->rope);
     ctx->pool = skv_pool_new(p.n_threads);
     if (!ctx->pool) {
         skv_err_set(err, SKV_ERR_NOMEM, "could not start %d threads", p.n_threads);
@@ -150,6 +158,7 @@ void skv_context_free(skv_context *ctx) {
     if (!ctx) return;
     free_scratch(ctx);
     free(ctx->qcap);
+    skv_pstate_free(ctx->pstate);
     skv_cache_free(ctx->cache);
     skv_pool_free(ctx->pool);
     free(ctx);
@@ -173,6 +182,13 @@ skv_context *skv_context_clone(const skv_context *src, skv_err *err) {
         ctx->qcap_n = src->qcap_n;
         ctx->qcap_first_pos = src->qcap_first_pos;
     }
+    bool ok = true;
+    ctx->pstate = skv_pstate_clone(src->pstate, ctx, &ok);
+    if (!ok) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory copying the policy state");
+        skv_context_free(ctx);
+        return NULL;
+    }
     return ctx;
 }
 
@@ -180,6 +196,7 @@ void skv_context_reset(skv_context *ctx) {
     skv_cache_clear(ctx->cache);
     ctx->qcap_n = 0;
     ctx->qcap_first_pos = 0;
+    skv_pstate_reset(ctx->pstate, ctx);
 }
 
 const skv_model *skv_context_model(const skv_context *ctx) {

@@ -21,7 +21,8 @@ struct skv_context {
     float *v;        /* [n_batch, n_head_kv * head_dim] */
     float *att;      /* [n_batch, n_head * head_dim] attention output */
     float *hb;       /* [n_batch, n_ff] gate */
-    float *hb2;      /* [n_batch, n_ff] up */
+    float *hb2;      /* [n_batch, n_ff] up, or [n_batch, 2 n_ff] fused [gate | up] rows */
+    float *qkv;      /* [n_batch, (n_head + 2 n_head_kv) head_dim] fused projection, or NULL */
     float *rope_cs;  /* [n_batch, n_rot] cos/sin pairs of each token's position */
     void *attn_work; /* [n_threads, attn_work_size] blocked prefill attention scratch */
     size_t attn_work_size;
@@ -35,6 +36,9 @@ struct skv_context {
     float *qcap;
     int qcap_n;         /* valid captured tokens */
     int qcap_first_pos; /* position of the first captured token */
+
+    /* h2o's accumulated attention and the decoding budget (policies.h), or NULL */
+    struct skv_policy_state *pstate;
 };
 
 /* Prefill attention runs on blocks of this many tokens of one kv head (src/attn_prefill.c). */

@@ -4,16 +4,21 @@
  *   x = embed(tokens)                               x  [n, n_embd]
  *   for each layer:
  *     xb = rmsnorm(x) ; q, k, v = xb·Wq, xb·Wk, xb·Wv   q  [n, n_head, head_dim]
- *     RoPE(q, k) at each token's position             k, v [n, n_head_kv, head_dim]
+ *          (or one fused xb·Wqkv split in three; + biases when the model has them)
+ *     q, k = rmsnorm per head (qwen3 only)            k, v [n, n_head_kv, head_dim]
+ *     RoPE(q, k) at each token's position (the model's skv_rope_spec, rope.h)
  *     append k, v to the cache; capture q (optional)
  *     att = attention(q over each kv head's retained entries with pos <= token pos)
- *     x += att·Wo
+ *     x += att·Wo (+ bo)
  *     xb = rmsnorm(x) ; x += (silu(xb·Wgate) * xb·Wup)·Wdown
+ *          (phi3: one fused xb·Wup gives [gate | up])
  *   logits = rmsnorm(x)·Wout
+ * Which of these a model has is decided by its architecture descriptor (arch.c) at load time.
  */
 #include "attn_prefill.h"
 #include "context.h"
 #include "kernels.h"
+#include "policies.h"
 
 #include <math.h>
 #include <string.h>
@@ -118,6 +123,7 @@ typedef struct tok_task {
     tok_op op;
     int n, layer, pos0;
     const float *norm; /* [n_embd] */
+    const float *bias; /* TOK_ADD*: added with the residual (attention output bias), or NULL */
     int qcap_skip, qcap_slot0, qcap_total;
 } tok_task;
 
@@ -128,6 +134,8 @@ static void tok_worker(void *arg, int ith, int nth) {
     skv_cache *cache = ctx->cache;
     const int d = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
     const int dq = nh * hd, dkv = nkv * hd, g = nh / nkv, l = t->layer;
+    const skv_layer_weights *L = &ctx->model->layers[l];
+    const skv_rope_spec *rope = &ctx->model->rope;
     const int i0 = (int)((int64_t)t->n * ith / nth), i1 = (int)((int64_t)t->n * (ith + 1) / nth);
     float cs_shift[1024]; /* angles at a shifted position (rerotate mode); n_rot <= 1024 */
     for (int i = i0; i < i1; i++) {
@@ -135,33 +143,59 @@ static void tok_worker(void *arg, int ith, int nth) {
         switch (t->op) {
         case TOK_ADD:
         case TOK_ADD_NORM:
-            for (int j = 0; j < d; j++) x[j] += xb[j];
+            if (t->bias)
+                for (int j = 0; j < d; j++) x[j] += xb[j] + t->bias[j];
+            else
+                for (int j = 0; j < d; j++) x[j] += xb[j];
             if (t->op == TOK_ADD) break;
             /* fall through */
         case TOK_NORM:
             skv_rmsnorm(xb, x, t->norm, d, hp->norm_eps);
             break;
         case TOK_SWIGLU:
-            skv_swiglu(ctx->hb + (size_t)i * hp->n_ff, ctx->hb + (size_t)i * hp->n_ff,
-                       ctx->hb2 + (size_t)i * hp->n_ff, hp->n_ff);
+            if (!L->w_gate.data) { /* fused: hb2 rows are [gate | up] */
+                const float *gu = ctx->hb2 + (size_t)i * 2 * hp->n_ff;
+                skv_swiglu(ctx->hb + (size_t)i * hp->n_ff, gu, gu + hp->n_ff, hp->n_ff);
+            } else
+                skv_swiglu(ctx->hb + (size_t)i * hp->n_ff, ctx->hb + (size_t)i * hp->n_ff,
+                           ctx->hb2 + (size_t)i * hp->n_ff, hp->n_ff);
             break;
         case TOK_ROPE_STORE: {
             const int pos = t->pos0 + i;
             float *qi = ctx->q + (size_t)i * dq, *ki = ctx->k + (size_t)i * dkv;
+            float *vi = ctx->v + (size_t)i * dkv;
+            if (L->wqkv.data) { /* fused projection: rows [q | k | v] */
+                const float *src = ctx->qkv + (size_t)i * (dq + 2 * dkv);
+                memcpy(qi, src, (size_t)dq * sizeof(float));
+                memcpy(ki, src + dq, (size_t)dkv * sizeof(float));
+                memcpy(vi, src + dq + dkv, (size_t)dkv * sizeof(float));
+            }
+            if (L->bq.data) {
+                const float *bq = L->bq.data, *bk = L->bk.data, *bv = L->bv.data;
+                for (int j = 0; j < dq; j++) qi[j] += bq[j];
+                for (int j = 0; j < dkv; j++) ki[j] += bk[j], vi[j] += bv[j];
+            }
+            if (L->q_norm.data) { /* per-head RMSNorm before RoPE */
+                for (int h = 0; h < nh; h++)
+                    skv_rmsnorm(qi + (size_t)h * hd, qi + (size_t)h * hd, L->q_norm.data, hd,
+                                hp->norm_eps);
+                for (int h = 0; h < nkv; h++)
+                    skv_rmsnorm(ki + (size_t)h * hd, ki + (size_t)h * hd, L->k_norm.data, hd,
+                                hp->norm_eps);
+            }
             const float *cs = ctx->rope_cs + (size_t)i * hp->n_rot;
             for (int h = 0; h < nkv; h++) {
                 /* rerotate mode places new tokens right after the head's retained entries */
                 int32_t shift = skv_cache_head_at(cache, l, h)->rope_shift;
                 const float *a = cs;
                 if (shift) {
-                    skv_rope_angles(cs_shift, hp->n_rot, (double)pos - shift, hp->rope_theta);
+                    skv_rope_table(rope, cs_shift, (double)pos - shift);
                     a = cs_shift;
                 }
                 for (int j = 0; j < g; j++)
-                    skv_rope_apply(qi + (size_t)(h * g + j) * hd, hp->n_rot, a);
-                skv_rope_apply(ki + (size_t)h * hd, hp->n_rot, a);
-                skv_cache_store(cache, l, h, i, pos, ki + (size_t)h * hd,
-                                ctx->v + (size_t)i * dkv + (size_t)h * hd);
+                    skv_rope_apply_table(rope, qi + (size_t)(h * g + j) * hd, a);
+                skv_rope_apply_table(rope, ki + (size_t)h * hd, a);
+                skv_cache_store(cache, l, h, i, pos, ki + (size_t)h * hd, vi + (size_t)h * hd);
             }
             if (i >= t->qcap_skip) { /* captured layout per layer: [n_head, total, head_dim] */
                 float *dst = ctx->qcap + (size_t)l * nh * t->qcap_total * hd;
@@ -176,9 +210,10 @@ static void tok_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void per_token(tok_task *t, tok_op op, const float *norm) {
+static void per_token(tok_task *t, tok_op op, const float *norm, const float *bias) {
     t->op = op;
     t->norm = norm;
+    t->bias = bias;
     if (t->n == 1) /* one token: not worth waking the pool */
         tok_worker(t, 0, 1);
     else
@@ -196,25 +231,30 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
     const int dq = nh * hd, dkv = nkv * hd, ff = hp->n_ff;
     const int pos0 = cache->n_past;
     float *x = ctx->x, *xb = ctx->xb; /* [n, d] */
-    tok_task tt = {ctx, TOK_NORM, n, 0, pos0, NULL, qcap_skip, qcap_slot0, qcap_total};
+    tok_task tt = {ctx, TOK_NORM, n, 0, pos0, NULL, NULL, qcap_skip, qcap_slot0, qcap_total};
 
     size_t erow = skv_row_bytes(m->tok_embd.type, d);
     for (int i = 0; i < n; i++)
         skv_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + erow * tokens[i],
                            x + (size_t)i * d, d);
     for (int i = 0; i < n; i++) /* the same angles serve every layer */
-        skv_rope_angles(ctx->rope_cs + (size_t)i * hp->n_rot, hp->n_rot, pos0 + i, hp->rope_theta);
+        skv_rope_table(&m->rope, ctx->rope_cs + (size_t)i * hp->n_rot, pos0 + i);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const skv_layer_weights *L = &m->layers[l];
         tt.layer = l;
 
         /* attention block (the previous layer's feed-forward residual is added here) */
-        per_token(&tt, l == 0 ? TOK_NORM : TOK_ADD_NORM, L->attn_norm.data);
-        skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
-        skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
-        skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
-        per_token(&tt, TOK_ROPE_STORE, NULL);
+        per_token(&tt, l == 0 ? TOK_NORM : TOK_ADD_NORM, L->attn_norm.data, NULL);
+        if (L->wqkv.data) {
+            skv_matmul(ctx->pool, ctx->qkv, xb, n, L->wqkv.data, L->wqkv.type, dq + 2 * dkv, d,
+                       ctx->work);
+        } else {
+            skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
+            skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
+            skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
+        }
+        per_token(&tt, TOK_ROPE_STORE, NULL, NULL);
         skv_cache_commit(cache, l, n);
 
         /* split a decode token's heads when each thread still gets a long range */
@@ -223,16 +263,22 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         attn_task at = {ctx, ctx->q, ctx->att, l, n, pos0, n_split};
         skv_pool_run(ctx->pool, attn_worker, &at);
         if (n_split > 1) attn_merge(ctx, ctx->att, n_split);
+        if (ctx->pstate) skv_pstate_layer(ctx, l, n, pos0); /* h2o sums, budget window */
         skv_matmul(ctx->pool, xb, ctx->att, n, L->wo.data, L->wo.type, d, dq, ctx->work);
 
         /* feed-forward block (SwiGLU) */
-        per_token(&tt, TOK_ADD_NORM, L->ffn_norm.data);
-        skv_matmul(ctx->pool, ctx->hb, xb, n, L->w_gate.data, L->w_gate.type, ff, d, ctx->work);
-        skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, ff, d, ctx->work);
-        per_token(&tt, TOK_SWIGLU, NULL);
+        per_token(&tt, TOK_ADD_NORM, L->ffn_norm.data, L->bo.data);
+        if (L->w_gate.data) {
+            skv_matmul(ctx->pool, ctx->hb, xb, n, L->w_gate.data, L->w_gate.type, ff, d, ctx->work);
+            skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, ff, d, ctx->work);
+        } else { /* fused [gate | up] */
+            skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, 2 * ff, d,
+                       ctx->work);
+        }
+        per_token(&tt, TOK_SWIGLU, NULL, NULL);
         skv_matmul(ctx->pool, xb, ctx->hb, n, L->w_down.data, L->w_down.type, d, ff, ctx->work);
     }
-    per_token(&tt, TOK_ADD, NULL); /* the last feed-forward residual */
+    per_token(&tt, TOK_ADD, NULL, NULL); /* the last feed-forward residual */
     cache->n_past += n;
 }
 
@@ -264,7 +310,8 @@ skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, sk
                                "token %d (id %d) is outside the vocabulary [0, %d)", i, tokens[i],
                                hp->n_vocab);
     skv_cache *cache = ctx->cache;
-    if ((int64_t)cache->n_past + n_tokens > ctx->params.n_ctx)
+    if ((int64_t)cache->n_past + n_tokens > ctx->params.n_ctx &&
+        !skv_pstate_unbounded(ctx, n_tokens)) /* a budget with rerotate may run past n_ctx */
         return skv_err_set(err, SKV_ERR_STATE,
                            "context full: %d tokens after %d would exceed n_ctx = %d", n_tokens,
                            cache->n_past, ctx->params.n_ctx);
@@ -297,5 +344,16 @@ skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, sk
         else if (mode == SKV_LOGITS_LAST && b0 + n == n_tokens)
             forward_logits(ctx, n, 1, logits);
     }
-    return SKV_OK;
+    /* NaN/Inf weights (or an overflow) show up here first: say where, rather than let a caller
+     * sample garbage or report a meaningless metric. */
+    int rows = mode == SKV_LOGITS_ALL ? n_tokens : mode == SKV_LOGITS_LAST ? 1 : 0;
+    for (int r = 0; r < rows; r++) {
+        const float *row = logits + (size_t)r * hp->n_vocab;
+        for (int v = 0; v < hp->n_vocab; v++)
+            if (!isfinite(row[v]))
+                return skv_err_set(err, SKV_ERR_NUMERIC,
+                                   "the model produced non-finite logits at position %d",
+                                   cache->n_past - rows + r);
+    }
+    return ctx->pstate ? skv_pstate_after_forward(ctx, n_tokens, err) : SKV_OK;
 }

@@ -47,6 +47,8 @@ typedef struct gkv {
 } gkv;
 
 struct skv_gguf {
+    dev_t dev; /* identity of the mapped file (0/0 for a memory buffer): writers never */
+    ino_t ino; /* write over a file they read from */
     const uint8_t *base;
     size_t size;
     void *map; /* non-NULL when we own an mmap */
@@ -670,6 +672,8 @@ skv_gguf *skv_gguf_open(const char *path, skv_err *err) {
     g->size = size;
     g->map = map;
     g->map_size = size;
+    g->dev = st.st_dev;
+    g->ino = st.st_ino;
     g = parse(g, err);
     if (!g && err) {
         /* Name the file in front of the parser's message. */
@@ -913,7 +917,15 @@ typedef struct wtensor {
     const void *data;
 } wtensor;
 
+/* A file the output must not be (an input of the conversion). */
+typedef struct wsource {
+    dev_t dev;
+    ino_t ino;
+} wsource;
+
 struct skv_gguf_writer {
+    wsource src[8];
+    int n_src;
     wkv *kv;
     size_t n_kv, cap_kv;
     wtensor *t;
@@ -1083,6 +1095,8 @@ skv_status skv_gguf_writer_set_arr_str(skv_gguf_writer *w, const char *key, cons
 skv_status skv_gguf_writer_copy_kv(skv_gguf_writer *w, const skv_gguf *g,
                                    bool (*skip)(const char *key)) {
     if (!w || !g) return w ? wfail(w, SKV_ERR_INVALID_ARG, "NULL reader") : SKV_ERR_INVALID_ARG;
+    if (g->map && w->n_src < (int)(sizeof w->src / sizeof w->src[0]))
+        w->src[w->n_src++] = (wsource){g->dev, g->ino};
     for (int64_t i = 0; i < g->n_kv; i++) {
         const char *key = skv_gguf_key(g, i);
         if (skip && skip(key)) continue;
@@ -1199,9 +1213,57 @@ static void wstr(wfile *o, const char *s) {
     wbytes(o, s, n);
 }
 
+skv_status skv_gguf_writer_add_source(skv_gguf_writer *w, const char *path) {
+    if (!w || !path) return SKV_ERR_INVALID_ARG;
+    struct stat st;
+    if (stat(path, &st) != 0) return SKV_OK; /* nothing there: nothing to protect */
+    if (w->n_src >= (int)(sizeof w->src / sizeof w->src[0]))
+        return wfail(w, SKV_ERR_INVALID_ARG, "too many source files");
+    w->src[w->n_src++] = (wsource){st.st_dev, st.st_ino};
+    return SKV_OK;
+}
+
+/* The output may be a new path or an existing regular file that is none of the inputs: never a
+ * symbolic link, device, FIFO, socket or directory (rename() would replace the link or the
+ * device node by a regular file), never the file being converted. */
+static skv_status check_output_path(const skv_gguf_writer *w, const char *path, skv_err *err);
+
+skv_status skv_gguf_writer_check_output(const skv_gguf_writer *w, const char *path, skv_err *err) {
+    if (!w || !path) return skv_err_set(err, SKV_ERR_INVALID_ARG, "GGUF writer: NULL argument");
+    return check_output_path(w, path, err);
+}
+
+static skv_status check_output_path(const skv_gguf_writer *w, const char *path, skv_err *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return SKV_OK;
+        return skv_err_set(err, SKV_ERR_IO, "cannot check output '%s': %s", path, strerror(errno));
+    }
+    const char *kind = S_ISLNK(st.st_mode)    ? "a symbolic link"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : !S_ISREG(st.st_mode) ? "not a regular file"
+                                              : NULL;
+    if (kind)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "refusing to write '%s': it is %s (the output must be a regular file "
+                           "or a new path)",
+                           path, kind);
+    for (int i = 0; i < w->n_src; i++)
+        if (w->src[i].dev == st.st_dev && w->src[i].ino == st.st_ino)
+            return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                               "refusing to write '%s': it is an input of this conversion", path);
+    return SKV_OK;
+}
+
 skv_status skv_gguf_writer_write(skv_gguf_writer *w, const char *path, skv_err *err) {
     if (!w || !path) return skv_err_set(err, SKV_ERR_INVALID_ARG, "GGUF writer: NULL argument");
     if (w->bad != SKV_OK) return skv_err_set(err, w->bad, "GGUF writer: %s", w->bad_msg);
+    skv_status chk = check_output_path(w, path, err);
+    if (chk != SKV_OK) return chk;
     uint64_t align;
     skv_status st = writer_alignment(w, &align, err);
     if (st != SKV_OK) return st;

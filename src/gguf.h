@@ -139,8 +139,19 @@ skv_status skv_gguf_writer_copy_kv(skv_gguf_writer *w, const skv_gguf *g,
 skv_status skv_gguf_writer_add_tensor(skv_gguf_writer *w, const char *name, skv_type type,
                                       int n_dims, const int64_t *ne, const void *data);
 
+/* Names a file the output must not be (an input of the conversion); files whose keys were
+ * copied with skv_gguf_writer_copy_kv are protected already. A path that does not exist is
+ * ignored. */
+skv_status skv_gguf_writer_add_source(skv_gguf_writer *w, const char *path);
+
+/* The output-path rule of skv_gguf_writer_write alone (sources included), for callers that
+ * write a temporary file and rename it into place themselves. */
+skv_status skv_gguf_writer_check_output(const skv_gguf_writer *w, const char *path, skv_err *err);
+
 /* Writes GGUF v3 with general.alignment (default 32 when not set) to path, atomically (a
- * temporary file renamed into place, so a failed write never leaves a half file). */
+ * temporary file renamed into place, so a failed write never leaves a half file). The output
+ * must be a new path or a regular file that is not an input: a symbolic link, device, FIFO,
+ * socket or directory, or a source file, is refused with SKV_ERR_INVALID_ARG. */
 skv_status skv_gguf_writer_write(skv_gguf_writer *w, const char *path, skv_err *err);
 
 #endif

@@ -4,8 +4,12 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- element conversions ------------------------------------------------------------------ */
 
@@ -71,30 +75,161 @@ uint16_t skv_f32_to_bf16(float f) {
 #include <cpuid.h>
 #endif
 
-static atomic_int hw_state = -1; /* -1 unknown, 0 no, 1 CPU has AVX2+FMA+F16C and no env veto */
+/* The widest level this build has kernels for. The CPU may offer more (an AVX-512 machine runs
+ * the AVX2 paths until AVX-512 kernels exist); raise this when they do. */
+#define SIMD_BUILT SKV_SIMD_AVX2
+
+static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
+static skv_simd_id simd_cpu = SKV_SIMD_SCALAR;    /* widest level the CPU (and OS) support */
+static skv_simd_id simd_active = SKV_SIMD_SCALAR; /* what the dispatchers use */
+static char simd_features[160];                   /* "sse4.2 avx avx2 fma f16c ..." */
+static char simd_warning[200];                    /* why SKV_SIMD was not honoured, or "" */
 static atomic_bool forced_ref = false;
 
-static bool hw_simd(void) {
-    int s = atomic_load_explicit(&hw_state, memory_order_relaxed);
-    if (s < 0) {
-        s = 0;
+static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
+
+const char *skv_simd_name(skv_simd_id id) {
+    return id >= SKV_SIMD_SCALAR && id <= SKV_SIMD_AVX512 ? simd_names[id] : "?";
+}
+
 #ifdef SKV_HAVE_X86
-        /* The compiler's checks include the OS saving the AVX state; clang 14 has no "f16c"
-         * name for it, so that bit comes from cpuid leaf 1 (ECX bit 29). */
-        __builtin_cpu_init();
-        unsigned a, b, c = 0, d;
-        bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-        s = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+/* XCR0: which register states the OS saves (only valid when CPUID reports OSXSAVE). */
+static uint64_t read_xcr0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (uint64_t)hi << 32 | lo;
+}
+
+static void feature(bool has, const char *name) {
+    size_t len = strlen(simd_features);
+    if (has && len + strlen(name) + 2 < sizeof simd_features)
+        snprintf(simd_features + len, sizeof simd_features - len, "%s%s", len ? " " : "", name);
+}
 #endif
-        const char *env = getenv("SKV_FORCE_SCALAR");
-        if (env && env[0] && strcmp(env, "0") != 0) s = 0;
-        atomic_store_explicit(&hw_state, s, memory_order_relaxed);
+
+/* CPUID straight from the leaves (so that the names do not depend on the compiler's
+ * __builtin_cpu_supports list): leaf 1 ECX, leaf 7.0 EBX/ECX, leaf 7.1 EAX, and XCR0 for the
+ * register state the OS saves (YMM: bits 1-2; opmask and ZMM: bits 5-7). */
+static void simd_detect(void) {
+#ifdef SKV_HAVE_X86
+    unsigned a = 0, b = 0, c = 0, d = 0, max_leaf = __get_cpuid_max(0, NULL);
+    bool sse42 = false, fma = false, avx = false, f16c = false, osx = false;
+    bool avx2 = false, f = false, dq = false, bw = false, vl = false, vnni = false;
+    bool vbmi = false, bf16 = false;
+    if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
+        sse42 = c >> 20 & 1;
+        fma = c >> 12 & 1;
+        osx = c >> 27 & 1;
+        avx = c >> 28 & 1;
+        f16c = c >> 29 & 1;
     }
-    return s == 1;
+    uint64_t xcr0 = osx ? read_xcr0() : 0;
+    bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0;
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        unsigned sub_max = a;
+        avx2 = b >> 5 & 1;
+        f = b >> 16 & 1;
+        dq = b >> 17 & 1;
+        bw = b >> 30 & 1;
+        vl = b >> 31 & 1;
+        vbmi = c >> 1 & 1;
+        vnni = c >> 11 & 1;
+        if (sub_max >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            bf16 = a >> 5 & 1;
+        }
+    }
+    avx &= os_ymm;
+    avx2 &= avx;
+    fma &= avx;
+    f16c &= avx;
+    f &= os_zmm;
+    dq &= f;
+    bw &= f;
+    vl &= f;
+    vbmi &= f;
+    vnni &= f;
+    bf16 &= f;
+    feature(sse42, "sse4.2");
+    feature(avx, "avx");
+    feature(avx2, "avx2");
+    feature(fma, "fma");
+    feature(f16c, "f16c");
+    feature(f, "avx512f");
+    feature(dq, "avx512dq");
+    feature(bw, "avx512bw");
+    feature(vl, "avx512vl");
+    feature(vnni, "avx512vnni");
+    feature(bf16, "avx512bf16");
+    feature(vbmi, "avx512vbmi");
+    if (avx2 && fma && f16c) simd_cpu = SKV_SIMD_AVX2;
+    if (simd_cpu == SKV_SIMD_AVX2 && f && bw && vl) simd_cpu = SKV_SIMD_AVX512;
+#endif
+    if (!simd_features[0]) snprintf(simd_features, sizeof simd_features, "(none)");
+}
+
+/* Once per process: the CPU's level, lowered by SKV_SIMD (or SKV_FORCE_SCALAR=1, its older
+ * spelling). An unknown SKV_SIMD value is ignored; a level above what the CPU or this build has
+ * runs the widest one below it. Both leave a note in skv_simd_warning(). */
+static void simd_init(void) {
+    simd_detect();
+    skv_simd_id best = simd_cpu < SIMD_BUILT ? simd_cpu : SIMD_BUILT, want = best;
+    const char *fs = getenv("SKV_FORCE_SCALAR");
+    const char *env = getenv("SKV_SIMD");
+    if (fs && fs[0] && strcmp(fs, "0") != 0) want = SKV_SIMD_SCALAR;
+    if (env && env[0] && strcmp(env, "auto") != 0) {
+        int id = -1;
+        for (int i = 0; i <= SKV_SIMD_AVX512; i++)
+            if (!strcasecmp(env, simd_names[i])) id = i;
+        if (id < 0) {
+            snprintf(simd_warning, sizeof simd_warning,
+                     "SKV_SIMD='%.40s' is not a level (scalar, avx2, avx512, auto); ignored, "
+                     "using %s",
+                     env, skv_simd_name(want));
+        } else if (id > (int)best) {
+            snprintf(simd_warning, sizeof simd_warning, "SKV_SIMD=%s: %s; using %s", simd_names[id],
+                     id > (int)simd_cpu ? "this CPU does not have it"
+                                        : "this build has no kernels for it",
+                     skv_simd_name(want < best ? want : best));
+        } else if (id < (int)want) {
+            want = (skv_simd_id)id;
+        }
+    }
+    simd_active = want;
+}
+
+skv_simd_id skv_simd_cpu_id(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_cpu;
+}
+
+skv_simd_id skv_simd_active_id(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_active;
+}
+
+const char *skv_simd_level(void) {
+    return skv_simd_name(skv_simd_active_id());
+}
+
+const char *skv_simd_cpu_level(void) {
+    return skv_simd_name(skv_simd_cpu_id());
+}
+
+const char *skv_simd_cpu_features(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_features;
+}
+
+const char *skv_simd_warning(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_warning[0] ? simd_warning : NULL;
 }
 
 bool skv_kernels_use_simd(void) {
-    return hw_simd() && !atomic_load_explicit(&forced_ref, memory_order_relaxed);
+    return skv_simd_active_id() >= SKV_SIMD_AVX2 &&
+           !atomic_load_explicit(&forced_ref, memory_order_relaxed);
 }
 
 const char *skv_kernels_impl(void) {

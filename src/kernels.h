@@ -38,9 +38,13 @@ uint16_t skv_f32_to_f16(float f); /* round to nearest even */
 float skv_bf16_to_f32(uint16_t h);
 uint16_t skv_f32_to_bf16(float f); /* round to nearest even */
 
-/* n must be a multiple of the type's block size. */
+/* n must be a multiple of the type's block size. Q4_K/Q5_K/Q6_K blocks are searched for the
+ * scales and mins of least importance-weighted rounding error (quant.c); skv_quantize_row_simple
+ * writes them with the plain min/max scales instead (faster; the yardstick). Other types: the
+ * same bytes from both. */
 void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n);
 void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n);
+void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n);
 
 /* ---- matrix products ----------------------------------------------------------------------
  * y[m, n_out] = x[m, n_in] · W^T, W[n_out, n_in] rows stored in type wt (a GGUF tensor with
@@ -149,13 +153,29 @@ void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k,
  * check); attention needs d % 8 == 0, n >= 1 and kv_type F32, F16 or Q8_0 (d % 32 == 0). */
 void skv_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
 void skv_rope_avx2(float *x, int head_dim, int n_rot, double pos, float theta);
+/* Applies a rope.h table (skv_rope_table) to x: neox 0 = adjacent pairs, 1 = NEOX halves. */
+void skv_rope_apply_avx2(float *x, int n_rot, int neox, const float *cs);
 void skv_softmax_avx2(float *x, int n);
 void skv_swiglu_avx2(float *out, const float *gate, const float *up, int n);
 float skv_dot_f32_avx2(const float *a, const float *b, int n);
 void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, const void *k,
                          const void *v, skv_type kv_type, int n, float scale);
 
-/* True when the AVX2/FMA/F16C paths are in use (CPU has them and not forced off). */
+/* SIMD levels, in order. The public names are skv_simd_level() & co. in sparsekv.h. */
+typedef enum skv_simd_id {
+    SKV_SIMD_SCALAR = 0, /* the plain C references */
+    SKV_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    SKV_SIMD_AVX512 = 2, /* AVX-512 F + BW + VL (VNNI, BF16 where present) */
+} skv_simd_id;
+/* "scalar", "avx2", "avx512". */
+const char *skv_simd_name(skv_simd_id id);
+/* The widest level the CPU and OS support (SKV_SIMD ignored): what the roofline measures. */
+skv_simd_id skv_simd_cpu_id(void);
+/* The level the dispatchers use: the CPU's, capped by what this build has kernels for and
+ * lowered by SKV_SIMD / SKV_FORCE_SCALAR; chosen once per process. */
+skv_simd_id skv_simd_active_id(void);
+
+/* True when the AVX2/FMA/F16C paths are in use (level >= avx2 and not forced off). */
 bool skv_kernels_use_simd(void);
 /* Which implementation the dispatchers chose ("avx2+fma+f16c" or "scalar"). */
 const char *skv_kernels_impl(void);

@@ -404,6 +404,11 @@ skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenize
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory converting '%s'", checkpoint_path);
         goto done;
     }
+    if (skv_gguf_writer_add_source(w, checkpoint_path) != SKV_OK ||
+        skv_gguf_writer_add_source(w, tokenizer_path) != SKV_OK) {
+        st = skv_err_set(err, SKV_ERR_INVALID_ARG, "cannot record the converter's inputs");
+        goto done;
+    }
     const int64_t dim = c.dim, hid = c.hidden, head = c.dim / c.n_heads;
     const int64_t kv_dim = head * c.n_kv_heads;
     /* Keys in the order of the reference conversion (../shared/models/stories260K.gguf). */

@@ -1,7 +1,9 @@
-/* model.c — loads a Llama-architecture GGUF: hparams from metadata, validated tensor views into
- * the mapping, the vocabulary. Nothing is copied except the (small) norm vectors, which are kept
- * as float32 whatever their stored type. */
+/* model.c — loads a GGUF model of one of the architectures in arch.c: hparams from metadata,
+ * validated tensor views into the mapping, the vocabulary. Nothing is copied except the small
+ * vectors (norms, biases, RoPE factors), which are kept as float32 whatever their stored type.
+ * Every tensor of the file must be one the architecture uses (as llama.cpp requires). */
 #include "model.h"
+#include "arch.h"
 #include "kernels.h"
 #include "tokenizer.h"
 
@@ -44,10 +46,23 @@ static bool get_hparam_float(const skv_gguf *g, const char *key, double lo, doub
     return true;
 }
 
+typedef struct loader {
+    skv_model *m;
+    bool *used; /* [n_tensors]: tensors the architecture consumed */
+    char key[128];
+} loader;
+
+/* "<arch>.<suffix>" */
+static const char *akey(loader *ld, const char *suffix) {
+    snprintf(ld->key, sizeof ld->key, "%s.%s", ld->m->hp.arch, suffix);
+    return ld->key;
+}
+
 /* Finds a tensor and checks its shape: ne0 x ne1 (ne1 = 0 for a vector). Matrices must be of a
- * type the matmul supports. */
-static bool get_tensor(const skv_gguf *g, const char *name, int64_t ne0, int64_t ne1, skv_weight *w,
+ * type the matmul supports. Absent and not required: false with err untouched. */
+static bool get_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, skv_weight *w,
                        bool required, skv_err *err) {
+    const skv_gguf *g = ld->m->gguf;
     int64_t i = skv_gguf_find_tensor(g, name);
     if (i < 0) {
         if (required) skv_err_set(err, SKV_ERR_FORMAT, "missing tensor '%s'", name);
@@ -74,6 +89,7 @@ static bool get_tensor(const skv_gguf *g, const char *name, int64_t ne0, int64_t
                     (int)t->type);
         return false;
     }
+    ld->used[i] = true;
     w->data = t->data;
     w->type = t->type;
     w->rows = want_dims == 2 ? ne1 : 1;
@@ -81,16 +97,20 @@ static bool get_tensor(const skv_gguf *g, const char *name, int64_t ne0, int64_t
     return true;
 }
 
-/* Norm vectors are copied to float32 so every kernel can take them as float. */
-static bool get_norm(skv_model *m, const char *name, skv_weight *w, skv_err *err) {
+/* A vector [n] copied to float32 so every kernel can take it as float. Absent and optional:
+ * true with w->data NULL. */
+static bool get_vec(loader *ld, const char *name, int64_t n, skv_weight *w, bool required,
+                    skv_err *err) {
     skv_weight t;
-    if (!get_tensor(m->gguf, name, m->hp.n_embd, 0, &t, true, err)) return false;
-    float *f = malloc((size_t)m->hp.n_embd * sizeof(float));
+    w->data = NULL;
+    if (!get_tensor(ld, name, n, 0, &t, required, err))
+        return !required && skv_gguf_find_tensor(ld->m->gguf, name) < 0;
+    float *f = malloc((size_t)n * sizeof(float));
     if (!f) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         return false;
     }
-    skv_dequantize_row(t.type, t.data, f, m->hp.n_embd);
+    skv_dequantize_row(t.type, t.data, f, n);
     t.data = f; /* only owned copies ever land in the model, so free() is always right */
     t.type = SKV_TYPE_F32;
     *w = t;
@@ -98,25 +118,30 @@ static bool get_norm(skv_model *m, const char *name, skv_weight *w, skv_err *err
 }
 
 static uint64_t weight_bytes(const skv_weight *w) {
-    return (uint64_t)skv_row_bytes(w->type, w->cols) * (uint64_t)w->rows;
+    return w->data ? (uint64_t)skv_row_bytes(w->type, w->cols) * (uint64_t)w->rows : 0;
 }
 
 void skv_model_free(skv_model *m) {
     if (!m) return;
     if (m->layers) {
         for (int l = 0; l < m->hp.n_layer; l++) {
-            free((void *)m->layers[l].attn_norm.data);
-            free((void *)m->layers[l].ffn_norm.data);
+            skv_layer_weights *L = &m->layers[l];
+            const void *owned[] = {L->attn_norm.data, L->ffn_norm.data, L->bq.data,
+                                   L->bk.data,        L->bv.data,       L->bo.data,
+                                   L->q_norm.data,    L->k_norm.data};
+            for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free((void *)owned[i]);
         }
     }
     free((void *)m->output_norm.data);
+    free(m->rope_factors);
     free(m->layers);
     skv_vocab_free(m->vocab);
     skv_gguf_close(m->gguf);
     free(m);
 }
 
-static bool load_hparams(skv_model *m, skv_err *err) {
+static bool load_hparams(loader *ld, skv_err *err) {
+    skv_model *m = ld->m;
     const skv_gguf *g = m->gguf;
     skv_hparams *hp = &m->hp;
     const char *arch = skv_gguf_get_str(g, "general.architecture");
@@ -124,27 +149,47 @@ static bool load_hparams(skv_model *m, skv_err *err) {
         skv_err_set(err, SKV_ERR_FORMAT, "missing 'general.architecture'");
         return false;
     }
-    if (strcmp(arch, "llama") != 0) {
+    m->arch = skv_arch_find(arch);
+    if (!m->arch) {
         skv_err_set(err, SKV_ERR_UNSUPPORTED,
-                    "architecture '%s' is not supported (sparsekv runs 'llama')", arch);
+                    "architecture '%.64s' is not supported (sparsekv runs %s)", arch,
+                    skv_arch_names());
         return false;
     }
+    snprintf(hp->arch, sizeof hp->arch, "%s", m->arch->name);
     const int big = 1 << 24;
-    if (!get_hparam_int(g, "llama.embedding_length", 1, big, &hp->n_embd, true, err) ||
-        !get_hparam_int(g, "llama.block_count", 1, 4096, &hp->n_layer, true, err) ||
-        !get_hparam_int(g, "llama.feed_forward_length", 1, big, &hp->n_ff, true, err) ||
-        !get_hparam_int(g, "llama.attention.head_count", 1, 4096, &hp->n_head, true, err) ||
-        !get_hparam_int(g, "llama.context_length", 1, 1 << 28, &hp->n_ctx_train, true, err))
+    if (!get_hparam_int(g, akey(ld, "embedding_length"), 1, big, &hp->n_embd, true, err) ||
+        !get_hparam_int(g, akey(ld, "block_count"), 1, 4096, &hp->n_layer, true, err) ||
+        !get_hparam_int(g, akey(ld, "feed_forward_length"), 1, big, &hp->n_ff, true, err) ||
+        !get_hparam_int(g, akey(ld, "attention.head_count"), 1, 4096, &hp->n_head, true, err) ||
+        !get_hparam_int(g, akey(ld, "context_length"), 1, 1 << 28, &hp->n_ctx_train, true, err))
         return false;
+    int experts = 0;
+    if (!get_hparam_int(g, akey(ld, "expert_count"), 0, 1 << 16, &experts, false, err))
+        return false;
+    if (experts > 0) {
+        skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                    "architecture '%s' with %d experts (mixture of experts) is not supported",
+                    hp->arch, experts);
+        return false;
+    }
     hp->n_head_kv = hp->n_head;
-    if (!get_hparam_int(g, "llama.attention.head_count_kv", 1, 4096, &hp->n_head_kv, false, err))
+    if (!get_hparam_int(g, akey(ld, "attention.head_count_kv"), 1, 4096, &hp->n_head_kv, false,
+                        err))
         return false;
-    if (hp->n_embd % hp->n_head) {
-        skv_err_set(err, SKV_ERR_FORMAT,
-                    "embedding length %d is not a multiple of the head "
-                    "count %d",
-                    hp->n_embd, hp->n_head);
+    /* head_dim: attention.key_length when given (qwen3: n_head * head_dim != n_embd) */
+    hp->head_dim = 0;
+    if (!get_hparam_int(g, akey(ld, "attention.key_length"), 1, 1 << 16, &hp->head_dim, false, err))
         return false;
+    if (!hp->head_dim) {
+        if (hp->n_embd % hp->n_head) {
+            skv_err_set(err, SKV_ERR_FORMAT,
+                        "embedding length %d is not a multiple of the head count %d (and no "
+                        "'%s.attention.key_length' gives the head size)",
+                        hp->n_embd, hp->n_head, hp->arch);
+            return false;
+        }
+        hp->head_dim = hp->n_embd / hp->n_head;
     }
     if (hp->n_head % hp->n_head_kv) {
         skv_err_set(err, SKV_ERR_FORMAT,
@@ -153,9 +198,23 @@ static bool load_hparams(skv_model *m, skv_err *err) {
                     hp->n_head, hp->n_head_kv);
         return false;
     }
-    hp->head_dim = hp->n_embd / hp->n_head;
+    int vlen = hp->head_dim;
+    if (!get_hparam_int(g, akey(ld, "attention.value_length"), 1, 1 << 16, &vlen, false, err))
+        return false;
+    if (vlen != hp->head_dim) {
+        skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                    "architecture '%s': value length %d differs from key length %d (not "
+                    "supported)",
+                    hp->arch, vlen, hp->head_dim);
+        return false;
+    }
+    if ((int64_t)hp->n_head * hp->head_dim > big) {
+        skv_err_set(err, SKV_ERR_FORMAT, "head count x head size is too large");
+        return false;
+    }
     hp->n_rot = hp->head_dim;
-    if (!get_hparam_int(g, "llama.rope.dimension_count", 2, hp->head_dim, &hp->n_rot, false, err))
+    if (!get_hparam_int(g, akey(ld, "rope.dimension_count"), 2, hp->head_dim, &hp->n_rot, false,
+                        err))
         return false;
     if (hp->n_rot % 2) {
         skv_err_set(err, SKV_ERR_FORMAT, "rope dimension count %d is odd", hp->n_rot);
@@ -163,16 +222,60 @@ static bool load_hparams(skv_model *m, skv_err *err) {
     }
     hp->rope_theta = 10000.0f;
     hp->norm_eps = 1e-5f;
-    if (!get_hparam_float(g, "llama.rope.freq_base", 1e-3, 1e12, &hp->rope_theta, err) ||
-        !get_hparam_float(g, "llama.attention.layer_norm_rms_epsilon", 0, 1, &hp->norm_eps, err))
+    hp->rope_freq_scale = 1.0f;
+    if (!get_hparam_float(g, akey(ld, "rope.freq_base"), 1e-3, 1e12, &hp->rope_theta, err) ||
+        !get_hparam_float(g, akey(ld, "attention.layer_norm_rms_epsilon"), 0, 1, &hp->norm_eps,
+                          err))
         return false;
+    /* RoPE scaling: none or linear (positions divided by the factor) */
+    float factor = 1.0f;
+    if (!get_hparam_float(g, akey(ld, "rope.scale_linear"), 1e-6, 1e6, &factor, err)) return false;
+    const char *stype = skv_gguf_get_str(g, akey(ld, "rope.scaling.type"));
+    if (stype && strcmp(stype, "none") != 0) {
+        if (strcmp(stype, "linear") != 0) {
+            skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                        "architecture '%s': RoPE scaling type '%.32s' is not supported (only "
+                        "'none' and 'linear')",
+                        hp->arch, stype);
+            return false;
+        }
+        if (!get_hparam_float(g, akey(ld, "rope.scaling.factor"), 1e-6, 1e6, &factor, err))
+            return false;
+    }
+    if (factor > 0 && factor != 1.0f) hp->rope_freq_scale = 1.0f / factor;
+    hp->rope_mode = m->arch->rope;
     return true;
 }
 
-static bool load_tensors(skv_model *m, skv_err *err) {
+/* Whether the per-layer tensor "blk.<l>.<suffix>" exists. */
+static bool layer_has(const skv_gguf *g, int l, const char *suffix) {
+    char name[128];
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+    return skv_gguf_find_tensor(g, name) >= 0;
+}
+
+/* Decides whether an optional per-layer feature is present (from layer 0) and checks that
+ * every layer agrees. */
+static bool feature(loader *ld, skv_need need, const char *suffix, bool *present, skv_err *err) {
+    const skv_hparams *hp = &ld->m->hp;
+    *present = need == SKV_NEED_REQUIRED ||
+               (need == SKV_NEED_OPTIONAL && layer_has(ld->m->gguf, 0, suffix));
+    if (need != SKV_NEED_OPTIONAL) return true;
+    for (int l = 1; l < hp->n_layer; l++)
+        if (layer_has(ld->m->gguf, l, suffix) != *present) {
+            skv_err_set(err, SKV_ERR_FORMAT, "tensor 'blk.%d.%s' is %s but layer 0 %s it", l,
+                        suffix, *present ? "missing" : "present", *present ? "has" : "lacks");
+            return false;
+        }
+    return true;
+}
+
+static bool load_tensors(loader *ld, skv_err *err) {
+    skv_model *m = ld->m;
     const skv_gguf *g = m->gguf;
-    const skv_hparams *hp = &m->hp;
-    int64_t d = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim,
+    const skv_arch *a = m->arch;
+    skv_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd, hd = hp->head_dim, dq = (int64_t)hp->n_head * hp->head_dim,
             dkv = (int64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
 
     int64_t ti = skv_gguf_find_tensor(g, "token_embd.weight");
@@ -185,53 +288,111 @@ static bool load_tensors(skv_model *m, skv_err *err) {
         skv_err_set(err, SKV_ERR_FORMAT, "tensor 'token_embd.weight' has an invalid vocab size");
         return false;
     }
-    m->hp.n_vocab = (int)te->ne[1];
-    if (!get_tensor(g, "token_embd.weight", d, m->hp.n_vocab, &m->tok_embd, true, err))
-        return false;
-    if (!get_norm(m, "output_norm.weight", &m->output_norm, err)) return false;
-    if (get_tensor(g, "output.weight", d, m->hp.n_vocab, &m->output, false, err)) {
-        m->hp.tied_output = false;
+    hp->n_vocab = (int)te->ne[1];
+    if (!get_tensor(ld, "token_embd.weight", d, hp->n_vocab, &m->tok_embd, true, err)) return false;
+    if (!get_vec(ld, "output_norm.weight", d, &m->output_norm, true, err)) return false;
+    if (get_tensor(ld, "output.weight", d, hp->n_vocab, &m->output, false, err)) {
+        hp->tied_output = false;
     } else {
         if (skv_gguf_find_tensor(g, "output.weight") >= 0) return false; /* present but wrong */
         m->output = m->tok_embd;
-        m->hp.tied_output = true;
+        hp->tied_output = true;
     }
+
+    /* RoPE frequency factors (Llama 3.1+): one per rotated pair */
+    m->rope = skv_rope_plain(hp->rope_mode, hp->head_dim, hp->n_rot, hp->rope_theta);
+    m->rope.freq_scale = hp->rope_freq_scale;
+    if (skv_gguf_find_tensor(g, "rope_freqs.weight") >= 0 && a->rope_freqs != SKV_NEED_NO) {
+        skv_weight rf;
+        if (!get_vec(ld, "rope_freqs.weight", hp->n_rot / 2, &rf, true, err)) return false;
+        m->rope_factors = (float *)rf.data;
+        for (int i = 0; i < hp->n_rot / 2; i++)
+            if (!(m->rope_factors[i] > 0) || !isfinite(m->rope_factors[i])) {
+                skv_err_set(err, SKV_ERR_FORMAT,
+                            "tensor 'rope_freqs.weight' has a factor that is not positive and "
+                            "finite (entry %d)",
+                            i);
+                return false;
+            }
+        m->rope.factors = m->rope_factors;
+        hp->rope_freq_factors = true;
+    }
+
+    bool sep, fused, bias, obias, qkn;
+    if (!feature(ld, a->qkv_separate, "attn_q.weight", &sep, err) ||
+        !feature(ld, a->qkv_fused, "attn_qkv.weight", &fused, err) ||
+        !feature(ld, a->qkv_bias, "attn_q.bias", &bias, err) ||
+        !feature(ld, a->out_bias, "attn_output.bias", &obias, err) ||
+        !feature(ld, a->qk_norm, "attn_q_norm.weight", &qkn, err))
+        return false;
+    if (sep == fused) {
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "architecture '%s' needs either attn_q/attn_k/attn_v or attn_qkv tensors "
+                    "(blk.0 has %s)",
+                    hp->arch, sep ? "both" : "neither");
+        return false;
+    }
+    hp->qkv_bias = bias;
+    hp->qk_norm = qkn;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         return false;
     }
-    char name[96];
-#define LAYER_TENSOR(field, suffix, ne0, ne1)                                                      \
-    snprintf(name, sizeof name, "blk.%d." suffix, l);                                              \
-    if (!get_tensor(g, name, ne0, ne1, &L->field, true, err)) return false;
+    char name[128];
+#define LNAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
     for (int l = 0; l < hp->n_layer; l++) {
         skv_layer_weights *L = &m->layers[l];
-        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        if (!get_norm(m, name, &L->attn_norm, err)) return false;
-        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        if (!get_norm(m, name, &L->ffn_norm, err)) return false;
-        LAYER_TENSOR(wq, "attn_q.weight", d, dq)
-        LAYER_TENSOR(wk, "attn_k.weight", d, dkv)
-        LAYER_TENSOR(wv, "attn_v.weight", d, dkv)
-        LAYER_TENSOR(wo, "attn_output.weight", dq, d)
-        LAYER_TENSOR(w_gate, "ffn_gate.weight", d, ff)
-        LAYER_TENSOR(w_up, "ffn_up.weight", d, ff)
-        LAYER_TENSOR(w_down, "ffn_down.weight", ff, d)
+        if (!get_vec(ld, LNAME("attn_norm.weight"), d, &L->attn_norm, true, err) ||
+            !get_vec(ld, LNAME("ffn_norm.weight"), d, &L->ffn_norm, true, err))
+            return false;
+        if (sep) {
+            if (!get_tensor(ld, LNAME("attn_q.weight"), d, dq, &L->wq, true, err) ||
+                !get_tensor(ld, LNAME("attn_k.weight"), d, dkv, &L->wk, true, err) ||
+                !get_tensor(ld, LNAME("attn_v.weight"), d, dkv, &L->wv, true, err))
+                return false;
+        } else if (!get_tensor(ld, LNAME("attn_qkv.weight"), d, dq + 2 * dkv, &L->wqkv, true, err))
+            return false;
+        if (bias && (!get_vec(ld, LNAME("attn_q.bias"), dq, &L->bq, true, err) ||
+                     !get_vec(ld, LNAME("attn_k.bias"), dkv, &L->bk, true, err) ||
+                     !get_vec(ld, LNAME("attn_v.bias"), dkv, &L->bv, true, err)))
+            return false;
+        if (qkn && (!get_vec(ld, LNAME("attn_q_norm.weight"), hd, &L->q_norm, true, err) ||
+                    !get_vec(ld, LNAME("attn_k_norm.weight"), hd, &L->k_norm, true, err)))
+            return false;
+        if (!get_tensor(ld, LNAME("attn_output.weight"), dq, d, &L->wo, true, err)) return false;
+        if (obias && !get_vec(ld, LNAME("attn_output.bias"), d, &L->bo, true, err)) return false;
+        if (a->gate_up_fused) {
+            if (!get_tensor(ld, LNAME("ffn_up.weight"), d, 2 * ff, &L->w_up, true, err))
+                return false;
+        } else if (!get_tensor(ld, LNAME("ffn_gate.weight"), d, ff, &L->w_gate, true, err) ||
+                   !get_tensor(ld, LNAME("ffn_up.weight"), d, ff, &L->w_up, true, err))
+            return false;
+        if (!get_tensor(ld, LNAME("ffn_down.weight"), ff, d, &L->w_down, true, err)) return false;
     }
-#undef LAYER_TENSOR
+#undef LNAME
+
+    /* Everything in the file must have been used: an unknown tensor means an arithmetic this
+     * engine does not do (llama.cpp refuses such files too). */
+    for (int64_t i = 0; i < skv_gguf_n_tensors(g); i++)
+        if (!ld->used[i]) {
+            skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                        "tensor '%.96s' is not part of architecture '%s' as sparsekv runs it",
+                        skv_gguf_tensor_at(g, i)->name, hp->arch);
+            return false;
+        }
 
     /* What a token reads: every matrix once, the output matrix, the norms. */
     uint64_t total = weight_bytes(&m->output) + (uint64_t)d * 4 * (1 + 2 * (uint64_t)hp->n_layer);
     uint64_t by_type[SKV_TYPE_COUNT] = {0};
     for (int l = 0; l < hp->n_layer; l++) {
-        const skv_weight *ws[] = {&m->layers[l].wq,    &m->layers[l].wk,     &m->layers[l].wv,
-                                  &m->layers[l].wo,    &m->layers[l].w_gate, &m->layers[l].w_up,
-                                  &m->layers[l].w_down};
+        const skv_layer_weights *L = &m->layers[l];
+        const skv_weight *ws[] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
+                                  &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
             total += weight_bytes(ws[k]);
-            by_type[ws[k]->type] += weight_bytes(ws[k]);
+            if (ws[k]->data) by_type[ws[k]->type] += weight_bytes(ws[k]);
         }
     }
     m->weight_bytes = total;
@@ -241,14 +402,24 @@ static bool load_tensors(skv_model *m, skv_err *err) {
     return true;
 }
 
-skv_model *skv_model_load(const char *path, skv_err *err) {
+static skv_model *load(const char *path, bool with_vocab, skv_err *err) {
     skv_model *m = calloc(1, sizeof *m);
     if (!m) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         return NULL;
     }
+    loader ld = {m, NULL, {0}};
     m->gguf = skv_gguf_open(path, err);
-    if (!m->gguf || !load_hparams(m, err) || !load_tensors(m, err)) goto fail;
+    if (!m->gguf) goto fail;
+    ld.used = calloc((size_t)skv_gguf_n_tensors(m->gguf) + 1, sizeof *ld.used);
+    if (!ld.used) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (!load_hparams(&ld, err) || !load_tensors(&ld, err)) goto fail;
+    free(ld.used);
+    ld.used = NULL;
+    if (!with_vocab) return m;
     m->vocab = skv_vocab_from_gguf(m->gguf, err);
     if (!m->vocab) goto fail;
     if (skv_vocab_n_tokens(m->vocab) != m->hp.n_vocab) {
@@ -259,8 +430,17 @@ skv_model *skv_model_load(const char *path, skv_err *err) {
     }
     return m;
 fail:
+    free(ld.used);
     skv_model_free(m);
     return NULL;
+}
+
+skv_model *skv_model_load(const char *path, skv_err *err) {
+    return load(path, true, err);
+}
+
+skv_model *skv_model_load_weights(const char *path, skv_err *err) {
+    return load(path, false, err);
 }
 
 const skv_hparams *skv_model_hparams(const skv_model *m) {

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "gguf.h"
+#include "rope.h"
 
 /* A weight matrix or vector inside the mapping. For a matrix: rows = n_out, cols = n_in
  * (GGUF ne[1], ne[0]). */
@@ -15,21 +16,29 @@ typedef struct skv_weight {
 } skv_weight;
 
 typedef struct skv_layer_weights {
-    skv_weight attn_norm; /* [n_embd] f32 */
-    skv_weight wq;        /* [n_head * head_dim, n_embd] */
-    skv_weight wk;        /* [n_head_kv * head_dim, n_embd] */
-    skv_weight wv;        /* [n_head_kv * head_dim, n_embd] */
-    skv_weight wo;        /* [n_embd, n_head * head_dim] */
-    skv_weight ffn_norm;  /* [n_embd] f32 */
-    skv_weight w_gate;    /* [n_ff, n_embd] */
-    skv_weight w_up;      /* [n_ff, n_embd] */
-    skv_weight w_down;    /* [n_embd, n_ff] */
+    skv_weight attn_norm;  /* [n_embd] f32 */
+    skv_weight wq;         /* [n_head * head_dim, n_embd]; data NULL when fused */
+    skv_weight wk;         /* [n_head_kv * head_dim, n_embd]; data NULL when fused */
+    skv_weight wv;         /* [n_head_kv * head_dim, n_embd]; data NULL when fused */
+    skv_weight wqkv;       /* fused [q | k | v] rows (phi3); data NULL when separate */
+    skv_weight bq, bk, bv; /* f32 biases [dq], [dkv], [dkv]; data NULL when absent */
+    skv_weight q_norm;     /* [head_dim] f32 per-head RMSNorm of q (qwen3); NULL when absent */
+    skv_weight k_norm;     /* [head_dim] f32 */
+    skv_weight wo;         /* [n_embd, n_head * head_dim] */
+    skv_weight bo;         /* [n_embd] f32 or NULL */
+    skv_weight ffn_norm;   /* [n_embd] f32 */
+    skv_weight w_gate;     /* [n_ff, n_embd]; data NULL when fused into w_up */
+    skv_weight w_up;       /* [n_ff, n_embd], or [2 n_ff, n_embd] = [gate | up] when fused */
+    skv_weight w_down;     /* [n_embd, n_ff] */
 } skv_layer_weights;
 
 struct skv_model {
     skv_hparams hp;
+    const struct skv_arch *arch;
+    skv_rope_spec rope;        /* the RoPE descriptor every rotation uses */
+    float *rope_factors;       /* [n_rot / 2] owned, or NULL */
     skv_gguf *gguf;            /* owns the mapping */
-    skv_vocab *vocab;          /* owned */
+    skv_vocab *vocab;          /* owned; NULL only from skv_model_load_weights */
     skv_weight tok_embd;       /* [n_vocab, n_embd] */
     skv_weight output_norm;    /* [n_embd] f32 */
     skv_weight output;         /* [n_vocab, n_embd]; == tok_embd when tied */
@@ -37,5 +46,9 @@ struct skv_model {
     uint64_t weight_bytes;
     skv_type weight_type;
 };
+
+/* Loads hparams and weights but no vocabulary (tests of the forward arithmetic on files whose
+ * tokenizer is not needed). m->vocab is NULL: only the forward pass may be used. */
+skv_model *skv_model_load_weights(const char *path, skv_err *err);
 
 #endif

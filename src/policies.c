@@ -23,8 +23,8 @@ static long long pyramid_raw(long long mx, long long mn, long long steps, int l,
     return (b > mn ? b : mn) + window;
 }
 
-skv_status skv_pyramid_budgets(int keep, int n_layer, int window, int beta, int *out,
-                               skv_err *err) {
+skv_status skv_pyramid_budgets_clamped(int keep, int T, int n_layer, int window, int beta, int *out,
+                                       skv_err *err) {
     if (keep < 1 || n_layer < 1 || window < 0 || beta < 1)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "pyramid budgets need keep >= 1, layers >= 1, window >= 0 and "
@@ -35,9 +35,15 @@ skv_status skv_pyramid_budgets(int keep, int n_layer, int window, int beta, int 
     long long base = SKV_MAX((long long)keep - window, 1LL);
     long long mn = SKV_MAX(base / beta, 1LL);
     long long mx = 2 * base - mn;
+    /* KVCache-Factory's clamp (SPEC.md): layer 0 never asks for more than the cache holds */
+    if ((long long)T > window && mx >= (long long)T - window) {
+        mx = (long long)T - window;
+        mn = 2 * base - mx;
+    }
     long long steps = (mx - mn) / SKV_MAX(n_layer - 1, 1);
     long long sum = 0;
     for (int l = 0; l < n_layer; l++) sum += pyramid_raw(mx, mn, steps, l, window);
+    if (sum < 1) sum = 1;
     /* both operands are exact in a double, so the quotient is correctly rounded, like
      * Python's int / int */
     double scale = (double)((long long)keep * n_layer) / (double)sum;
@@ -47,6 +53,11 @@ skv_status skv_pyramid_budgets(int keep, int n_layer, int window, int beta, int 
         out[l] = (int)(r < 1 ? 1 : r);
     }
     return SKV_OK;
+}
+
+skv_status skv_pyramid_budgets(int keep, int n_layer, int window, int beta, int *out,
+                               skv_err *err) {
+    return skv_pyramid_budgets_clamped(keep, INT32_MAX, n_layer, window, beta, out, err);
 }
 
 void skv_score_sink_recent_row(double *score, int T, int sinks) {
@@ -138,103 +149,68 @@ int skv_select_topk(const double *score, int T, int k, int32_t *out, skv_rank *s
     return k;
 }
 
-/* ---- scorers -------------------------------------------------------------------------------- */
+/* ---- shared machinery of the per-head scorers ---------------------------------------------- */
 
-static skv_status score_sink_recent(const skv_score_job *job, double *scores, int T_stride,
-                                    skv_err *err) {
-    (void)T_stride;
-    (void)err;
-    skv_score_sink_recent_row(scores, job->T, job->params->sinks);
-    return SKV_OK;
-}
-
-static skv_status score_random(const skv_score_job *job, double *scores, int T_stride,
-                               skv_err *err) {
-    (void)T_stride;
-    int32_t *perm = malloc((size_t)job->T * sizeof *perm);
-    if (!perm)
-        return skv_err_set(err, SKV_ERR_NOMEM,
-                           "out of memory for the random policy's %d "
-                           "positions",
-                           job->T);
-    skv_score_random_row(scores, job->T, job->params->seed, perm);
-    free(perm);
-    return SKV_OK;
-}
-
-/* The attention scorer runs one task per (layer, kv head), spread over the pool. */
-typedef struct attn_task {
+typedef struct head_task {
     const skv_score_job *job;
     double *scores;
     int T_stride;
+    size_t scratch_bytes;
+    skv_head_fn fn;
     skv_err *errs; /* [nth] */
-} attn_task;
+} head_task;
 
-static void attn_worker(void *arg, int ith, int nth) {
-    attn_task *a = arg;
+static void head_worker(void *arg, int ith, int nth) {
+    head_task *a = arg;
     const skv_score_job *job = a->job;
-    const int T = job->T, d = job->head_dim, H = job->n_head_kv;
-    const int g = job->n_head / job->n_head_kv;
-    const int kernel = job->params->kernel;
+    const int n = job->T_total > job->T ? job->T_total : job->T, d = job->head_dim;
+    const int H = job->n_head_kv;
     skv_err *err = &a->errs[ith];
-    float *k = NULL;
-    size_t k_cap = 0;
-    float *logit = malloc((size_t)T * (size_t)job->W * sizeof *logit);
-    double *tmp = malloc(((size_t)T + (size_t)kernel) * sizeof *tmp);
-    size_t work_size = skv_window_score_work_size(job->W, d);
-    void *work = work_size ? malloc(work_size) : NULL;
-    if (!logit || !tmp || (work_size && !work)) {
-        skv_err_set(err, SKV_ERR_NOMEM, "out of memory for window scores over %d positions", T);
+    float *k = malloc(((size_t)n * (size_t)d + 1) * sizeof *k);
+    void *scratch = a->scratch_bytes ? malloc(a->scratch_bytes) : NULL;
+    if (!k || (a->scratch_bytes && !scratch)) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the keys of %d positions", n);
         goto done;
     }
     for (int task = ith; task < job->n_layer * H; task += nth) {
         const int l = task / H, h = task % H;
         const int len = skv_cache_head_len(job->cache, l, h);
-        if (len < T) {
+        if (len < n) {
             skv_err_set(err, SKV_ERR_STATE,
                         "layer %d kv head %d holds %d entries, fewer than the %d scored", l, h, len,
-                        T);
+                        n);
             goto done;
         }
-        size_t need = (size_t)len * (size_t)d;
-        if (need > k_cap) {
-            free(k);
-            k = malloc(need * sizeof *k);
-            k_cap = k ? need : 0;
-            if (!k) {
+        float *kk = k;
+        if (len > n) { /* read the whole head into a temporary, keep the first n rows */
+            kk = malloc((size_t)len * (size_t)d * sizeof *kk);
+            if (!kk) {
                 skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the keys of %d positions", len);
                 goto done;
             }
         }
-        if (skv_cache_head_read(job->cache, l, h, k, NULL, NULL, err) != SKV_OK) goto done;
-        const float *q =
-            job->queries[l] +
-            ((size_t)h * (size_t)g * (size_t)job->q_n + (size_t)job->q_off) * (size_t)d;
+        skv_status st = skv_cache_head_read(job->cache, l, h, kk, NULL, NULL, err);
+        if (!st && kk != k) memcpy(k, kk, (size_t)n * (size_t)d * sizeof *k);
+        if (kk != k) free(kk);
+        if (st) goto done;
         double *row = a->scores + (size_t)task * (size_t)a->T_stride;
-        skv_window_score_head(row, q, g, job->W, (size_t)job->q_n * (size_t)d, k, T, d, logit,
-                              work);
-        skv_pool_row(row, T, kernel, job->params->pooling, tmp);
-        skv_force_last(row, T, job->params->window_keep);
+        if (a->fn(job, l, h, k, row, scratch, err)) goto done;
     }
 done:
     free(k);
-    free(logit);
-    free(tmp);
-    free(work);
+    free(scratch);
 }
 
-static skv_status score_attention(const skv_score_job *job, double *scores, int T_stride,
-                                  skv_err *err) {
-    if (!job->cache || !job->queries || job->W < 1 || job->n_head_kv < 1 ||
-        job->n_head % job->n_head_kv != 0)
+skv_status skv_for_each_head(const skv_score_job *job, double *scores, int T_stride,
+                             size_t scratch_bytes, skv_head_fn fn, skv_err *err) {
+    if (!job->cache || job->n_head_kv < 1 || job->n_head % job->n_head_kv != 0)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
-                           "attention scoring needs keys, window "
-                           "queries and n_head divisible by n_head_kv");
+                           "scoring needs keys and n_head divisible by n_head_kv");
     const int nth = job->pool ? skv_pool_size(job->pool) : 1;
     skv_err *errs = calloc((size_t)nth, sizeof *errs);
     if (!errs) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
-    attn_task a = {job, scores, T_stride, errs};
-    skv_pool_run(job->pool, attn_worker, &a);
+    head_task a = {job, scores, T_stride, scratch_bytes, fn, errs};
+    skv_pool_run(job->pool, head_worker, &a);
     skv_status st = SKV_OK;
     for (int i = 0; i < nth && st == SKV_OK; i++) {
         if (errs[i].status != SKV_OK) {
@@ -246,10 +222,59 @@ static skv_status score_attention(const skv_score_job *job, double *scores, int 
     return st;
 }
 
-/* ---- allocators ----------------------------------------------------------------------------- */
+/* ---- the window score (attention, pyramid, adakv, tova) ------------------------------------- */
 
-static skv_status alloc_uniform(int keep, int n_layer, int n_head_kv, int window_keep, int *budgets,
-                                int *layer_budgets, skv_err *err) {
+typedef struct window_args {
+    int W, q_first, kernel, window_keep;
+} window_args;
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+/* scratch: matmul work, then logit [W, T] floats, then tmp [T + kernel] doubles */
+static size_t window_work_bytes(int W, int d) {
+    return ALIGN64(skv_window_score_work_size(W, d));
+}
+
+static skv_status window_head(const skv_score_job *job, int l, int h, const float *k, double *row,
+                              void *scratch, skv_err *err) {
+    (void)err;
+    const window_args *wa = job->ext;
+    const int T = job->T, d = job->head_dim, g = job->n_head / job->n_head_kv;
+    void *work = scratch;
+    float *logit = (float *)((uint8_t *)scratch + window_work_bytes(wa->W, d));
+    double *tmp = (double *)((uint8_t *)logit + ALIGN64((size_t)T * (size_t)wa->W * sizeof(float)));
+    const float *q = job->queries[l] +
+                     ((size_t)h * (size_t)g * (size_t)job->q_n + (size_t)wa->q_first) * (size_t)d;
+    skv_window_score_head(row, q, g, wa->W, (size_t)job->q_n * (size_t)d, k, T, d, logit, work);
+    skv_pool_row(row, T, wa->kernel, job->params->pooling, tmp);
+    skv_force_last(row, T, wa->window_keep);
+    return SKV_OK;
+}
+
+skv_status skv_score_window(const skv_score_job *job, double *scores, int T_stride, int W_used,
+                            int q_first, int kernel, int window_keep, skv_err *err) {
+    if (!job->queries || W_used < 1 || q_first < 0 || q_first + W_used > job->q_n)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "window scoring needs window queries");
+    window_args wa = {W_used, q_first, kernel, window_keep};
+    skv_score_job j = *job;
+    j.ext = &wa;
+    size_t bytes = window_work_bytes(W_used, job->head_dim) +
+                   ALIGN64((size_t)job->T * (size_t)W_used * sizeof(float)) +
+                   ((size_t)job->T + (size_t)kernel) * sizeof(double);
+    return skv_for_each_head(&j, scores, T_stride, bytes, window_head, err);
+}
+
+skv_status skv_score_attention(const skv_score_job *job, double *scores, int T_stride,
+                               skv_err *err) {
+    if (job->W < 1)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "attention scoring needs window queries");
+    return skv_score_window(job, scores, T_stride, job->W, job->q_off, job->params->kernel,
+                            job->params->window_keep, err);
+}
+
+skv_status skv_alloc_uniform(int keep, int T, int n_layer, int n_head_kv, int window_keep,
+                             int *budgets, int *layer_budgets, skv_err *err) {
+    (void)T;
     (void)window_keep;
     (void)err;
     for (int l = 0; l < n_layer; l++) {
@@ -257,51 +282,4 @@ static skv_status alloc_uniform(int keep, int n_layer, int n_head_kv, int window
         for (int h = 0; h < n_head_kv; h++) budgets[l * n_head_kv + h] = keep;
     }
     return SKV_OK;
-}
-
-#define SKV_PYRAMID_BETA 20
-
-static skv_status alloc_pyramid(int keep, int n_layer, int n_head_kv, int window_keep, int *budgets,
-                                int *layer_budgets, skv_err *err) {
-    skv_status st =
-        skv_pyramid_budgets(keep, n_layer, window_keep, SKV_PYRAMID_BETA, layer_budgets, err);
-    if (st != SKV_OK) return st;
-    for (int l = 0; l < n_layer; l++)
-        for (int h = 0; h < n_head_kv; h++) budgets[l * n_head_kv + h] = layer_budgets[l];
-    return SKV_OK;
-}
-
-/* ---- registry ------------------------------------------------------------------------------- */
-
-static const skv_policy registry[] = {
-    {"sink_recent", "streaming", false, true, score_sink_recent, alloc_uniform},
-    {"random", NULL, false, true, score_random, alloc_uniform},
-    {"attention", "snapkv", true, false, score_attention, alloc_uniform},
-    {"pyramid", "pyramidkv", true, false, score_attention, alloc_pyramid},
-};
-#define N_POLICIES (sizeof registry / sizeof registry[0])
-
-const skv_policy *skv_policy_find(const char *name) {
-    if (!name) return NULL;
-    for (size_t i = 0; i < N_POLICIES; i++)
-        if (!strcmp(name, registry[i].name) ||
-            (registry[i].alias && !strcmp(name, registry[i].alias)))
-            return &registry[i];
-    return NULL;
-}
-
-/* Kept as a literal (no lazily built buffer, so no first-call race); test_policies checks that
- * it names every registry row. */
-const char *skv_policy_list(void) {
-    return "sink_recent (streaming), random, attention (snapkv), pyramid (pyramidkv)";
-}
-
-const char *skv_policy_canonical(const char *name) {
-    const skv_policy *p = skv_policy_find(name);
-    return p ? p->name : NULL;
-}
-
-bool skv_policy_needs_window(const char *name) {
-    const skv_policy *p = skv_policy_find(name);
-    return p && p->needs_window;
 }

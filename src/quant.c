@@ -328,6 +328,337 @@ static void quant_q6_k(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
+/* ---- K-quants: the weighted search ------------------------------------------------------------
+ * The simple quantizers above cover each sub-block's whole range, so one outlier makes the step
+ * of all 32 (or 16) values coarse. The K-quant format stores a scale and a min per sub-block so
+ * that they can be fitted instead: these quantizers minimise the importance-weighted squared
+ * rounding error sum w_i (x_i - y_i)^2 of each sub-block, with w_i = rms + |x_i| (rms of the
+ * super-block: larger weights count more, small ones still count; no imatrix), then round the
+ * sub-block scales to their 6- or 8-bit codes, trying the neighbouring codes, and finally keep the
+ * simple quantizer's block if it is better by that measure, so a super-block's weighted error is
+ * never larger than before.
+ * Measured (rms error vs min/max): -11% (Q4_K), -11% (Q5_K), -13% (Q6_K) on stories260K's real
+ * weights; KL of a random stories110m-shaped model's logits vs F32 at Q4_K: 0.0836 against 0.0985.
+ * Uniform weights measured lower still on random (Gaussian) weights (KL 0.0761), x^2 higher
+ * (0.0917); magnitude weighting is kept for trained weights, whose large values matter more. */
+
+/* round-half-even of v clamped to [lo, hi] (|lo|, |hi| < 2^22), without a libm call: adding and
+ * subtracting 1.5 * 2^23 leaves the nearest integer in float rounding. NaN gives lo. */
+static inline int round_clamp(float v, int lo, int hi) {
+    v = v > (float)lo ? v : (float)lo;
+    v = v < (float)hi ? v : (float)hi;
+    return (int)((v + 0x1.8p23f) - 0x1.8p23f);
+}
+
+#ifndef Q6_STEPS
+#define Q6_STEPS 6
+#define Q6_STEP  0.5f
+#endif
+#ifndef K_STEPS_UP
+#define K_STEPS_DOWN 4
+#define K_STEPS_UP   8
+#define K_STEP       0.25f
+#endif
+
+/* Sub-block importance weights (non-finite values count as 0 with weight 0). */
+static void k_weights(const float *x, int n, float *w) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) ss += (double)x[i] * x[i];
+    float r2 = (float)(ss / n);
+    float r = sqrtf(r2);
+    for (int i = 0; i < n; i++) w[i] = isfinite(x[i]) ? r + fabsf(x[i]) : 0.0f;
+}
+
+static inline float fin(float v) {
+    return isfinite(v) ? v : 0.0f;
+}
+
+/* Weighted least squares of x ~ a * q + b over n values; b <= 0 (the format stores -b >= 0).
+ * False when the fit is degenerate or a <= 0. */
+static bool fit_affine(const float *x, const float *w, const uint8_t *q, int n, float *a,
+                       float *b) {
+    double sw = 0, sq = 0, sqq = 0, sx = 0, sqx = 0;
+    for (int i = 0; i < n; i++) {
+        double wi = w[i], qi = q[i], xi = fin(x[i]);
+        sw += wi;
+        sq += wi * qi;
+        sqq += wi * qi * qi;
+        sx += wi * xi;
+        sqx += wi * qi * xi;
+    }
+    double det = sw * sqq - sq * sq, aa, bb;
+    if (det > 1e-12 * sw * sqq) {
+        aa = (sw * sqx - sq * sx) / det;
+        bb = (sqq * sx - sq * sqx) / det;
+    } else {
+        aa = 0.0;
+        bb = 1.0;
+    }
+    if (bb > 0.0) { /* min must be >= 0: fit the scale alone */
+        bb = 0.0;
+        aa = sqq > 0.0 ? sqx / sqq : 0.0;
+    }
+    if (!(aa > 0.0) || !isfinite(aa) || !isfinite(bb)) return false;
+    *a = (float)aa;
+    *b = (float)bb;
+    return true;
+}
+
+static double affine_err(const float *x, const float *w, int n, int nmax, float a, float b,
+                         uint8_t *q) {
+    double e = 0.0;
+    float inv = a > 0.0f ? 1.0f / a : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float v = fin(x[i]);
+        int c = round_clamp((v - b) * inv, 0, nmax);
+        if (q) q[i] = (uint8_t)c;
+        double r = (double)a * c + b - v;
+        e += w[i] * r * r;
+    }
+    return e;
+}
+
+/* The best (scale, -min) of one sub-block of 32: candidate grids that stretch or shrink the
+ * range [min(0, lo), hi] over nmax steps, each refitted by least squares on its codes, the best
+ * polished by two rounds of re-coding and refitting. */
+static void search_affine(const float *x, const float *w, int nmax, float *scale, float *mn) {
+    enum { N = 32 };
+    float lo = 0.0f, hi = 0.0f;
+    for (int i = 0; i < N; i++) {
+        float v = fin(x[i]);
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    *scale = 0.0f;
+    *mn = -lo;
+    if (!(hi > lo)) return;
+    float best_a = (hi - lo) / (float)nmax, best_b = lo;
+    double best = affine_err(x, w, N, nmax, best_a, best_b, NULL);
+    uint8_t q[N];
+    for (int k = -K_STEPS_DOWN; k <= K_STEPS_UP; k++) {
+        float a0 = (hi - lo) / ((float)nmax + K_STEP * (float)k), inv = 1.0f / a0;
+        for (int i = 0; i < N; i++) q[i] = (uint8_t)round_clamp((fin(x[i]) - lo) * inv, 0, nmax);
+        float a, b;
+        if (!fit_affine(x, w, q, N, &a, &b)) continue;
+        double e = affine_err(x, w, N, nmax, a, b, NULL);
+        if (e < best) {
+            best = e;
+            best_a = a;
+            best_b = b;
+        }
+    }
+    for (int it = 0; it < 2; it++) {
+        float a, b;
+        affine_err(x, w, N, nmax, best_a, best_b, q);
+        if (!fit_affine(x, w, q, N, &a, &b)) break;
+        double e = affine_err(x, w, N, nmax, a, b, NULL);
+        if (!(e < best)) break;
+        best = e;
+        best_a = a;
+        best_b = b;
+    }
+    *scale = best_a;
+    *mn = -best_b;
+}
+
+/* Weighted error of sub-block codes sc, m against d, dmin as the dequantizer forms them. */
+static double k_sub_err(const float *x, const float *w, int nmax, float d, float dmin, int sc,
+                        int m) {
+    return affine_err(x, w, 32, nmax, d * (float)sc, -(dmin * (float)m), NULL);
+}
+
+/* Sub-block codes sc, m (0..63) near s / d and mn / dmin: the best of the 3 x 3 around them. */
+static void k_pick_codes(const float *x, const float *w, int nmax, float d, float dmin, float s,
+                         float mn, int *sc_out, int *m_out) {
+    int sc0 = d > 0.0f ? clampi(lrintf(s / d), 0, 63) : 0;
+    int m0 = dmin > 0.0f ? clampi(lrintf(mn / dmin), 0, 63) : 0;
+    int bs = sc0, bm = m0;
+    double best = k_sub_err(x, w, nmax, d, dmin, sc0, m0);
+    for (int ds = -1; ds <= 1; ds++)
+        for (int dm = -1; dm <= 1; dm++) {
+            int sc = sc0 + ds, m = m0 + dm;
+            if ((!ds && !dm) || sc < 0 || sc > 63 || m < 0 || m > 63) continue;
+            double e = k_sub_err(x, w, nmax, d, dmin, sc, m);
+            if (e < best) {
+                best = e;
+                bs = sc;
+                bm = m;
+            }
+        }
+    *sc_out = bs;
+    *m_out = bm;
+}
+
+/* Header (d, dmin, packed scales) and 256 codes of one Q4_K/Q5_K super-block, searched. */
+static void quant_k_search(const float *x, const float *w, uint8_t *hdr, int nmax,
+                           uint8_t codes[SKV_QK_K]) {
+    float s[8], mn[8], smax = 0.0f, mmax = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        search_affine(x + 32 * j, w + 32 * j, nmax, &s[j], &mn[j]);
+        smax = s[j] > smax ? s[j] : smax;
+        mmax = mn[j] > mmax ? mn[j] : mmax;
+    }
+    uint16_t hd = skv_f32_to_f16(smax / 63.0f), hmin = skv_f32_to_f16(mmax / 63.0f);
+    float d = skv_f16_to_f32(hd), dmin = skv_f16_to_f32(hmin);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++)
+        k_pick_codes(x + 32 * j, w + 32 * j, nmax, d, dmin, s[j], mn[j], &sc[j], &m[j]);
+    st_f16(hdr, hd);
+    st_f16(hdr + 2, hmin);
+    k_pack_scales(hdr + 4, sc, m);
+    for (int j = 0; j < 8; j++)
+        affine_err(x + 32 * j, w + 32 * j, 32, nmax, d * (float)sc[j], -(dmin * (float)m[j]),
+                   codes + 32 * j);
+}
+
+static void pack_q4_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            b[16 + 32 * c + l] = (uint8_t)(codes[64 * c + l] | codes[64 * c + 32 + l] << 4);
+}
+
+static void pack_q5_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
+    uint8_t *qh = b + 16, *qs = b + 48;
+    memset(qh, 0, 32);
+    for (int c = 0; c < 4; c++) {
+        for (int l = 0; l < 32; l++) {
+            int q0 = codes[64 * c + l], q1 = codes[64 * c + 32 + l];
+            qs[32 * c + l] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            qh[l] |= (uint8_t)(((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
+        }
+    }
+}
+
+/* Weighted squared error of a super-block of type t against x. */
+static double block_err(skv_type t, const uint8_t *blk, const float *x, const float *w) {
+    float y[SKV_QK_K];
+    skv_dequantize_row(t, blk, y, SKV_QK_K);
+    double e = 0.0;
+    for (int i = 0; i < SKV_QK_K; i++) {
+        double r = (double)y[i] - fin(x[i]);
+        e += w[i] * r * r;
+    }
+    return isfinite(e) ? e : INFINITY;
+}
+
+static void quant_k_best(skv_type t, const float *x, uint8_t *b, int64_t nb) {
+    size_t bb = t == SKV_TYPE_Q4_K ? 144 : 176;
+    int nmax = t == SKV_TYPE_Q4_K ? 15 : 31;
+    uint8_t codes[SKV_QK_K], alt[176];
+    float w[SKV_QK_K];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += bb) {
+        k_weights(x, SKV_QK_K, w);
+        quant_k_search(x, w, b, nmax, codes);
+        if (t == SKV_TYPE_Q4_K)
+            pack_q4_k(b, codes);
+        else
+            pack_q5_k(b, codes);
+        /* The simple block as the fallback: never worse than before. */
+        quant_k_affine(x, alt, nmax, codes);
+        if (t == SKV_TYPE_Q4_K)
+            pack_q4_k(alt, codes);
+        else
+            pack_q5_k(alt, codes);
+        if (block_err(t, alt, x, w) < block_err(t, b, x, w)) memcpy(b, alt, bb);
+    }
+}
+
+/* Q6_K, one sub-block of 16: x ~ a * q, q in [-32, 31], a of either sign. Candidates map the
+ * value of largest magnitude to codes near -32 or +31; each is refitted on its codes. */
+static double q6_err(const float *x, const float *w, float a, int8_t *q) {
+    double e = 0.0;
+    float inv = a != 0.0f ? 1.0f / a : 0.0f;
+    for (int i = 0; i < 16; i++) {
+        float v = fin(x[i]);
+        int c = round_clamp(v * inv, -32, 31);
+        if (q) q[i] = (int8_t)c;
+        double r = (double)a * c - v;
+        e += w[i] * r * r;
+    }
+    return e;
+}
+
+static float search_q6(const float *x, const float *w) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        float v = fin(x[i]);
+        if (fabsf(v) > amax) {
+            amax = fabsf(v);
+            max = v;
+        }
+    }
+    if (amax == 0.0f) return 0.0f;
+    float best_a = max / -32.0f;
+    double best = q6_err(x, w, best_a, NULL);
+    int8_t q[16];
+    for (int k = -Q6_STEPS; k <= Q6_STEPS; k++) {
+        for (int side = 0; side < 2; side++) {
+            float t = side ? 31.0f + Q6_STEP * (float)k : -32.0f + Q6_STEP * (float)k;
+            float a0 = max / t;
+            q6_err(x, w, a0, q);
+            double sqx = 0, sqq = 0;
+            for (int i = 0; i < 16; i++) {
+                sqx += (double)w[i] * q[i] * fin(x[i]);
+                sqq += (double)w[i] * q[i] * q[i];
+            }
+            if (!(sqq > 0.0)) continue;
+            float a = (float)(sqx / sqq);
+            double e = q6_err(x, w, a, NULL);
+            if (e < best) {
+                best = e;
+                best_a = a;
+            }
+        }
+    }
+    return best_a;
+}
+
+static void quant_q6_k_best(const float *x, uint8_t *b, int64_t nb) {
+    float w[SKV_QK_K];
+    uint8_t alt[210];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 210) {
+        k_weights(x, SKV_QK_K, w);
+        float s[16], smax = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            s[g] = search_q6(x + 16 * g, w + 16 * g);
+            smax = fabsf(s[g]) > smax ? fabsf(s[g]) : smax;
+        }
+        uint16_t hd = skv_f32_to_f16(smax / 127.0f);
+        float d = skv_f16_to_f32(hd);
+        uint8_t *ql = b, *qh = b + 128;
+        int8_t *sc = (int8_t *)(b + 192);
+        memset(ql, 0, 128 + 64);
+        for (int g = 0; g < 16; g++) {
+            int c0 = d > 0.0f ? clampi(lrintf(s[g] / d), -127, 127) : 0, bc = c0;
+            double best = q6_err(x + 16 * g, w + 16 * g, d * (float)c0, NULL);
+            for (int dc = -1; dc <= 1; dc += 2) {
+                int c = c0 + dc;
+                if (c < -127 || c > 127) continue;
+                double e = q6_err(x + 16 * g, w + 16 * g, d * (float)c, NULL);
+                if (e < best) {
+                    best = e;
+                    bc = c;
+                }
+            }
+            sc[g] = (int8_t)bc;
+            int8_t q[16];
+            q6_err(x + 16 * g, w + 16 * g, d * (float)bc, q);
+            for (int l16 = 0; l16 < 16; l16++) {
+                int e = 16 * g + l16, code = q[l16] + 32;
+                int h = e >> 7, r = e & 127, l = r & 31, k = r >> 5;
+                ql[64 * h + l + 32 * (k & 1)] |=
+                    (uint8_t)((k & 2) ? (code & 15) << 4 : (code & 15));
+                qh[32 * h + l] |= (uint8_t)((code >> 4) << (2 * k));
+            }
+        }
+        st_f16(b + 208, hd);
+        quant_q6_k(x, alt, 1); /* the simple block as the fallback */
+        if (block_err(SKV_TYPE_Q6_K, alt, x, w) < block_err(SKV_TYPE_Q6_K, b, x, w))
+            memcpy(b, alt, 210);
+    }
+}
+
 bool skv_type_can_quantize(skv_type t) {
     switch (t) {
     case SKV_TYPE_F32:
@@ -344,7 +675,7 @@ bool skv_type_can_quantize(skv_type t) {
     }
 }
 
-void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n) {
+static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, bool simple) {
     uint8_t *b = dst;
     int bs = skv_type_block_size(t);
     if (bs <= 0 || n <= 0 || n % bs || !skv_type_can_quantize(t)) return;
@@ -366,17 +697,34 @@ void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n) {
         quant_q4_0(src, b, nb);
         break;
     case SKV_TYPE_Q4_K:
-        quant_q4_k(src, b, nb);
+        if (simple)
+            quant_q4_k(src, b, nb);
+        else
+            quant_k_best(SKV_TYPE_Q4_K, src, b, nb);
         break;
     case SKV_TYPE_Q5_K:
-        quant_q5_k(src, b, nb);
+        if (simple)
+            quant_q5_k(src, b, nb);
+        else
+            quant_k_best(SKV_TYPE_Q5_K, src, b, nb);
         break;
     case SKV_TYPE_Q6_K:
-        quant_q6_k(src, b, nb);
+        if (simple)
+            quant_q6_k(src, b, nb);
+        else
+            quant_q6_k_best(src, b, nb);
         break;
     default:
         break;
     }
+}
+
+void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n) {
+    quantize_row(t, src, dst, n, false);
+}
+
+void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n) {
+    quantize_row(t, src, dst, n, true);
 }
 
 /* ---- 8-bit activations and their scalar dot products -------------------------------------- */

@@ -17,6 +17,7 @@ typedef struct requant_ctx {
     int64_t max_cols;
     int64_t ti, row0, n_rows;
     void *dst;
+    bool simple;
 } requant_ctx;
 
 static void requant_task(void *arg, int ith, int nth) {
@@ -30,7 +31,10 @@ static void requant_task(void *arg, int ith, int nth) {
     for (int64_t r = a; r < b; r++) {
         const char *in = (const char *)src->data + (size_t)(c->row0 + r) * srb;
         skv_dequantize_row(src->type, in, row, cols);
-        skv_quantize_row(dt->type, row, (char *)c->dst + (size_t)r * drb, cols);
+        if (c->simple)
+            skv_quantize_row_simple(dt->type, row, (char *)c->dst + (size_t)r * drb, cols);
+        else
+            skv_quantize_row(dt->type, row, (char *)c->dst + (size_t)r * drb, cols);
     }
 }
 
@@ -52,8 +56,48 @@ static void note_fallback(skv_quantize_report *r, const char *name) {
     if (n < 0 || (size_t)n >= cap - len) strcpy(r->fallback_names + cap - 4, "...");
 }
 
+bool skv_quant_mix_more_bits(int layer, int n_layer) {
+    if (layer < 0 || layer >= n_layer) return false;
+    int first = n_layer / 8, last = 7 * n_layer / 8;
+    if (layer < first || layer >= last) return true;
+    return (layer - first) % 3 == 2;
+}
+
+/* "blk.N.rest": N, and rest in *rest; -1 if name is not a layer tensor. */
+static int layer_of(const char *name, const char **rest) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    const char *p = name + 4;
+    long v = 0;
+    if (*p < '0' || *p > '9') return -1;
+    while (*p >= '0' && *p <= '9' && v < 1000000) v = v * 10 + (*p++ - '0');
+    if (*p != '.') return -1;
+    *rest = p + 1;
+    return (int)v;
+}
+
+skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, bool has_output) {
+    if (mix != SKV_QMIX_Q4_K_M) return SKV_TYPE_COUNT;
+    if (!strcmp(name, "output.weight") || (!has_output && !strcmp(name, "token_embd.weight")))
+        return SKV_TYPE_Q6_K;
+    const char *rest = NULL;
+    int layer = layer_of(name, &rest);
+    if (layer >= 0 && (!strcmp(rest, "attn_v.weight") || !strcmp(rest, "ffn_down.weight")))
+        return skv_quant_mix_more_bits(layer, n_layer) ? SKV_TYPE_Q6_K : SKV_TYPE_Q4_K;
+    return SKV_TYPE_Q4_K;
+}
+
 skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_type type,
                                  int n_threads, skv_quantize_report *report, skv_err *err) {
+    skv_quantize_opts o = {.type = type, .n_threads = n_threads};
+    return skv_quantize_model_opts(in_path, out_path, &o, report, err);
+}
+
+skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
+                                   const skv_quantize_opts *opts, skv_quantize_report *report,
+                                   skv_err *err) {
+    skv_quant_mix mix = opts ? opts->mix : SKV_QMIX_NONE;
+    skv_type type = mix == SKV_QMIX_Q4_K_M ? SKV_TYPE_Q4_K : opts ? opts->type : SKV_TYPE_COUNT;
+    int n_threads = opts ? opts->n_threads : 0;
     skv_quantize_report rep_local;
     skv_quantize_report *rep = report ? report : &rep_local;
     memset(rep, 0, sizeof *rep);
@@ -61,6 +105,8 @@ skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_
     double t0 = skv_time_ms();
     if (!in_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
+    if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M)
+        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "unknown quantization mix %d", (int)mix);
     if (!skv_type_can_quantize(type))
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
                            skv_type_name(type) ? skv_type_name(type) : "(unknown id)");
@@ -77,7 +123,15 @@ skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto done;
     }
-    bool any_fill = false;
+    bool any_fill = false, has_output = false;
+    int n_layer = 0;
+    for (int64_t i = 0; i < n; i++) { /* what the mix needs: the layer count, a separate output */
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+        const char *rest;
+        int l = layer_of(t->name, &rest);
+        if (l >= 0 && l + 1 > n_layer) n_layer = l + 1;
+        if (!strcmp(t->name, "output.weight")) has_output = true;
+    }
     for (int64_t i = 0; i < n; i++) {
         const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
         in[i] = t;
@@ -97,16 +151,18 @@ skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_
                              t->name, (int)t->type);
             goto done;
         }
-        skv_type want = skv_matrix_type_for(type, t->ne[0]);
-        if (want != type) {
+        skv_type asked = mix ? skv_quant_mix_type(mix, t->name, n_layer, has_output) : type;
+        skv_type want = skv_matrix_type_for(asked, t->ne[0]);
+        rep->n_by_type[want]++;
+        if (want != asked) {
             rep->n_fallback++;
             note_fallback(rep, t->name);
         }
         if (want == t->type) {
-            if (want == type) rep->n_unchanged++;
+            if (want == asked) rep->n_unchanged++;
             continue;
         }
-        if (want == type) rep->n_converted++;
+        if (want == asked) rep->n_converted++;
         out[i].type = want;
         out[i].data = NULL;
         rc.max_cols = SKV_MAX(rc.max_cols, t->ne[0]);
@@ -115,7 +171,9 @@ skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_
     rep->n_tensors = (int)n;
 
     if ((st = skv_gguf_writer_copy_kv(w, g, NULL)) != SKV_OK ||
-        (st = skv_gguf_writer_set_u32(w, "general.file_type", skv_ftype_of(type))) != SKV_OK) {
+        (st = skv_gguf_writer_set_u32(w, "general.file_type",
+                                      mix == SKV_QMIX_Q4_K_M ? 15u : skv_ftype_of(type))) !=
+            SKV_OK) {
         skv_err_set(err, st, "cannot copy the metadata of '%s'", in_path);
         goto done;
     }
@@ -130,6 +188,7 @@ skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_
     }
     rc.out = out;
     rc.in = in;
+    rc.simple = opts && opts->simple;
     st = skv_gguf_write_streamed(w, out, n, requant_fill, &rc, out_path, err);
     if (st == SKV_OK) {
         for (int64_t i = 0; i < n; i++) {

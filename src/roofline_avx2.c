@@ -5,6 +5,8 @@
  * call in, find out, and run the scalar loops. */
 #include "roofline.h"
 
+#include "kernels.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +22,11 @@
 
 #define SINK_STRIDE 16 /* floats: one cache line per thread, no false sharing */
 
+/* The widest SIMD the CPU has (the kernels' one CPUID probe, SKV_SIMD ignored): the ceilings
+ * are the machine's, whatever level the kernels were told to run at. */
 PLAIN static int cpu_has_avx2_fma(void) {
 #if HAVE_AVX2_PATH
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return cached;
+    return skv_simd_cpu_id() >= SKV_SIMD_AVX2;
 #else
     return 0;
 #endif

@@ -2,6 +2,8 @@
  * they (and the model rewriter) use to keep memory bounded. */
 #include "synth.h"
 
+#include "arch.h"
+
 #include "kernels.h"
 #include "threads.h"
 
@@ -16,24 +18,47 @@
 
 /* ---- presets ------------------------------------------------------------------------------ */
 
-static const skv_synth_shape presets[] = {
-    {"tiny", "test shape: 2 layers, dim 64, 4/2 heads, untied output", 512, 128, 128, 64, 2, 4, 2,
-     128, 10000.0f, 1e-5f, false},
-    {"stories15m", "llama2.c TinyStories 15M", 32000, 256, 256, 288, 6, 6, 6, 768, 10000.0f, 1e-5f,
-     true},
-    {"stories110m", "llama2.c TinyStories 110M", 32000, 1024, 1024, 768, 12, 12, 12, 2048, 10000.0f,
-     1e-5f, true},
-    {"smollm2-135m", "SmolLM2-135M", 49152, 8192, 8192, 576, 30, 9, 3, 1536, 100000.0f, 1e-5f,
-     true},
-    {"smollm2-360m", "SmolLM2-360M", 49152, 8192, 8192, 960, 32, 15, 5, 2560, 100000.0f, 1e-5f,
-     true},
-    {"qwen2.5-0.5b-like",
-     "Qwen2.5-0.5B shapes as a llama model (real Qwen2 has q/k/v biases; these have none)", 151936,
-     32768, 8192, 896, 24, 14, 2, 4864, 1000000.0f, 1e-6f, true},
-    {"llama-3.2-1b",
-     "Llama-3.2-1B shapes (plain RoPE: no llama3 frequency scaling); context 131072, "
-     "written as 8192 unless --ctx",
-     128256, 131072, 8192, 2048, 16, 32, 8, 8192, 500000.0f, 1e-5f, true},
+typedef struct preset {
+    skv_synth_shape shape;
+    skv_synth_arch arch;
+} preset;
+
+static const preset presets[] = {
+    {{"tiny", "test shape: 2 layers, dim 64, 4/2 heads, untied output", 512, 128, 128, 64, 2, 4, 2,
+      128, 10000.0f, 1e-5f, false},
+     {0}},
+    {{"stories15m", "llama2.c TinyStories 15M", 32000, 256, 256, 288, 6, 6, 6, 768, 10000.0f, 1e-5f,
+      true},
+     {0}},
+    {{"stories110m", "llama2.c TinyStories 110M", 32000, 1024, 1024, 768, 12, 12, 12, 2048,
+      10000.0f, 1e-5f, true},
+     {0}},
+    {{"smollm2-135m", "SmolLM2-135M", 49152, 8192, 8192, 576, 30, 9, 3, 1536, 100000.0f, 1e-5f,
+      true},
+     {0}},
+    {{"smollm2-360m", "SmolLM2-360M", 49152, 8192, 8192, 960, 32, 15, 5, 2560, 100000.0f, 1e-5f,
+      true},
+     {0}},
+    {{"qwen2.5-0.5b-like",
+      "Qwen2.5-0.5B shapes as a llama model (real Qwen2 has q/k/v biases; these have none)", 151936,
+      32768, 8192, 896, 24, 14, 2, 4864, 1000000.0f, 1e-6f, true},
+     {0}},
+    {{"llama-3.2-1b",
+      "Llama-3.2-1B: llama with Llama 3.1+ RoPE frequency factors (rope_freqs.weight); context "
+      "131072, written as 8192 unless --ctx",
+      128256, 131072, 8192, 2048, 16, 32, 8, 8192, 500000.0f, 1e-5f, true},
+     {.rope_freqs = true}},
+    {{"qwen2.5-0.5b", "Qwen2.5-0.5B as architecture qwen2: q/k/v biases, NEOX RoPE", 151936, 32768,
+      8192, 896, 24, 14, 2, 4864, 1000000.0f, 1e-6f, true},
+     {.arch = "qwen2", .qkv_bias = true}},
+    {{"qwen3-0.6b",
+      "Qwen3-0.6B as architecture qwen3: per-head q/k RMSNorm, head_dim 128 (16 x 128 != "
+      "1024), NEOX RoPE",
+      151936, 40960, 8192, 1024, 28, 16, 8, 3072, 1000000.0f, 1e-6f, true},
+     {.arch = "qwen3", .head_dim = 128, .qk_norm = true}},
+    {{"phi-3-mini", "Phi-3-mini-4k as architecture phi3: fused attn_qkv and [gate | up], NEOX RoPE",
+      32064, 4096, 4096, 3072, 32, 32, 32, 8192, 10000.0f, 1e-5f, false},
+     {.arch = "phi3", .fused = true}},
 };
 
 int skv_synth_n_presets(void) {
@@ -41,24 +66,66 @@ int skv_synth_n_presets(void) {
 }
 
 const skv_synth_shape *skv_synth_preset_at(int i) {
-    return i >= 0 && i < skv_synth_n_presets() ? &presets[i] : NULL;
+    return i >= 0 && i < skv_synth_n_presets() ? &presets[i].shape : NULL;
 }
 
 const skv_synth_shape *skv_synth_preset(const char *name) {
     if (!name) return NULL;
     for (int i = 0; i < skv_synth_n_presets(); i++)
-        if (strcasecmp(presets[i].name, name) == 0) return &presets[i];
+        if (strcasecmp(presets[i].shape.name, name) == 0) return &presets[i].shape;
     return NULL;
 }
 
+const skv_synth_arch *skv_synth_arch_of(const skv_synth_shape *shape) {
+    static const skv_synth_arch plain = {0};
+    for (int i = 0; i < skv_synth_n_presets(); i++)
+        if (shape == &presets[i].shape) return &presets[i].arch;
+    return &plain;
+}
+
+static int shape_head_dim(const skv_synth_shape *s, const skv_synth_arch *a) {
+    return a->head_dim > 0 ? a->head_dim : s->n_embd / s->n_head;
+}
+
+static const char *shape_arch(const skv_synth_arch *a) {
+    return a->arch ? a->arch : "llama";
+}
+
 uint64_t skv_synth_n_params(const skv_synth_shape *s) {
-    uint64_t hd = (uint64_t)(s->n_embd / s->n_head);
+    return skv_synth_n_params_arch(s, skv_synth_arch_of(s));
+}
+
+uint64_t skv_synth_n_params_arch(const skv_synth_shape *s, const skv_synth_arch *a) {
+    uint64_t hd = (uint64_t)shape_head_dim(s, a);
     uint64_t e = (uint64_t)s->n_embd, q = (uint64_t)s->n_head * hd,
              kv = (uint64_t)s->n_head_kv * hd, ff = (uint64_t)s->n_ff;
     uint64_t layer = 2 * e + e * q + 2 * e * kv + q * e + 3 * e * ff;
+    if (a->qkv_bias) layer += q + 2 * kv;
+    if (a->qk_norm) layer += 2 * hd;
     uint64_t n = (uint64_t)s->n_layer * layer + e + (uint64_t)s->n_vocab * e;
     if (!s->tied) n += (uint64_t)s->n_vocab * e;
+    if (a->rope_freqs) n += hd / 2;
     return n;
+}
+
+/* Llama 3.1+ "llama3" RoPE scaling as published with the models (factor 32, low frequency
+ * factor 1, high frequency factor 4, original context 8192): wavelengths shorter than
+ * 8192 / 4 keep their frequency, longer than 8192 / 1 are divided by 32, and the band between
+ * is interpolated. out[i] is the divisor of frequency i. */
+void skv_synth_llama3_rope_freqs(float *out, int head_dim, float theta) {
+    const double factor = 32, lo = 1, hi = 4, orig = 8192;
+    for (int i = 0; i < head_dim / 2; i++) {
+        double freq = pow((double)theta, -2.0 * i / head_dim);
+        double wavelen = 2 * M_PI / freq;
+        if (wavelen < orig / hi)
+            out[i] = 1.0f;
+        else if (wavelen > orig / lo)
+            out[i] = (float)factor;
+        else {
+            double smooth = (orig / wavelen - lo) / (hi - lo);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
 }
 
 uint32_t skv_ftype_of(skv_type t) {
@@ -121,6 +188,9 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
                                    skv_err *err) {
     if (!w || (n > 0 && !t) || n < 0 || !path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "write_streamed: missing argument");
+    /* The temporary file is renamed over path below: check path itself first. */
+    skv_status chk = skv_gguf_writer_check_output(w, path, err);
+    if (chk != SKV_OK) return chk;
     uint64_t zero_bytes = 0;
     for (int64_t i = 0; i < n; i++) {
         uint64_t rows, bytes;
@@ -464,15 +534,18 @@ done:
     return st;
 }
 
-static skv_status check_shape(const skv_synth_shape *s, int n_ctx, skv_err *err) {
+static skv_status check_shape(const skv_synth_shape *s, const skv_synth_arch *sa, int n_ctx,
+                              skv_err *err) {
     if (s->n_vocab < 259 || s->n_vocab > (1 << 24))
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "synthetic vocabulary size %d is outside [259, 16777216]", s->n_vocab);
     if (s->n_embd <= 0 || s->n_layer <= 0 || s->n_head <= 0 || s->n_head_kv <= 0 || s->n_ff <= 0 ||
-        n_ctx <= 0 || s->n_embd > (1 << 20) || s->n_ff > (1 << 22) || s->n_layer > 4096)
+        n_ctx <= 0 || s->n_embd > (1 << 20) || s->n_ff > (1 << 22) || s->n_layer > 4096 ||
+        sa->head_dim < 0 || sa->head_dim > 4096 || s->n_head > 4096)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "shape '%s' has a non-positive or huge size",
                            s->name ? s->name : "custom");
-    if (s->n_embd % s->n_head || s->n_head % s->n_head_kv || (s->n_embd / s->n_head) % 2)
+    if ((!sa->head_dim && s->n_embd % s->n_head) || s->n_head % s->n_head_kv ||
+        shape_head_dim(s, sa) % 2)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "shape '%s': n_embd %d must split into %d heads of even size and "
                            "%d query heads into %d kv groups",
@@ -480,98 +553,183 @@ static skv_status check_shape(const skv_synth_shape *s, int n_ctx, skv_err *err)
                            s->n_head_kv);
     if (!(s->rope_theta > 0) || !(s->norm_eps > 0))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "rope_theta and norm_eps must be positive");
+    const skv_arch *a = skv_arch_find(shape_arch(sa));
+    if (!a)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "shape '%s': unknown architecture '%s'",
+                           s->name ? s->name : "custom", shape_arch(sa));
+    /* the file must be one the loader accepts */
+    if ((sa->qkv_bias && a->qkv_bias == SKV_NEED_NO) ||
+        (!sa->qkv_bias && a->qkv_bias == SKV_NEED_REQUIRED) ||
+        (sa->qk_norm != (a->qk_norm == SKV_NEED_REQUIRED)) || (sa->fused != a->gate_up_fused) ||
+        (sa->rope_freqs && a->rope_freqs == SKV_NEED_NO))
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "shape '%s': biases, q/k norms, fusion or rope_freqs do not match "
+                           "architecture '%s'",
+                           s->name ? s->name : "custom", a->name);
     return SKV_OK;
 }
 
-skv_status skv_synth_write(const skv_synth_shape *s, const skv_synth_params *p, const char *path,
-                           skv_err *err) {
-    if (!s || !p || !path)
+static bool skip_non_tokenizer(const char *key) {
+    return strncmp(key, "tokenizer.", 10) != 0;
+}
+
+/* Opens a vocab-only GGUF and returns its vocabulary size (tokenizer.ggml.tokens). */
+static skv_gguf *open_vocab(const char *path, int *n_vocab, skv_err *err) {
+    skv_gguf *g = skv_gguf_open(path, err);
+    if (!g) return NULL;
+    int64_t i = skv_gguf_find_key(g, "tokenizer.ggml.tokens");
+    uint64_t n = i >= 0 ? skv_gguf_arr_len(g, i) : 0;
+    if (i < 0 || skv_gguf_arr_type(g, i) != SKV_GGUF_STRING || n < 1 || n > (1 << 24)) {
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "'%s' has no tokenizer.ggml.tokens array of strings to take a vocabulary "
+                    "from",
+                    path);
+        skv_gguf_close(g);
+        return NULL;
+    }
+    *n_vocab = (int)n;
+    return g;
+}
+
+skv_status skv_synth_write(const skv_synth_shape *shape, const skv_synth_params *params,
+                           const char *path, skv_err *err) {
+    return skv_synth_write_ex(shape, NULL, params, NULL, path, err);
+}
+
+skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch *sa,
+                              const skv_synth_params *p, const char *vocab_path, const char *path,
+                              skv_err *err) {
+    if (!shape || !p || !path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "synth_write: missing argument");
     if (!skv_type_can_quantize(p->type))
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
                            skv_type_name(p->type) ? skv_type_name(p->type) : "(unknown)");
-    int n_ctx = p->n_ctx > 0 ? p->n_ctx : s->n_ctx;
-    skv_status st = check_shape(s, n_ctx, err);
-    if (st != SKV_OK) return st;
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : shape->n_ctx;
+    skv_synth_shape sh = *shape; /* n_vocab may come from the vocabulary file */
+    const skv_synth_shape *s = &sh;
+    skv_gguf *vg = NULL;
+    if (!sa) sa = skv_synth_arch_of(shape);
+    if (vocab_path && !(vg = open_vocab(vocab_path, &sh.n_vocab, err))) return err->status;
+    skv_status st = check_shape(s, sa, n_ctx, err);
+    if (st != SKV_OK) {
+        skv_gguf_close(vg);
+        return st;
+    }
 
-    const int64_t e = s->n_embd, hd = s->n_embd / s->n_head, q = s->n_head * hd,
+    const char *arch = shape_arch(sa);
+    const int64_t e = s->n_embd, hd = shape_head_dim(s, sa), q = s->n_head * hd,
                   kv = s->n_head_kv * hd, ff = s->n_ff;
-    const int64_t n_t = 1 + 9 * (int64_t)s->n_layer + 1 + (s->tied ? 0 : 1);
+    const int64_t n_t = 1 + 14 * (int64_t)s->n_layer + 3;
     skv_stream_tensor *t = calloc((size_t)n_t, sizeof *t);
     synth_tensor_info *info = calloc((size_t)n_t, sizeof *info);
-    float *ones = malloc((size_t)e * sizeof *ones);
+    float *ones = malloc((size_t)SKV_MAX(e, hd) * sizeof *ones);
+    float *freqs = malloc((size_t)(hd / 2 + 1) * sizeof *freqs);
     skv_gguf_writer *w = skv_gguf_writer_new();
     skv_pool *pool = NULL;
     synth_fill_ctx fc = {0};
-    if (!t || !info || !ones || !w) {
+    if (!t || !info || !ones || !freqs || !w) {
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto done;
     }
-    for (int64_t i = 0; i < e; i++) ones[i] = 1.0f;
+    for (int64_t i = 0; i < SKV_MAX(e, hd); i++) ones[i] = 1.0f;
+    skv_synth_llama3_rope_freqs(freqs, (int)hd, s->rope_theta);
 
     int64_t k = 0;
-#define ADD(nm, c, r)                                                                              \
+    /* r == 0: a norm of ones (or data: a fixed vector); r < 0: a random bias vector */
+#define ADD_DATA(nm, c, r, vec)                                                                    \
     do {                                                                                           \
         snprintf(info[k].name, sizeof info[k].name, "%s", nm);                                     \
         t[k].name = info[k].name;                                                                  \
         t[k].ne[0] = (c);                                                                          \
-        t[k].ne[1] = (r);                                                                          \
+        t[k].ne[1] = (r) > 0 ? (r) : 1;                                                            \
         t[k].ne[2] = t[k].ne[3] = 1;                                                               \
-        if ((r) == 0) { /* a norm */                                                               \
+        if ((r) <= 0) { /* a vector, always f32 */                                                 \
             t[k].n_dims = 1;                                                                       \
-            t[k].ne[1] = 1;                                                                        \
             t[k].type = SKV_TYPE_F32;                                                              \
-            t[k].data = ones;                                                                      \
+            t[k].data = (r) == 0 ? (vec) : NULL;                                                   \
+            info[k].hash = name_hash(nm);                                                          \
+            info[k].std = 0.1f;                                                                    \
         } else {                                                                                   \
             t[k].n_dims = 2;                                                                       \
             t[k].type = skv_matrix_type_for(p->type, (c));                                         \
             info[k].hash = name_hash(nm);                                                          \
             info[k].std = 1.0f / sqrtf((float)(c));                                                \
-            fc.max_cols = SKV_MAX(fc.max_cols, (int64_t)(c));                                      \
         }                                                                                          \
+        fc.max_cols = SKV_MAX(fc.max_cols, (int64_t)(c));                                          \
         k++;                                                                                       \
     } while (0)
+#define ADD(nm, c, r) ADD_DATA(nm, c, r, ones)
     ADD("token_embd.weight", e, s->n_vocab);
+    if (sa->rope_freqs) ADD_DATA("rope_freqs.weight", hd / 2, 0, freqs);
     for (int l = 0; l < s->n_layer; l++) {
         char nm[64];
 #define LNAME(x) (snprintf(nm, sizeof nm, "blk.%d." x, l), nm)
         ADD(LNAME("attn_norm.weight"), e, 0);
-        ADD(LNAME("attn_q.weight"), e, q);
-        ADD(LNAME("attn_k.weight"), e, kv);
-        ADD(LNAME("attn_v.weight"), e, kv);
+        if (sa->fused) {
+            ADD(LNAME("attn_qkv.weight"), e, q + 2 * kv);
+        } else {
+            ADD(LNAME("attn_q.weight"), e, q);
+            ADD(LNAME("attn_k.weight"), e, kv);
+            ADD(LNAME("attn_v.weight"), e, kv);
+        }
+        if (sa->qkv_bias) {
+            ADD(LNAME("attn_q.bias"), q, -1);
+            ADD(LNAME("attn_k.bias"), kv, -1);
+            ADD(LNAME("attn_v.bias"), kv, -1);
+        }
+        if (sa->qk_norm) {
+            ADD(LNAME("attn_q_norm.weight"), hd, 0);
+            ADD(LNAME("attn_k_norm.weight"), hd, 0);
+        }
         ADD(LNAME("attn_output.weight"), q, e);
         ADD(LNAME("ffn_norm.weight"), e, 0);
-        ADD(LNAME("ffn_gate.weight"), e, ff);
+        if (sa->fused) {
+            ADD(LNAME("ffn_up.weight"), e, 2 * ff);
+        } else {
+            ADD(LNAME("ffn_gate.weight"), e, ff);
+            ADD(LNAME("ffn_up.weight"), e, ff);
+        }
         ADD(LNAME("ffn_down.weight"), ff, e);
-        ADD(LNAME("ffn_up.weight"), e, ff);
 #undef LNAME
     }
     ADD("output_norm.weight", e, 0);
     if (!s->tied) ADD("output.weight", e, s->n_vocab);
 #undef ADD
+#undef ADD_DATA
 
-    char gname[160];
+    char gname[160], key[128];
     snprintf(gname, sizeof gname, "synthetic %s (random weights, seed %llu)",
              s->name ? s->name : "custom", (unsigned long long)p->seed);
-    if ((st = skv_gguf_writer_set_str(w, "general.architecture", "llama")) ||
+#define AKEY(x) (snprintf(key, sizeof key, "%s." x, arch), key)
+    if ((st = skv_gguf_writer_set_str(w, "general.architecture", arch)) ||
         (st = skv_gguf_writer_set_str(w, "general.name", gname)) ||
         (st = skv_gguf_writer_set_u32(w, "general.file_type", skv_ftype_of(p->type))) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)n_ctx)) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)e)) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)ff)) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)s->n_layer)) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)s->n_head)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("context_length"), (uint32_t)n_ctx)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("embedding_length"), (uint32_t)e)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("feed_forward_length"), (uint32_t)ff)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("block_count"), (uint32_t)s->n_layer)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("attention.head_count"), (uint32_t)s->n_head)) ||
         (st =
-             skv_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s->n_head_kv)) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd)) ||
-        (st = skv_gguf_writer_set_f32(w, "llama.rope.freq_base", s->rope_theta)) ||
-        (st = skv_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", s->norm_eps)) ||
-        (st = skv_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)s->n_vocab)) ||
+             skv_gguf_writer_set_u32(w, AKEY("attention.head_count_kv"), (uint32_t)s->n_head_kv)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)hd)) ||
+        (st = skv_gguf_writer_set_f32(w, AKEY("rope.freq_base"), s->rope_theta)) ||
+        (st = skv_gguf_writer_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), s->norm_eps)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("vocab_size"), (uint32_t)s->n_vocab)) ||
+        (sa->head_dim &&
+         ((st = skv_gguf_writer_set_u32(w, AKEY("attention.key_length"), (uint32_t)hd)) ||
+          (st = skv_gguf_writer_set_u32(w, AKEY("attention.value_length"), (uint32_t)hd)))) ||
         (st = skv_gguf_writer_set_u64(w, "sparsekv.synth.seed", p->seed))) {
         skv_err_set(err, st, "out of memory writing metadata");
         goto done;
     }
-    if ((st = set_vocab(w, s->n_vocab, err)) != SKV_OK) goto done;
+#undef AKEY
+    if (vg) {
+        if ((st = skv_gguf_writer_copy_kv(w, vg, skip_non_tokenizer)) != SKV_OK) {
+            skv_err_set(err, st, "out of memory copying the vocabulary");
+            goto done;
+        }
+    } else if ((st = set_vocab(w, s->n_vocab, err)) != SKV_OK)
+        goto done;
 
     pool = skv_pool_new(p->n_threads);
     int nth = pool ? skv_pool_size(pool) : 0;
@@ -584,11 +742,13 @@ skv_status skv_synth_write(const skv_synth_shape *s, const skv_synth_params *p, 
     fc.info = info;
     fc.seed = p->seed;
     fc.pool = pool;
-    st = skv_gguf_write_streamed(w, t, n_t, synth_fill, &fc, path, err);
+    st = skv_gguf_write_streamed(w, t, k, synth_fill, &fc, path, err);
 done:
     skv_pool_free(pool);
     free(fc.scratch);
     skv_gguf_writer_free(w);
+    skv_gguf_close(vg);
+    free(freqs);
     free(ones);
     free(info);
     free(t);

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The shape of a Llama-architecture model. */
+/* The shape of a model of one of the supported architectures (llama unless arch says). */
 typedef struct skv_synth_shape {
     const char *name;
     const char *note; /* one line for --list (what the preset imitates) */
@@ -30,6 +30,21 @@ typedef struct skv_synth_shape {
     bool tied; /* no output.weight: the output matrix is token_embd */
 } skv_synth_shape;
 
+/* What a shape is written as, beyond the plain llama block (all zeros = plain llama). */
+typedef struct skv_synth_arch {
+    const char *arch; /* general.architecture: NULL/"llama", "qwen2", "qwen3", "phi3" */
+    int head_dim;     /* 0 = n_embd / n_head; else written as attention.key_length */
+    bool qkv_bias;    /* attn_q/k/v.bias (qwen2) */
+    bool qk_norm;     /* attn_q_norm / attn_k_norm (qwen3) */
+    bool fused;       /* attn_qkv and ffn_up = [gate | up] (phi3) */
+    bool rope_freqs;  /* rope_freqs.weight of Llama 3.1+ (factor 32, low/high frequency factors
+                         1 and 4, original context 8192) */
+} skv_synth_arch;
+
+/* The architecture of a preset (a pointer from skv_synth_preset/_at); the plain llama one
+ * (all zeros) for any other shape. Never NULL. */
+const skv_synth_arch *skv_synth_arch_of(const skv_synth_shape *shape);
+
 int skv_synth_n_presets(void);
 const skv_synth_shape *skv_synth_preset_at(int i);
 /* Preset by name (case-insensitive), NULL if unknown. */
@@ -37,6 +52,9 @@ const skv_synth_shape *skv_synth_preset(const char *name);
 
 /* Number of parameters of a shape (every matrix and norm; the tied output counted once). */
 uint64_t skv_synth_n_params(const skv_synth_shape *shape);
+uint64_t skv_synth_n_params_arch(const skv_synth_shape *shape, const skv_synth_arch *arch);
+/* The Llama 3.1+ RoPE frequency divisors for head_dim / 2 frequencies (rope_freqs.weight). */
+void skv_synth_llama3_rope_freqs(float *out, int head_dim, float theta);
 
 typedef struct skv_synth_params {
     skv_type type; /* type of the 2-D matrices (norms are always F32) */
@@ -45,12 +63,20 @@ typedef struct skv_synth_params {
     int n_threads; /* 0 = all online cores */
 } skv_synth_params;
 
-/* Writes a llama GGUF with random weights: every matrix element ~ N(0, 1/fan_in) (Irwin-Hall
- * approximation, deterministic per tensor name, row and seed), norms = 1, a synthetic
- * SentencePiece vocabulary of n_vocab pieces (byte tokens <0x00>..<0xFF>, BOS = 1, EOS = 2,
- * UNK = 0). Memory stays bounded by a few rows per thread whatever the model size. */
+/* Writes a GGUF of the shape's architecture with random weights: every matrix element
+ * ~ N(0, 1/fan_in) (Irwin-Hall approximation, deterministic per tensor name, row and seed),
+ * biases ~ N(0, 0.1^2), norms = 1, and either a synthetic SentencePiece vocabulary of n_vocab
+ * pieces (byte tokens <0x00>..<0xFF>, BOS = 1, EOS = 2, UNK = 0) or the one of
+ * params->vocab_path. Memory stays bounded by a few rows per thread whatever the model size. */
 skv_status skv_synth_write(const skv_synth_shape *shape, const skv_synth_params *params,
                            const char *path, skv_err *err);
+/* The same with an explicit architecture (NULL = skv_synth_arch_of(shape)) and vocabulary:
+ * vocab_path names a vocab-only GGUF (e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf)
+ * whose tokenizer.* metadata is copied instead of the synthetic vocabulary, and n_vocab
+ * becomes that vocabulary's size (NULL = the synthetic SentencePiece one). */
+skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch *arch,
+                              const skv_synth_params *params, const char *vocab_path,
+                              const char *path, skv_err *err);
 
 /* --- streamed GGUF writing ---------------------------------------------------------------- */
 
@@ -95,11 +121,37 @@ typedef struct skv_quantize_report {
     char fallback_names[512];     /* comma-separated names of those (truncated with "...") */
     uint64_t bytes_in, bytes_out; /* tensor data bytes */
     double ms;
+    int n_by_type[SKV_TYPE_COUNT]; /* 2-D tensors written in each type (the mix) */
 } skv_quantize_report;
 
 /* skv_quantize_model, filling report (may be NULL). A matrix whose row length is not a multiple
  * of type's block size is written in F16 (F32 when type is F32) and listed in the report. */
 skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_type type,
                                  int n_threads, skv_quantize_report *report, skv_err *err);
+
+/* Mixes: a type per tensor by its role, as the common GGUF file types do. */
+typedef enum skv_quant_mix {
+    SKV_QMIX_NONE = 0,   /* every matrix in the one type */
+    SKV_QMIX_Q4_K_M = 1, /* Q6_K for the output matrix and for attn_v / ffn_down of the layers
+                            skv_quant_mix_more_bits picks, Q4_K elsewhere (file type 15) */
+} skv_quant_mix;
+
+typedef struct skv_quantize_opts {
+    skv_type type; /* every matrix's type (mix NONE); ignored for a mix */
+    skv_quant_mix mix;
+    bool simple; /* K-quants with the plain min/max scales instead of the search */
+    int n_threads;
+} skv_quantize_opts;
+
+skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
+                                   const skv_quantize_opts *opts, skv_quantize_report *report,
+                                   skv_err *err);
+
+/* Q4_K_M's layer rule: the first and last eighth of the n_layer layers, and every third layer in
+ * between (layer - n_layer/8 = 2, 5, 8, ...), get the wider type. */
+bool skv_quant_mix_more_bits(int layer, int n_layer);
+/* The type mix gives the 2-D tensor name (before the block-size fallback). has_output: the
+ * model has its own output.weight (else token_embd doubles as the output and is treated so). */
+skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, bool has_output);
 
 #endif

@@ -14,6 +14,7 @@
  * invalid UTF-8 bytes and a literal U+2581 in the text are opaque units that never merge and
  * always become byte tokens (SentencePiece would turn them into U+FFFD and a space). */
 #include "tokenizer.h"
+#include "tokenizer/internal.h"
 
 #include <errno.h>
 #include <float.h>
@@ -29,23 +30,6 @@
 #define MAX_PIECE      65536            /* bytes; real pieces are a few dozen */
 #define MAX_FILE       (256u << 20)     /* llama2.c tokenizer files are well under 1 MB */
 
-struct skv_vocab {
-    int n;
-    char *arena;         /* NUL-terminated normalized pieces, then decoded surfaces */
-    size_t *piece_off;   /* [n] */
-    uint32_t *piece_len; /* [n] */
-    size_t *surf_off;    /* [n] text a token decodes to */
-    uint32_t *surf_len;  /* [n] */
-    float *score;        /* [n] */
-    uint8_t *type;       /* [n] GGUF token type */
-    int32_t bos, eos, unk;
-    bool add_space_prefix;
-    int32_t byte_token[256]; /* token of each byte value, -1 when the vocabulary lacks it */
-    int32_t *table;          /* [table_mask + 1] open addressing over mergeable pieces; -1 empty */
-    uint32_t table_mask;
-    uint32_t max_piece_len; /* longest mergeable piece: longer slices need no lookup */
-};
-
 /* ------------------------------------------------------------------------------------------ */
 /* Construction                                                                               */
 
@@ -59,7 +43,23 @@ void skv_vocab_free(skv_vocab *v) {
     free(v->score);
     free(v->type);
     free(v->table);
+    free(v->eog);
+    free(v->special);
+    free(v->chat_template);
+    bpe_free(v);
     free(v);
+}
+
+bool tokvec_push(tokvec *t, int32_t id) {
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 256;
+        int32_t *a = realloc(t->a, cap * sizeof *a);
+        if (!a) return false;
+        t->a = a;
+        t->cap = cap;
+    }
+    t->a[t->n++] = id;
+    return true;
 }
 
 /* Arrays for n tokens and an arena of arena_bytes for their pieces (surfaces are added later). */
@@ -74,13 +74,18 @@ static skv_vocab *vocab_alloc(int n, size_t arena_bytes, skv_err *err) {
     v->surf_len = calloc((size_t)n, sizeof *v->surf_len);
     v->score = calloc((size_t)n, sizeof *v->score);
     v->type = calloc((size_t)n, sizeof *v->type);
+    v->eog = calloc((size_t)n, sizeof *v->eog);
     if (!v->arena || !v->piece_off || !v->piece_len || !v->surf_off || !v->surf_len || !v->score ||
-        !v->type)
+        !v->type || !v->eog)
         goto nomem;
+    v->kind = VOCAB_SPM;
     v->bos = 1;
     v->eos = 2;
     v->unk = 0;
+    v->eot = v->eom = -1;
     v->add_space_prefix = true;
+    v->add_bos = true;
+    v->add_eos = false;
     return v;
 nomem:
     skv_vocab_free(v);
@@ -127,13 +132,17 @@ static uint32_t hash_bytes(const char *s, size_t len) {
         h ^= (unsigned char)s[i];
         h *= 16777619u;
     }
-    return h ^ (h >> 15);
+    h ^= h >> 16; /* murmur3 finalizer: the low bits index the table */
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    return h ^ (h >> 16);
 }
 
-/* Only these pieces take part in encoding: control, unknown, byte and unused tokens are never
- * produced by a merge (type 0, "undefined", is read as normal). */
+/* Only these pieces take part in encoding: control, user-defined (special), unknown, byte and
+ * unused tokens are never produced by a merge (type 0, "undefined", is read as normal). */
 static bool mergeable_type(int type) {
-    return type == SKV_TOKEN_NORMAL || type == SKV_TOKEN_USER || type == 0;
+    return type == SKV_TOKEN_NORMAL || type == 0;
 }
 
 static const char *piece_at(const skv_vocab *v, int32_t id) {
@@ -141,7 +150,7 @@ static const char *piece_at(const skv_vocab *v, int32_t id) {
 }
 
 /* Token of a normal piece, or -1. */
-static int32_t vocab_lookup(const skv_vocab *v, const char *s, size_t len) {
+int32_t vocab_lookup(const skv_vocab *v, const char *s, size_t len) {
     if (len > v->max_piece_len) return -1;
     uint32_t i = hash_bytes(s, len) & v->table_mask;
     for (;;) {
@@ -152,23 +161,49 @@ static int32_t vocab_lookup(const skv_vocab *v, const char *s, size_t len) {
     }
 }
 
-/* Validates types and special ids, then builds the byte table, the surfaces and the hash
- * table. what names the source in messages. */
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void utf8_put(uint32_t cp, char *dst, size_t *len) {
+    unsigned char *d = (unsigned char *)dst;
+    if (cp < 0x80) {
+        d[0] = (unsigned char)cp;
+        *len = 1;
+    } else if (cp < 0x800) {
+        d[0] = (unsigned char)(0xc0 | cp >> 6);
+        d[1] = (unsigned char)(0x80 | (cp & 0x3f));
+        *len = 2;
+    } else {
+        d[0] = (unsigned char)(0xe0 | cp >> 12);
+        d[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        d[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        *len = 3;
+    }
+}
+
+/* Validates types and special ids, then builds the byte table, the surfaces, the hash table,
+ * the special-token list and the end-of-generation flags. what names the source in messages. */
 static skv_status vocab_finish(skv_vocab *v, const char *what, skv_err *err) {
     int n = v->n;
-    if (v->bos < 0 || v->bos >= n || v->eos < 0 || v->eos >= n || v->unk < 0 || v->unk >= n)
+    bool bpe = v->kind == VOCAB_BPE;
+    if (v->bos < 0 || v->bos >= n || v->eos < 0 || v->eos >= n || v->unk < -1 || v->unk >= n ||
+        (v->unk < 0 && !bpe) || v->eot >= n || v->eom >= n)
         return skv_err_set(err, SKV_ERR_FORMAT,
-                           "%s: special token ids (bos %d, eos %d, unk %d) must be below the "
-                           "vocabulary size %d",
-                           what, (int)v->bos, (int)v->eos, (int)v->unk, n);
+                           "%s: special token ids (bos %d, eos %d, unk %d, eot %d, eom %d) must "
+                           "be below the vocabulary size %d",
+                           what, (int)v->bos, (int)v->eos, (int)v->unk, (int)v->eot, (int)v->eom,
+                           n);
     for (int b = 0; b < 256; b++) v->byte_token[b] = -1;
 
     size_t surf_bytes = 0, n_merge = 0;
+    int n_special = 0;
     for (int i = 0; i < n; i++) {
         const char *p = piece_at(v, i);
         if (isnan(v->score[i]))
             return skv_err_set(err, SKV_ERR_FORMAT, "%s: token %d has a NaN score", what, i);
-        if (v->type[i] == SKV_TOKEN_BYTE) {
+        if (v->type[i] == SKV_TOKEN_BYTE && !bpe) {
             int b = parse_byte_piece(p, v->piece_len[i]);
             if (b < 0)
                 return skv_err_set(err, SKV_ERR_FORMAT,
@@ -179,6 +214,9 @@ static skv_status vocab_finish(skv_vocab *v, const char *what, skv_err *err) {
             n_merge++;
             if (v->piece_len[i] > v->max_piece_len) v->max_piece_len = v->piece_len[i];
         }
+        if ((v->type[i] == SKV_TOKEN_CONTROL || v->type[i] == SKV_TOKEN_USER) &&
+            v->piece_len[i] > 0)
+            n_special++;
         surf_bytes += v->piece_len[i] + sizeof UNK_SURFACE;
     }
 
@@ -194,6 +232,13 @@ static skv_status vocab_finish(skv_vocab *v, const char *what, skv_err *err) {
         int t = v->type[i];
         if (i == v->bos || i == v->eos || t == SKV_TOKEN_CONTROL) {
             /* nothing */
+        } else if (bpe) {
+            if (t == SKV_TOKEN_USER) { /* added text: verbatim */
+                memcpy(dst, p, v->piece_len[i]);
+                k = v->piece_len[i];
+            } else {
+                k = bpe_decode_piece(p, v->piece_len[i], dst);
+            }
         } else if (t == SKV_TOKEN_BYTE) {
             dst[k++] = (char)parse_byte_piece(p, v->piece_len[i]);
         } else if (t == SKV_TOKEN_UNKNOWN) {
@@ -230,6 +275,65 @@ static skv_status vocab_finish(skv_vocab *v, const char *what, skv_err *err) {
                                            memcmp(piece_at(v, o), p, v->piece_len[i]) == 0))
             h = (h + 1) & v->table_mask;
         if (o < 0) v->table[h] = i; /* of duplicate pieces the first wins */
+    }
+
+    if (bpe) { /* every byte is a token spelled in the GPT-2 alphabet */
+        for (int b = 0; b < 256; b++) {
+            char buf[4];
+            size_t len;
+            utf8_put(bpe_byte_to_cp((uint8_t)b), buf, &len);
+            memcpy(v->byte_spell[b], buf, len);
+            v->byte_spell_len[b] = (uint8_t)len;
+            v->byte_token[b] = vocab_lookup(v, buf, len);
+            if (v->byte_token[b] < 0)
+                return skv_err_set(err, SKV_ERR_FORMAT,
+                                   "%s: the byte-level vocabulary has no normal token for byte "
+                                   "0x%02x ('%.*s')",
+                                   what, b, (int)len, buf);
+        }
+    }
+
+    if (n_special > 0) {
+        v->special = malloc((size_t)n_special * sizeof *v->special);
+        if (!v->special) return skv_err_set(err, SKV_ERR_NOMEM, "%s: out of memory", what);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if ((v->type[i] == SKV_TOKEN_CONTROL || v->type[i] == SKV_TOKEN_USER) &&
+                v->piece_len[i] > 0)
+                v->special[k++] = i;
+        /* By first byte, then longest first, then lowest id: one 64-bit key per token (first
+         * byte: 8 bits, 2^21 - 1 - length: 21 bits, id: 29 bits since n < 2^29). */
+        uint64_t *keys = malloc((size_t)k * sizeof *keys);
+        if (!keys) return skv_err_set(err, SKV_ERR_NOMEM, "%s: out of memory", what);
+        for (int j = 0; j < k; j++) {
+            int32_t id = v->special[j];
+            keys[j] = (uint64_t)(unsigned char)piece_at(v, id)[0] << 50 |
+                      (uint64_t)(0x1fffff - v->piece_len[id]) << 29 | (uint64_t)id;
+        }
+        qsort(keys, (size_t)k, sizeof *keys, cmp_u64);
+        for (int j = 0; j < k; j++) v->special[j] = (int32_t)(keys[j] & 0x1fffffff);
+        free(keys);
+        v->n_special = k;
+    }
+    int k = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (k < v->n_special && (unsigned char)piece_at(v, v->special[k])[0] < b) k++;
+        v->special_first[b] = k;
+    }
+
+    /* End of generation: eos, eot, eom and the control tokens that end a turn. */
+    static const char *const eog_names[] = {"<|eot_id|>",      "<|im_end|>",    "<|end|>",
+                                            "<|eom_id|>",      "<|endoftext|>", "<end_of_turn>",
+                                            "<|end_of_text|>", "</s>"};
+    v->eog[v->eos] = 1;
+    if (v->eot >= 0) v->eog[v->eot] = 1;
+    if (v->eom >= 0) v->eog[v->eom] = 1;
+    for (int i = 0; i < n; i++) {
+        if (v->type[i] != SKV_TOKEN_CONTROL && v->type[i] != SKV_TOKEN_USER) continue;
+        for (size_t j = 0; j < sizeof eog_names / sizeof eog_names[0]; j++)
+            if (v->piece_len[i] == strlen(eog_names[j]) &&
+                memcmp(piece_at(v, i), eog_names[j], v->piece_len[i]) == 0)
+                v->eog[i] = 1;
     }
     return SKV_OK;
 }
@@ -435,6 +539,15 @@ static int64_t gguf_array(const skv_gguf *g, const char *key, bool strings, int6
     return i;
 }
 
+/* An optional bool key: *out keeps its default when absent. */
+static bool gguf_opt_bool(const skv_gguf *g, const char *key, bool *out, skv_err *err) {
+    int64_t i = skv_gguf_find_key(g, key);
+    if (i < 0) return true;
+    if (skv_gguf_kv_bool(g, i, out)) return true;
+    skv_err_set(err, SKV_ERR_FORMAT, "GGUF key %s is not a bool", key);
+    return false;
+}
+
 skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
     if (!g) {
         skv_err_set(err, SKV_ERR_INVALID_ARG, "no GGUF file given");
@@ -447,9 +560,15 @@ skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
                     "string)");
         return NULL;
     }
-    if (strcmp(model, "llama") != 0) {
+    vocab_kind kind;
+    if (strcmp(model, "llama") == 0) {
+        kind = VOCAB_SPM;
+    } else if (strcmp(model, "gpt2") == 0) {
+        kind = VOCAB_BPE;
+    } else {
         skv_err_set(err, SKV_ERR_UNSUPPORTED,
-                    "tokenizer model '%.100s' is not supported (only 'llama', SentencePiece BPE)",
+                    "tokenizer model '%.100s' is not supported (supported: 'llama', "
+                    "SentencePiece BPE; 'gpt2', byte-level BPE)",
                     model);
         return NULL;
     }
@@ -462,20 +581,27 @@ skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
         return NULL;
     }
     int n = (int)n64;
-    int64_t ks = gguf_array(g, "tokenizer.ggml.scores", false, n, err);
-    if (ks < 0) return NULL;
+    int64_t ks = -1;
+    if (kind == VOCAB_SPM || skv_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
+        ks = gguf_array(g, "tokenizer.ggml.scores", false, n, err);
+        if (ks < 0) return NULL;
+    }
     int64_t ky = gguf_array(g, "tokenizer.ggml.token_type", false, n, err);
     if (ky < 0) return NULL;
-    int64_t bos = 1, eos = 2, unk = 0;
+    int64_t bos = 1, eos = 2, unk = kind == VOCAB_SPM ? 0 : -1, eot = -1, eom = -1;
     if (!gguf_opt_int(g, "tokenizer.ggml.bos_token_id", &bos, err) ||
         !gguf_opt_int(g, "tokenizer.ggml.eos_token_id", &eos, err) ||
-        !gguf_opt_int(g, "tokenizer.ggml.unknown_token_id", &unk, err))
+        !gguf_opt_int(g, "tokenizer.ggml.unknown_token_id", &unk, err) ||
+        !gguf_opt_int(g, "tokenizer.ggml.eot_token_id", &eot, err) ||
+        !gguf_opt_int(g, "tokenizer.ggml.eom_token_id", &eom, err))
         return NULL;
-    if (bos < 0 || bos >= n || eos < 0 || eos >= n || unk < 0 || unk >= n) {
+    if (bos < 0 || bos >= n || eos < 0 || eos >= n || unk < (kind == VOCAB_SPM ? 0 : -1) ||
+        unk >= n || eot < -1 || eot >= n || eom < -1 || eom >= n) {
         skv_err_set(err, SKV_ERR_FORMAT,
-                    "GGUF special token ids (bos %lld, eos %lld, unk %lld) must be below the "
-                    "vocabulary size %d",
-                    (long long)bos, (long long)eos, (long long)unk, n);
+                    "GGUF special token ids (bos %lld, eos %lld, unk %lld, eot %lld, eom %lld) "
+                    "must be below the vocabulary size %d",
+                    (long long)bos, (long long)eos, (long long)unk, (long long)eot, (long long)eom,
+                    n);
         return NULL;
     }
 
@@ -496,25 +622,50 @@ skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
     }
     skv_vocab *v = vocab_alloc(n, arena, err);
     if (!v) return NULL;
+    v->kind = kind;
     v->bos = (int32_t)bos;
     v->eos = (int32_t)eos;
     v->unk = (int32_t)unk;
-    int64_t kp = skv_gguf_find_key(g, "tokenizer.ggml.add_space_prefix");
-    bool prefix = true;
-    if (kp >= 0 && !skv_gguf_kv_bool(g, kp, &prefix)) {
-        skv_err_set(err, SKV_ERR_FORMAT, "GGUF key tokenizer.ggml.add_space_prefix is not a bool");
-        goto fail;
-    }
+    v->eot = (int32_t)eot;
+    v->eom = (int32_t)eom;
+    bool prefix = kind == VOCAB_SPM;
+    if (!gguf_opt_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, err)) goto fail;
     v->add_space_prefix = prefix;
+    if (kind == VOCAB_BPE) {
+        /* Without the flag: BOS for Llama 3 (its tokenizer adds <|begin_of_text|>), none for
+         * GPT-2, Qwen2 and the others. */
+        const char *pre = skv_gguf_get_str(g, "tokenizer.ggml.pre");
+        v->add_bos = pre && (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0);
+    }
+    if (!gguf_opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err) ||
+        !gguf_opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err))
+        goto fail;
+    int64_t kc = skv_gguf_find_key(g, "tokenizer.chat_template");
+    if (kc >= 0) {
+        size_t len = 0;
+        const char *t = skv_gguf_kv_str(g, kc, &len);
+        if (!t || len > (64u << 20)) {
+            skv_err_set(err, SKV_ERR_FORMAT,
+                        "GGUF key tokenizer.chat_template is not a string (or is too long)");
+            goto fail;
+        }
+        v->chat_template = malloc(len + 1);
+        if (!v->chat_template) {
+            skv_err_set(err, SKV_ERR_NOMEM, "out of memory reading the chat template");
+            goto fail;
+        }
+        memcpy(v->chat_template, t, len);
+        v->chat_template[len] = '\0';
+    }
 
     size_t pos = 0;
     for (int i = 0; i < n; i++) {
         size_t len = 0;
         const char *s = skv_gguf_arr_str(g, kt, (uint64_t)i, &len);
         vocab_put(v, i, &pos, s, len, false);
-        double score;
+        double score = 0;
         int64_t type;
-        if (!skv_gguf_arr_float(g, ks, (uint64_t)i, &score)) {
+        if (ks >= 0 && !skv_gguf_arr_float(g, ks, (uint64_t)i, &score)) {
             skv_err_set(err, SKV_ERR_FORMAT, "GGUF score of token %d is not a number", i);
             goto fail;
         }
@@ -527,10 +678,28 @@ skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
         v->type[i] = (uint8_t)type;
     }
     if (vocab_finish(v, "GGUF tokenizer", err) != SKV_OK) goto fail;
+    if (kind == VOCAB_BPE && bpe_load(v, g, err) != SKV_OK) goto fail;
     return v;
 fail:
     skv_vocab_free(v);
     return NULL;
+}
+
+skv_vocab *skv_vocab_load(const char *path, skv_err *err) {
+    if (!path) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "no vocabulary path given");
+        return NULL;
+    }
+    skv_gguf *g = skv_gguf_open(path, err);
+    if (!g) return NULL;
+    skv_vocab *v = skv_vocab_from_gguf(g, err);
+    skv_gguf_close(g);
+    if (!v && err) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        skv_err_set(err, err->status, "'%s': %s", path, msg);
+    }
+    return v;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -554,6 +723,42 @@ int32_t skv_vocab_eos(const skv_vocab *v) {
 
 int32_t skv_vocab_unk(const skv_vocab *v) {
     return v ? v->unk : -1;
+}
+
+int32_t skv_vocab_eot(const skv_vocab *v) {
+    return v ? v->eot : -1;
+}
+
+bool skv_vocab_is_eog(const skv_vocab *v, int32_t token) {
+    return valid_token(v, token) && v->eog[token];
+}
+
+bool skv_vocab_add_bos(const skv_vocab *v) {
+    return v && v->add_bos;
+}
+
+bool skv_vocab_add_eos(const skv_vocab *v) {
+    return v && v->add_eos;
+}
+
+const char *skv_vocab_model(const skv_vocab *v) {
+    return !v ? NULL : v->kind == VOCAB_BPE ? "gpt2" : "llama";
+}
+
+const char *skv_vocab_pre(const skv_vocab *v) {
+    return v && v->kind == VOCAB_BPE ? v->pre_name : NULL;
+}
+
+const char *skv_vocab_chat_template(const skv_vocab *v) {
+    return v ? v->chat_template : NULL;
+}
+
+int32_t skv_vocab_find(const skv_vocab *v, const char *piece) {
+    if (!v || !piece) return -1;
+    size_t len = strlen(piece);
+    for (int i = 0; i < v->n; i++)
+        if (v->piece_len[i] == len && memcmp(piece_at(v, i), piece, len) == 0) return i;
+    return -1;
 }
 
 const char *skv_vocab_piece(const skv_vocab *v, int32_t token) {
@@ -693,27 +898,19 @@ static int emit_symbol(const skv_vocab *v, const char *text, const symbol *s, in
     return s->len;
 }
 
-int skv_tokenize(const skv_vocab *v, const char *text, size_t len, bool add_bos, int32_t *tokens,
-                 int n_max) {
-    if (!v || (!text && len > 0) || n_max < 0 || (!tokens && n_max > 0)) return INT_MIN;
-    /* Normalized text: at most 3 bytes per input byte plus the prefix; indices fit int32. */
-    if (len > ((size_t)INT32_MAX - 16) / 3) return INT_MIN;
-    int count = add_bos ? 1 : 0;
-    if (len == 0) {
-        if (count > n_max) return -count;
-        if (add_bos) tokens[0] = v->bos;
-        return count;
-    }
-
+/* Appends the SentencePiece tokens of one fragment of text (no special tokens in it) to out;
+ * prefix: add SentencePiece's leading space (add_dummy_prefix). False when memory runs out. */
+static bool spm_encode(const skv_vocab *v, const char *text, size_t len, bool prefix, tokvec *out) {
+    if (len == 0) return true;
     size_t cap = 3 * len + SPACE_MARK_LEN;
     char *norm = malloc(cap);
     symbol *sym = malloc((len + 1) * sizeof *sym); /* one per character at most, + prefix */
     pair_heap heap = {0};
-    int result = INT_MIN;
+    bool ok = false;
     if (!norm || !sym) goto done;
 
     int32_t n_sym = 0, pos = 0;
-    if (v->add_space_prefix) {
+    if (prefix) {
         memcpy(norm, SPACE_MARK, SPACE_MARK_LEN);
         sym[n_sym++] = (symbol){0, SPACE_MARK_LEN, -1, -1, -1, false};
         pos = SPACE_MARK_LEN;
@@ -758,22 +955,106 @@ int skv_tokenize(const skv_vocab *v, const char *text, size_t len, bool add_bos,
             goto done;
     }
 
-    int64_t total = count;
-    for (int32_t i = 0; i >= 0; i = sym[i].next) total += emit_symbol(v, norm, &sym[i], NULL);
-    if (total > INT_MAX) goto done;
-    if (total > n_max) {
-        result = -(int)total;
-        goto done;
+    for (int32_t i = 0; i >= 0; i = sym[i].next) {
+        int32_t ids[4];
+        int k = emit_symbol(v, norm, &sym[i], NULL);
+        if (k <= 4) {
+            emit_symbol(v, norm, &sym[i], ids);
+            for (int j = 0; j < k; j++)
+                if (!tokvec_push(out, ids[j])) goto done;
+        } else {
+            int32_t *big = malloc((size_t)k * sizeof *big);
+            if (!big) goto done;
+            emit_symbol(v, norm, &sym[i], big);
+            for (int j = 0; j < k; j++)
+                if (!tokvec_push(out, big[j])) {
+                    free(big);
+                    goto done;
+                }
+            free(big);
+        }
     }
-    int k = 0;
-    if (add_bos) tokens[k++] = v->bos;
-    for (int32_t i = 0; i >= 0; i = sym[i].next) k += emit_symbol(v, norm, &sym[i], tokens + k);
-    result = k;
+    ok = true;
 done:
     free(heap.a);
     free(sym);
     free(norm);
+    return ok;
+}
+
+/* Length of the special token that starts at s (the longest), its id in *id; 0 when none. */
+static size_t match_special(const skv_vocab *v, const char *s, size_t avail, int32_t *id) {
+    unsigned char b = (unsigned char)s[0];
+    for (int k = v->special_first[b]; k < v->special_first[b + 1]; k++) {
+        int32_t t = v->special[k];
+        size_t n = v->piece_len[t];
+        if (n <= avail && memcmp(piece_at(v, t), s, n) == 0) {
+            *id = t;
+            return n;
+        }
+    }
+    return 0;
+}
+
+/* Appends the tokens of a fragment of plain text. after_special: SentencePiece adds its leading
+ * space to text at the start and after a special token (as llama.cpp does). */
+static bool encode_fragment(const skv_vocab *v, const char *text, size_t len, bool after_special,
+                            tokvec *out) {
+    if (v->kind == VOCAB_BPE) return bpe_encode(v, text, len, out);
+    return spm_encode(v, text, len, v->add_space_prefix && after_special, out);
+}
+
+static int tokenize_impl(const skv_vocab *v, const char *text, size_t len, bool bos, bool eos,
+                         bool parse_special, int32_t *tokens, int n_max) {
+    if (!v || (!text && len > 0) || n_max < 0 || (!tokens && n_max > 0)) return INT_MIN;
+    /* Normalized text: at most 3 bytes per input byte plus the prefix; indices fit int32. */
+    if (len > ((size_t)INT32_MAX - 16) / 3) return INT_MIN;
+    tokvec out = {0};
+    int result = INT_MIN;
+    if (bos && !tokvec_push(&out, v->bos)) goto done;
+    size_t start = 0;
+    bool after_special = true;
+    if (parse_special && v->n_special > 0) {
+        for (size_t i = 0; i < len;) {
+            int32_t id;
+            size_t m = match_special(v, text + i, len - i, &id);
+            if (m == 0) {
+                i++;
+                continue;
+            }
+            if (i > start) {
+                if (!encode_fragment(v, text + start, i - start, after_special, &out)) goto done;
+            }
+            if (!tokvec_push(&out, id)) goto done;
+            after_special = true;
+            i += m;
+            start = i;
+        }
+    }
+    if (len > start && !encode_fragment(v, text + start, len - start, after_special, &out))
+        goto done;
+    if (eos && !tokvec_push(&out, v->eos)) goto done;
+    if (out.n > INT_MAX) goto done;
+    if (out.n > (size_t)n_max) {
+        result = -(int)out.n;
+        goto done;
+    }
+    if (out.n) memcpy(tokens, out.a, out.n * sizeof *tokens);
+    result = (int)out.n;
+done:
+    free(out.a);
     return result;
+}
+
+int skv_tokenize_ex(const skv_vocab *v, const char *text, size_t len, bool add_special,
+                    bool parse_special, int32_t *tokens, int n_max) {
+    return tokenize_impl(v, text, len, add_special && v && v->add_bos,
+                         add_special && v && v->add_eos, parse_special, tokens, n_max);
+}
+
+int skv_tokenize(const skv_vocab *v, const char *text, size_t len, bool add_bos, int32_t *tokens,
+                 int n_max) {
+    return tokenize_impl(v, text, len, add_bos, false, false, tokens, n_max);
 }
 
 /* ------------------------------------------------------------------------------------------ */

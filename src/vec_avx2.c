@@ -229,6 +229,42 @@ void skv_rope_avx2(float *x, int head_dim, int n_rot, double pos, float theta) {
     }
 }
 
+/* Applies a table from skv_rope_table (rope.h) to one head vector: neox = 0 turns adjacent
+ * pairs with interleaved cos/sin; neox = 1 turns (x[i], x[i + n_rot/2]) with the cosines
+ * first, then the sines. */
+void skv_rope_apply_avx2(float *x, int n_rot, int neox, const float *cs) {
+    const int h = n_rot / 2;
+    int i = 0;
+    if (neox) {
+        float *x1p = x + h;
+        for (; i + 8 <= h; i += 8) {
+            __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + h + i);
+            __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x1p + i);
+            _mm256_storeu_ps(x + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+            _mm256_storeu_ps(x1p + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+        }
+        for (; i < h; i++) {
+            float c = cs[i], s = cs[h + i], x0 = x[i], x1 = x1p[i];
+            x[i] = x0 * c - x1 * s;
+            x1p[i] = x0 * s + x1 * c;
+        }
+        return;
+    }
+    for (; i + 4 <= h; i += 4) {
+        __m256 t = _mm256_loadu_ps(cs + 2 * i);
+        __m256 cc = _mm256_moveldup_ps(t), ss = _mm256_movehdup_ps(t);
+        __m256 v = _mm256_loadu_ps(x + 2 * i);
+        __m256 sw = _mm256_permute_ps(v, 0xB1); /* (x1, x0) per pair */
+        /* even lanes x0 c - x1 s, odd lanes x1 c + x0 s */
+        _mm256_storeu_ps(x + 2 * i, _mm256_fmaddsub_ps(v, cc, _mm256_mul_ps(sw, ss)));
+    }
+    for (; i < h; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c - x1 * s;
+        x[2 * i + 1] = x0 * s + x1 * c;
+    }
+}
+
 /* ---- attention ----------------------------------------------------------------------------
  * Tiles of 8 K/V rows. K and V are converted to float in registers as they are loaded (F16 by
  * F16C, Q8_0 by sign extension and the block scale), and each converted vector feeds up to 4

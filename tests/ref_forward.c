@@ -1,5 +1,7 @@
 /* ref_forward.c — see ref_forward.h. Deliberately simple: every weight is dequantized to
- * double once, and each call recomputes the whole sequence. */
+ * double once, and each call recomputes the whole sequence. The architecture rules are written
+ * here again from their definitions (not taken from src/arch.c), so the engine is checked
+ * against an independent reading. */
 #include "ref_forward.h"
 
 #include "gguf.h"
@@ -12,9 +14,12 @@
 
 struct ref_model {
     int n_vocab, d, n_layer, n_head, n_kv, hd, ff, n_rot;
-    double theta, eps;
-    double *embd, *out_norm, *out;              /* [V,d], [d], [V,d] */
-    double **attn_norm, **wq, **wk, **wv, **wo; /* per layer */
+    bool neox; /* qwen2, qwen3, phi3 turn (i, i + n_rot/2); llama (2i, 2i+1) */
+    double theta, eps, freq_scale;
+    double *freq_factors;                              /* [n_rot/2] or NULL */
+    double *embd, *out_norm, *out;                     /* [V,d], [d], [V,d] */
+    double **attn_norm, **wq, **wk, **wv, **wo;        /* per layer */
+    double **bq, **bk, **bv, **bo, **q_norm, **k_norm; /* per layer, entries may be NULL */
     double **ffn_norm, **w_gate, **w_up, **w_down;
 };
 
@@ -36,26 +41,64 @@ static double *load_tensor(const skv_gguf *g, const char *name, int64_t *rows, i
     return out;
 }
 
-static int64_t get_i(const skv_gguf *g, const char *key, int64_t dflt) {
+static const char *akey(const char *arch, const char *suffix) {
+    static char buf[128];
+    snprintf(buf, sizeof buf, "%s.%s", arch, suffix);
+    return buf;
+}
+
+static int64_t get_i(const skv_gguf *g, const char *arch, const char *key, int64_t dflt) {
     int64_t v;
-    return skv_gguf_get_int(g, key, &v) ? v : dflt;
+    return skv_gguf_get_int(g, akey(arch, key), &v) ? v : dflt;
+}
+
+static double get_f(const skv_gguf *g, const char *arch, const char *key, double dflt) {
+    double v;
+    return skv_gguf_get_float(g, akey(arch, key), &v) ? v : dflt;
+}
+
+static double *copy_rows(const double *src, int64_t r0, int64_t nr, int64_t cols) {
+    double *o = malloc((size_t)(nr * cols) * sizeof(double));
+    memcpy(o, src + r0 * cols, (size_t)(nr * cols) * sizeof(double));
+    return o;
+}
+
+/* The per-layer tensor arrays, in the order of LAYER_NAMES. */
+#define N_FIELDS 15
+static const char *const LAYER_NAMES[N_FIELDS] = {
+    "attn_norm.weight",   "attn_q.weight",      "attn_k.weight",      "attn_v.weight",
+    "attn_output.weight", "attn_q.bias",        "attn_k.bias",        "attn_v.bias",
+    "attn_output.bias",   "attn_q_norm.weight", "attn_k_norm.weight", "ffn_norm.weight",
+    "ffn_gate.weight",    "ffn_up.weight",      "ffn_down.weight"};
+
+static void layer_fields(ref_model *m, double ***f[N_FIELDS]) {
+    double ***src[N_FIELDS] = {&m->attn_norm, &m->wq,       &m->wk,     &m->wv,   &m->wo,
+                               &m->bq,        &m->bk,       &m->bv,     &m->bo,   &m->q_norm,
+                               &m->k_norm,    &m->ffn_norm, &m->w_gate, &m->w_up, &m->w_down};
+    memcpy(f, src, sizeof src);
 }
 
 ref_model *ref_model_load(const char *path) {
     skv_err err = {0};
     skv_gguf *g = skv_gguf_open(path, &err);
     if (!g) return NULL;
+    const char *arch = skv_gguf_get_str(g, "general.architecture");
+    if (!arch) arch = "llama";
     ref_model *m = calloc(1, sizeof *m);
-    m->d = (int)get_i(g, "llama.embedding_length", 0);
-    m->n_layer = (int)get_i(g, "llama.block_count", 0);
-    m->n_head = (int)get_i(g, "llama.attention.head_count", 0);
-    m->n_kv = (int)get_i(g, "llama.attention.head_count_kv", m->n_head);
-    m->ff = (int)get_i(g, "llama.feed_forward_length", 0);
-    m->hd = m->d / m->n_head;
-    m->n_rot = (int)get_i(g, "llama.rope.dimension_count", m->hd);
-    double v;
-    m->theta = skv_gguf_get_float(g, "llama.rope.freq_base", &v) ? v : 10000.0;
-    m->eps = skv_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &v) ? v : 1e-5;
+    m->neox = strcmp(arch, "llama") != 0;
+    m->d = (int)get_i(g, arch, "embedding_length", 0);
+    m->n_layer = (int)get_i(g, arch, "block_count", 0);
+    m->n_head = (int)get_i(g, arch, "attention.head_count", 0);
+    m->n_kv = (int)get_i(g, arch, "attention.head_count_kv", m->n_head);
+    m->ff = (int)get_i(g, arch, "feed_forward_length", 0);
+    m->hd = (int)get_i(g, arch, "attention.key_length", m->d / m->n_head);
+    m->n_rot = (int)get_i(g, arch, "rope.dimension_count", m->hd);
+    m->theta = get_f(g, arch, "rope.freq_base", 10000.0);
+    m->eps = get_f(g, arch, "attention.layer_norm_rms_epsilon", 1e-5);
+    m->freq_scale = 1.0;
+    const char *st = skv_gguf_get_str(g, akey(arch, "rope.scaling.type"));
+    if (st && !strcmp(st, "linear")) m->freq_scale = 1.0 / get_f(g, arch, "rope.scaling.factor", 1);
+    m->freq_factors = load_tensor(g, "rope_freqs.weight", NULL, NULL);
     int64_t rows;
     m->embd = load_tensor(g, "token_embd.weight", &rows, NULL);
     m->n_vocab = (int)rows;
@@ -66,16 +109,32 @@ ref_model *ref_model_load(const char *path) {
         memcpy(m->out, m->embd, (size_t)m->n_vocab * m->d * sizeof(double));
     }
     size_t L = (size_t)m->n_layer;
-    double ***fields[] = {&m->attn_norm, &m->wq,     &m->wk,   &m->wv,    &m->wo,
-                          &m->ffn_norm,  &m->w_gate, &m->w_up, &m->w_down};
-    const char *names[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
-                           "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
-    for (size_t f = 0; f < 9; f++) {
+    double ***fields[N_FIELDS];
+    layer_fields(m, fields);
+    for (size_t f = 0; f < N_FIELDS; f++) {
         *fields[f] = calloc(L, sizeof(double *));
         for (size_t l = 0; l < L; l++) {
             char name[64];
-            snprintf(name, sizeof name, "blk.%zu.%s.weight", l, names[f]);
+            snprintf(name, sizeof name, "blk.%zu.%s", l, LAYER_NAMES[f]);
             (*fields[f])[l] = load_tensor(g, name, NULL, NULL);
+        }
+    }
+    int64_t dq = (int64_t)m->n_head * m->hd, dkv = (int64_t)m->n_kv * m->hd;
+    for (size_t l = 0; l < L; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%zu.attn_qkv.weight", l);
+        double *qkv = load_tensor(g, name, NULL, NULL);
+        if (qkv) { /* rows [q | k | v] */
+            m->wq[l] = copy_rows(qkv, 0, dq, m->d);
+            m->wk[l] = copy_rows(qkv, dq, dkv, m->d);
+            m->wv[l] = copy_rows(qkv, dq + dkv, dkv, m->d);
+            free(qkv);
+        }
+        if (!m->w_gate[l]) { /* fused ffn_up: rows [gate | up] */
+            double *gu = m->w_up[l];
+            m->w_gate[l] = copy_rows(gu, 0, m->ff, m->d);
+            m->w_up[l] = copy_rows(gu, m->ff, m->ff, m->d);
+            free(gu);
         }
     }
     skv_gguf_close(g);
@@ -84,12 +143,13 @@ ref_model *ref_model_load(const char *path) {
 
 void ref_model_free(ref_model *m) {
     if (!m) return;
-    double **fields[] = {m->attn_norm, m->wq,     m->wk,   m->wv,    m->wo,
-                         m->ffn_norm,  m->w_gate, m->w_up, m->w_down};
-    for (size_t f = 0; f < 9; f++) {
-        for (int l = 0; l < m->n_layer; l++) free(fields[f][l]);
-        free(fields[f]);
+    double ***fields[N_FIELDS];
+    layer_fields(m, fields);
+    for (size_t f = 0; f < N_FIELDS; f++) {
+        for (int l = 0; l < m->n_layer; l++) free((*fields[f])[l]);
+        free(*fields[f]);
     }
+    free(m->freq_factors);
     free(m->embd);
     free(m->out_norm);
     free(m->out);
@@ -107,59 +167,101 @@ static void rmsnorm(double *o, const double *x, const double *w, int n, double e
     for (int i = 0; i < n; i++) o[i] = x[i] * s * w[i];
 }
 
-/* o[rows] = W[rows, cols] x[cols] */
-static void matvec(double *o, const double *W, const double *x, int rows, int cols) {
+/* o[rows] = W[rows, cols] x[cols] (+ b) */
+static void matvec(double *o, const double *W, const double *x, int rows, int cols,
+                   const double *b) {
     for (int r = 0; r < rows; r++) {
-        double s = 0;
+        double s = b ? b[r] : 0;
         for (int c = 0; c < cols; c++) s += W[(size_t)r * cols + c] * x[c];
         o[r] = s;
     }
 }
 
-static void rope(double *x, int n_rot, int pos, double theta) {
-    for (int i = 0; i < n_rot; i += 2) {
-        double a = pos * pow(theta, -(double)i / n_rot);
-        double x0 = x[i], x1 = x[i + 1];
-        x[i] = x0 * cos(a) - x1 * sin(a);
-        x[i + 1] = x0 * sin(a) + x1 * cos(a);
+void ref_rope(const ref_model *m, double *x, double pos) {
+    int half = m->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        double a = pos * m->freq_scale * pow(m->theta, -2.0 * i / m->n_rot);
+        if (m->freq_factors) a /= m->freq_factors[i];
+        int i0 = m->neox ? i : 2 * i, i1 = m->neox ? i + half : 2 * i + 1;
+        double x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * cos(a) - x1 * sin(a);
+        x[i1] = x0 * sin(a) + x1 * cos(a);
     }
+}
+
+typedef struct keep_adapter {
+    ref_keep_fn keep;
+    void *user;
+} keep_adapter;
+
+static bool keep_visible(int l, int h, int qpos, int kpos, void *u) {
+    const keep_adapter *a = u;
+    return a->keep(l, h, kpos, a->user);
 }
 
 void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logits, ref_keep_fn keep,
                  void *user) {
+    keep_adapter a = {keep, user};
+    ref_ctl ctl = {keep ? keep_visible : NULL, NULL, &a};
+    ref_forward_ctl(m, tokens, n, logits, &ctl);
+}
+
+void ref_forward_ctl(const ref_model *m, const int32_t *tokens, int n, double *logits,
+                     const ref_ctl *ctl) {
     int d = m->d, hd = m->hd, dq = m->n_head * hd, dkv = m->n_kv * hd, g = m->n_head / m->n_kv;
     double *x = calloc((size_t)n * d, sizeof(double)); /* [n, d] */
     double *xb = calloc((size_t)d, sizeof(double));
-    double *q = calloc((size_t)n * dq, sizeof(double));  /* [n, n_head, hd] */
-    double *k = calloc((size_t)n * dkv, sizeof(double)); /* [n, n_kv, hd] */
+    double *q = calloc((size_t)n * dq, sizeof(double));  /* [n, n_head, hd] before RoPE */
+    double *k = calloc((size_t)n * dkv, sizeof(double)); /* [n, n_kv, hd] before RoPE */
     double *v = calloc((size_t)n * dkv, sizeof(double));
+    double *qr = calloc((size_t)n * dq, sizeof(double)); /* rotated at natural positions */
+    double *kr = calloc((size_t)n * dkv, sizeof(double));
     double *att = calloc((size_t)dq, sizeof(double));
     double *tmp = calloc((size_t)(d > m->ff ? d : m->ff), sizeof(double));
     double *h1 = calloc((size_t)m->ff, sizeof(double)), *h3 = calloc((size_t)m->ff, sizeof(double));
     double *sc = calloc((size_t)n, sizeof(double));
+    double *qq = calloc((size_t)hd, sizeof(double)), *kk = calloc((size_t)hd, sizeof(double));
     for (int t = 0; t < n; t++)
         memcpy(x + (size_t)t * d, m->embd + (size_t)tokens[t] * d, (size_t)d * sizeof(double));
     for (int l = 0; l < m->n_layer; l++) {
         for (int t = 0; t < n; t++) {
             rmsnorm(xb, x + (size_t)t * d, m->attn_norm[l], d, m->eps);
-            matvec(q + (size_t)t * dq, m->wq[l], xb, dq, d);
-            matvec(k + (size_t)t * dkv, m->wk[l], xb, dkv, d);
-            matvec(v + (size_t)t * dkv, m->wv[l], xb, dkv, d);
-            for (int h = 0; h < m->n_head; h++)
-                rope(q + (size_t)t * dq + h * hd, m->n_rot, t, m->theta);
-            for (int h = 0; h < m->n_kv; h++)
-                rope(k + (size_t)t * dkv + h * hd, m->n_rot, t, m->theta);
+            double *qt = q + (size_t)t * dq, *kt = k + (size_t)t * dkv;
+            matvec(qt, m->wq[l], xb, dq, d, m->bq[l]);
+            matvec(kt, m->wk[l], xb, dkv, d, m->bk[l]);
+            matvec(v + (size_t)t * dkv, m->wv[l], xb, dkv, d, m->bv[l]);
+            if (m->q_norm[l]) {
+                for (int h = 0; h < m->n_head; h++)
+                    rmsnorm(qt + h * hd, qt + h * hd, m->q_norm[l], hd, m->eps);
+                for (int h = 0; h < m->n_kv; h++)
+                    rmsnorm(kt + h * hd, kt + h * hd, m->k_norm[l], hd, m->eps);
+            }
+            memcpy(qr + (size_t)t * dq, qt, (size_t)dq * sizeof(double));
+            memcpy(kr + (size_t)t * dkv, kt, (size_t)dkv * sizeof(double));
+            for (int h = 0; h < m->n_head; h++) ref_rope(m, qr + (size_t)t * dq + h * hd, t);
+            for (int h = 0; h < m->n_kv; h++) ref_rope(m, kr + (size_t)t * dkv + h * hd, t);
         }
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < m->n_head; h++) {
                 int kvh = h / g;
-                const double *qh = q + (size_t)t * dq + h * hd;
                 double mx = -INFINITY;
                 for (int j = 0; j <= t; j++) {
                     sc[j] = -INFINITY;
-                    if (keep && !keep(l, kvh, j, user)) continue;
+                    if (ctl && ctl->visible && !ctl->visible(l, kvh, t, j, ctl->user)) continue;
+                    const double *qh = qr + (size_t)t * dq + h * hd;
+                    const double *kh = kr + (size_t)j * dkv + kvh * hd;
+                    if (ctl && ctl->rot) {
+                        double qp = t, kp = j;
+                        ctl->rot(l, kvh, t, j, &qp, &kp, ctl->user);
+                        memcpy(qq, q + (size_t)t * dq + h * hd, (size_t)hd * sizeof(double));
+                        memcpy(kk, k + (size_t)j * dkv + kvh * hd, (size_t)hd * sizeof(double));
+                        ref_rope(m, qq, qp);
+                        ref_rope(m, kk, kp);
+                        qh = qq;
+                        kh = kk;
+                    }
                     double s = 0;
-                    for (int i = 0; i < hd; i++) s += qh[i] * k[(size_t)j * dkv + kvh * hd + i];
+                    for (int i = 0; i < hd; i++) s += qh[i] * kh[i];
                     sc[j] = s / sqrt((double)hd);
                     if (sc[j] > mx) mx = sc[j];
                 }
@@ -173,28 +275,32 @@ void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logit
                     for (int i = 0; i < hd; i++) o[i] += p * v[(size_t)j * dkv + kvh * hd + i];
                 }
             }
-            matvec(tmp, m->wo[l], att, d, dq);
+            matvec(tmp, m->wo[l], att, d, dq, m->bo[l]);
             for (int i = 0; i < d; i++) x[(size_t)t * d + i] += tmp[i];
             rmsnorm(xb, x + (size_t)t * d, m->ffn_norm[l], d, m->eps);
-            matvec(h1, m->w_gate[l], xb, m->ff, d);
-            matvec(h3, m->w_up[l], xb, m->ff, d);
+            matvec(h1, m->w_gate[l], xb, m->ff, d, NULL);
+            matvec(h3, m->w_up[l], xb, m->ff, d, NULL);
             for (int i = 0; i < m->ff; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
-            matvec(tmp, m->w_down[l], h1, d, m->ff);
+            matvec(tmp, m->w_down[l], h1, d, m->ff, NULL);
             for (int i = 0; i < d; i++) x[(size_t)t * d + i] += tmp[i];
         }
     }
     for (int t = 0; t < n; t++) {
         rmsnorm(xb, x + (size_t)t * d, m->out_norm, d, m->eps);
-        matvec(logits + (size_t)t * m->n_vocab, m->out, xb, m->n_vocab, d);
+        matvec(logits + (size_t)t * m->n_vocab, m->out, xb, m->n_vocab, d, NULL);
     }
     free(x);
     free(xb);
     free(q);
     free(k);
     free(v);
+    free(qr);
+    free(kr);
     free(att);
     free(tmp);
     free(h1);
     free(h3);
     free(sc);
+    free(qq);
+    free(kk);
 }

@@ -1,5 +1,7 @@
-/* ref_forward.h — an independent, naive float64 Llama forward pass for the tests: straight
- * loops, full recomputation, no shared kernels. Reads weights through the GGUF reader only. */
+/* ref_forward.h — an independent, naive float64 forward pass for the tests: straight loops,
+ * full recomputation, no shared kernels. Reads weights through the GGUF reader only, and knows
+ * the architectures on its own (llama, qwen2, qwen3, phi3: biases, per-head q/k norms, fused
+ * projections, NEOX or adjacent RoPE pairs, rope_freqs factors, linear RoPE scaling). */
 #ifndef SKV_REF_FORWARD_H
 #define SKV_REF_FORWARD_H
 
@@ -12,6 +14,15 @@ typedef struct ref_model ref_model;
  * (layer, kv head). NULL = dense causal attention. */
 typedef bool (*ref_keep_fn)(int layer, int kv_head, int kpos, void *user);
 
+/* Finer control: visibility per (query, key) pair, and the positions RoPE turns the query and
+ * the key by (rerotate mode moves both). Either callback may be NULL (dense causal; natural
+ * positions). */
+typedef struct ref_ctl {
+    bool (*visible)(int layer, int kv_head, int qpos, int kpos, void *user);
+    void (*rot)(int layer, int kv_head, int qpos, int kpos, double *qrot, double *krot, void *user);
+    void *user;
+} ref_ctl;
+
 ref_model *ref_model_load(const char *gguf_path);
 void ref_model_free(ref_model *m);
 int ref_model_n_vocab(const ref_model *m);
@@ -20,5 +31,10 @@ int ref_model_n_vocab(const ref_model *m);
  * positions j <= i for which keep(l, h, j) (or all of them when keep is NULL). */
 void ref_forward(const ref_model *m, const int32_t *tokens, int n, double *logits, ref_keep_fn keep,
                  void *user);
+void ref_forward_ctl(const ref_model *m, const int32_t *tokens, int n, double *logits,
+                     const ref_ctl *ctl);
+
+/* RoPE of one head vector in float64 as this reference does it (mode and factors of m). */
+void ref_rope(const ref_model *m, double *x, double pos);
 
 #endif

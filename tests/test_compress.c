@@ -964,8 +964,8 @@ static void test_errors(void **state) {
     feed(ctx, toks, T, NULL);
     skv_compress_params p;
 
-    p = params_for("h2o", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
-    expect_error(ctx, &p, SKV_ERR_INVALID_ARG, "unknown policy 'h2o' (valid: sink_recent");
+    p = params_for("scissorhands", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
+    expect_error(ctx, &p, SKV_ERR_INVALID_ARG, "unknown policy 'scissorhands' (valid: sink_recent");
     p = params_for(NULL, 0.5, SKV_PROTOCOL_SEED, NULL, 0);
     expect_error(ctx, &p, SKV_ERR_INVALID_ARG, "no policy");
     const double bad_keep[] = {0.0, -0.1, 1.0000001, 2.0, NAN, INFINITY};
@@ -1101,7 +1101,7 @@ static void test_cli_compress(void **state) {
 
     /* bad input: exit status 2 and nothing on stdout */
     const char *bad[] = {
-        "-p 'Once' --policy h2o --keep 0.5",
+        "-p 'Once' --policy scissorhands --keep 0.5",
         "-p 'Once' --policy random --keep 0",
         "-p 'Once' --policy random --keep 1.5",
         "-p 'Once' --policy attention --keep 0.5",

@@ -179,7 +179,10 @@ static void test_summary(void **state) {
     assert_non_null(gp);
     assert_non_null(strstr(gp, "kl_vs_keep.png"));
     assert_non_null(strstr(gp, "top1_vs_keep.svg"));
-    assert_non_null(strstr(gp, "title 'random seed'"));
+    assert_non_null(strstr(gp, "ppl_vs_keep.png"));
+    assert_non_null(strstr(gp, "greedy_vs_keep.svg"));
+    assert_non_null(strstr(gp, "title 'random'"));
+    assert_non_null(strstr(gp, "title 'seed protocol'"));
     free(gp);
     free(timing);
     free(csv);
@@ -273,11 +276,177 @@ static void test_read_errors(void **state) {
     unlink(path);
 }
 
+/* The plot block of plots.gp for figure name (from its "# ---- name" line to the next). */
+static char *gp_section(const char *gp, const char *name) {
+    char head[128];
+    snprintf(head, sizeof head, "# ---- %s\n", name);
+    const char *a = strstr(gp, head);
+    if (!a) {
+        fail_msg("no section %s", name);
+        return NULL;
+    }
+    const char *b = strstr(a + strlen(head), "# ---- ");
+    return strndup(a, b ? (size_t)(b - a) : strlen(a));
+}
+
+/* Colour of the first data line of policy in a plots.gp section, from the plot_data.dat
+ * block whose comment names it. */
+static void line_colour(const char *dat, const char *gp, const char *policy, char *out) {
+    /* index of the block "# policy seed original" */
+    char want[128];
+    snprintf(want, sizeof want, "# %s seed original\n", policy);
+    const char *at = strstr(dat, want);
+    assert_non_null(at);
+    int idx = 0;
+    for (const char *p = strstr(dat, "\n\n\n"); p && p < at; p = strstr(p + 3, "\n\n\n")) idx++;
+    char key[64];
+    snprintf(key, sizeof key, "index %d using", idx);
+    const char *l = strstr(gp, key);
+    assert_non_null(l);
+    const char *c = strstr(l, "lc rgb '");
+    assert_non_null(c);
+    snprintf(out, 8, "%.7s", c + 8);
+}
+
+/* Figures: a fixed colour per policy whatever the order, keep-1.0 controls as a reference
+ * line (not data points), log axes where promised, dodged x. */
+static void test_plots(void **state) {
+    (void)state;
+    /* two runs with the policies in opposite orders (config indices say the order) */
+    static const crafted order1[] = {
+        {0, 0, "random", 0.25, 0, 4, 3, 2, 0.2, 0.75, 1.0, 1.2},
+        {0, 1, "random", 1.0, 0, 4, 4, 8, 0.0, 1.0, 1.0, 1.0},
+        {0, 2, "attention", 0.25, 0, 4, 3, 5, 0.1, 0.75, 1.0, 1.1},
+        {0, 3, "attention", 1.0, 0, 4, 4, 8, 0.0, 1.0, 1.0, 1.0},
+        {1, 0, "random", 0.25, 0, 4, 2, 2, 0.4, 0.5, 1.0, 1.4},
+        {1, 1, "random", 1.0, 0, 4, 4, 8, 0.0, 1.0, 1.0, 1.0},
+        {1, 2, "attention", 0.25, 0, 4, 3, 5, 0.3, 0.75, 1.0, 1.3},
+        {1, 3, "attention", 1.0, 0, 4, 4, 8, 0.0, 1.0, 1.0, 1.0},
+    };
+    crafted order2[8];
+    for (int i = 0; i < 8; i++) {
+        order2[i] = order1[i];
+        order2[i].config = (order1[i].config + 2) % 4; /* attention first */
+    }
+    char colours[2][2][8];
+    for (int run = 0; run < 2; run++) {
+        char pa[4096];
+        snprintf(pa, sizeof pa, "%s", write_rows(run ? order2 : order1, 8));
+        skv_eval_rows rows = {0};
+        skv_err err = {0};
+        assert_int_equal(skv_eval_read_results(pa, &rows, &err), SKV_OK);
+        assert_int_equal(skv_eval_rows_check(&rows, &err), SKV_OK);
+        /* the control rows keep everything: bytes after = before */
+        for (int i = 0; i < rows.n; i++)
+            if (rows.rows[i].keep_frac == 1.0) rows.rows[i].bytes_after = rows.rows[i].bytes_before;
+        char dir[4096], path[4200];
+        snprintf(dir, sizeof dir, "%s", test_tmp_path("_plots"));
+        assert_int_equal(skv_eval_mkdirs(dir, &err), SKV_OK);
+        skv_eval_label lab = {"attention", "SnapKV"};
+        skv_eval_labels labels = {&lab, 1};
+        assert_int_equal(skv_eval_write_reports_labeled(&rows, dir, &labels, NULL, &err), SKV_OK);
+        snprintf(path, sizeof path, "%s/plots.gp", dir);
+        char *gp = test_read_file(path, NULL);
+        snprintf(path, sizeof path, "%s/plot_data.dat", dir);
+        char *dat = test_read_file(path, NULL);
+        assert_non_null(gp);
+        assert_non_null(dat);
+        /* keep axis: log, tics only at the measured non-control fractions */
+        assert_non_null(strstr(gp, "set logscale x\n"));
+        assert_non_null(strstr(gp, "set xtics ('0.25' 0.25)\n"));
+        /* controls are not data points: two blocks of one point each */
+        assert_null(strstr(dat, "\n1 "));
+        assert_non_null(strstr(dat, "# random seed original\n0.25 "));
+        assert_non_null(strstr(dat, "# attention seed original\n0.25 "));
+        /* dodged: the two lines sit at different x around 0.25 */
+        double x1 = 0, x2 = 0;
+        assert_int_equal(sscanf(strstr(dat, "# random seed original\n") + 23, "%*g %lg", &x1), 1);
+        assert_int_equal(sscanf(strstr(dat, "# attention seed original\n") + 26, "%*g %lg", &x2),
+                         1);
+        assert_true(x1 != x2 && x1 > 0.2 && x1 < 0.3 && x2 > 0.2 && x2 < 0.3);
+        /* KL on a log axis; top-1 zoomed to the data with the full cache's reference line */
+        char *kl = gp_section(gp, "kl_vs_keep"), *top1 = gp_section(gp, "top1_vs_keep");
+        char *ppl = gp_section(gp, "ppl_vs_keep"), *gr = gp_section(gp, "greedy_vs_keep");
+        assert_non_null(strstr(kl, "\nset logscale y\n"));
+        assert_null(strstr(top1, "\nset logscale y\n"));
+        assert_non_null(strstr(top1, "title 'full cache (keep 1.0)'"));
+        assert_non_null(strstr(ppl, "title 'full cache (keep 1.0)'"));
+        assert_non_null(strstr(gr, "  8 with lines"));    /* reference at G = 8 */
+        assert_null(strstr(top1, "set yrange [0:1.05]")); /* the old fixed range */
+        /* the label replaces the policy name in the legend, the name stays in the data */
+        assert_non_null(strstr(top1, "title 'SnapKV'"));
+        assert_null(strstr(top1, "title 'attention'"));
+        line_colour(dat, top1, "attention", colours[run][0]);
+        line_colour(dat, top1, "random", colours[run][1]);
+        free(kl);
+        free(top1);
+        free(ppl);
+        free(gr);
+        free(gp);
+        free(dat);
+        skv_eval_rows_free(&rows);
+        unlink(pa);
+    }
+    /* fixed colours, whatever the order; and the documented ones */
+    assert_string_equal(colours[0][0], colours[1][0]);
+    assert_string_equal(colours[0][1], colours[1][1]);
+    assert_string_equal(colours[0][0], "#D55E00");
+    assert_string_equal(colours[0][1], "#7F7F7F");
+    assert_string_equal(skv_eval_policy_colour("attention"), "#D55E00");
+    assert_string_equal(skv_eval_policy_colour("knorm"), "#CC79A7");
+    /* an unknown name gets a stable fallback colour */
+    assert_string_equal(skv_eval_policy_colour("future_policy"),
+                        skv_eval_policy_colour("future_policy"));
+    assert_int_equal(strlen(skv_eval_policy_colour("future_policy")), 7);
+}
+
+/* compress --plot: the heat map's inline matrix holds a 1 exactly at each kept position, one
+ * row per (layer, kv head), layer-major; the output path and title reach gnuplot as strings. */
+static void test_kept_map(void **state) {
+    (void)state;
+    const int32_t h00[] = {0, 3}, h01[] = {1}, h10[] = {-1}, h11[] = {2, 3, 4};
+    const int32_t *pos[] = {h00, h01, h10, h11};
+    const int lens[] = {2, 1, 0, 3};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    skv_eval_write_kept_map(f, "out'x.png", "t\n'!x", 2, 2, 5, pos, lens, 3);
+    fclose(f);
+    const char *m = strstr(buf, "$kept << EOD\n");
+    assert_non_null(m);
+    assert_non_null(strstr(m, "EOD\n"));
+    assert_non_null(strstr(m, "\n1 0 0 1 0\n0 1 0 0 0\n0 0 0 0 0\n0 0 1 1 1\nEOD\n"));
+    assert_non_null(strstr(buf, "set output 'out''x.png'\n"));
+    assert_non_null(strstr(buf, "set title 't?''!x'\n"));
+    assert_non_null(strstr(buf, "2.5, graph 0 to 2.5, graph 1")); /* the window starts at 3 */
+    free(buf);
+    /* the CLI draws it (when gnuplot is there) */
+    int st = 0;
+    char *has = test_run("command -v gnuplot", &st);
+    free(has);
+    if (st != 0) return;
+    char png[4096], cmd[8400];
+    snprintf(png, sizeof png, "%s", test_tmp_path("_kept.png"));
+    snprintf(cmd, sizeof cmd,
+             "'%s' compress -p 'Once upon a time there was a little girl named Lily.' --policy "
+             "random --keep 0.5 --window 4 --protocol engine --plot '%s' 2>&1",
+             test_cli(), png);
+    char *log = test_run(cmd, &st);
+    if (st != 0) fail_msg("compress --plot exited %d:\n%s", st, log ? log : "");
+    free(log);
+    size_t n = 0;
+    unsigned char *img = test_read_file(png, &n);
+    assert_non_null(img);
+    assert_true(n > 8 && !memcmp(img, "\x89PNG\r\n\x1a\n", 8));
+    free(img);
+    unlink(png);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_summary),
-        cmocka_unit_test(test_merge_errors),
-        cmocka_unit_test(test_read_errors),
+        cmocka_unit_test(test_summary),     cmocka_unit_test(test_merge_errors),
+        cmocka_unit_test(test_read_errors), cmocka_unit_test(test_plots),
+        cmocka_unit_test(test_kept_map),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

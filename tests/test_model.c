@@ -97,7 +97,11 @@ static void test_inconsistent_hparams(void **state) {
 
 static void test_wrong_architecture(void **state) {
     (void)state;
-    expect((mutation){.arch = "gpt2"}, SKV_ERR_UNSUPPORTED, "architecture 'gpt2'");
+    expect((mutation){.arch = "gpt2"}, SKV_ERR_UNSUPPORTED,
+           "architecture 'gpt2' is not supported (sparsekv runs llama, qwen2, qwen3, phi3)");
+    /* a known architecture whose keys are missing (they are read under its prefix) */
+    expect((mutation){.arch = "qwen2"}, SKV_ERR_FORMAT,
+           "missing hyperparameter 'qwen2.embedding_length'");
 }
 
 static void test_missing_or_misshapen_tensor(void **state) {
@@ -128,6 +132,12 @@ static void test_hparams_read(void **state) {
     assert_true(hp->rope_theta == 10000.0f);
     assert_true(hp->norm_eps == 1e-5f);
     assert_true(hp->tied_output);
+    assert_string_equal(hp->arch, "llama");
+    assert_int_equal(hp->rope_mode, SKV_ROPE_ADJACENT);
+    assert_true(hp->rope_freq_scale == 1.0f);
+    assert_false(hp->rope_freq_factors);
+    assert_false(hp->qkv_bias);
+    assert_false(hp->qk_norm);
     assert_int_equal(skv_model_weight_type(m), SKV_TYPE_F32);
     skv_model_free(m);
 }

@@ -384,7 +384,7 @@ static void test_registry(void **state) {
     assert_string_equal(skv_policy_canonical("snapkv"), "attention");
     assert_string_equal(skv_policy_canonical("pyramid"), "pyramid");
     assert_string_equal(skv_policy_canonical("pyramidkv"), "pyramid");
-    assert_null(skv_policy_canonical("h2o"));
+    assert_null(skv_policy_canonical("scissorhands"));
     assert_null(skv_policy_canonical(""));
     assert_null(skv_policy_canonical(NULL));
     assert_null(skv_policy_canonical("Attention")); /* exact names only */

@@ -7,6 +7,7 @@
 
 #include "gguf.h"
 #include "kernels.h"
+#include "ref_forward.h"
 #include "sparsekv.h"
 #include "support.h"
 #include "synth.h"
@@ -193,6 +194,9 @@ static void test_real_preset(void **state) {
         {"smollm2-135m", 49152, 576, 30, 9, 3, 1536, 8192, 100000, true, 134.5},
         {"qwen2.5-0.5b-like", 151936, 896, 24, 14, 2, 4864, 32768, 1e6, true, 494.0},
         {"llama-3.2-1b", 128256, 2048, 16, 32, 8, 8192, 131072, 500000, true, 1235.8},
+        {"qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, 32768, 1e6, true, 494.0},
+        {"qwen3-0.6b", 151936, 1024, 28, 16, 8, 3072, 40960, 1e6, true, 596.0},
+        {"phi-3-mini", 32064, 3072, 32, 32, 32, 8192, 4096, 10000, false, 3821.0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const skv_synth_shape *p = skv_synth_preset(want[i].name);
@@ -393,12 +397,156 @@ static void test_command_line(void **state) {
     assert_true(access(path, F_OK) != 0);
 }
 
+/* The real families at small sizes: each architecture's options written as the real files
+ * have them (checked tensor by tensor), loaded as that architecture, and run: the engine
+ * against the float64 reference, which reads the file on its own. */
+static void test_architectures(void **state) {
+    (void)state;
+    const skv_synth_shape s = {"arch-small", "test",   300,   64,  64, 64, 2, 4, 2,
+                               96,           10000.0f, 1e-6f, true};
+    const struct {
+        skv_synth_arch a;
+        const char *probe; /* a tensor only this architecture has */
+        int64_t ne0, ne1;
+    } cases[] = {
+        {{.rope_freqs = true}, "rope_freqs.weight", 8, 1},
+        {{.arch = "qwen2", .qkv_bias = true}, "blk.1.attn_k.bias", 32, 1},
+        {{.arch = "qwen3", .head_dim = 32, .qk_norm = true}, "blk.0.attn_q.weight", 64, 128},
+        {{.arch = "phi3", .fused = true}, "blk.1.attn_qkv.weight", 64, 64 + 2 * 32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *path = strdup(test_tmp_path(".gguf"));
+        skv_synth_params p = {SKV_TYPE_F32, 5, 0, 2};
+        skv_err err = {0};
+        assert_int_equal(skv_synth_write_ex(&s, &cases[i].a, &p, NULL, path, &err), SKV_OK);
+        skv_gguf *g = skv_gguf_open(path, &err);
+        assert_non_null(g);
+        const char *arch = cases[i].a.arch ? cases[i].a.arch : "llama";
+        assert_string_equal(skv_gguf_get_str(g, "general.architecture"), arch);
+        expect_tensor(g, cases[i].probe, SKV_TYPE_F32, cases[i].ne1 == 1 ? 1 : 2, cases[i].ne0,
+                      cases[i].ne1);
+        skv_gguf_close(g);
+        skv_model *m = skv_model_load(path, &err);
+        if (!m) fprintf(stderr, "%s: %s\n", arch, err.msg);
+        assert_non_null(m);
+        const skv_hparams *hp = skv_model_hparams(m);
+        assert_string_equal(hp->arch, arch);
+        assert_int_equal(hp->head_dim, cases[i].a.head_dim ? cases[i].a.head_dim : 16);
+        assert_int_equal(hp->qkv_bias, cases[i].a.qkv_bias);
+        assert_int_equal(hp->qk_norm, cases[i].a.qk_norm);
+        assert_int_equal(hp->rope_freq_factors, cases[i].a.rope_freqs);
+        assert_int_equal(hp->rope_mode, cases[i].a.arch ? SKV_ROPE_NEOX : SKV_ROPE_ADJACENT);
+        const int n = 20, V = hp->n_vocab;
+        int32_t toks[20];
+        for (int t = 0; t < n; t++) toks[t] = (int32_t)((t * 37 + 11) % V);
+        float *got = malloc((size_t)n * V * sizeof(float));
+        double *ref = malloc((size_t)n * V * sizeof(double));
+        skv_context *ctx = skv_context_new(m, NULL, &err);
+        assert_non_null(ctx);
+        assert_int_equal(skv_forward(ctx, toks, n, SKV_LOGITS_ALL, got, &err), SKV_OK);
+        ref_model *rm = ref_model_load(path);
+        ref_forward(rm, toks, n, ref, NULL, NULL);
+        double worst = 0, spread = 0;
+        for (size_t k = 0; k < (size_t)n * V; k++) {
+            worst = fmax(worst, fabs(got[k] - ref[k]));
+            spread = fmax(spread, fabs(ref[k]));
+        }
+        assert_true(spread > 0.1); /* the model computes something */
+        assert_true(worst < 1e-4);
+        ref_model_free(rm);
+        skv_context_free(ctx);
+        skv_model_free(m);
+        free(got);
+        free(ref);
+        unlink(path);
+        free(path);
+    }
+    /* a shape whose options the architecture does not have is refused */
+    skv_synth_arch bad = {.arch = "qwen2"}; /* no biases */
+    skv_synth_params p = {SKV_TYPE_F32, 5, 0, 1};
+    skv_err err = {0};
+    assert_int_equal(skv_synth_write_ex(&s, &bad, &p, NULL, test_tmp_path(".gguf"), &err),
+                     SKV_ERR_INVALID_ARG);
+    /* the preset table says what each family is */
+    assert_string_equal(skv_synth_arch_of(skv_synth_preset("qwen3-0.6b"))->arch, "qwen3");
+    assert_int_equal(skv_synth_arch_of(skv_synth_preset("qwen3-0.6b"))->head_dim, 128);
+    assert_true(skv_synth_arch_of(skv_synth_preset("llama-3.2-1b"))->rope_freqs);
+    assert_true(skv_synth_arch_of(skv_synth_preset("phi-3-mini"))->fused);
+    assert_true(skv_synth_arch_of(skv_synth_preset("qwen2.5-0.5b"))->qkv_bias);
+    assert_null(skv_synth_arch_of(&s)->arch);
+}
+
+/* Llama 3.1+ frequency factors: 1 for short wavelengths, 32 for long ones, in between a smooth
+ * band (values from the published rule, worked by hand for theta 500000 and head_dim 64). */
+static void test_llama3_rope_freqs(void **state) {
+    (void)state;
+    float f[32];
+    skv_synth_llama3_rope_freqs(f, 64, 500000.0f);
+    assert_true(f[0] == 1.0f);   /* wavelength 2 pi */
+    assert_true(f[31] == 32.0f); /* wavelength 2 pi 500000^(62/64) >> 8192 */
+    for (int i = 1; i < 32; i++) assert_true(f[i] >= f[i - 1]);
+    /* i = 13: wavelength 2 pi 500000^(26/64) = 1298.3 < 2048: unchanged */
+    assert_true(f[13] == 1.0f);
+    /* i = 16: wavelength 2 pi 500000^(1/2) = 4442.9; smooth = (8192/4442.9 - 1) / 3 = 0.28128;
+     * factor = 1 / ((1 - 0.28128) / 32 + 0.28128) = 3.2923 */
+    assert_float_equal(f[16], 3.2923, 2e-4);
+}
+
+/* --vocab: a real tokenizer in a synthetic model, so text goes in and comes out. */
+static void test_real_vocab(void **state) {
+    (void)state;
+    const skv_synth_shape s = {"vocab-small", "test", 300, 64, 64, 64, 1, 4, 2, 64,
+                               1e6f,          1e-6f,  true};
+    skv_synth_arch a = {.arch = "qwen2", .qkv_bias = true};
+    char *path = strdup(test_tmp_path(".gguf"));
+    skv_synth_params p = {SKV_TYPE_Q8_0, 5, 0, 2};
+    skv_err err = {0};
+    assert_int_equal(
+        skv_synth_write_ex(&s, &a, &p, test_model_path("vocab/ggml-vocab-qwen2.gguf"), path, &err),
+        SKV_OK);
+    skv_model *m = skv_model_load(path, &err);
+    if (!m) fprintf(stderr, "%s\n", err.msg);
+    assert_non_null(m);
+    assert_int_equal(skv_model_hparams(m)->n_vocab, 151936);
+    const skv_vocab *v = skv_model_vocab(m);
+    const char *text = "Hello world, 42 apples!";
+    int32_t toks[64];
+    int n = skv_tokenize(v, text, strlen(text), false, toks, 64);
+    assert_true(n > 1 && n < 20);
+    char buf[128];
+    int nb = skv_detokenize(v, toks, n, false, buf, sizeof buf);
+    assert_int_equal(nb, (int)strlen(text));
+    assert_memory_equal(buf, text, strlen(text));
+    skv_model_free(m);
+    unlink(path);
+    /* the CLI takes --vocab; a file without tokens is refused with exit 2 */
+    char cmd[2048];
+    int st;
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q8_0 --vocab %s -o %s 2>&1",
+             test_cli(), test_model_path("archs/phi3-tiny.gguf"), path);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 0); /* phi3-tiny holds a tokenizer: 1004 tokens */
+    m = skv_model_load(path, &err);
+    assert_non_null(m);
+    assert_int_equal(skv_model_hparams(m)->n_vocab, 1004);
+    skv_model_free(m);
+    unlink(path);
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q8_0 --vocab %s -o %s 2>&1",
+             test_cli(), test_model_path("stories260K/reference_logits.json"), path);
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    free(out);
+    assert_true(access(path, F_OK) != 0);
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_shape_f32), cmocka_unit_test(test_real_preset),
-        cmocka_unit_test(test_deterministic),   cmocka_unit_test(test_types_share_weights),
-        cmocka_unit_test(test_loads_and_runs),  cmocka_unit_test(test_kquant_fallback_and_errors),
-        cmocka_unit_test(test_command_line),
+        cmocka_unit_test(test_small_shape_f32),   cmocka_unit_test(test_real_preset),
+        cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_types_share_weights),
+        cmocka_unit_test(test_loads_and_runs),    cmocka_unit_test(test_kquant_fallback_and_errors),
+        cmocka_unit_test(test_command_line),      cmocka_unit_test(test_architectures),
+        cmocka_unit_test(test_llama3_rope_freqs), cmocka_unit_test(test_real_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -865,8 +865,10 @@ static void test_gguf_vocab_errors(void **state) {
     skv_vocab_free(v);
 
     gguf_case c = ok;
-    c.model = "gpt2";
-    expect_gguf_error(c, SKV_ERR_UNSUPPORTED, "gpt2");
+    c.model = "bert";
+    expect_gguf_error(c, SKV_ERR_UNSUPPORTED, "'bert' is not supported");
+    c.model = "gpt2"; /* byte-level BPE, but these pieces lack the byte alphabet and merges */
+    expect_gguf_error(c, SKV_ERR_FORMAT, "byte");
     c = ok;
     c.model = NULL;
     expect_gguf_error(c, SKV_ERR_FORMAT, "tokenizer.ggml.model");

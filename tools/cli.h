@@ -25,6 +25,7 @@ int cmd_eval_merge(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_synth_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_policies(int argc, char **argv);
 
 /* Prints "sparsekv <cmd>: <message>" on stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -40,8 +41,10 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out);
  * ../shared/models/stories260K/. NULL (and a message naming the places tried) when none exists. */
 const char *cli_model_path(const char *cmd, const char *explicit_path);
 
-/* Loads the model, printing the library's message on failure. */
+/* Loads the model, printing the library's message on failure; cli_model_rc is then the exit
+ * status to return: 2 for a missing, malformed or unsupported file (bad input), 1 otherwise. */
 skv_model *cli_load_model(const char *cmd, const char *path);
+extern int cli_model_rc;
 
 /* Writes s as a JSON string literal (quotes and escapes; invalid UTF-8 bytes as \u00XX). */
 void cli_json_string(FILE *f, const char *s, size_t len);

@@ -59,8 +59,10 @@ static void exe_dir(char *buf, size_t size) {
     }
     buf[n] = 0;
     char *slash = strrchr(buf, '/');
-    if (slash) *slash = 0;
-    else buf[0] = 0;
+    if (slash)
+        *slash = 0;
+    else
+        buf[0] = 0;
 }
 
 const char *cli_model_path(const char *cmd, const char *explicit_path) {
@@ -92,10 +94,14 @@ const char *cli_model_path(const char *cmd, const char *explicit_path) {
     return NULL;
 }
 
+int cli_model_rc = 1;
+
 skv_model *cli_load_model(const char *cmd, const char *path) {
     skv_err err = {0};
     skv_model *m = skv_model_load(path, &err);
     if (!m) cli_error(cmd, "%s", err.msg);
+    /* a file that is missing, malformed or of an unsupported kind is bad input (exit 2) */
+    cli_model_rc = !m && err.status == SKV_ERR_NOMEM ? 1 : 2;
     return m;
 }
 

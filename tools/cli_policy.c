@@ -5,12 +5,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define POLICY_NAMES "sink_recent (streaming), random, attention (snapkv), pyramid (pyramidkv)"
+const char *cli_policy_names(void) {
+    static char buf[1024];
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (skv_policy_describe(i, &a, NULL)) break;
+        int n = snprintf(buf + off, sizeof buf - off, "%s%s%s%s%s", i ? ", " : "", a.name,
+                         a.alias ? " (" : "", a.alias ? a.alias : "", a.alias ? ")" : "");
+        if (n < 0 || (size_t)n >= sizeof buf - off) break;
+        off += (size_t)n;
+    }
+    return buf;
+}
+
+/* "attention, pyramid, ..." : the policies that need a window */
+static const char *window_policy_names(void) {
+    static char buf[512];
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (skv_policy_describe(i, &a, NULL)) break;
+        if (!a.needs_window) continue;
+        int n = snprintf(buf + off, sizeof buf - off, "%s%s", off ? ", " : "", a.name);
+        if (n < 0 || (size_t)n >= sizeof buf - off) break;
+        off += (size_t)n;
+    }
+    return buf;
+}
 
 void cli_policy_init(cli_policy_opts *o) {
     memset(o, 0, sizeof *o);
     o->params = skv_compress_default_params();
     o->params.policy = NULL;
+    o->compress_every = 32;
 }
 
 const char *cli_protocol_name(skv_protocol p) {
@@ -23,15 +53,24 @@ const char *cli_pooling_name(skv_pooling p) {
     return p == SKV_POOL_AVG ? "avg" : "max";
 }
 
+void cli_policy_budget_usage(FILE *f) {
+    fprintf(f, "  --max-cache N       decoding budget: every kv head is cut back to N entries by\n"
+               "                      the policy (no --keep needed); with --positions rerotate\n"
+               "                      generation may run past the model's context length\n"
+               "  --compress-every K  tokens between cuts (default 32): at most N + K entries\n");
+}
+
 void cli_policy_usage(FILE *f) {
     fprintf(f,
-            "compression:\n"
-            "  --policy P          " POLICY_NAMES "\n"
+            "compression (`sparsekv policies` describes each policy):\n"
+            "  --policy P          %s\n",
+            cli_policy_names());
+    fprintf(f,
             "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
             "                      keep = max(1, round_half_even(F * T))\n"
             "  --window N          the last N prompt tokens are the observation window\n"
             "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
-            "                      (attention and pyramid need one of the two)\n"
+            "                      (%s need one of the two)\n"
             "  --protocol seed|engine\n"
             "                      seed (default): prefill the prompt without the window, score\n"
             "                      it with the window run on a copy; the window is not kept.\n"
@@ -45,7 +84,8 @@ void cli_policy_usage(FILE *f) {
             "                      (default 32)\n"
             "  --positions original|rerotate\n"
             "                      keep retained keys at their positions (default) or re-rotate\n"
-            "                      them to their index in the cache (StreamingLLM)\n");
+            "                      them to their index in the cache (StreamingLLM)\n",
+            window_policy_names());
 }
 
 /* The value after flag argv[*i]; NULL after a message when it is missing. */
@@ -75,13 +115,19 @@ int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv,
         "--sinks",  "--pool", "--kernel", "--window-keep", "--positions"};
     bool known = false;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
+    if (o->budget_flags && (!strcmp(a, "--max-cache") || !strcmp(a, "--compress-every"))) {
+        const char *bv = flag_value(cmd, argc, argv, i);
+        if (!bv) return -1;
+        return parse_int_flag(cmd, a, bv, 1, 1L << 30,
+                              !strcmp(a, "--max-cache") ? &o->max_cache : &o->compress_every);
+    }
     if (!known) return 0;
     const char *v = flag_value(cmd, argc, argv, i);
     if (!v) return -1;
     skv_compress_params *p = &o->params;
     if (!strcmp(a, "--policy")) {
         if (!skv_policy_canonical(v)) {
-            cli_error(cmd, "unknown policy '%s' (valid: " POLICY_NAMES ")", v);
+            cli_error(cmd, "unknown policy '%s' (valid: %s)", v, cli_policy_names());
             return -1;
         }
         p->policy = v;
@@ -143,7 +189,35 @@ bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_req
     const skv_compress_params *p = &o->params;
     if (!p->policy) {
         if (policy_required) {
-            cli_error(cmd, "--policy is required (one of " POLICY_NAMES ")");
+            cli_error(cmd, "--policy is required (one of %s)", cli_policy_names());
+            return false;
+        }
+        if (o->max_cache > 0) {
+            cli_error(cmd, "--max-cache needs --policy (sink_recent is StreamingLLM)");
+            return false;
+        }
+        return true;
+    }
+    if (o->max_cache > 0) {
+        for (int i = 0; i < skv_policy_count(); i++) {
+            skv_policy_about a;
+            if (skv_policy_describe(i, &a, NULL) == SKV_OK &&
+                !strcmp(a.name, skv_policy_canonical(p->policy)) && !a.decode) {
+                cli_error(cmd,
+                          "policy '%s' cannot run under --max-cache (it gives heads or layers "
+                          "different counts); `sparsekv policies` lists the decode ones",
+                          p->policy);
+                return false;
+            }
+        }
+        if (o->keep_given) {
+            cli_error(cmd, "give either --keep (compress the prompt once) or --max-cache (a "
+                           "decoding budget), not both");
+            return false;
+        }
+        if (o->window_text) {
+            cli_error(cmd, "--window-text does not apply under --max-cache (the window is the "
+                           "last decoded tokens)");
             return false;
         }
         return true;
@@ -259,7 +333,8 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
                    skv_context **ctx_out, float *last_logits, skv_compress_info *info) {
     *ctx_out = NULL;
     if (info) memset(info, 0, sizeof *info);
-    const bool compress = o->params.policy != NULL;
+    const bool budget = o->max_cache > 0;
+    const bool compress = o->params.policy != NULL && !budget;
     const bool engine = o->params.protocol == SKV_PROTOCOL_ENGINE;
     const int W = p->n_window;
     skv_context_params cp = *cparams;
@@ -275,6 +350,26 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
     if (!ctx) {
         cli_error(cmd, "%s", err.msg);
         return status_exit(err.status);
+    }
+    skv_status st0 = SKV_OK;
+    if (budget) {
+        skv_compress_params bp = o->params;
+        bp.n_window = o->window_n > 0 ? o->window_n : o->compress_every;
+        st0 = skv_context_set_budget(ctx, &bp, o->max_cache, o->compress_every, &err);
+    } else if (compress) {
+        /* policies that need the prefill's attention (h2o) turn its accumulation on first */
+        const char *canon = skv_policy_canonical(o->params.policy);
+        for (int i = 0; canon && i < skv_policy_count(); i++) {
+            skv_policy_about a;
+            if (skv_policy_describe(i, &a, NULL) == SKV_OK && !strcmp(a.name, canon) &&
+                a.needs_prefill_attention)
+                st0 = skv_context_accumulate_attention(ctx, true, &err);
+        }
+    }
+    if (st0) {
+        cli_error(cmd, "%s", err.msg);
+        skv_context_free(ctx);
+        return status_exit(st0);
     }
     /* seed: the window waits until after compression */
     const int n_first = compress && !engine ? p->n_tokens - W : p->n_tokens;

@@ -15,6 +15,9 @@ typedef struct cli_policy_opts {
     bool keep_given;
     int window_n;            /* --window N: the last N prompt tokens are the window (0 = none) */
     const char *window_text; /* --window-text TEXT: a window appended after the prompt */
+    int max_cache;           /* --max-cache N: decoding budget, entries per kv head (0 = none) */
+    int compress_every;      /* --compress-every K: tokens between cuts (default 32) */
+    bool budget_flags;       /* accept --max-cache / --compress-every (generate) */
 } cli_policy_opts;
 
 void cli_policy_init(cli_policy_opts *o);
@@ -29,8 +32,12 @@ int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv,
  * printing a message (exit status 2). */
 bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_required);
 
-/* Usage lines of the compression flags. */
+/* Usage lines of the compression flags (the policy list comes from the registry). */
 void cli_policy_usage(FILE *f);
+/* Usage lines of --max-cache and --compress-every (generate). */
+void cli_policy_budget_usage(FILE *f);
+/* "sink_recent (streaming), random, ..." from the registry (static buffer). */
+const char *cli_policy_names(void);
 
 /* A prompt as tokens: BOS + prompt text (+ the --window-text tokens, without BOS). */
 typedef struct cli_prompt {

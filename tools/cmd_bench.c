@@ -182,6 +182,7 @@ static void pct(char *buf, size_t n, double v, double peak) {
 
 static void print_header(const opts *o) {
     if (o->json) return;
+    printf("SIMD level: %s (CPU: %s)\n\n", skv_simd_level(), skv_simd_cpu_level());
     printf("| model | type | size | params | threads | test | t/s | min..max | GFLOP/s | %% FMA "
            "peak | GB/s | %% read BW |\n");
     printf("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
@@ -199,7 +200,7 @@ static void print_row(const opts *o, const model_facts *f, int threads, const ch
     double gflops = flops > 0 ? flops / ts.median / 1e9 : 0;
     double gbs = bytes > 0 ? bytes / ts.median / 1e9 : 0;
     if (o->json) {
-        printf("{\"record\":\"test\",\"model\":");
+        printf("{\"record\":\"test\",\"simd\":\"%s\",\"model\":", skv_simd_level());
         cli_json_string(stdout, f->name, strlen(f->name));
         printf(",\"type\":\"%s\",\"weight_bytes\":%llu,\"params\":%llu,\"threads\":%d,"
                "\"test\":\"%s\",\"tokens\":%d,\"reps\":%d,\"tps_median\":%.4f,\"tps_min\":%.4f,"
@@ -424,7 +425,7 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
         double speedup = sc.median / sd.median, predicted = (wb + kv_d) / (wb + kv_c);
         double pct_prefill = 100.0 * cm.median / prefill_ms;
         if (o->json) {
-            printf("{\"record\":\"compress\",\"model\":");
+            printf("{\"record\":\"compress\",\"simd\":\"%s\",\"model\":", skv_simd_level());
             cli_json_string(stdout, b->f.name, strlen(b->f.name));
             printf(",\"type\":\"%s\",\"threads\":%d,\"depth\":%d,\"policy\":\"%s\",\"keep\":%.4f,"
                    "\"window\":%d,\"keep_tokens\":%d,\"kv_bytes_before\":%llu,"
@@ -489,9 +490,9 @@ static bool measure_peaks(const opts *o, peaks *pk) {
         pk[i].bw = skv_roofline_read_gbs(pool, buf, bytes, 5);
         skv_pool_free(pool);
         if (o->json)
-            printf("{\"record\":\"roofline\",\"impl\":\"%s\",\"threads\":%ld,\"fma_gflops\":%.3f,"
-                   "\"read_gbs\":%.3f}\n",
-                   skv_roofline_impl(), o->th[i], pk[i].fma, pk[i].bw);
+            printf("{\"record\":\"roofline\",\"simd\":\"%s\",\"impl\":\"%s\",\"threads\":%ld,"
+                   "\"fma_gflops\":%.3f,\"read_gbs\":%.3f}\n",
+                   skv_simd_level(), skv_roofline_impl(), o->th[i], pk[i].fma, pk[i].bw);
         else
             printf("| %ld | %.1f | %.2f |\n", o->th[i], pk[i].fma, pk[i].bw);
     }
@@ -596,7 +597,7 @@ int cmd_bench(int argc, char **argv) {
     if (!o.model) return 2;
 
     skv_model *model = cli_load_model(CMD, o.model);
-    if (!model) return 1;
+    if (!model) return cli_model_rc;
     bench b;
     memset(&b, 0, sizeof b);
     b.o = &o;

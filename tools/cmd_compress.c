@@ -3,8 +3,13 @@
 #include "cli.h"
 #include "cli_policy.h"
 
+#include "eval/eval.h"
+
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char *CMD = "compress";
 
@@ -14,7 +19,7 @@ static void usage(FILE *f) {
             "                         [--window N | --window-text TEXT] [--protocol seed|engine]\n"
             "                         [--seed S] [--sinks N] [--pool max|avg] [--kernel N]\n"
             "                         [--window-keep N] [--positions original|rerotate]\n"
-            "                         [-t N] [--json]\n\n"
+            "                         [-t N] [--json] [--plot FILE.png]\n\n"
             "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer and\n"
             "kv head under policy P and reports what was kept.\n\n"
             "  -m MODEL            GGUF model (default %s)\n"
@@ -25,6 +30,8 @@ static void usage(FILE *f) {
             "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
             "                      prompt_tokens, kept [layer][head], and layers: per layer,\n"
             "                      per kv head, the retained positions\n"
+            "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
+            "                      kv head, one column per position) with gnuplot\n"
             "  -h, --help          this help\n\n",
             SKV_DEFAULT_MODEL);
     cli_policy_usage(f);
@@ -36,6 +43,22 @@ static void print_int_array(FILE *f, const int *a, int n) {
     fputc(']', f);
 }
 
+/* Whether the policy sets its own layer budgets (the registry says so). */
+static bool has_layer_budgets(const char *policy) {
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (skv_policy_describe(i, &a, NULL) == SKV_OK && !strcmp(a.name, policy))
+            return a.layer_budgets;
+    }
+    return false;
+}
+
+static int sum_ints(const int *a, int n) {
+    int s = 0;
+    for (int i = 0; a && i < n; i++) s += a[i];
+    return s;
+}
+
 static void print_json(FILE *f, const skv_context *ctx, const skv_compress_info *info,
                        const cli_policy_opts *o, int prompt_tokens) {
     const skv_cache *c = skv_context_cache_const(ctx);
@@ -45,7 +68,7 @@ static void print_json(FILE *f, const skv_context *ctx, const skv_compress_info 
             info->keep);
     fprintf(f, ", \"compress_ms\": %.6f, \"window_ms\": %.6f, \"window_tokens\": %d",
             info->compress_ms, info->window_ms, info->window_tokens);
-    if (!strcmp(info->policy, "pyramid")) {
+    if (has_layer_budgets(info->policy)) {
         fprintf(f, ", \"layer_budgets\": ");
         print_int_array(f, info->layer_budgets, info->n_layer);
     }
@@ -59,7 +82,12 @@ static void print_json(FILE *f, const skv_context *ctx, const skv_compress_info 
         fprintf(f, "%s", l ? ", " : "");
         print_int_array(f, info->kept + (size_t)l * info->n_head_kv, info->n_head_kv);
     }
-    fprintf(f, "], \"layers\": [");
+    /* what the selection really was, per layer summed over its kv heads */
+    fprintf(f, "], \"forced\": ");
+    print_int_array(f, info->forced, info->forced ? info->n_layer : 0);
+    fprintf(f, ", \"by_score\": ");
+    print_int_array(f, info->by_score, info->by_score ? info->n_layer : 0);
+    fprintf(f, ", \"layers\": [");
     for (int l = 0; l < skv_cache_n_layer(c); l++) {
         fprintf(f, "%s[", l ? ", " : "");
         for (int h = 0; h < skv_cache_n_head_kv(c); h++) {
@@ -87,7 +115,7 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
                 o->params.protocol == SKV_PROTOCOL_ENGINE ? "kept in the cache"
                                                           : "scored on a copy, not kept");
     fputc('\n', f);
-    if (!strcmp(info->policy, "pyramid")) {
+    if (has_layer_budgets(info->policy)) {
         fprintf(f, "layer budgets: ");
         print_int_array(f, info->layer_budgets, info->n_layer);
         fputc('\n', f);
@@ -97,6 +125,18 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
         print_int_array(f, info->kept + (size_t)l * info->n_head_kv, info->n_head_kv);
         fputc('\n', f);
     }
+    if (info->forced && info->by_score) {
+        fprintf(f, "selection per layer (all kv heads): forced ");
+        print_int_array(f, info->forced, info->n_layer);
+        fprintf(f, ", chosen by score ");
+        print_int_array(f, info->by_score, info->n_layer);
+        fputc('\n', f);
+        if (sum_ints(info->by_score, info->n_layer) == 0 && info->keep < info->T)
+            fprintf(f,
+                    "note: nothing was chosen by score: every kept entry was forced (window "
+                    "%d, --window-keep %d, --sinks %d); raise --keep or lower those\n",
+                    info->window_tokens, o->params.window_keep, o->params.sinks);
+    }
     double pct = info->bytes_before ? 100.0 * (double)info->bytes_after / info->bytes_before : 0;
     fprintf(f, "KV bytes: %llu -> %llu (%.1f%%)\n", (unsigned long long)info->bytes_before,
             (unsigned long long)info->bytes_after, pct);
@@ -105,8 +145,83 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
     fprintf(f, "\n");
 }
 
+/* --plot: the kept positions of every (layer, kv head) as a heat map, drawn by gnuplot from a
+ * temporary script (data inline). Returns the exit status. */
+static int plot_kept(const skv_context *ctx, const skv_compress_info *info,
+                     const cli_policy_opts *o, const char *png) {
+    const skv_cache *c = skv_context_cache_const(ctx);
+    int L = skv_cache_n_layer(c), H = skv_cache_n_head_kv(c);
+    const int32_t **pos = calloc((size_t)L * H + 1, sizeof *pos);
+    int *lens = calloc((size_t)L * H + 1, sizeof *lens);
+    int n_pos = info->T;
+    for (int l = 0; pos && lens && l < L; l++)
+        for (int h = 0; h < H; h++) {
+            pos[l * H + h] = skv_cache_head_positions(c, l, h);
+            lens[l * H + h] = skv_cache_head_len(c, l, h);
+            for (int i = 0; i < lens[l * H + h]; i++)
+                if (pos[l * H + h][i] >= n_pos) n_pos = pos[l * H + h][i] + 1;
+        }
+    const char *tmpdir = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/sparsekv-plot-XXXXXX",
+             tmpdir && *tmpdir && strlen(tmpdir) < 4000 ? tmpdir : "/tmp");
+    int fd = pos && lens ? mkstemp(tmpl) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        cli_error(CMD, "cannot write a temporary gnuplot script: %s", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmpl);
+        }
+        free(pos);
+        free(lens);
+        return 1;
+    }
+    char title[256];
+    snprintf(title, sizeof title,
+             "kept positions: %s, keep %g (%d of %d per kv head), %s protocol, %s positions",
+             info->policy, info->keep_frac, info->keep, info->T,
+             cli_protocol_name(o->params.protocol), cli_positions_name(o->params.positions));
+    int window_from = o->params.protocol == SKV_PROTOCOL_ENGINE && info->window_tokens > 0
+                          ? info->T - info->window_tokens
+                          : -1;
+    skv_eval_write_kept_map(f, png, title, L, H, n_pos, pos, lens, window_from);
+    free(pos);
+    free(lens);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0) bad = true;
+    int rc = 0;
+    if (bad) {
+        cli_error(CMD, "cannot write the temporary gnuplot script %s", tmpl);
+        rc = 1;
+    } else {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* stdout stays the summary's; gnuplot talks on stderr */
+            if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) _exit(127);
+            execlp("gnuplot", "gnuplot", tmpl, (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            cli_error(CMD, "gnuplot %s: cannot draw %s",
+                      pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 127
+                          ? "is not installed"
+                          : "failed",
+                      png);
+            rc = 1;
+        }
+    }
+    unlink(tmpl);
+    return rc;
+}
+
 int cmd_compress(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL;
+    const char *model_path = NULL, *prompt = NULL, *plot_path = NULL;
     int n_threads = 0;
     bool json = false;
     cli_policy_opts opts;
@@ -121,6 +236,12 @@ int cmd_compress(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--plot")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                cli_error(CMD, "--plot needs a file name (FILE.png)");
+                return 2;
+            }
+            plot_path = argv[++i];
         } else if (!strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-t")) {
             if (i + 1 >= argc) {
                 cli_error(CMD, "%s needs a value", a);
@@ -152,7 +273,7 @@ int cmd_compress(int argc, char **argv) {
     const char *path = cli_model_path(CMD, model_path);
     if (!path) return 2;
     skv_model *model = cli_load_model(CMD, path);
-    if (!model) return 1;
+    if (!model) return cli_model_rc;
 
     cli_prompt p;
     int rc = cli_policy_tokenize(CMD, model, &opts, prompt, &p);
@@ -172,6 +293,7 @@ int cmd_compress(int argc, char **argv) {
         else
             print_summary(stdout, &info, &opts, p.n_tokens);
         if (fflush(stdout) != 0) rc = 1;
+        if (rc == 0 && plot_path) rc = plot_kept(ctx, &info, &opts, plot_path);
     }
     skv_compress_info_free(&info);
     skv_context_free(ctx);

@@ -2,6 +2,7 @@
  * cache, on real caches (docs/EVAL.md). The measuring is in eval/; this file parses options,
  * shows progress, runs gnuplot and prints the summary. */
 #include "cli.h"
+#include "cli_policy.h"
 #include "eval/eval.h"
 
 #include <errno.h>
@@ -11,6 +12,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The longest default sample or passkey prompt, whatever context the model claims. */
+#define EVAL_DEFAULT_MAX_TOKENS 4096
 
 static const char *CMD = "eval";
 
@@ -37,28 +41,37 @@ static void usage(FILE *f) {
         "  --task lm|passkey    lm (default): the metrics above; passkey: a 5-digit key\n"
         "                       hidden in filler text, exact-match retrieval after greedy\n"
         "                       decoding\n"
+        "  --task kv|multikey   the retrieval model's other tasks (docs/MODEL_retrieval.md):\n"
+        "                       key-value lookup, one of 4 needles; scored like passkey\n"
         "  --depths LIST        passkey needle depths (default 0.1,0.5,0.9)\n"
         "  --passkey-tokens N   passkey prompt length (default: context - greedy)\n\n"
         "configurations (every combination is run; keep 1.0 is always added as control):\n"
-        "  --policies LIST      default sink_recent,random,attention,pyramid (aliases\n"
-        "                       streaming, snapkv, pyramidkv)\n"
+        "  --policies LIST      default: every policy of `sparsekv policies` (names or\n"
+        "                       aliases)\n"
         "  --keep LIST          keep fractions in (0, 1] (default 0.1,0.25,0.5,1.0)\n"
         "  --protocols LIST     seed,engine (default both)\n"
         "  --positions LIST     original,rerotate (default original)\n"
         "  --seeds N            seeds 0..N-1 of the random policy (default 5)\n"
         "  --sinks N --kernel N --pooling max|avg --window-keep N   policy parameters\n"
-        "  --greedy G           greedy tokens decoded under both caches (default 32)\n\n"
+        "  --greedy G           greedy tokens decoded under both caches (default 32)\n"
+        "  --budget N           decoding-time mode: teacher-force every sample with every\n"
+        "                       kv head bounded at N entries (rerotate), compressing every\n"
+        "                       --compress-every K tokens (default 32); decode-capable\n"
+        "                       policies only; writes OUT/decode.jsonl and a summary\n\n"
         "run:\n"
         "  -t N                 threads (default: 1 for models under 32 MiB of weights,\n"
         "                       else all cores)\n"
         "  --kv-type T          f32 (default), f16 or q8_0\n"
         "  --shard i/n          run only samples with index %% n == i (0 <= i < n)\n"
         "  --out DIR            output directory (default eval-out)\n"
+        "  --label KEY=TEXT     legend text in the plots for a policy, protocol or position\n"
+        "                       mode, e.g. --label attention=SnapKV (repeatable)\n"
         "  -q, --quiet          no progress\n"
         "  -h, --help           this help\n\n"
         "Writes DIR/results.jsonl (one line per sample x configuration), summary.csv,\n"
         "summary.md, timing.csv, run.json, plot_data.dat, plots.gp and, when gnuplot is\n"
-        "installed, kl_vs_keep and top1_vs_keep as PNG and SVG; prints summary.md.\n"
+        "installed, kl_vs_keep, top1_vs_keep, ppl_vs_keep and greedy_vs_keep as PNG and\n"
+        "SVG; prints summary.md.\n"
         "Merge shards with `sparsekv eval-merge DIR... --out DIR`.\n",
         SKV_DEFAULT_MODEL);
 }
@@ -141,12 +154,71 @@ typedef struct sink {
     double worst_control_kl;
     int not_full; /* keep 1.0 rows whose policy did not keep every entry */
     char not_full_policies[128];
+    /* degenerate configurations, warned once each: selections of this sample, and warnings */
+    int sample;
+    struct {
+        const skv_eval_config *cfg;
+        uint64_t hash;
+    } seen[512];
+    int n_seen;
+    char warned[64][96];
+    int n_warned;
 } sink;
+
+/* true the first time key is seen (then remembered) */
+static bool first_warning(sink *s, const char *key) {
+    for (int i = 0; i < s->n_warned; i++)
+        if (!strcmp(s->warned[i], key)) return false;
+    if (s->n_warned < 64) snprintf(s->warned[s->n_warned++], sizeof s->warned[0], "%s", key);
+    return s->n_warned < 64;
+}
+
+/* Warns when nothing was chosen by score, or when two policies kept the same entries. */
+static void check_degenerate(sink *s, const skv_eval_result *r) {
+    const skv_eval_config *c = r->cfg;
+    if (c->keep_frac >= 1.0 || !r->by_score) return;
+    char key[96];
+    int scored = 0;
+    for (int l = 0; l < r->n_layer; l++) scored += r->by_score[l];
+    const char *proto = c->protocol == SKV_PROTOCOL_ENGINE ? "engine" : "seed";
+    snprintf(key, sizeof key, "none %s %g %s", c->policy, c->keep_frac, proto);
+    if (scored == 0 && r->keep < r->T && first_warning(s, key))
+        fprintf(stderr,
+                "sparsekv eval: warning: %s at keep %g (%s protocol) chose nothing by score: "
+                "keep = %d entries are all forced (window %d, --window-keep %d, --sinks %d); "
+                "raise --keep or lower --window/--window-keep\n",
+                c->policy, c->keep_frac, proto, r->keep, r->sample->n_window, s->st->window_keep,
+                s->st->sinks);
+    if (r->sample->index != s->sample) {
+        s->sample = r->sample->index;
+        s->n_seen = 0;
+    }
+    for (int i = 0; i < s->n_seen; i++) {
+        const skv_eval_config *o = s->seen[i].cfg;
+        if (s->seen[i].hash != r->selection_hash || !strcmp(o->policy, c->policy) ||
+            o->keep_frac != c->keep_frac || o->protocol != c->protocol ||
+            o->positions != c->positions)
+            continue;
+        snprintf(key, sizeof key, "same %s %s %g %s", o->policy, c->policy, c->keep_frac, proto);
+        if (first_warning(s, key))
+            fprintf(stderr,
+                    "sparsekv eval: warning: %s and %s kept the same entries at keep %g (%s "
+                    "protocol, sample %d): the configuration does not tell them apart; raise "
+                    "--keep or lower --window/--window-keep\n",
+                    o->policy, c->policy, c->keep_frac, proto, r->sample->index);
+        break;
+    }
+    if (s->n_seen < 512) {
+        s->seen[s->n_seen].cfg = c;
+        s->seen[s->n_seen++].hash = r->selection_hash;
+    }
+}
 
 static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) {
     sink *s = user;
     skv_eval_write_result(s->f, s->st, r);
     if (ferror(s->f)) return skv_err_set(err, SKV_ERR_IO, "error writing results.jsonl");
+    check_degenerate(s, r);
     if (r->cfg->keep_frac == 1.0) {
         /* a control only when the policy really kept everything (PyramidKV's rule does not) */
         bool full = r->kept != NULL;
@@ -203,11 +275,13 @@ static bool run_gnuplot(const char *dir) {
 
 /* Reports from rows (already checked) into out, plots, summary on stdout. Shared with
  * cmd_eval_merge.c. Returns the exit status. */
-int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet);
-int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet) {
+int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet,
+                    const skv_eval_labels *labels);
+int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet,
+                    const skv_eval_labels *labels) {
     skv_err err = {0};
     char *md = NULL;
-    if (skv_eval_write_reports(rows, out, &md, &err)) {
+    if (skv_eval_write_reports_labeled(rows, out, labels, &md, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
@@ -220,11 +294,106 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
         fprintf(stderr, "sparsekv %s: gnuplot failed on %s/plots.gp: no plots drawn\n", cmd, out);
     } else if (!quiet) {
         fprintf(stderr, "sparsekv %s: plots in %s (%s.png/.svg)\n", cmd, out,
-                rows->rows[0].task == SKV_EVAL_LM ? "kl_vs_keep, top1_vs_keep" : "passkey_vs_keep");
+                rows->rows[0].task == SKV_EVAL_LM
+                    ? "kl_vs_keep, top1_vs_keep, ppl_vs_keep, greedy_vs_keep"
+                    : "passkey_vs_keep");
     }
     fputs(md, stdout);
     fflush(stdout);
     free(md);
+    return 0;
+}
+
+/* ---- decoding-time mode (--budget) ---------------------------------------------------------- */
+
+typedef struct decode_sink {
+    FILE *f;
+    const char *policies[64];
+    int n_policies;
+    double kl[64], top1[64];
+    int n[64], cuts[64], most[64];
+    int controls_bad; /* budget >= the sample, yet KL != 0 */
+} decode_sink;
+
+static skv_status on_decode(void *user, const skv_eval_decode_result *r, skv_err *err) {
+    decode_sink *d = user;
+    skv_eval_write_decode(d->f, r);
+    if (ferror(d->f)) return skv_err_set(err, SKV_ERR_IO, "error writing decode.jsonl");
+    for (int i = 0; i < d->n_policies; i++) {
+        if (strcmp(d->policies[i], r->policy)) continue;
+        d->kl[i] += r->m.kl_mean;
+        d->top1[i] += r->m.top1;
+        d->n[i]++;
+        d->cuts[i] += r->cuts;
+        if (r->max_entries > d->most[i]) d->most[i] = r->max_entries;
+    }
+    const skv_eval_sample *s = r->sample;
+    if (r->budget >= s->n_prefix + s->n_window + s->n_cont && r->m.kl_max != 0.0) d->controls_bad++;
+    return SKV_OK;
+}
+
+static int run_decode_eval(const skv_model *model, const skv_eval_dataset *ds,
+                           const char *const *policies, int n_policies, int budget, int every,
+                           const skv_eval_settings *st, const char *out, bool quiet) {
+    decode_sink d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < n_policies && d.n_policies < 64; i++) {
+        skv_policy_about a = {0};
+        for (int k = 0; k < skv_policy_count(); k++)
+            if (!skv_policy_describe(k, &a, NULL) && !strcmp(a.name, policies[i])) break;
+        if (!a.decode) {
+            if (!quiet)
+                fprintf(stderr, "sparsekv eval: %s does not run under a budget: skipped\n",
+                        policies[i]);
+            continue;
+        }
+        d.policies[d.n_policies++] = policies[i];
+    }
+    skv_err err = {0};
+    if (skv_eval_mkdirs(out, &err)) {
+        cli_error(CMD, "%s", err.msg);
+        return 1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/decode.jsonl", out);
+    d.f = fopen(path, "w");
+    if (!d.f) {
+        cli_error(CMD, "cannot write %s: %s", path, strerror(errno));
+        return 1;
+    }
+    const double t0 = skv_time_ms();
+    for (int i = 0; i < ds->n; i++) {
+        if (skv_eval_decode_sample(model, &ds->samples[i], d.policies, d.n_policies, budget, every,
+                                   st, on_decode, &d, &err)) {
+            fclose(d.f);
+            cli_error(CMD, "sample %d: %s", ds->samples[i].index, err.msg);
+            return err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
+        }
+        if (!quiet) fprintf(stderr, "sparsekv eval: %d/%d samples done\n", i + 1, ds->n);
+    }
+    if (fclose(d.f) != 0) {
+        cli_error(CMD, "error writing %s", path);
+        return 1;
+    }
+    printf("decoding-time evaluation: budget %d entries per kv head, a cut every %d tokens, "
+           "rerotate (%s)\n\n",
+           budget, every, path);
+    printf("| policy | n | KL mean | top-1 | cuts per sample | most entries per head |\n"
+           "|---|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < d.n_policies; i++)
+        if (d.n[i])
+            printf("| %s | %d | %.4g | %.3f | %.1f | %d (bound %d) |\n", d.policies[i], d.n[i],
+                   d.kl[i] / d.n[i], d.top1[i] / d.n[i], (double)d.cuts[i] / d.n[i], d.most[i],
+                   budget + every);
+    if (!quiet)
+        fprintf(stderr, "sparsekv eval: decode mode took %.1f s\n", (skv_time_ms() - t0) / 1e3);
+    if (d.controls_bad) {
+        fprintf(stderr,
+                "sparsekv eval: %d control rows (budget >= the sample) differ from the "
+                "full cache: engine bug\n",
+                d.controls_bad);
+        return 1;
+    }
     return 0;
 }
 
@@ -234,16 +403,29 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
 
 int cmd_eval(int argc, char **argv) {
     const char *model_arg = NULL, *data = NULL, *out = "eval-out";
-    const char *policies_s = "sink_recent,random,attention,pyramid";
+    /* default: every built-in row of the registry */
+    char all_policies[1024] = "";
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (skv_policy_describe(i, &a, NULL) || !a.builtin) continue;
+        size_t len = strlen(all_policies);
+        snprintf(all_policies + len, sizeof all_policies - len, "%s%s", len ? "," : "", a.name);
+    }
+    const char *policies_s = all_policies;
     const char *keep_s = "0.1,0.25,0.5,1.0", *protocols_s = "seed,engine";
     const char *positions_s = "original", *depths_s = "0.1,0.5,0.9";
     long seeds = 5, samples = -1, greedy = 32, threads = -1, passkey_tokens = 0;
     long shard_k = 0, shard_n = 1;
     bool quiet = false, passkey = false;
+    int task_kind = 0; /* --task kv / multikey (eval/tasks.c): scored like passkey */
+    skv_eval_label label_items[MAX_ITEMS];
+    int n_labels = 0;
+    skv_eval_labels labels = {label_items, 0};
     skv_eval_split split = {0, 32, 64};
     skv_eval_settings st;
     skv_eval_settings_default(&st);
     long sinks = st.sinks, kernel = st.kernel, window_keep = st.window_keep;
+    long decode_budget = 0, compress_every = 32; /* --budget N --compress-every K */
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -269,7 +451,17 @@ int cmd_eval(int argc, char **argv) {
             out = v;
         else if (!strcmp(a, "--policies"))
             policies_s = v;
-        else if (!strcmp(a, "--keep"))
+        else if (!strcmp(a, "--label")) {
+            char why[512];
+            if (n_labels == MAX_ITEMS ||
+                !skv_eval_label_parse(v, &label_items[n_labels], why, sizeof why)) {
+                cli_error(CMD, "bad --label '%s': %s", v,
+                          n_labels == MAX_ITEMS ? "too many labels" : why);
+                return 2;
+            }
+            n_labels++;
+            labels.n = n_labels;
+        } else if (!strcmp(a, "--keep"))
             keep_s = v;
         else if (!strcmp(a, "--protocols"))
             protocols_s = v;
@@ -293,6 +485,10 @@ int cmd_eval(int argc, char **argv) {
             ok = cli_parse_int(v, 1, 1 << 16, &kernel);
         else if (!strcmp(a, "--window-keep"))
             ok = cli_parse_int(v, 0, 1 << 24, &window_keep);
+        else if (!strcmp(a, "--budget"))
+            ok = cli_parse_int(v, 1, 1 << 24, &decode_budget);
+        else if (!strcmp(a, "--compress-every"))
+            ok = cli_parse_int(v, 1, 1 << 24, &compress_every);
         else if (!strcmp(a, "--prefix"))
             ok = parse_part(v, true, &split.prefix);
         else if (!strcmp(a, "--window"))
@@ -307,8 +503,11 @@ int cmd_eval(int argc, char **argv) {
             else
                 ok = false;
         } else if (!strcmp(a, "--task")) {
+            task_kind = 0;
             if (!strcmp(v, "passkey"))
                 passkey = true;
+            else if (!strcmp(v, "kv") || !strcmp(v, "multikey"))
+                passkey = true, task_kind = !strcmp(v, "kv") ? SKV_TASK_KV : SKV_TASK_MULTIKEY;
             else if (strcmp(v, "lm"))
                 ok = false;
         } else if (!strcmp(a, "--kv-type")) {
@@ -364,10 +563,8 @@ int cmd_eval(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         const char *c = skv_policy_canonical(items[i]);
         if (!c) {
-            cli_error(CMD,
-                      "unknown policy '%s' in --policies (known: sink_recent or streaming, "
-                      "random, attention or snapkv, pyramid or pyramidkv)",
-                      items[i]);
+            cli_error(CMD, "unknown policy '%s' in --policies (known: %s)", items[i],
+                      cli_policy_names());
             return 2;
         }
         bool dup = false;
@@ -462,7 +659,7 @@ int cmd_eval(int argc, char **argv) {
         return 2;
     }
     skv_model *model = cli_load_model(CMD, model_path);
-    if (!model) return 1;
+    if (!model) return cli_model_rc;
     st.model_path = model_path;
     /* a tiny model loses more to thread hand-offs than it gains (stories260K: 10x slower with
      * 2 threads on a busy machine), so the default is 1 thread below 32 MiB of weights */
@@ -470,6 +667,14 @@ int cmd_eval(int argc, char **argv) {
     st.n_threads = (int)threads;
     const skv_hparams *hp = skv_model_hparams(model);
     int n_ctx = hp->n_ctx_train;
+    /* Sizes taken from metadata are bounded by what the command needs: a file may claim a
+     * context of 2^28 tokens, and the default samples and passkey prompts must not follow it. */
+    int n_default = n_ctx < EVAL_DEFAULT_MAX_TOKENS ? n_ctx : EVAL_DEFAULT_MAX_TOKENS;
+    if (n_default < n_ctx && !quiet && !data && passkey_tokens <= 0)
+        fprintf(stderr,
+                "sparsekv eval: the model's context is %d tokens; default samples use %d "
+                "(--passkey-tokens or --data for longer)\n",
+                n_ctx, n_default);
     int rc = 1;
     skv_err err = {0};
     skv_eval_dataset ds = {0};
@@ -480,7 +685,7 @@ int cmd_eval(int argc, char **argv) {
     double t_start = skv_time_ms();
 
     if (passkey) {
-        int budget = passkey_tokens > 0 ? (int)passkey_tokens : n_ctx - st.greedy;
+        int budget = passkey_tokens > 0 ? (int)passkey_tokens : n_default - st.greedy;
         if (budget + st.greedy > n_ctx) {
             cli_error(CMD, "--passkey-tokens %d + --greedy %d exceed the model's context of %d",
                       budget, st.greedy, n_ctx);
@@ -489,9 +694,15 @@ int cmd_eval(int argc, char **argv) {
         }
         int window =
             split.window >= 1 ? (int)split.window : (int)skv_round_half_even(split.window * budget);
-        if (skv_eval_passkey_dataset(skv_model_vocab(model), samples > 0 ? (int)samples : 8, depths,
-                                     n_depths, budget, window, (int)shard_k, (int)shard_n, &ds,
-                                     &err)) {
+        skv_status ds_st =
+            task_kind ? skv_eval_task_dataset(skv_model_vocab(model), (skv_eval_task_kind)task_kind,
+                                              samples > 0 ? (int)samples : 8, depths, n_depths,
+                                              budget, window, (int)shard_k, (int)shard_n, &ds, &err)
+                      : skv_eval_passkey_dataset(skv_model_vocab(model),
+                                                 samples > 0 ? (int)samples : 8, depths, n_depths,
+                                                 budget, window, (int)shard_k, (int)shard_n, &ds,
+                                                 &err);
+        if (ds_st) {
             cli_error(CMD, "%s", err.msg);
             rc = err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
             goto done;
@@ -507,7 +718,7 @@ int cmd_eval(int argc, char **argv) {
         }
     } else {
         skv_eval_gen_params gp = {.n_samples = samples > 0 ? (int)samples : 8,
-                                  .n_total = n_ctx * 7 / 8,
+                                  .n_total = n_default * 7 / 8,
                                   .n_threads = st.n_threads,
                                   .kv_type = st.kv_type};
         if (!quiet)
@@ -527,6 +738,11 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "sparsekv eval: %d sample%s skipped (too short or too long)\n",
                 ds.n_skipped, ds.n_skipped == 1 ? "" : "s");
 
+    if (decode_budget > 0) {
+        rc = run_decode_eval(model, &ds, policies, n_policies, (int)decode_budget,
+                             (int)compress_every, &st, out, quiet);
+        goto done;
+    }
     if (skv_eval_configs(policies, n_policies, keeps, n_keeps, protocols, n_protocols, positions,
                          n_positions, (int)seeds, &cfgs, &n_cfgs, &err)) {
         cli_error(CMD, "%s", err.msg);
@@ -551,7 +767,7 @@ int cmd_eval(int argc, char **argv) {
                      .n_cfgs = n_cfgs,
                      .total = (long long)ds.n * n_cfgs,
                      .t0 = skv_time_ms()};
-    sink sk = {.f = rf, .st = &st, .prog = &prog};
+    sink sk = {.f = rf, .st = &st, .prog = &prog, .sample = -1};
     if (!quiet)
         fprintf(stderr, "sparsekv eval: %d sample%s x %d configurations%s\n", ds.n,
                 ds.n == 1 ? "" : "s", n_cfgs, shard_n > 1 ? " (this shard)" : "");
@@ -603,7 +819,7 @@ int cmd_eval(int argc, char **argv) {
         cli_error(CMD, "%s", err.msg);
         goto done;
     }
-    rc = cmd_eval_finish(CMD, &rows, out, quiet);
+    rc = cmd_eval_finish(CMD, &rows, out, quiet, &labels);
     if (!quiet)
         fprintf(stderr, "sparsekv eval: %d samples x %d configurations in %.1f s; results in %s\n",
                 ds.n, n_cfgs, (skv_time_ms() - t_start) / 1000.0, out);

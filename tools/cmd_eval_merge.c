@@ -11,16 +11,19 @@
 static const char *CMD = "eval-merge";
 
 /* defined in cmd_eval.c */
-int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet);
+int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet,
+                    const skv_eval_labels *labels);
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sparsekv eval-merge DIR|FILE.jsonl... --out DIR [-q]\n\n"
+    fprintf(f, "usage: sparsekv eval-merge DIR|FILE.jsonl... --out DIR [--label K=TEXT] [-q]\n\n"
                "Reads DIR/results.jsonl of every shard (or the .jsonl files given), checks that\n"
                "no (sample, configuration) appears twice and that the shards ran the same\n"
                "configurations, and writes into --out the merged results.jsonl (sorted as a\n"
                "single run writes it), summary.csv, summary.md, timing.csv, plot data and\n"
                "plots, exactly as `sparsekv eval` over all samples would; prints summary.md.\n\n"
                "  --out DIR     output directory (required; may be one of the inputs)\n"
+               "  --label KEY=TEXT  legend text in the plots for a policy, protocol or\n"
+               "                position mode, e.g. --label attention=SnapKV (repeatable)\n"
                "  -q, --quiet   say less on stderr\n"
                "  -h, --help    this help\n");
 }
@@ -30,8 +33,13 @@ int cmd_eval_merge(int argc, char **argv) {
     bool quiet = false;
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     int n_inputs = 0;
-    if (!inputs) {
+    skv_eval_label *label_items = calloc((size_t)argc, sizeof *label_items);
+    int n_labels = 0;
+    skv_eval_labels labels = {label_items, 0};
+    if (!inputs || !label_items) {
         cli_error(CMD, "out of memory");
+        free(inputs);
+        free(label_items);
         return 1;
     }
     for (int i = 1; i < argc; i++) {
@@ -39,6 +47,7 @@ int cmd_eval_merge(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             free(inputs);
+            free(label_items);
             return 0;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
@@ -46,12 +55,26 @@ int cmd_eval_merge(int argc, char **argv) {
             if (i + 1 >= argc) {
                 cli_error(CMD, "--out needs a directory");
                 free(inputs);
+                free(label_items);
                 return 2;
             }
             out = argv[++i];
+        } else if (!strcmp(a, "--label")) {
+            char why[512];
+            if (i + 1 >= argc || n_labels == argc ||
+                !skv_eval_label_parse(argv[i + 1], &label_items[n_labels], why, sizeof why)) {
+                cli_error(CMD, "bad --label '%s': %s", i + 1 < argc ? argv[i + 1] : "",
+                          i + 1 >= argc ? "needs KEY=TEXT" : why);
+                free(inputs);
+                free(label_items);
+                return 2;
+            }
+            i++;
+            labels.n = ++n_labels;
         } else if (a[0] == '-' && a[1]) {
             cli_error(CMD, "unknown option: %s (see --help)", a);
             free(inputs);
+            free(label_items);
             return 2;
         } else {
             inputs[n_inputs++] = a;
@@ -60,6 +83,7 @@ int cmd_eval_merge(int argc, char **argv) {
     if (!out || n_inputs < 1) {
         cli_error(CMD, "need at least one shard directory and --out DIR (see --help)");
         free(inputs);
+        free(label_items);
         return 2;
     }
     /* input paths: DIR/results.jsonl, or a file as given */
@@ -117,10 +141,11 @@ int cmd_eval_merge(int argc, char **argv) {
     if (!quiet)
         fprintf(stderr, "sparsekv eval-merge: %d result lines from %d input%s into %s\n", rows.n,
                 n_inputs, n_inputs == 1 ? "" : "s", out);
-    rc = cmd_eval_finish(CMD, &rows, out, quiet);
+    rc = cmd_eval_finish(CMD, &rows, out, quiet, &labels);
 done:
     skv_eval_rows_free(&rows);
     free(paths);
     free(inputs);
+    free(label_items);
     return rc;
 }

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "cli_policy.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,11 @@ static void usage(FILE *f) {
         f,
         "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
         "                         [--top-p P] [--seed S] [-t THREADS] [--kv-type f32|f16|q8_0]\n"
-        "                         [--quiet] [--policy P --keep F [compression options]]\n\n"
-        "Prints the prompt followed by up to N generated tokens (stops early at EOS).\n"
+        "                         [--quiet] [--special]\n"
+        "                         [--chat [--system TEXT] [--chat-template NAME]]\n"
+        "                         [--policy P --keep F [compression options]]\n\n"
+        "Prints the prompt followed by up to N generated tokens (stops early at an end-of-\n"
+        "generation token: EOS, EOT, <|eot_id|>, <|im_end|>, <|end|> ...).\n"
         "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
         "cache is compressed after the prefill and generation continues on it.\n\n"
         "  -m MODEL      GGUF model (default %s)\n"
@@ -24,10 +28,76 @@ static void usage(FILE *f) {
         "  --seed S      random seed (default 0)\n"
         "  -t THREADS    worker threads (default: all cores)\n"
         "  --kv-type T   KV cache element type (default f32)\n"
-        "  --quiet       no statistics on stderr\n\n"
+        "  --quiet       no statistics on stderr\n"
+        "  --special     the text of special tokens in PROMPT (<|im_start|>, <|eot_id|> ...)\n"
+        "                becomes those tokens; BOS is then added only if the vocabulary asks\n"
+        "  --chat        PROMPT is one user message: format it with the model's chat template\n"
+        "                (built in: Llama 3, ChatML/Qwen, Phi-3; chosen from\n"
+        "                tokenizer.chat_template) and generate the assistant's reply\n"
+        "  --system TEXT a system message before the user message (with --chat)\n"
+        "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
+        "                has no tokenizer.chat_template (or to override it)\n\n"
         "Compression:\n",
         SKV_DEFAULT_MODEL);
     cli_policy_usage(f);
+    cli_policy_budget_usage(f);
+}
+
+/* The conversation [system,] user formatted with the model's chat template (malloc'd). Returns
+ * 0, or 2 after a message (no or unknown template), 1 when memory runs out. */
+static int format_chat(const skv_vocab *vocab, const char *tmpl, const char *system_text,
+                       const char *user, char **out) {
+    skv_chat_message msgs[2];
+    int n = 0;
+    if (system_text) msgs[n++] = (skv_chat_message){"system", system_text};
+    msgs[n++] = (skv_chat_message){"user", user};
+    skv_err err = {0};
+    int need = skv_chat_format(vocab, tmpl, msgs, n, true, NULL, 0, &err);
+    if (need == INT_MIN) {
+        cli_error("generate", "--chat: %s", err.msg);
+        return err.status == SKV_ERR_NOMEM ? 1 : 2;
+    }
+    *out = malloc((size_t)(need < 0 ? -need : need) + 1);
+    if (!*out) return 1;
+    if (skv_chat_format(vocab, tmpl, msgs, n, true, *out, (need < 0 ? -need : need) + 1, &err) <
+        0) {
+        cli_error("generate", "--chat: %s", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* The prompt with special tokens parsed (and BOS/EOS as the vocabulary asks when add_special);
+ * window_n > 0 marks
+ * the last window_n tokens as the window. 0, 2 after a message, 1 when memory runs out. */
+static int tokenize_special(const skv_vocab *vocab, const char *text, bool add_special,
+                            int window_n, cli_prompt *out) {
+    memset(out, 0, sizeof *out);
+    size_t len = strlen(text);
+    int need = skv_tokenize_ex(vocab, text, len, add_special, true, NULL, 0);
+    if (need == INT_MIN) return 1;
+    int n = need < 0 ? -need : need;
+    int32_t *toks = malloc(((size_t)n + 1) * sizeof *toks);
+    if (!toks) return 1;
+    n = skv_tokenize_ex(vocab, text, len, add_special, true, toks, n);
+    if (n < 0) {
+        free(toks);
+        return 1;
+    }
+    if (n == 0) { /* nothing to start from: BOS alone */
+        toks[n++] = skv_vocab_bos(vocab);
+    }
+    if (window_n > 0 && window_n >= n) {
+        free(toks);
+        cli_error("generate",
+                  "--window %d is longer than the prompt allows: the prompt has %d tokens",
+                  window_n, n);
+        return 2;
+    }
+    out->tokens = toks;
+    out->n_tokens = n;
+    out->n_window = window_n > 0 ? window_n : 0;
+    return 0;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -35,9 +105,11 @@ int cmd_generate(int argc, char **argv) {
     long n_gen = 256, threads = 0;
     skv_sampler_params sp = skv_sampler_default_params();
     skv_type kv_type = SKV_TYPE_F32;
-    bool quiet = false;
+    bool quiet = false, special = false, chat = false;
+    const char *system_text = NULL, *chat_template = NULL;
     cli_policy_opts po;
     cli_policy_init(&po);
+    po.budget_flags = true; /* --max-cache, --compress-every */
 
     for (int i = 1; i < argc; i++) {
         int used = cli_policy_parse(&po, "generate", argc, argv, &i);
@@ -53,6 +125,12 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "--quiet")) {
             quiet = true;
             continue;
+        } else if (!strcmp(a, "--special")) {
+            special = true;
+            continue;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+            continue;
         }
         if (!val) {
             cli_error("generate", "option '%s' needs a value (or is unknown; see --help)", a);
@@ -63,6 +141,10 @@ int cmd_generate(int argc, char **argv) {
             model_arg = val;
         } else if (!strcmp(a, "-p")) {
             prompt = val;
+        } else if (!strcmp(a, "--system")) {
+            system_text = val;
+        } else if (!strcmp(a, "--chat-template")) {
+            chat_template = val;
         } else if (!strcmp(a, "-n")) {
             if (!cli_parse_int(val, 0, 1 << 30, &n_gen)) goto bad;
         } else if (!strcmp(a, "--temp")) {
@@ -93,10 +175,18 @@ int cmd_generate(int argc, char **argv) {
     }
 
     if (!cli_policy_check(&po, "generate", false)) return 2;
+    if ((system_text || chat_template) && !chat) {
+        cli_error("generate", "--system and --chat-template need --chat");
+        return 2;
+    }
+    if ((chat || special) && po.window_text) {
+        cli_error("generate", "--window-text cannot be combined with --chat or --special");
+        return 2;
+    }
     const char *path = cli_model_path("generate", model_arg);
     if (!path) return 2;
     skv_model *model = cli_load_model("generate", path);
-    if (!model) return 1;
+    if (!model) return cli_model_rc;
     const skv_hparams *hp = skv_model_hparams(model);
     const skv_vocab *vocab = skv_model_vocab(model);
     int rc = 1;
@@ -106,7 +196,16 @@ int cmd_generate(int argc, char **argv) {
     float *logits = NULL;
     cli_prompt prompt_toks = {0};
     skv_compress_info info = {0};
-    rc = cli_policy_tokenize("generate", model, &po, prompt, &prompt_toks);
+    char *chat_text = NULL;
+    if (chat) {
+        rc = format_chat(vocab, chat_template, system_text, prompt, &chat_text);
+        if (rc) goto done;
+        prompt = chat_text;
+    }
+    if (chat || special) /* a chat template writes BOS itself */
+        rc = tokenize_special(vocab, prompt, !chat, po.window_n, &prompt_toks);
+    else
+        rc = cli_policy_tokenize("generate", model, &po, prompt, &prompt_toks);
     if (rc) goto done;
     rc = 1;
     const int32_t *toks = prompt_toks.tokens;
@@ -114,11 +213,23 @@ int cmd_generate(int argc, char **argv) {
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
-    if (n_prompt + n_gen > hp->n_ctx_train) {
+    /* a budget with rerotate keeps every head within --max-cache + --compress-every entries,
+     * so the logical length may pass the model's context (StreamingLLM's setting) */
+    const bool unbounded = po.max_cache > 0 && po.params.positions == SKV_POSITIONS_REROTATE;
+    if (po.max_cache > 0 && po.max_cache + po.compress_every > hp->n_ctx_train) {
+        cli_error("generate",
+                  "--max-cache %d + --compress-every %d exceed the model's context of %d",
+                  po.max_cache, po.compress_every, hp->n_ctx_train);
+        rc = 2;
+        goto done;
+    }
+    if (!unbounded && n_prompt + n_gen > hp->n_ctx_train) {
         cli_error("generate",
                   "prompt (%d tokens) + %ld generated tokens exceed the model's "
                   "context of %d",
                   n_prompt, n_gen, hp->n_ctx_train);
+        if (po.max_cache > 0)
+            cli_error("generate", "running past it needs --positions rerotate with --max-cache");
         rc = 2;
         goto done;
     }
@@ -138,11 +249,11 @@ int cmd_generate(int argc, char **argv) {
     rc = 1;
     double t1 = skv_time_ms();
     int32_t prev = toks[n_prompt - 1];
-    int n_done = 0;
+    int n_done = 0, most = 0; /* most entries any kv head held after a step */
     char piece[256];
     for (; n_done < n_gen; n_done++) {
         int32_t tok = skv_sampler_sample(smp, logits, hp->n_vocab);
-        if (tok == skv_vocab_eos(vocab)) break;
+        if (skv_vocab_is_eog(vocab, tok)) break;
         int len = skv_token_to_piece(vocab, prev, tok, piece, sizeof piece);
         if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
         fflush(stdout);
@@ -151,6 +262,10 @@ int cmd_generate(int argc, char **argv) {
             cli_error("generate", "%s", err.msg);
             goto done;
         }
+        const skv_cache *kc = skv_context_cache_const(ctx);
+        for (int l = 0; po.max_cache > 0 && l < skv_cache_n_layer(kc); l++)
+            for (int h = 0; h < skv_cache_n_head_kv(kc); h++)
+                if (skv_cache_head_len(kc, l, h) > most) most = skv_cache_head_len(kc, l, h);
     }
     fputc('\n', stdout);
     double t2 = skv_time_ms();
@@ -166,10 +281,17 @@ int cmd_generate(int argc, char **argv) {
                     "KiB in %.2f ms\n",
                     info.policy, info.keep_frac, info.T, info.keep, info.bytes_before / 1024.0,
                     info.bytes_after / 1024.0, info.compress_ms);
+        if (po.max_cache > 0)
+            fprintf(stderr,
+                    "budget: %s, %d cuts, at most %d entries per kv head (bound %d), logical "
+                    "length %d\n",
+                    skv_policy_canonical(po.params.policy), skv_context_budget_cuts(ctx), most,
+                    po.max_cache + po.compress_every, skv_context_n_past(ctx));
     }
     rc = 0;
 done:
     cli_prompt_free(&prompt_toks);
+    free(chat_text);
     skv_compress_info_free(&info);
     free(logits);
     skv_sampler_free(smp);

@@ -4,12 +4,71 @@
 #include "kernels.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sparsekv info [MODEL | -m MODEL] [--json]\n\n"
+    fprintf(f, "usage: sparsekv info [MODEL | -m MODEL] [--json]\n"
+               "       sparsekv info --system [--json] [MODEL]\n\n"
                "Prints the model's hyperparameters, every tensor with its type, shape and size,\n"
-               "and vocabulary facts. --json prints one JSON document instead.\n");
+               "and vocabulary facts. --json prints one JSON document instead.\n"
+               "--system prints the CPU features seen and the SIMD level the kernels use (the\n"
+               "CPU's widest, lowered by SKV_SIMD=scalar|avx2); with a MODEL, then the model.\n");
+}
+
+/* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
+ * general.file_type. */
+static void print_type_mix(const skv_gguf *g, bool json) {
+    int count[SKV_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < skv_gguf_n_tensors(g); i++) {
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+        if (t->n_dims == 2 && (int)t->type >= 0 && t->type < SKV_TYPE_COUNT) count[t->type]++;
+    }
+    int64_t ft = -1, k = skv_gguf_find_key(g, "general.file_type");
+    if (k >= 0 && !skv_gguf_kv_int(g, k, &ft)) ft = -1;
+    const char *ftn = ft == 15 ? "Q4_K_M" : ft == 14 ? "Q4_K_S" : NULL;
+    printf(json ? "\"matrix_types\":{" : "matrices    ");
+    for (int t = 0, n = 0; t < SKV_TYPE_COUNT; t++) {
+        if (!count[t]) continue;
+        const char *name = skv_type_name((skv_type)t) ? skv_type_name((skv_type)t) : "?";
+        printf(json ? "%s\"%s\":%d" : "%s %s x %d", n++ ? "," : "", name, count[t]);
+    }
+    if (json)
+        printf("},\"file_type\":%lld,", (long long)ft);
+    else if (ft >= 0)
+        printf(" (file type %lld%s%s)\n", (long long)ft, ftn ? ": " : "", ftn ? ftn : "");
+    else
+        printf("\n");
+}
+
+/* `info --system`: the CPU features CPUID reports and the level chosen from them. */
+static void print_system(bool json) {
+    const char *warn = skv_simd_warning();
+    const char *env = getenv("SKV_SIMD");
+    if (json) {
+        printf("{\"cpu_features\":");
+        cli_json_string(stdout, skv_simd_cpu_features(), strlen(skv_simd_cpu_features()));
+        printf(",\"cpu_simd\":\"%s\",\"simd\":\"%s\",\"skv_simd_env\":", skv_simd_cpu_level(),
+               skv_simd_level());
+        if (env)
+            cli_json_string(stdout, env, strlen(env));
+        else
+            printf("null");
+        printf(",\"simd_warning\":");
+        if (warn)
+            cli_json_string(stdout, warn, strlen(warn));
+        else
+            printf("null");
+        printf("}\n");
+        return;
+    }
+    printf("cpu features %s\n", skv_simd_cpu_features());
+    printf("cpu simd     %s (widest level the CPU supports)\n", skv_simd_cpu_level());
+    const char *fs = getenv("SKV_FORCE_SCALAR");
+    bool forced = fs && fs[0] && strcmp(fs, "0") != 0;
+    printf("simd in use  %s%s%s%s%s\n", skv_simd_level(), env ? " (SKV_SIMD=" : "", env ? env : "",
+           env ? ")" : "", forced ? " (SKV_FORCE_SCALAR set)" : "");
+    if (warn) printf("simd note    %s\n", warn);
 }
 
 static void shape_str(const skv_gguf_tensor *t, char *buf, size_t n) {
@@ -21,13 +80,15 @@ static void shape_str(const skv_gguf_tensor *t, char *buf, size_t n) {
 
 int cmd_info(int argc, char **argv) {
     const char *model_arg = NULL;
-    bool json = false;
+    bool json = false, system = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--system")) {
+            system = true;
         } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             model_arg = argv[++i];
         } else if (argv[i][0] != '-' && !model_arg) {
@@ -37,10 +98,15 @@ int cmd_info(int argc, char **argv) {
             return 2;
         }
     }
+    if (system) {
+        print_system(json);
+        if (!model_arg) return 0;
+        if (!json) printf("\n");
+    }
     const char *path = cli_model_path("info", model_arg);
     if (!path) return 2;
     skv_model *model = cli_load_model("info", path);
-    if (!model) return 1;
+    if (!model) return cli_model_rc;
     skv_err err = {0};
     skv_gguf *g = skv_gguf_open(path, &err);
     if (!g) {
@@ -55,18 +121,23 @@ int cmd_info(int argc, char **argv) {
     if (json) {
         printf("{\"path\":");
         cli_json_string(stdout, path, strlen(path));
-        printf(",\"gguf_version\":%u,\"architecture\":\"llama\",\"hparams\":{\"n_vocab\":%d,"
+        printf(",\"gguf_version\":%u,\"architecture\":\"%s\",\"hparams\":{\"n_vocab\":%d,"
                "\"n_ctx_train\":%d,\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_head_kv\":%d,"
                "\"head_dim\":%d,\"n_ff\":%d,\"n_rot\":%d,\"rope_theta\":%g,\"norm_eps\":%g,"
-               "\"tied_output\":%s},",
-               skv_gguf_version(g), hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer,
+               "\"tied_output\":%s,\"rope_mode\":\"%s\",\"rope_freq_scale\":%g,"
+               "\"rope_freq_factors\":%s,\"qkv_bias\":%s,\"qk_norm\":%s},",
+               skv_gguf_version(g), hp->arch, hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer,
                hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->rope_theta,
-               hp->norm_eps, hp->tied_output ? "true" : "false");
+               hp->norm_eps, hp->tied_output ? "true" : "false",
+               hp->rope_mode == SKV_ROPE_NEOX ? "neox" : "adjacent", hp->rope_freq_scale,
+               hp->rope_freq_factors ? "true" : "false", hp->qkv_bias ? "true" : "false",
+               hp->qk_norm ? "true" : "false");
         printf("\"weight_type\":\"%s\",\"weight_bytes_per_token\":%llu,",
                skv_type_name(skv_model_weight_type(model)),
                (unsigned long long)skv_model_weight_bytes(model));
-        printf("\"vocab\":{\"model\":\"llama\",\"n_tokens\":%d,\"bos\":%d,\"eos\":%d},",
-               skv_vocab_n_tokens(v), skv_vocab_bos(v), skv_vocab_eos(v));
+        print_type_mix(g, true);
+        printf("\"vocab\":{\"model\":\"%s\",\"n_tokens\":%d,\"bos\":%d,\"eos\":%d},",
+               skv_vocab_model(v), skv_vocab_n_tokens(v), skv_vocab_bos(v), skv_vocab_eos(v));
         printf("\"tensors\":[");
         for (int64_t i = 0; i < nt; i++) {
             const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
@@ -78,18 +149,27 @@ int cmd_info(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("model        %s (GGUF v%u, llama)\n", path, skv_gguf_version(g));
+        printf("model        %s (GGUF v%u, %s)\n", path, skv_gguf_version(g), hp->arch);
         printf("n_vocab      %d\nn_ctx_train  %d\nn_embd       %d\nn_layer      %d\n"
                "n_head       %d\nn_head_kv    %d (GQA %d:1)\nhead_dim     %d\nn_ff         %d\n"
                "n_rot        %d\nrope_theta   %g\nnorm_eps     %g\noutput       %s\n",
                hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
                hp->n_head / hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->rope_theta,
                hp->norm_eps, hp->tied_output ? "tied to token_embd" : "separate");
+        printf("rope         %s pairs%s%s, scale %g%s%s\n",
+               hp->rope_mode == SKV_ROPE_NEOX ? "neox (i, i + n_rot/2)" : "adjacent (2i, 2i+1)",
+               hp->rope_freq_factors ? ", rope_freqs factors" : "",
+               hp->n_rot < hp->head_dim ? ", partial" : "", (double)hp->rope_freq_scale,
+               hp->qkv_bias ? "; q/k/v biases" : "", hp->qk_norm ? "; q/k RMSNorm" : "");
         printf("weights      mostly %s, %.2f MiB read per token\n",
                skv_type_name(skv_model_weight_type(model)),
                skv_model_weight_bytes(model) / 1048576.0);
-        printf("vocab        llama (SentencePiece BPE), %d tokens, bos %d, eos %d\n",
-               skv_vocab_n_tokens(v), skv_vocab_bos(v), skv_vocab_eos(v));
+        print_type_mix(g, false);
+        const char *pre = skv_vocab_pre(v);
+        printf("vocab        %s (%s%s%s), %d tokens, bos %d, eos %d\n", skv_vocab_model(v),
+               strcmp(skv_vocab_model(v), "gpt2") ? "SentencePiece BPE" : "byte-level BPE",
+               pre ? ", pre-tokenizer " : "", pre ? pre : "", skv_vocab_n_tokens(v),
+               skv_vocab_bos(v), skv_vocab_eos(v));
         printf("\n%-32s %-6s %-18s %12s\n", "tensor", "type", "shape", "bytes");
         for (int64_t i = 0; i < nt; i++) {
             const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);

@@ -7,11 +7,60 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sparsekv logits [-m MODEL] (-p PROMPT | --tokens ID,ID,...) -o FILE\n"
-               "                       [-t THREADS] [--kv-type f32|f16|q8_0] [--no-bos]\n\n"
+    fprintf(f, "usage: sparsekv logits [-m MODEL] (-p PROMPT | --tokens ID,ID,... |\n"
+               "                       --tokens-file FILE) -o FILE [-t THREADS]\n"
+               "                       [--kv-type f32|f16|q8_0] [--no-bos]\n\n"
                "Runs the prompt in one batch and writes float32 logits for every position,\n"
                "row-major [n_tokens, n_vocab], to FILE (native little-endian, no header).\n"
-               "Prints the token ids as a JSON array on stdout.\n");
+               "Prints the token ids as a JSON array on stdout. --tokens-file reads the ids\n"
+               "from a file: decimal numbers separated by anything else (a JSON array such as\n"
+               "the fixtures' <name>.ids.json works). Token ids are used as given (no BOS).\n");
+}
+
+/* Every decimal number in a file ("[1, 2,\n3]" -> 1 2 3); returns count or -1 (also when the
+ * file holds a minus sign or a number above INT32_MAX). */
+static int read_ids_file(const char *path, int32_t **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    int cap = 64, n = 0, c;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int64_t v = -1;
+    bool bad = !ids;
+    while (!bad && (c = fgetc(f)) != EOF) {
+        if (c >= '0' && c <= '9') {
+            v = (v < 0 ? 0 : v) * 10 + (c - '0');
+            if (v > INT32_MAX) bad = true;
+            continue;
+        }
+        if (c == '-') bad = true;
+        if (v >= 0) {
+            if (n == cap) {
+                int32_t *bigger = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+                if (!bigger) {
+                    bad = true;
+                    break;
+                }
+                ids = bigger;
+            }
+            ids[n++] = (int32_t)v;
+            v = -1;
+        }
+    }
+    if (!bad && v >= 0) { /* a number at the very end */
+        int32_t *bigger = realloc(ids, (size_t)(n + 1) * sizeof *ids);
+        if (bigger) {
+            ids = bigger;
+            ids[n++] = (int32_t)v;
+        } else
+            bad = true;
+    }
+    fclose(f);
+    if (bad || n == 0) {
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return n;
 }
 
 /* "1,2,3" -> ids; returns count or -1. */
@@ -39,7 +88,8 @@ static int parse_ids(const char *s, int32_t **out) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    const char *model_arg = NULL, *prompt = NULL, *ids_arg = NULL, *out_path = NULL;
+    const char *model_arg = NULL, *prompt = NULL, *ids_arg = NULL, *out_path = NULL,
+               *ids_file = NULL;
     long threads = 0;
     bool bos = true;
     skv_type kv_type = SKV_TYPE_F32;
@@ -64,6 +114,8 @@ int cmd_logits(int argc, char **argv) {
             prompt = val;
         else if (!strcmp(a, "--tokens"))
             ids_arg = val;
+        else if (!strcmp(a, "--tokens-file"))
+            ids_file = val;
         else if (!strcmp(a, "-o"))
             out_path = val;
         else if (!strcmp(a, "-t")) {
@@ -81,14 +133,20 @@ int cmd_logits(int argc, char **argv) {
             return 2;
         }
     }
-    if (!out_path || (!prompt == !ids_arg)) {
-        cli_error("logits", "need -o FILE and exactly one of -p PROMPT or --tokens LIST");
+    if (!out_path || (!!prompt + !!ids_arg + !!ids_file) != 1) {
+        cli_error("logits", "need -o FILE and exactly one of -p PROMPT, --tokens LIST or "
+                            "--tokens-file FILE");
         return 2;
     }
     int32_t *toks = NULL;
     int n = 0;
     if (ids_arg && (n = parse_ids(ids_arg, &toks)) <= 0) {
         cli_error("logits", "--tokens must be a comma-separated list of token ids");
+        return 2;
+    }
+    if (ids_file && (n = read_ids_file(ids_file, &toks)) <= 0) {
+        cli_error("logits", "--tokens-file '%s' is unreadable or holds no valid token ids",
+                  ids_file);
         return 2;
     }
     const char *path = cli_model_path("logits", model_arg);
@@ -99,7 +157,7 @@ int cmd_logits(int argc, char **argv) {
     skv_model *model = cli_load_model("logits", path);
     if (!model) {
         free(toks);
-        return 1;
+        return cli_model_rc;
     }
     const skv_hparams *hp = skv_model_hparams(model);
     int rc = 1;

@@ -6,27 +6,35 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #define CMD "quantize"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N]\n"
+            "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple]\n"
             "\n"
             "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
-            "included) in TYPE: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k. Norms and other\n"
+            "included) in TYPE: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k, or in the mix\n"
+            "q4_k_m: q6_k for the output matrix (the token embedding when the output is tied to\n"
+            "it) and for attn_v and ffn_down of the first and last eighth of the layers and of\n"
+            "every third layer in between, q4_k for the rest. Norms and other\n"
             "1-D tensors stay as they are (f32); metadata is copied (general.file_type updated).\n"
             "A matrix whose rows are not a multiple of TYPE's block size (32 for q8_0/q4_0, 256\n"
             "for the k-quants) is written in f16 instead, and listed. Tensors are converted from\n"
             "any type sparsekv reads and streamed one at a time, so memory stays small.\n"
+            "The k-quants search each sub-block's scale and min for the least rounding error,\n"
+            "weighted by the values' magnitude.\n"
             "\n"
-            "  -t N   threads (default: all cores)\n");
+            "  -t N       threads (default: all cores)\n"
+            "  --simple   k-quants with the plain min/max scales (faster; for comparisons)\n");
 }
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
     long threads = 0;
+    bool simple = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -38,6 +46,8 @@ int cmd_quantize(int argc, char **argv) {
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--simple")) {
+            simple = true;
         } else if (a[0] == '-' && a[1]) {
             cli_error(CMD, "unknown option '%s' (see --help)", a);
             return 2;
@@ -52,17 +62,22 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CMD, "expected IN OUT TYPE (see --help)");
         return 2;
     }
-    skv_type type;
-    if (!skv_type_from_name(pos[2], &type) || !skv_type_can_quantize(type)) {
+    skv_quantize_opts qo = {.n_threads = (int)threads, .simple = simple};
+    if (!strcasecmp(pos[2], "q4_k_m")) {
+        qo.mix = SKV_QMIX_Q4_K_M;
+        qo.type = SKV_TYPE_Q4_K;
+    } else if (!skv_type_from_name(pos[2], &qo.type) || !skv_type_can_quantize(qo.type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, "
-                  "q5_k, q6_k)",
+                  "q5_k, q6_k, q4_k_m)",
                   pos[2]);
         return 2;
     }
+    skv_type type = qo.type;
+    const char *target = qo.mix ? "q4_k_m" : skv_type_name(type);
     skv_quantize_report rep;
     skv_err err = {0};
-    if (skv_quantize_model_ex(pos[0], pos[1], type, (int)threads, &rep, &err) != SKV_OK) {
+    if (skv_quantize_model_opts(pos[0], pos[1], &qo, &rep, &err) != SKV_OK) {
         cli_error(CMD, "%s", err.msg);
         return err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
     }
@@ -71,12 +86,19 @@ int cmd_quantize(int argc, char **argv) {
                 "sparsekv %s: note: %d matri%s kept in %s: rows not a multiple of %s's block of "
                 "%d: %s\n",
                 CMD, rep.n_fallback, rep.n_fallback == 1 ? "x" : "ces",
-                skv_type_name(rep.fallback_type), skv_type_name(type), skv_type_block_size(type),
+                skv_type_name(rep.fallback_type), target, skv_type_block_size(type),
                 rep.fallback_names);
     printf("wrote %s: %d tensors, %d converted to %s, %d copied, %d in %s; tensor data %.2f MiB "
            "-> %.2f MiB in %.2f s\n",
-           pos[1], rep.n_tensors, rep.n_converted, skv_type_name(type), rep.n_unchanged,
-           rep.n_fallback, skv_type_name(rep.fallback_type), (double)rep.bytes_in / 1048576.0,
+           pos[1], rep.n_tensors, rep.n_converted, target, rep.n_unchanged, rep.n_fallback,
+           skv_type_name(rep.fallback_type), (double)rep.bytes_in / 1048576.0,
            (double)rep.bytes_out / 1048576.0, rep.ms / 1e3);
+    printf("matrices:");
+    for (int t = 0, first = 1; t < SKV_TYPE_COUNT; t++)
+        if (rep.n_by_type[t] > 0) {
+            printf("%s %d %s", first ? "" : ",", rep.n_by_type[t], skv_type_name((skv_type)t));
+            first = 0;
+        }
+    printf("%s\n", simple ? " (simple k-quant scales)" : "");
     return 0;
 }

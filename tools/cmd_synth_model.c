@@ -12,21 +12,25 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sparsekv synth-model --preset NAME --type TYPE [--ctx N] [--seed S] [-t N]\n"
-            "                            -o FILE.gguf\n"
+            "                            [--vocab VOCAB.gguf] -o FILE.gguf\n"
             "       sparsekv synth-model --list\n"
             "\n"
-            "Writes a Llama-architecture GGUF with random weights and the exact tensor shapes of\n"
+            "Writes a GGUF with random weights and the exact architecture and tensor shapes of\n"
             "a real model, for benchmarks: same FLOPs and bytes per token, meaningless output.\n"
             "Every matrix element is drawn ~ N(0, 1/fan_in) (deterministic from the seed: the\n"
             "same seed writes a byte-identical file), norms are 1, and the vocabulary is a\n"
             "synthetic SentencePiece one of the preset's size (<unk>, <s>, </s>, byte tokens\n"
-            "<0x00>..<0xFF>, then generated pieces), so the file loads like any llama GGUF.\n"
+            "<0x00>..<0xFF>, then generated pieces), or the real one of --vocab.\n"
             "Memory stays bounded (rows are generated and written a few megabytes at a time).\n"
             "\n"
-            "  --preset NAME   shape to imitate (--list shows them). qwen2.5-0.5b-like has\n"
-            "                  Qwen2.5-0.5B's shapes but is a plain llama model: real Qwen2 has\n"
-            "                  q/k/v biases, these have none. llama-3.2-1b uses plain RoPE (no\n"
-            "                  llama3 frequency scaling).\n"
+            "  --preset NAME   shape to imitate (--list shows them). qwen2.5-0.5b (qwen2: q/k/v\n"
+            "                  biases, NEOX RoPE), qwen3-0.6b (qwen3: q/k norms, head_dim 128),\n"
+            "                  llama-3.2-1b (llama with rope_freqs) and phi-3-mini (phi3: fused\n"
+            "                  projections) are written as their real architecture;\n"
+            "                  qwen2.5-0.5b-like is Qwen2.5-0.5B's shapes as a plain llama model.\n"
+            "  --vocab FILE    take the tokenizer (tokenizer.* metadata) from a vocab-only GGUF,\n"
+            "                  e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf, so text in and\n"
+            "                  text out work; the vocabulary size becomes that file's\n"
             "  --type TYPE     matrix type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k\n"
             "                  (matrices whose rows are not a multiple of the block size are\n"
             "                  written in f16; norms are always f32)\n"
@@ -37,19 +41,23 @@ static void usage(FILE *f) {
 }
 
 static void list_presets(void) {
-    printf("| preset | vocab | dim | layers | heads q/kv | ffn | ctx (written) | rope theta | "
-           "tied | params | note |\n|---|---:|---:|---:|---|---:|---|---:|---|---:|---|\n");
+    printf("| preset | arch | vocab | dim | layers | heads q/kv | head dim | ffn | ctx (written) | "
+           "rope theta | tied | params | note |\n"
+           "|---|---|---:|---:|---:|---|---:|---:|---|---:|---|---:|---|\n");
     for (int i = 0; i < skv_synth_n_presets(); i++) {
         const skv_synth_shape *s = skv_synth_preset_at(i);
-        printf("| %s | %d | %d | %d | %d/%d | %d | %d (%d) | %g | %s | %.1f M | %s |\n", s->name,
-               s->n_vocab, s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->n_ff, s->n_ctx_train,
-               s->n_ctx, s->rope_theta, s->tied ? "yes" : "no", (double)skv_synth_n_params(s) / 1e6,
-               s->note);
+        printf("| %s | %s | %d | %d | %d | %d/%d | %d | %d | %d (%d) | %g | %s | %.1f M | %s |\n",
+               s->name, skv_synth_arch_of(s)->arch ? skv_synth_arch_of(s)->arch : "llama",
+               s->n_vocab, s->n_embd, s->n_layer, s->n_head, s->n_head_kv,
+               skv_synth_arch_of(s)->head_dim ? skv_synth_arch_of(s)->head_dim
+                                              : s->n_embd / s->n_head,
+               s->n_ff, s->n_ctx_train, s->n_ctx, s->rope_theta, s->tied ? "yes" : "no",
+               (double)skv_synth_n_params(s) / 1e6, s->note);
     }
 }
 
 int cmd_synth_model(int argc, char **argv) {
-    const char *preset = NULL, *type_name = NULL, *out = NULL;
+    const char *preset = NULL, *type_name = NULL, *out = NULL, *vocab = NULL;
     long ctx = 0, threads = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i += 2) { /* every option but --help/--list takes a value */
@@ -67,6 +75,8 @@ int cmd_synth_model(int argc, char **argv) {
             preset = v;
         } else if (!strcmp(a, "--type")) {
             type_name = v;
+        } else if (!strcmp(a, "--vocab")) {
+            vocab = v;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             out = v;
         } else if (!strcmp(a, "--ctx")) {
@@ -107,7 +117,8 @@ int cmd_synth_model(int argc, char **argv) {
         return 2;
     }
     /* Say which matrices cannot take the type (their rows are not whole blocks). */
-    int hd = shape->n_embd / shape->n_head;
+    const skv_synth_arch *sa = skv_synth_arch_of(shape);
+    int hd = sa->head_dim > 0 ? sa->head_dim : shape->n_embd / shape->n_head;
     int widths[] = {shape->n_embd, shape->n_head * hd, shape->n_ff};
     for (int i = 0; i < 3; i++) {
         if (skv_matrix_type_for(type, widths[i]) != type && (i == 0 || widths[i] != widths[0]))
@@ -120,9 +131,12 @@ int cmd_synth_model(int argc, char **argv) {
     skv_synth_params p = {type, seed, (int)ctx, (int)threads};
     skv_err err = {0};
     double t0 = skv_time_ms();
-    if (skv_synth_write(shape, &p, out, &err) != SKV_OK) {
+    if (skv_synth_write_ex(shape, sa, &p, vocab, out, &err) != SKV_OK) {
         cli_error(CMD, "%s", err.msg);
-        return err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
+        return err.status == SKV_ERR_INVALID_ARG || err.status == SKV_ERR_FORMAT ||
+                       (vocab && err.status == SKV_ERR_IO)
+                   ? 2
+                   : 1;
     }
     printf("wrote %s: %s, %s, %.1f M params, seed %llu, context %d, in %.1f s\n", out, shape->name,
            skv_type_name(type), (double)skv_synth_n_params(shape) / 1e6, (unsigned long long)seed,

@@ -9,14 +9,18 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sparsekv tokenize [-m MODEL | --vocab-llama2c FILE N] (-p TEXT | -f FILE)\n"
-            "                         [--json] [--no-bos]\n\n"
-            "Encodes TEXT (or the bytes of FILE) with the SentencePiece-BPE vocabulary of\n"
-            "MODEL (default %s),\n"
+            "usage: sparsekv tokenize [-m FILE | --vocab-llama2c FILE N] (-p TEXT | -f FILE)\n"
+            "                         [--json] [--no-bos] [--special]\n\n"
+            "Encodes TEXT (or the bytes of FILE) with the vocabulary of a GGUF FILE: a model or\n"
+            "a vocab-only file such as llama.cpp's ggml-vocab-*.gguf (default %s),\n"
             "or of a llama2.c tokenizer.bin holding N tokens (N = 0: every token in the file).\n"
-            "Prints one line per token, \"id<TAB>piece\", the piece as a JSON string with U+2581\n"
-            "for spaces; --json prints {\"tokens\":[...],\"pieces\":[...]} instead.\n"
-            "BOS is prepended unless --no-bos.\n",
+            "SentencePiece (tokenizer.ggml.model llama) and byte-level BPE (gpt2) vocabularies.\n"
+            "Prints one line per token, \"id<TAB>piece\", the raw piece as a JSON string (U+2581\n"
+            "for spaces in SentencePiece, the GPT-2 byte alphabet in byte-level BPE: \"\u0120\"\n"
+            "is a space); --json prints {\"tokens\":[...],\"pieces\":[...]} instead.\n"
+            "BOS (and EOS) are added as the vocabulary asks (tokenizer.ggml.add_bos_token) unless\n"
+            "--no-bos. --special: the text of special tokens (<|im_start|>, <|eot_id|>, <s>...)\n"
+            "becomes those tokens; without it such text is ordinary text.\n",
             SKV_DEFAULT_MODEL);
 }
 
@@ -56,7 +60,7 @@ static char *read_text(const char *path, size_t *len) {
 int cmd_tokenize(int argc, char **argv) {
     const char *model_arg = NULL, *vocab_path = NULL, *text = NULL, *text_file = NULL;
     long vocab_n = 0;
-    bool json = false, bos = true;
+    bool json = false, bos = true, special = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -65,6 +69,8 @@ int cmd_tokenize(int argc, char **argv) {
             json = true;
         } else if (!strcmp(argv[i], "--no-bos")) {
             bos = false;
+        } else if (!strcmp(argv[i], "--special")) {
+            special = true;
         } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             model_arg = argv[++i];
         } else if (!strcmp(argv[i], "-p") && i + 1 < argc) {
@@ -102,34 +108,33 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
 
-    skv_model *model = NULL;
     skv_vocab *own_vocab = NULL;
     const skv_vocab *v;
     int rc = 1;
     int32_t *tokens = NULL;
+    skv_err err = {0};
     if (vocab_path) {
-        skv_err err = {0};
         own_vocab = skv_vocab_load_llama2c(vocab_path, (int)vocab_n, &err);
-        if (!own_vocab) {
-            cli_error("tokenize", "%s", err.msg);
-            goto done;
-        }
-        v = own_vocab;
     } else {
         const char *path = cli_model_path("tokenize", model_arg);
         if (!path) {
             rc = 2;
             goto done;
         }
-        model = cli_load_model("tokenize", path);
-        if (!model) goto done;
-        v = skv_model_vocab(model);
+        own_vocab = skv_vocab_load(path, &err);
     }
+    if (!own_vocab) {
+        cli_error("tokenize", "%s", err.msg);
+        rc = err.status == SKV_ERR_NOMEM || err.status == SKV_ERR_IO ? 1 : 2;
+        goto done;
+    }
+    v = own_vocab;
 
-    int need = skv_tokenize(v, text, len, bos, NULL, 0);
+    /* A llama2.c vocabulary asks for BOS (the default of skv_vocab_add_bos). */
+    int need = skv_tokenize_ex(v, text, len, bos, special, NULL, 0);
     if (need <= 0 && need != INT_MIN) {
         tokens = malloc(sizeof *tokens * (size_t)(-need + 1));
-        need = tokens ? skv_tokenize(v, text, len, bos, tokens, -need) : INT_MIN;
+        need = tokens ? skv_tokenize_ex(v, text, len, bos, special, tokens, -need) : INT_MIN;
     }
     if (need < 0) {
         cli_error("tokenize", "the text (%zu bytes) could not be tokenized (too long?)", len);
@@ -158,7 +163,6 @@ int cmd_tokenize(int argc, char **argv) {
 done:
     free(tokens);
     skv_vocab_free(own_vocab);
-    skv_model_free(model);
     free(owned);
     return rc;
 }

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
 
 typedef struct command {
@@ -14,6 +15,7 @@ static const command commands[] = {
     {"generate", cmd_generate, "generate text (optionally on a compressed cache)"},
     {"compress", cmd_compress, "compress a prompt's KV cache and print what was kept (JSON)"},
     {"eval", cmd_eval, "measure each policy's quality cost against the full cache"},
+    {"policies", cmd_policies, "list the compression policies (the registry): needs, params"},
     {"eval-merge", cmd_eval_merge, "merge sharded eval outputs into one summary"},
     {"bench", cmd_bench, "prefill/decode speed, roofline, compressed-cache decode"},
     {"info", cmd_info, "print a model's hparams, tensors and vocabulary facts"},
@@ -35,7 +37,18 @@ static void usage(FILE *f) {
     fprintf(f, "\nWith no -m, commands use %s.\n", SKV_DEFAULT_MODEL);
 }
 
-int main(int argc, char **argv) {
+/* Everything a command printed must have reached stdout: a full disk or a closed pipe is a
+ * failure (exit 1 with the system's message), not a silent success. */
+static int finish_stdout(int status) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno ? errno : EIO;
+        fprintf(stderr, "sparsekv: cannot write standard output: %s\n", strerror(e));
+        return status ? status : 1;
+    }
+    return status;
+}
+
+static int run(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -48,9 +61,16 @@ int main(int argc, char **argv) {
         printf("sparsekv %s\n", skv_version());
         return 0;
     }
+    /* The library falls back silently when SKV_SIMD asks for what it cannot do; say so here. */
+    const char *simd_warn = skv_simd_warning();
+    if (simd_warn) fprintf(stderr, "sparsekv: warning: %s\n", simd_warn);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "sparsekv: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    return finish_stdout(run(argc, argv));
 }

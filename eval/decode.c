@@ -1,0 +1,120 @@
+/* decode.c — decoding-time evaluation (`sparsekv eval --budget N`): every sample is
+ * teacher-forced under a context budget (skv_context_set_budget: at most N entries per kv head
+ * after each cut, a cut every `interval` tokens) and each continuation distribution is compared
+ * with the full cache's. Both runs make the same forward calls (the prefix in one call, then one
+ * token per call), so a budget that never cuts reproduces the reference bit for bit (KL 0). */
+#include "eval/eval.h"
+#include "sparsekv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int most_entries(const skv_context *ctx) {
+    const skv_cache *c = skv_context_cache_const(ctx);
+    int m = 0;
+    for (int l = 0; l < skv_cache_n_layer(c); l++)
+        for (int h = 0; h < skv_cache_n_head_kv(c); h++)
+            if (skv_cache_head_len(c, l, h) > m) m = skv_cache_head_len(c, l, h);
+    return m;
+}
+
+/* Feeds the sample (prefix in one call, then one token per call) and keeps the C continuation
+ * rows [C, V]; entries [W + C - 1] (may be NULL) gets the most entries of any head after each
+ * token. */
+static skv_status run_one(skv_context *ctx, const skv_eval_sample *s, int V, float *rows,
+                          float *tmp, int *entries, skv_err *err) {
+    const int T = s->n_prefix, W = s->n_window, C = s->n_cont;
+    skv_status st = skv_forward(ctx, s->tokens, T, SKV_LOGITS_NONE, NULL, err);
+    for (int j = T; !st && j < T + W + C - 1; j++) {
+        st = skv_forward(ctx, s->tokens + j, 1, SKV_LOGITS_LAST, tmp, err);
+        if (entries) entries[j - T] = most_entries(ctx);
+        const int i = j - (T + W - 1); /* the row predicting continuation token i */
+        if (!st && i >= 0) memcpy(rows + (size_t)i * V, tmp, (size_t)V * sizeof *tmp);
+    }
+    return st;
+}
+
+skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample *s,
+                                  const char *const *policies, int n_policies, int budget,
+                                  int interval, const skv_eval_settings *st, skv_eval_decode_fn fn,
+                                  void *user, skv_err *err) {
+    if (!model || !s || !policies || !st || !fn || budget < 1 || interval < 1)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_eval_decode_sample: bad argument");
+    const int V = skv_model_hparams(model)->n_vocab, C = s->n_cont, W = s->n_window;
+    if (C < 1 || W < 1)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "sample %d: decode evaluation needs a window and a continuation",
+                           s->index);
+    skv_context_params cp = skv_context_default_params();
+    cp.n_threads = st->n_threads;
+    cp.kv_type = st->kv_type;
+    float *ref = malloc((size_t)C * V * sizeof *ref), *cmp = malloc((size_t)C * V * sizeof *cmp);
+    float *tmp = malloc((size_t)V * sizeof *tmp);
+    int *entries = malloc((size_t)(W + C) * sizeof *entries);
+    skv_context *ctx = NULL;
+    skv_status rc = SKV_OK;
+    if (!ref || !cmp || !tmp || !entries) {
+        rc = skv_err_set(err, SKV_ERR_NOMEM, "out of memory for sample %d", s->index);
+        goto done;
+    }
+    ctx = skv_context_new(model, &cp, err);
+    if (!ctx || (rc = run_one(ctx, s, V, ref, tmp, NULL, err))) {
+        if (!ctx) rc = err ? err->status : SKV_ERR_NOMEM;
+        goto done;
+    }
+    skv_context_free(ctx);
+    ctx = NULL;
+    for (int p = 0; p < n_policies; p++) {
+        ctx = skv_context_new(model, &cp, err);
+        if (!ctx) {
+            rc = err ? err->status : SKV_ERR_NOMEM;
+            goto done;
+        }
+        skv_compress_params bp = skv_compress_default_params();
+        bp.policy = policies[p];
+        bp.n_window = W;
+        bp.sinks = st->sinks;
+        bp.kernel = st->kernel;
+        bp.pooling = st->pooling;
+        bp.window_keep = st->window_keep;
+        bp.positions = SKV_POSITIONS_REROTATE;
+        if ((rc = skv_context_set_budget(ctx, &bp, budget, interval, err))) goto done;
+        if ((rc = run_one(ctx, s, V, cmp, tmp, entries, err))) goto done;
+        skv_eval_decode_result r;
+        memset(&r, 0, sizeof r);
+        r.sample = s;
+        r.policy = policies[p];
+        r.budget = budget;
+        r.interval = interval;
+        if ((rc = skv_eval_compare(ref, cmp, s->tokens + s->n_prefix + W, C, V, &r.m, err)))
+            goto done;
+        r.cuts = skv_context_budget_cuts(ctx);
+        r.entries = entries;
+        r.n_steps = W + C - 1;
+        for (int i = 0; i < r.n_steps; i++)
+            if (entries[i] > r.max_entries) r.max_entries = entries[i];
+        if ((rc = fn(user, &r, err))) goto done;
+        skv_context_free(ctx);
+        ctx = NULL;
+    }
+done:
+    skv_context_free(ctx);
+    free(ref), free(cmp), free(tmp), free(entries);
+    return rc;
+}
+
+void skv_eval_write_decode(FILE *f, const skv_eval_decode_result *r) {
+    fprintf(f, "{\"mode\":\"decode\",\"budget\":%d,\"compress_every\":%d,\"sample\":%d,", r->budget,
+            r->interval, r->sample->index);
+    fprintf(f, "\"policy\":");
+    skv_json_write_string(f, r->policy, strlen(r->policy));
+    fprintf(f,
+            ",\"positions\":\"rerotate\",\"n_prefix\":%d,\"n_window\":%d,\"n_continuation\":%d,"
+            "\"n_tokens\":%d,\"kl_mean\":%.17g,\"kl_p99\":%.17g,\"kl_max\":%.17g,\"top1\":%.17g,"
+            "\"ln_ppl_ratio\":%.17g,\"cuts\":%d,\"max_entries\":%d,\"entries\":[",
+            r->sample->n_prefix, r->sample->n_window, r->sample->n_cont, r->m.n_tokens,
+            r->m.kl_mean, r->m.kl_p99, r->m.kl_max, r->m.top1, r->m.ln_ppl_ratio, r->cuts,
+            r->max_entries);
+    for (int i = 0; i < r->n_steps; i++) fprintf(f, "%s%d", i ? "," : "", r->entries[i]);
+    fprintf(f, "]}\n");
+}

@@ -1,0 +1,67 @@
+"""sparsekv: Python bindings of libsparsekv (ctypes), NumPy arrays in and out.
+
+    import sparsekv
+    model = sparsekv.Model()                     # the embedded stories260K
+    ctx = model.new_context(n_ctx=512)
+    logits = ctx.forward(model.tokenize("Once upon a time"), logits="last")
+    info = ctx.compress("streaming", keep=0.5)   # per layer and kv head selection
+"""
+
+import ctypes
+
+from . import _lib
+from ._core import (Context, Error, FormatError, Generation, InvalidArgumentError, Model,
+                    OutOfMemoryError, StateError, UnsupportedError, default_model_path)
+from ._core import IOError_ as IOError  # noqa: A001 (sparsekv.IOError, also an OSError)
+from ._eval import EvalResults, compare_logits, evaluate, log_softmax
+
+__version__ = _lib.lib.skv_version().decode()
+library_path = _lib.path
+
+
+def version():
+    """The loaded libsparsekv's version string."""
+    return _lib.lib.skv_version().decode()
+
+
+def simd_level():
+    """The SIMD level libsparsekv's kernels run at ("scalar", "avx2", "avx512")."""
+    if not _lib.have("skv_simd_level"):
+        return None
+    return _lib.lib.skv_simd_level().decode()
+
+
+def policies():
+    """The library's policy registry: one dict per policy (name, alias, paper, rule, cost,
+    params, needs_window, needs_prefill_attention, decode, builtin)."""
+    if not _lib.have("skv_policy_describe"):
+        return [{"name": n} for n in ("sink_recent", "random", "attention", "pyramid")]
+    out = []
+    for i in range(_lib.lib.skv_policy_count()):
+        buf = ctypes.create_string_buffer(ctypes.sizeof(_lib.skv_policy_about) + 256)
+        a = _lib.skv_policy_about.from_buffer(buf)  # room for fields newer than _lib.py
+        err = _lib.skv_err()
+        if _lib.lib.skv_policy_describe(i, ctypes.byref(a), ctypes.byref(err)) != 0:
+            raise Error(err.msg.decode(), err.status)
+        d = {}
+        for f, t in _lib.skv_policy_about._fields_:
+            v = getattr(a, f)
+            d[f] = v.decode() if isinstance(v, bytes) else v
+        out.append(d)
+    return out
+
+
+def policy_canonical(name):
+    """The canonical name of a policy or alias ("snapkv" -> "attention"), or None."""
+    s = _lib.lib.skv_policy_canonical(name.encode())
+    return s.decode() if s else None
+
+
+def policy_needs_window(name):
+    return bool(_lib.lib.skv_policy_needs_window(name.encode()))
+
+
+__all__ = ["Model", "Context", "Generation", "Error", "InvalidArgumentError", "IOError",
+           "FormatError", "UnsupportedError", "OutOfMemoryError", "StateError", "evaluate",
+           "EvalResults", "compare_logits", "log_softmax", "default_model_path", "version",
+           "policy_canonical", "policy_needs_window", "library_path", "simd_level", "policies"]

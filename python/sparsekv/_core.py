@@ -1,0 +1,721 @@
+"""Model and Context: Python objects over libsparsekv's skv_model and skv_context."""
+
+import ctypes
+import os
+import weakref
+from ctypes import byref, c_int
+
+import numpy as np
+
+from . import _lib as L
+
+_lib = L.lib
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class Error(Exception):
+    """A libsparsekv call failed. .status is the skv_status code, .status_name its name, and the
+    message is the library's sentence."""
+
+    status = None
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+    @property
+    def status_name(self):
+        if self.status is None:
+            return None
+        s = _lib.skv_status_str(self.status)
+        return s.decode() if s else str(self.status)
+
+
+class InvalidArgumentError(Error, ValueError):
+    status = 1
+
+
+class IOError_(Error, OSError):
+    status = 2
+
+
+class FormatError(Error):
+    status = 3
+
+
+class UnsupportedError(Error):
+    status = 4
+
+
+class OutOfMemoryError(Error, MemoryError):
+    status = 5
+
+
+class StateError(Error):
+    status = 6
+
+
+_BY_STATUS = {c.status: c for c in (InvalidArgumentError, IOError_, FormatError,
+                                    UnsupportedError, OutOfMemoryError, StateError)}
+
+
+def _raise(err, fallback="libsparsekv call failed"):
+    msg = err.msg.decode("utf-8", "replace") or fallback
+    cls = _BY_STATUS.get(err.status, Error)
+    raise cls(msg, err.status)
+
+
+def _check(status, err):
+    if status != L.OK:
+        if err.status == L.OK:
+            err.status = status
+        _raise(err)
+
+
+def _bad_arg(msg):
+    return InvalidArgumentError(msg, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+_KV_TYPES = ("f32", "f16", "q8_0")
+
+
+def _type_id(name):
+    if isinstance(name, (int, np.integer)):
+        return int(name)
+    out = c_int(0)
+    if not isinstance(name, str) or not _lib.skv_type_from_name(name.encode(), byref(out)):
+        raise _bad_arg("unknown type %r (e.g. %s)" % (name, ", ".join(_KV_TYPES)))
+    return out.value
+
+
+def _type_name(t):
+    s = _lib.skv_type_name(t)
+    return s.decode() if s else str(t)
+
+
+def _tokens(ids, what="tokens"):
+    """ids (list, tuple, NumPy array of integers) as a contiguous int32 array."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError("%s must be token ids, not text (tokenize it first)" % what)
+    a = np.asarray(ids)
+    if a.ndim != 1:
+        a = a.reshape(-1) if a.size == 0 else a
+    if a.ndim != 1:
+        raise _bad_arg("%s must be a 1-D sequence of token ids, got shape %s" % (what, a.shape))
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise _bad_arg("%s must be integers, got dtype %s" % (what, a.dtype))
+    if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
+        raise _bad_arg("%s: a token id does not fit in int32" % what)
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _i32p(a):
+    return a.ctypes.data_as(L.P_i32)
+
+
+def _f32p(a):
+    return a.ctypes.data_as(L.P_f32)
+
+
+def default_model_path():
+    """The embedded default model: stories260K.gguf shipped with the package (pip install) or
+    models/stories260K.gguf in the source tree. $SKV_MODEL overrides both."""
+    env = os.environ.get("SKV_MODEL")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = [os.path.join(here, "data", "stories260K.gguf"),
+             os.path.join(os.path.dirname(os.path.dirname(here)), "models", "stories260K.gguf")]
+    for c in cands:
+        if os.path.isfile(c):
+            return c
+    raise Error("no default model: none of %s exists (pass a path to Model())" % ", ".join(cands))
+
+
+def _hparams_dict(h):
+    """skv_hparams as a dict: every field of the structure, strings decoded, enums named."""
+    d = {}
+    for name, ctype in L.skv_hparams._fields_:
+        v = getattr(h, name)
+        if ctype is ctypes.c_bool:
+            v = bool(v)
+        elif isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif name == "rope_mode":
+            v = L.ROPE_MODES.get(v, v)
+        d[name] = v
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+class Model:
+    """A GGUF model (read-only weights, memory-mapped). Model(None) loads the embedded default
+    (stories260K). Use as a context manager, or call close(); contexts keep their model alive."""
+
+    def __init__(self, path=None):
+        self._ptr = None
+        if path is None:
+            path = default_model_path()
+        self.path = os.fspath(path)
+        err = L.skv_err()
+        ptr = _lib.skv_model_load(os.fsencode(self.path), byref(err))
+        if not ptr:
+            _raise(err, "cannot load model '%s'" % self.path)
+        self._ptr = ptr
+        self._closing = False
+        self._n_contexts = 0
+        self._finalizer = weakref.finalize(self, _lib.skv_model_free, ptr)
+        self._vocab = _lib.skv_model_vocab(ptr)
+        self._hparams = _hparams_dict(_lib.skv_model_hparams(ptr).contents)
+
+    # -- lifetime
+    def close(self):
+        """Frees the model now, or when its last open context is freed (no new contexts can
+        be made after close)."""
+        self._closing = True
+        self._maybe_free()
+
+    def _maybe_free(self):
+        if self._closing and self._n_contexts == 0 and self._ptr is not None:
+            self._ptr = None
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _p(self):
+        if self._ptr is None:
+            raise StateError("the model is closed", 6)
+        return self._ptr
+
+    def __repr__(self):
+        h = self._hparams
+        return "<sparsekv.Model %r: %d layers, %d heads (%d kv), vocab %d>" % (
+            os.path.basename(self.path), h["n_layer"], h["n_head"], h["n_head_kv"], h["n_vocab"])
+
+    # -- properties
+    @property
+    def hparams(self):
+        """The model's hyperparameters as a dict (a copy)."""
+        return dict(self._hparams)
+
+    @property
+    def n_vocab(self):
+        return self._hparams["n_vocab"]
+
+    @property
+    def weight_bytes(self):
+        return int(_lib.skv_model_weight_bytes(self._p()))
+
+    @property
+    def weight_type(self):
+        return _type_name(_lib.skv_model_weight_type(self._p()))
+
+    @property
+    def bos(self):
+        self._p()
+        return int(_lib.skv_vocab_bos(self._vocab))
+
+    @property
+    def eos(self):
+        self._p()
+        return int(_lib.skv_vocab_eos(self._vocab))
+
+    # -- tokenizer
+    def tokenize(self, text, bos=True, special=False):
+        """Token ids of text (str, or bytes taken as they are) as an int32 array; BOS first when
+        bos. special=True turns the text of special tokens ("<s>", "<|im_start|>", ...) into
+        their ids; otherwise such text is encoded as ordinary text."""
+        self._p()
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if special and not L.have("skv_tokenize_ex"):
+            raise UnsupportedError("this libsparsekv cannot parse special tokens", 4)
+        cap = len(data) + 4
+        for _ in range(2):
+            out = np.empty(max(cap, 1), dtype=np.int32)
+            if special:
+                # BOS by hand, so that bos means the same with and without special
+                n = _lib.skv_tokenize_ex(self._vocab, data, len(data), False, True,
+                                         _i32p(out[1:] if bos else out), cap - int(bool(bos)))
+                if n >= 0 and bos:
+                    out[0] = self.bos
+                    n += 1
+                elif n < 0 and n != L.INT_MIN and bos:
+                    n -= 1
+            else:
+                n = _lib.skv_tokenize(self._vocab, data, len(data), bool(bos), _i32p(out), cap)
+            if n >= 0:
+                return out[:n].copy()
+            if n == L.INT_MIN:
+                break
+            cap = -n
+        raise Error("could not tokenize the text (out of memory or invalid arguments)")
+
+    def detokenize(self, ids, strip_leading_space=False):
+        """Text of token ids (BOS/EOS give nothing; the space SentencePiece puts before the
+        first word is dropped). Invalid UTF-8 from byte tokens is replaced."""
+        return self.detokenize_bytes(ids, strip_leading_space).decode("utf-8", "replace")
+
+    def detokenize_bytes(self, ids, strip_leading_space=False):
+        self._p()
+        a = self._check_ids(ids)
+        cap = 16 * len(a) + 16
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(cap)
+            n = _lib.skv_detokenize(self._vocab, _i32p(a), len(a), bool(strip_leading_space),
+                                    buf, cap)
+            if n >= 0:
+                return buf.raw[:n]
+            if n == L.INT_MIN:
+                break
+            cap = -n
+        raise _bad_arg("could not detokenize: invalid token ids")
+
+    def token_to_piece(self, token, prev=-1):
+        """Bytes of one token as it appears in generated text after token prev."""
+        self._p()
+        self._check_ids([token])
+        buf = ctypes.create_string_buffer(64)
+        n = _lib.skv_token_to_piece(self._vocab, int(prev), int(token), buf, 64)
+        if n < 0 and n != L.INT_MIN:
+            buf = ctypes.create_string_buffer(-n)
+            n = _lib.skv_token_to_piece(self._vocab, int(prev), int(token), buf, -n)
+        if n < 0:
+            raise _bad_arg("could not decode token %d" % token)
+        return buf.raw[:n]
+
+    def piece(self, token):
+        """The raw vocabulary piece of a token (with U+2581 for spaces)."""
+        self._p()
+        self._check_ids([token])
+        s = _lib.skv_vocab_piece(self._vocab, int(token))
+        return s.decode("utf-8", "replace") if s is not None else None
+
+    def _check_ids(self, ids):
+        a = _tokens(ids)
+        if a.size and (a.min() < 0 or a.max() >= self.n_vocab):
+            bad = int(a[(a < 0) | (a >= self.n_vocab)][0])
+            raise _bad_arg("token id %d is out of range [0, %d)" % (bad, self.n_vocab))
+        return a
+
+    # -- contexts
+    def new_context(self, n_ctx=0, kv_type="f32", threads=0, capture_window=0):
+        """A new context (KV cache + scratch) over this model. n_ctx 0 = the model's training
+        length; threads 0 = all cores; kv_type "f32", "f16" or "q8_0"; capture_window W > 0
+        keeps the queries of each forward call's last W tokens (needed by compress(...,
+        protocol="engine", window=W))."""
+        return Context(self, n_ctx=n_ctx, kv_type=kv_type, threads=threads,
+                       capture_window=capture_window)
+
+
+# ---------------------------------------------------------------------------------------------
+# Context
+
+_LOGITS = {"none": L.LOGITS_NONE, "last": L.LOGITS_LAST, "all": L.LOGITS_ALL}
+_PROTOCOLS = {"seed": L.PROTOCOL_SEED, "engine": L.PROTOCOL_ENGINE}
+_POSITIONS = {"original": L.POSITIONS_ORIGINAL, "rerotate": L.POSITIONS_REROTATE}
+_POOLING = {"max": L.POOL_MAX, "avg": L.POOL_AVG}
+# compress(**policy_params): every skv_compress_params field but the ones compress() takes by
+# name; a field added to the structure in _lib.py is accepted here without more work.
+_COMPRESS_ARGS = ("policy", "keep_frac", "protocol", "window_tokens", "n_window", "positions")
+_CONVERT = {"pooling": lambda v: _enum(_POOLING, v, "pooling")}
+_POLICY_PARAMS = [f for f, _ in L.skv_compress_params._fields_ if f not in _COMPRESS_ARGS]
+
+
+def _enum(table, v, what):
+    if isinstance(v, str):
+        if v not in table:
+            raise _bad_arg("%s must be one of %s, got %r" % (what, ", ".join(table), v))
+        return table[v]
+    if isinstance(v, (int, np.integer)) and int(v) in table.values():
+        return int(v)
+    raise _bad_arg("%s must be one of %s, got %r" % (what, ", ".join(table), v))
+
+
+class Generation:
+    """What Context.generate produced: .tokens (int32 array, the new tokens) and .text."""
+
+    def __init__(self, tokens, text):
+        self.tokens = tokens
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return "Generation(tokens=%r, text=%r)" % (self.tokens.tolist(), self.text)
+
+
+def _free_context(ptr, model):
+    _lib.skv_context_free(ptr)
+    model._n_contexts -= 1
+    model._maybe_free()
+
+
+class Context:
+    """Per-sequence state over a model: the KV cache, scratch and captured queries. Create with
+    Model.new_context(). A context keeps its model alive; close() (or `with`) frees it."""
+
+    def __init__(self, model, n_ctx=0, kv_type="f32", threads=0, capture_window=0, _ptr=None):
+        self._ptr = None
+        self.model = model
+        self._last_logits = None
+        if _ptr is None:
+            p = _lib.skv_context_default_params()
+            p.n_ctx = int(n_ctx)
+            p.n_threads = int(threads)
+            p.kv_type = _type_id(kv_type)
+            p.capture_window = int(capture_window)
+            if model._closing:
+                raise StateError("the model is closed", 6)
+            err = L.skv_err()
+            _ptr = _lib.skv_context_new(model._p(), byref(p), byref(err))
+            if not _ptr:
+                _raise(err)
+            self.capture_window = int(capture_window)
+        self._ptr = _ptr
+        model._n_contexts += 1
+        # The finalizer holds the model, so the model outlives every context made from it.
+        self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
+
+    def close(self):
+        if self._ptr is not None:
+            self._ptr = None
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _p(self):
+        if self._ptr is None:
+            raise StateError("the context is closed", 6)
+        return self._ptr
+
+    def _cache(self):
+        return _lib.skv_context_cache(self._p())
+
+    def __repr__(self):
+        if self._ptr is None:
+            return "<sparsekv.Context (closed)>"
+        return "<sparsekv.Context n_past=%d n_ctx=%d kv=%s>" % (self.n_past, self.n_ctx,
+                                                                self.kv_type)
+
+    # -- properties
+    @property
+    def n_past(self):
+        """Logical length: the position the next token gets."""
+        return int(_lib.skv_context_n_past(self._p()))
+
+    @property
+    def n_ctx(self):
+        return int(_lib.skv_context_n_ctx(self._p()))
+
+    @property
+    def n_threads(self):
+        return int(_lib.skv_context_n_threads(self._p()))
+
+    @property
+    def kv_type(self):
+        return _type_name(_lib.skv_cache_type(self._cache()))
+
+    @property
+    def n_layer(self):
+        return int(_lib.skv_cache_n_layer(self._cache()))
+
+    @property
+    def n_head_kv(self):
+        return int(_lib.skv_cache_n_head_kv(self._cache()))
+
+    @property
+    def position_mode(self):
+        m = _lib.skv_cache_position_mode(self._cache())
+        return "rerotate" if m == L.POSITIONS_REROTATE else "original"
+
+    @property
+    def cache_bytes(self):
+        """Bytes held by retained K, V and positions (all layers)."""
+        return int(_lib.skv_cache_bytes(self._cache(), -1))
+
+    def layer_bytes(self, layer):
+        self._check_layer(layer)
+        return int(_lib.skv_cache_bytes(self._cache(), int(layer)))
+
+    @property
+    def cache_bytes_allocated(self):
+        """Bytes actually allocated for the cache (spare capacity included)."""
+        return int(_lib.skv_cache_bytes_allocated(self._cache()))
+
+    # -- running the model
+    def reset(self):
+        """Drops the whole cache (n_past back to 0)."""
+        _lib.skv_context_reset(self._p())
+        self._last_logits = None
+
+    def forward(self, ids, logits="last"):
+        """Runs token ids through the model at positions n_past.. (one batched call), appending
+        to the cache. logits="all" -> float32 [n, n_vocab], "last" -> [n_vocab], "none" -> None."""
+        mode = _enum(_LOGITS, logits, "logits")
+        a = self.model._check_ids(ids)
+        if a.size == 0:
+            raise _bad_arg("forward needs at least one token")
+        V = self.model.n_vocab
+        out = None
+        if mode == L.LOGITS_ALL:
+            out = np.empty((len(a), V), dtype=np.float32)
+        elif mode == L.LOGITS_LAST:
+            out = np.empty(V, dtype=np.float32)
+        err = L.skv_err()
+        st = _lib.skv_forward(self._p(), _i32p(a), len(a), mode,
+                              _f32p(out) if out is not None else None, byref(err))
+        _check(st, err)
+        if out is not None:
+            self._last_logits = out[-1].copy() if out.ndim == 2 else out.copy()
+        else:
+            self._last_logits = None
+        return out
+
+    def captured_queries(self, layer):
+        """(queries float32 [n_head, n, head_dim], first_pos) captured by the last forward call
+        for a layer, or (None, None) when nothing was captured."""
+        self._check_layer(layer)
+        n, first = c_int(0), c_int(0)
+        p = _lib.skv_context_captured_queries(self._p(), int(layer), byref(n), byref(first))
+        if not p or n.value <= 0:
+            return None, None
+        h = self.model._hparams
+        shape = (h["n_head"], n.value, h["head_dim"])
+        arr = np.ctypeslib.as_array(p, shape=(int(np.prod(shape)),)).reshape(shape).copy()
+        return arr, first.value
+
+    # -- compression
+    def compress(self, policy, keep, protocol="seed", window=None, positions="original",
+                 **policy_params):
+        """Compresses the cache in place: per layer and kv head keeps max(1, round(keep * T))
+        positions chosen by policy ("sink_recent"/"streaming", "random", "attention"/"snapkv",
+        "pyramid"/"pyramidkv", ...). protocol "seed": window = the observation window's token
+        ids, scored on a copy of the cache and not kept; "engine": window = W, the last W cached
+        positions, whose queries the prefill captured (the context needs capture_window >= W).
+        policy_params: seed, sinks, pooling ("max"|"avg"), kernel, window_keep.
+        Returns skv_compress_info as a dict."""
+        p = _lib.skv_compress_default_params()
+        name = policy.encode() if isinstance(policy, str) else None
+        if name is None:
+            raise _bad_arg("policy must be a string, got %r" % (policy,))
+        p.policy = name
+        try:
+            p.keep_frac = float(keep)
+        except (TypeError, ValueError):
+            raise _bad_arg("keep must be a fraction in (0, 1], got %r" % (keep,)) from None
+        p.protocol = _enum(_PROTOCOLS, protocol, "protocol")
+        p.positions = _enum(_POSITIONS, positions, "positions")
+        win = None
+        if window is not None:
+            if p.protocol == L.PROTOCOL_ENGINE:
+                if not isinstance(window, (int, np.integer)) or isinstance(window, bool):
+                    raise _bad_arg("protocol 'engine' takes window=W, the number of last cached "
+                                   "positions that form the window (an int)")
+                p.n_window = int(window)
+            else:
+                if isinstance(window, (int, np.integer)):
+                    raise _bad_arg("protocol 'seed' takes window=the window's token ids (they "
+                                   "are scored on a copy of the cache, not kept); "
+                                   "window=W (an int) is the engine protocol's")
+                win = self.model._check_ids(window)
+                p.n_window = len(win)
+                if len(win):
+                    p.window_tokens = _i32p(win)
+        for k, v in policy_params.items():
+            if k not in _POLICY_PARAMS:
+                raise TypeError("compress() got an unexpected keyword argument %r (policy "
+                                "parameters: %s)" % (k, ", ".join(_POLICY_PARAMS)))
+            conv = _CONVERT.get(k)
+            try:
+                setattr(p, k, conv(v) if conv else v)
+            except TypeError:
+                raise _bad_arg("compress(): %s=%r has the wrong type" % (k, v)) from None
+        # room past the structure: a library newer than _lib.py writes more fields
+        buf = ctypes.create_string_buffer(ctypes.sizeof(L.skv_compress_info) + 1024)
+        info = L.skv_compress_info.from_buffer(buf)
+        err = L.skv_err()
+        st = _lib.skv_compress(self._p(), byref(p), byref(info), byref(err))
+        _check(st, err)
+        try:
+            nl, nh = info.n_layer, info.n_head_kv
+            kept = np.ctypeslib.as_array(info.kept, shape=(nl * nh,)).reshape(nl, nh).copy() \
+                if info.kept and nl * nh > 0 else np.zeros((nl, nh), dtype=np.int32)
+            def per_layer(ptr):
+                if not ptr or nl <= 0:
+                    return np.zeros(0, dtype=np.int64)
+                return np.ctypeslib.as_array(ptr, shape=(nl,)).astype(np.int64)
+
+            budgets = per_layer(info.layer_budgets)
+            d = {
+                "policy": info.policy.decode(),
+                "keep_frac": info.keep_frac,
+                "T": info.T,
+                "keep": info.keep,
+                "compress_ms": info.compress_ms,
+                "window_ms": info.window_ms,
+                "window_tokens": info.window_tokens,
+                "n_layer": nl,
+                "n_head_kv": nh,
+                "layer_budgets": budgets.astype(np.int64),
+                "kept": kept.astype(np.int64),
+                "bytes_before": int(info.bytes_before),
+                "bytes_after": int(info.bytes_after),
+                "forced": per_layer(info.forced),
+                "by_score": per_layer(info.by_score),
+                "selection_hash": int(info.selection_hash),
+                "protocol": protocol if isinstance(protocol, str) else
+                ("engine" if p.protocol == L.PROTOCOL_ENGINE else "seed"),
+                "positions": positions if isinstance(positions, str) else
+                ("rerotate" if p.positions == L.POSITIONS_REROTATE else "original"),
+            }
+        finally:
+            _lib.skv_compress_info_free(byref(info))
+        return d
+
+    def accumulate_attention(self, on=True):
+        """Sums, during later prefills, the attention each key receives (needed by h2o; turn it
+        on before the prefill, on an empty cache)."""
+        err = L.skv_err()
+        _check(_lib.skv_context_accumulate_attention(self._p(), bool(on), byref(err)), err)
+
+    def _check_layer(self, layer, head=None):
+        nl, nh = self.n_layer, self.n_head_kv
+        if not 0 <= int(layer) < nl:
+            raise _bad_arg("layer %d is out of range [0, %d)" % (layer, nl))
+        if head is not None and not 0 <= int(head) < nh:
+            raise _bad_arg("kv head %d is out of range [0, %d)" % (head, nh))
+
+    def kept_positions(self, layer, kv_head):
+        """The positions retained in (layer, kv head), ascending, as an int32 array (a copy)."""
+        self._check_layer(layer, kv_head)
+        c = self._cache()
+        n = _lib.skv_cache_head_len(c, int(layer), int(kv_head))
+        if n == 0:
+            return np.zeros(0, dtype=np.int32)
+        p = _lib.skv_cache_head_positions(c, int(layer), int(kv_head))
+        return np.ctypeslib.as_array(p, shape=(n,)).copy()
+
+    def all_kept_positions(self):
+        """kept_positions for every layer and kv head: a list (layers) of lists (heads)."""
+        return [[self.kept_positions(l, h) for h in range(self.n_head_kv)]
+                for l in range(self.n_layer)]
+
+    def read_head(self, layer, kv_head):
+        """(k, v, positions) of one head as float32 [len, head_dim] x2 and int32 [len]."""
+        self._check_layer(layer, kv_head)
+        c = self._cache()
+        n = _lib.skv_cache_head_len(c, int(layer), int(kv_head))
+        d = _lib.skv_cache_head_dim(c)
+        k = np.empty((n, d), dtype=np.float32)
+        v = np.empty((n, d), dtype=np.float32)
+        pos = np.empty(n, dtype=np.int32)
+        err = L.skv_err()
+        st = _lib.skv_cache_head_read(c, int(layer), int(kv_head), _f32p(k), _f32p(v),
+                                      _i32p(pos), byref(err))
+        _check(st, err)
+        return k, v, pos
+
+    def select(self, layer, positions, kv_head=None):
+        """Keeps only the listed positions in a layer (every kv head), or in one kv head."""
+        self._check_layer(layer, kv_head)
+        a = _tokens(positions, "positions")
+        err = L.skv_err()
+        if kv_head is None:
+            st = _lib.skv_cache_select_layer(self._cache(), int(layer), _i32p(a), len(a),
+                                             byref(err))
+        else:
+            st = _lib.skv_cache_select_head(self._cache(), int(layer), int(kv_head), _i32p(a),
+                                            len(a), byref(err))
+        _check(st, err)
+
+    def clone(self):
+        """A new, independent context over the same model with a deep copy of the cache."""
+        err = L.skv_err()
+        ptr = _lib.skv_context_clone(self._p(), byref(err))
+        if not ptr:
+            _raise(err)
+        c = Context(self.model, _ptr=ptr)
+        c.capture_window = getattr(self, "capture_window", 0)
+        c._last_logits = None if self._last_logits is None else self._last_logits.copy()
+        return c
+
+    # -- generation
+    def generate(self, prompt=None, n=32, temperature=0.0, top_k=0, top_p=1.0, seed=0,
+                 stop_at_eos=True, on_token=None):
+        """Feeds prompt (text, tokenized with BOS when the cache is empty, or token ids) and
+        samples up to n tokens (temperature 0 = greedy; stops before an end-of-generation token
+        (EOS, EOT, ...) when stop_at_eos).
+        Each new token is fed to the cache, so n_past grows by the prompt and the new tokens and
+        another generate() without a prompt continues the text (it starts from the logits of
+        the last forward call). on_token(id, piece_bytes) is called for each new
+        token (streaming). Returns a Generation (.tokens, .text)."""
+        model = self.model
+        if isinstance(prompt, str):
+            ids = model.tokenize(prompt, bos=self.n_past == 0)
+        elif prompt is None:
+            ids = np.zeros(0, dtype=np.int32)
+        else:
+            ids = model._check_ids(prompt)
+        if len(ids):
+            logits = self.forward(ids, logits="last")
+            prev = int(ids[-1])
+        elif self._last_logits is not None:
+            logits = self._last_logits.copy()
+            prev = -1
+        else:
+            raise StateError("generate needs a prompt: no logits from a previous forward call",
+                             6)
+        sp = _lib.skv_sampler_default_params()
+        sp.temperature = float(temperature)
+        sp.top_k = int(top_k)
+        sp.top_p = float(top_p)
+        sp.seed = int(seed)
+        err = L.skv_err()
+        s = _lib.skv_sampler_new(byref(sp), byref(err))
+        if not s:
+            _raise(err)
+        out = []
+        pieces = []
+        eos = model.eos
+        if L.have("skv_vocab_is_eog"):
+            def is_end(t):
+                return bool(_lib.skv_vocab_is_eog(model._vocab, t))
+        else:
+            def is_end(t):
+                return t == eos
+        V = model.n_vocab
+        try:
+            for i in range(int(n)):
+                tok = int(_lib.skv_sampler_sample(s, _f32p(logits), V))
+                if stop_at_eos and is_end(tok):
+                    break
+                out.append(tok)
+                piece = model.token_to_piece(tok, prev)
+                pieces.append(piece)
+                if on_token is not None:
+                    on_token(tok, piece)
+                prev = tok
+                # every kept token goes into the cache, so a later generate() continues after it
+                logits = self.forward([tok], logits="last")
+        finally:
+            _lib.skv_sampler_free(s)
+        return Generation(np.array(out, dtype=np.int32),
+                          b"".join(pieces).decode("utf-8", "replace"))

@@ -1,0 +1,188 @@
+/* chat.c — chat templates without Jinja: the model's tokenizer.chat_template is recognised by
+ * markers and one of the built-in formats writes the conversation.
+ *
+ *   llama3  (template contains "<|start_header_id|>"):
+ *       <|begin_of_text|><|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> ...
+ *       generation prompt: <|start_header_id|>assistant<|end_header_id|>\n\n
+ *       (Meta's template strips each content's surrounding whitespace.)
+ *   chatml  (template contains "<|im_start|>"): <|im_start|>ROLE\nCONTENT<|im_end|>\n ...
+ *       generation prompt: <|im_start|>assistant\n. When the template writes a default system
+ *       message for conversations without one (Qwen2/2.5: "You are a helpful assistant" or
+ *       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."), so does this.
+ *   phi3    (template contains "<|user|>" and "<|end|>"):
+ *       [<s>]<|system|>\nCONTENT<|end|>\n<|user|>\nCONTENT<|end|>\n<|assistant|>\nCONTENT<|end|>\n
+ *       generation prompt: <|assistant|>\n. <s> first when the template writes bos_token.
+ * A format may also be named ("llama3", "chatml", "phi3") for models whose GGUF has no template.
+ */
+#include "tokenizer/internal.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef enum chat_kind { CHAT_NONE, CHAT_LLAMA3, CHAT_CHATML, CHAT_PHI3 } chat_kind;
+
+static chat_kind detect(const char *t) {
+    if (!t) return CHAT_NONE;
+    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>")) return CHAT_LLAMA3;
+    if (strstr(t, "<|im_start|>")) return CHAT_CHATML;
+    if (strstr(t, "<|user|>") && strstr(t, "<|end|>")) return CHAT_PHI3;
+    return CHAT_NONE;
+}
+
+/* The template text tmpl stands for: a format name, a template's text, or NULL for the
+ * vocabulary's own. */
+static chat_kind resolve(const skv_vocab *v, const char *tmpl, skv_err *err) {
+    if (tmpl) {
+        if (!strcmp(tmpl, "llama3")) return CHAT_LLAMA3;
+        if (!strcmp(tmpl, "chatml")) return CHAT_CHATML;
+        if (!strcmp(tmpl, "phi3")) return CHAT_PHI3;
+    } else {
+        tmpl = v->chat_template;
+        if (!tmpl) {
+            skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                        "the model has no chat template (tokenizer.chat_template is missing); "
+                        "name one of the built-in formats: llama3, chatml, phi3");
+            return CHAT_NONE;
+        }
+    }
+    chat_kind k = detect(tmpl);
+    if (k == CHAT_NONE)
+        skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                    "chat template not recognised (built in: llama3, chatml, phi3; the template "
+                    "starts '%.60s')",
+                    tmpl);
+    return k;
+}
+
+const char *skv_chat_template_name(const skv_vocab *v, const char *tmpl, skv_err *err) {
+    if (!v) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "no vocabulary given");
+        return NULL;
+    }
+    switch (resolve(v, tmpl, err)) {
+    case CHAT_LLAMA3:
+        return "llama3";
+    case CHAT_CHATML:
+        return "chatml";
+    case CHAT_PHI3:
+        return "phi3";
+    default:
+        return NULL;
+    }
+}
+
+/* An output buffer that counts what does not fit. */
+typedef struct obuf {
+    char *p;
+    size_t cap, n;
+} obuf;
+
+static void put(obuf *o, const char *s, size_t len) {
+    if (o->n < o->cap) {
+        size_t k = o->cap - o->n < len ? o->cap - o->n : len;
+        memcpy(o->p + o->n, s, k);
+    }
+    o->n += len;
+}
+
+static void puts_(obuf *o, const char *s) {
+    put(o, s, strlen(s));
+}
+
+/* s without leading and trailing whitespace (Jinja's |trim). */
+static void put_trimmed(obuf *o, const char *s) {
+    size_t a = 0, b = strlen(s);
+    while (a < b && strchr(" \t\n\r\f\v", s[a])) a++;
+    while (b > a && strchr(" \t\n\r\f\v", s[b - 1])) b--;
+    put(o, s + a, b - a);
+}
+
+static bool known_role(const char *r) {
+    return !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant");
+}
+
+int skv_chat_format(const skv_vocab *v, const char *tmpl, const skv_chat_message *msg, int n,
+                    bool add_gen, char *buf, int buf_size, skv_err *err) {
+    if (!v || n < 0 || (!msg && n > 0) || buf_size < 0 || (!buf && buf_size > 0)) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_chat_format: invalid arguments");
+        return INT_MIN;
+    }
+    chat_kind kind = resolve(v, tmpl, err);
+    if (kind == CHAT_NONE) return INT_MIN;
+    for (int i = 0; i < n; i++) {
+        if (!msg[i].role || !msg[i].content) {
+            skv_err_set(err, SKV_ERR_INVALID_ARG, "chat message %d has no role or no content", i);
+            return INT_MIN;
+        }
+        if (!known_role(msg[i].role)) {
+            skv_err_set(err, SKV_ERR_INVALID_ARG,
+                        "chat message %d has role '%.40s' (expected system, user or assistant)", i,
+                        msg[i].role);
+            return INT_MIN;
+        }
+    }
+    /* Variants of a format are read from the template's text (a default system message, BOS);
+     * a format given by name is the plain one (Phi-3's with BOS). */
+    const char *t = tmpl ? tmpl : v->chat_template;
+    if (tmpl && detect(tmpl) == CHAT_NONE) t = kind == CHAT_PHI3 ? "{{ bos_token }}" : "";
+    obuf o = {buf, (size_t)buf_size, 0};
+    switch (kind) {
+    case CHAT_LLAMA3:
+        puts_(&o, "<|begin_of_text|>");
+        for (int i = 0; i < n; i++) {
+            puts_(&o, "<|start_header_id|>");
+            puts_(&o, msg[i].role);
+            puts_(&o, "<|end_header_id|>\n\n");
+            put_trimmed(&o, msg[i].content);
+            puts_(&o, "<|eot_id|>");
+        }
+        if (add_gen) puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case CHAT_CHATML: {
+        const char *def = NULL;
+        if (strstr(t, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."))
+            def = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+        else if (strstr(t, "You are a helpful assistant"))
+            def = "You are a helpful assistant";
+        if (def && (n == 0 || strcmp(msg[0].role, "system") != 0)) {
+            puts_(&o, "<|im_start|>system\n");
+            puts_(&o, def);
+            puts_(&o, "<|im_end|>\n");
+        }
+        for (int i = 0; i < n; i++) {
+            puts_(&o, "<|im_start|>");
+            puts_(&o, msg[i].role);
+            puts_(&o, "\n");
+            puts_(&o, msg[i].content);
+            puts_(&o, "<|im_end|>\n");
+        }
+        if (add_gen) puts_(&o, "<|im_start|>assistant\n");
+        break;
+    }
+    case CHAT_PHI3:
+        if (strstr(t, "bos_token")) {
+            const char *bos = skv_vocab_piece(v, v->bos);
+            if (bos) puts_(&o, bos);
+        }
+        for (int i = 0; i < n; i++) {
+            puts_(&o, "<|");
+            puts_(&o, msg[i].role);
+            puts_(&o, "|>\n");
+            puts_(&o, msg[i].content);
+            puts_(&o, "<|end|>\n");
+        }
+        if (add_gen) puts_(&o, "<|assistant|>\n");
+        break;
+    default:
+        return INT_MIN; /* not reached: skv_chat_template_name refused it */
+    }
+    if (o.n > INT_MAX - 1) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "the formatted conversation is too long");
+        return INT_MIN;
+    }
+    if (o.n > (size_t)buf_size) return -(int)o.n;
+    if (o.n < (size_t)buf_size) buf[o.n] = '\0';
+    return (int)o.n;
+}

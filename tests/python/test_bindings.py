@@ -1,0 +1,492 @@
+"""Tests of the Python bindings (python/sparsekv) against independent references: the float64
+reference logits of stories260K, and the C CLI (`sparsekv compress --json`, `tokenize --json`).
+
+Environment: SKV_CLI (the CLI, default build/sparsekv), SKV_LIB (the shared library),
+SKV_MODELS (the shared models, default ../shared/models beside the repository)."""
+
+import gc
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import sparsekv
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.environ.get("SKV_MODELS") or os.path.join(os.path.dirname(REPO), "shared", "models")
+CLI = os.environ.get("SKV_CLI") or os.path.join(REPO, "build", "sparsekv")
+STORIES = os.path.join(MODELS, "stories260K", "stories260K.gguf")
+
+PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+          "the park with her friends. One day, she saw a big red ball under a tree. She ran to "
+          "the ball and kicked it very hard. The ball flew over the fence and into the garden")
+
+
+def cli(*args, check=True):
+    p = subprocess.run([CLI, *args], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError("%s %s failed (%d): %s" % (CLI, " ".join(args), p.returncode,
+                                                        p.stderr))
+    return p
+
+
+@pytest.fixture(scope="module")
+def model():
+    with sparsekv.Model(STORIES) as m:
+        yield m
+
+
+# ---- the model and its logits ------------------------------------------------------------------
+
+def test_library_is_the_built_one():
+    assert sparsekv.version() == sparsekv.__version__
+    assert os.path.exists(sparsekv.library_path)
+    if os.environ.get("SKV_LIB"):
+        assert os.path.realpath(os.environ["SKV_LIB"]) in (
+            os.path.realpath(sparsekv.library_path),
+            os.path.dirname(os.path.realpath(sparsekv.library_path)))
+
+
+def test_hparams_match_cli_info(model):
+    info = json.loads(cli("info", STORIES, "--json").stdout)
+    h = model.hparams
+    flat = json.dumps(info)
+    for k in ("n_vocab", "n_layer", "n_head", "n_head_kv", "n_embd", "n_ff"):
+        assert h[k] > 0
+        assert '"%s": %d' % (k, h[k]) in flat or '"%s":%d' % (k, h[k]) in flat, (k, flat[:400])
+    assert h["n_vocab"] == 512 and h["n_layer"] == 5 and h["head_dim"] == 8
+
+
+def test_default_model_is_stories260k():
+    with sparsekv.Model() as m:
+        assert m.hparams == sparsekv.Model(STORIES).hparams
+        assert os.path.basename(m.path) == "stories260K.gguf"
+
+
+def test_logits_match_float64_reference(model):
+    ref_dir = os.path.join(MODELS, "stories260K")
+    meta = json.load(open(os.path.join(ref_dir, "reference_logits.json")))
+    ref = np.fromfile(os.path.join(ref_dir, meta["file"]), dtype=np.float32)
+    ref = ref.reshape(meta["n_tokens"], meta["n_vocab"])
+    toks = np.array(meta["tokens"], dtype=np.int32)
+    with model.new_context(n_ctx=512, threads=1) as ctx:
+        out = ctx.forward(toks, logits="all")
+        assert out.dtype == np.float32 and out.shape == (256, 512)
+        assert ctx.n_past == 256
+    d = float(np.abs(out - ref).max())
+    print("max |logits - reference| =", d)
+    assert d < 1e-4
+    # token by token, "last" gives the same rows
+    with model.new_context(n_ctx=512) as ctx:
+        for i in range(8):
+            row = ctx.forward(toks[i:i + 1], logits="last")
+            assert row.shape == (512,)
+            assert np.abs(row - ref[i]).max() < 1e-4
+        assert ctx.forward(toks[8:10], logits="none") is None
+        assert ctx.n_past == 10
+
+
+def test_kv_types_and_cache_bytes(model):
+    toks = model.tokenize(PROMPT)
+    full = {}
+    for t in ("f32", "f16"):
+        with model.new_context(n_ctx=256, kv_type=t) as ctx:
+            assert ctx.kv_type == t
+            full[t] = ctx.forward(toks, logits="all")
+            h = model.hparams
+            row = h["head_dim"] * {"f32": 4, "f16": 2}[t]
+            assert ctx.cache_bytes == len(toks) * h["n_layer"] * h["n_head_kv"] * (2 * row + 4)
+            assert ctx.cache_bytes_allocated >= ctx.cache_bytes
+    assert 0 < np.abs(full["f16"] - full["f32"]).max() < 0.05
+    # q8_0 blocks are 32 wide: stories260K's head_dim 8 is refused, with the library's reason
+    with pytest.raises(sparsekv.InvalidArgumentError, match="multiple of 32"):
+        model.new_context(kv_type="q8_0")
+
+
+# ---- tokenizer ---------------------------------------------------------------------------------
+
+ROUND_TRIP = ["Once upon a time", "Lily and Ben went to the park. They saw a dog!",
+              "héllo wörld — ünïcödé ✓ 日本", "two\nlines\tand a tab", "a  double  space",
+              "123 + 456 = 579", "x"]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_tokenize_round_trip_and_cli(model, text):
+    ids = model.tokenize(text)
+    assert ids.dtype == np.int32 and ids[0] == model.bos
+    assert model.detokenize(ids) == text
+    assert model.detokenize(model.tokenize(text, bos=False), strip_leading_space=True) == text
+    assert list(model.tokenize(text, bos=False)) == list(ids[1:])
+    ref = json.loads(cli("tokenize", "-m", STORIES, "-p", text, "--json").stdout)
+    assert ids.tolist() == ref["tokens"]
+    assert [model.piece(int(t)) for t in ids] == ref["pieces"]
+
+
+def test_tokenize_empty_and_bytes(model):
+    assert model.tokenize("", bos=False).size == 0
+    assert model.tokenize("").tolist() == [model.bos]
+    assert model.tokenize(b"caf\xc3\xa9").tolist() == model.tokenize("café").tolist()
+    assert model.detokenize([]) == ""
+    # pieces of a generation concatenate to the detokenized text
+    ids = model.tokenize("The cat sat on the mat.")
+    pieces = b"".join(model.token_to_piece(int(t), int(p)) for p, t in zip(ids[:-1], ids[1:]))
+    assert pieces.decode() == model.detokenize(ids)
+
+
+def test_tokenize_special(model):
+    if not sparsekv._lib.have("skv_tokenize_ex"):
+        pytest.skip("this libsparsekv has no special-token parsing")
+    plain = model.tokenize("<s>Lily</s>", bos=False)
+    assert model.bos not in plain.tolist()  # ordinary text unless asked
+    sp = model.tokenize("<s>Lily</s>", bos=False, special=True)
+    assert sp[0] == model.bos and sp[-1] == model.eos
+    assert sp[1:-1].tolist() == model.tokenize("Lily", bos=False).tolist()
+    assert model.tokenize("<s>Lily", special=True).tolist() == [model.bos] + sp[:-1].tolist()
+    long = "<s>" + "The dog ran. " * 40
+    assert model.tokenize(long, special=True)[1:].tolist() == model.tokenize(
+        long, bos=False, special=True).tolist()
+
+
+# ---- compression vs the CLI --------------------------------------------------------------------
+
+def _python_compress(model, ids, policy, keep, protocol, window, positions="original",
+                     accumulate=True, **kw):
+    cw = window if protocol == "engine" else 0
+    ctx = model.new_context(n_ctx=512, threads=1, capture_window=cw)
+    about = ABOUT.get(sparsekv.policy_canonical(policy) or policy, {})
+    if accumulate and about.get("needs_prefill_attention"):
+        ctx.accumulate_attention(True)  # h2o sums the prefill's attention
+    if protocol == "seed" and window:
+        ctx.forward(ids[:-window], logits="none")
+        info = ctx.compress(policy, keep, protocol="seed", window=ids[-window:],
+                            positions=positions, **kw)
+    else:
+        ctx.forward(ids, logits="none")
+        info = ctx.compress(policy, keep, protocol=protocol, window=window or None,
+                            positions=positions, **kw)
+    return ctx, info
+
+
+ABOUT = {p["name"]: p for p in sparsekv.policies()}
+
+
+def _policies():
+    # every policy of the library's registry (the four founding ones at least)
+    names = list(ABOUT)
+    assert {"sink_recent", "random", "attention", "pyramid"} <= set(names)
+    return names
+
+
+CASES = []
+for _pol in _policies():
+    for _proto in ("seed", "engine"):
+        for _keep in (0.1, 0.37, 1.0):
+            CASES.append((_pol, _proto, _keep, "original", {}))
+CASES += [("sink_recent", "seed", 0.3, "rerotate", {"sinks": 2}),
+          ("random", "seed", 0.5, "original", {"seed": 7}),
+          ("attention", "engine", 0.25, "original", {"kernel": 3, "pooling": "avg",
+                                                      "window_keep": 4}),
+          ("pyramid", "seed", 0.25, "original", {"kernel": 1, "window_keep": 8}),
+          ("snapkv", "seed", 0.2, "original", {}), ("streaming", "engine", 0.2, "original", {})]
+
+# combinations that must compress (the founding policies under both protocols)
+KNOWN_OK = {(p, q) for p in ("sink_recent", "random", "attention", "pyramid", "snapkv",
+                             "streaming") for q in ("seed", "engine")}
+
+_FLAG = {"sinks": "--sinks", "seed": "--seed", "kernel": "--kernel", "pooling": "--pool",
+         "window_keep": "--window-keep"}
+
+
+@pytest.mark.parametrize("policy,protocol,keep,positions,params", CASES)
+def test_compress_matches_cli(model, policy, protocol, keep, positions, params):
+    W = 8
+    args = ["compress", "-m", STORIES, "-p", PROMPT, "--policy", policy, "--keep", repr(keep),
+            "--protocol", protocol, "--window", str(W), "--positions", positions, "-t", "1",
+            "--json"]
+    for k, v in params.items():
+        args += [_FLAG[k], str(v)]
+    p = cli(*args, check=False)
+    ids = model.tokenize(PROMPT)
+    if p.returncode != 0:  # then the library refuses it from Python too, with its message
+        assert (policy, protocol) not in KNOWN_OK, p.stderr
+        with pytest.raises(sparsekv.Error) as e:  # (what the CLI did: no accumulation)
+            _python_compress(model, ids, policy, keep, protocol, W, positions, False, **params)
+        assert str(e.value) in p.stderr
+        return
+    ref = json.loads(p.stdout)
+    ctx, info = _python_compress(model, ids, policy, keep, protocol, W, positions, **params)
+    with ctx:
+        assert ref["prompt_tokens"] == len(ids)
+        for k in ("policy", "T", "keep", "window_tokens", "bytes_before", "bytes_after",
+                  "protocol", "positions"):
+            assert info[k] == ref[k], k
+        assert info["keep_frac"] == ref["keep_frac"]
+        assert info["kept"].tolist() == ref["kept"]
+        if "layer_budgets" in ref:
+            assert info["layer_budgets"].tolist() == ref["layer_budgets"]
+        got = [[ctx.kept_positions(l, h).tolist() for h in range(ctx.n_head_kv)]
+               for l in range(ctx.n_layer)]
+        assert got == ref["layers"]
+        assert [[a.tolist() for a in hs] for hs in ctx.all_kept_positions()] == ref["layers"]
+        assert ctx.cache_bytes == info["bytes_after"]
+        assert ctx.position_mode == positions
+        # the kept counts are the lengths of the kept position lists
+        assert info["kept"].tolist() == [[len(x) for x in hs] for hs in ref["layers"]]
+        # decoding goes on at the logical length
+        n = ctx.n_past
+        ctx.forward([model.bos], logits="last")
+        assert ctx.n_past == n + 1
+
+
+def test_compress_info_fields(model):
+    ids = model.tokenize(PROMPT)
+    ctx, info = _python_compress(model, ids, "pyramid", 0.25, "seed", 8)
+    with ctx:
+        T = len(ids) - 8
+        assert info["T"] == T == ctx.n_past
+        assert info["keep"] == max(1, round(0.25 * T))
+        assert info["window_tokens"] == 8
+        assert info["n_layer"] == 5 and info["n_head_kv"] == 4
+        assert info["kept"].shape == (5, 4) and info["layer_budgets"].shape == (5,)
+        assert info["compress_ms"] >= info["window_ms"] > 0
+        assert info["bytes_after"] < info["bytes_before"]
+
+
+# ---- clone, generate ---------------------------------------------------------------------------
+
+def test_clone_is_independent(model):
+    ids = model.tokenize(PROMPT)
+    nxt = model.tokenize(" The end", bos=False)
+    with model.new_context(n_ctx=512) as a:
+        a.forward(ids, logits="none")
+        b = a.clone()
+        assert b.n_past == a.n_past == len(ids) and b.cache_bytes == a.cache_bytes
+        info = b.compress("streaming", 0.25)
+        assert a.kept_positions(2, 1).tolist() == list(range(len(ids)))
+        assert b.kept_positions(2, 1).size == info["keep"]
+        la = a.forward(nxt, logits="all")
+        lb = b.forward(nxt, logits="all")
+        assert a.n_past == b.n_past == len(ids) + len(nxt)
+        with model.new_context(n_ctx=512) as fresh:
+            lf = fresh.forward(np.concatenate([ids, nxt]), logits="all")[-len(nxt):]
+        assert np.abs(la - lf).max() < 1e-4  # a is untouched by b's compression
+        assert np.abs(lb - la).max() > 1e-3  # and b really is compressed
+        # freeing the original leaves the clone usable
+        a.close()
+        b.forward(nxt[:1], logits="last")
+        b.close()
+
+
+def test_generate_greedy_and_sampled(model):
+    with model.new_context(n_ctx=256) as ctx:
+        g = ctx.generate("Once upon a time", n=24)
+    # greedy = argmax of forward, token by token
+    ids = list(model.tokenize("Once upon a time"))
+    out = []
+    with model.new_context(n_ctx=256) as ctx:
+        logits = ctx.forward(ids, logits="last")
+        for _ in range(24):
+            t = int(np.argmax(logits))
+            if t == model.eos:
+                break
+            out.append(t)
+            logits = ctx.forward([t], logits="last")
+    assert g.tokens.tolist() == out
+    assert g.text == model.detokenize(out, strip_leading_space=False)
+    assert str(g) == g.text
+    streamed = []
+    with model.new_context(n_ctx=256) as ctx:
+        s1 = ctx.generate(ids, n=16, temperature=1.0, seed=5,
+                          on_token=lambda t, piece: streamed.append(piece))
+    with model.new_context(n_ctx=256) as ctx:
+        s2 = ctx.generate(ids, n=16, temperature=1.0, seed=5)
+    with model.new_context(n_ctx=256) as ctx:
+        s3 = ctx.generate(ids, n=16, temperature=1.0, seed=6)
+    assert s1.tokens.tolist() == s2.tokens.tolist() != s3.tokens.tolist()
+    assert b"".join(streamed).decode() == s1.text
+
+
+def test_generate_matches_cli(model):
+    ref = cli("generate", "-m", STORIES, "-p", "Lily saw a bird", "-n", "20", "--temp", "0",
+              "-t", "1").stdout
+    with model.new_context() as ctx:
+        g = ctx.generate("Lily saw a bird", n=20)
+    assert ("Lily saw a bird" + g.text) in ref, (ref, g.text)
+
+
+def test_generate_after_compress_continues(model):
+    ids = model.tokenize(PROMPT)
+    with model.new_context(n_ctx=512) as ctx:
+        ctx.forward(ids, logits="last")
+        ctx.compress("sink_recent", 0.5)
+        g = ctx.generate(n=8)  # continues from the prefill's last logits
+        assert 0 < len(g.tokens) <= 8
+        assert ctx.n_past == len(ids) + len(g.tokens)
+        g2 = ctx.generate(n=8)  # and on from there
+        assert ctx.n_past == len(ids) + len(g.tokens) + len(g2.tokens)
+    # the same two calls on a dense cache equal one generate of 16 tokens
+    with model.new_context(n_ctx=512) as a, model.new_context(n_ctx=512) as b:
+        a.forward(ids, logits="last")
+        two = np.concatenate([a.generate(n=8).tokens, a.generate(n=8).tokens])
+        one = b.generate(ids, n=16).tokens
+        assert two.tolist() == one.tolist()
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+def test_model_errors_carry_library_message(tmp_path):
+    missing = str(tmp_path / "nope.gguf")
+    with pytest.raises(sparsekv.IOError) as e:
+        sparsekv.Model(missing)
+    assert isinstance(e.value, sparsekv.Error) and isinstance(e.value, OSError)
+    assert missing in str(e.value) and e.value.status == 2
+    assert e.value.status_name
+    p = cli("generate", "-m", missing, "-n", "1", check=False)
+    assert p.returncode != 0 and str(e.value) in p.stderr
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\xff" * 60)
+    with pytest.raises(sparsekv.Error) as e:
+        sparsekv.Model(str(bad))
+    assert e.value.status in (3, 4) and str(e.value)
+    notgguf = tmp_path / "text.gguf"
+    notgguf.write_text("hello, this is not a model at all")
+    with pytest.raises(sparsekv.FormatError):
+        sparsekv.Model(str(notgguf))
+
+
+def test_context_and_compress_errors(model):
+    ids = model.tokenize(PROMPT)
+    with pytest.raises(sparsekv.Error, match="kv|type"):
+        model.new_context(kv_type="q4_0")
+    with model.new_context(n_ctx=16) as ctx:
+        with pytest.raises(sparsekv.Error) as e:
+            ctx.forward(ids, logits="none")  # longer than n_ctx
+        assert str(e.value)
+        assert ctx.n_past == 0
+        with pytest.raises(sparsekv.InvalidArgumentError, match="512"):
+            ctx.forward([600], logits="last")
+        with pytest.raises(sparsekv.InvalidArgumentError, match="logits"):
+            ctx.forward([1], logits="first")
+        with pytest.raises(sparsekv.Error):
+            ctx.compress("sink_recent", 0.5)  # empty cache
+    with model.new_context(n_ctx=512) as ctx:
+        ctx.forward(ids, logits="none")
+        with pytest.raises(sparsekv.InvalidArgumentError) as e:
+            ctx.compress("bogus", 0.5)
+        assert "bogus" in str(e.value)
+        for k in (0.0, 1.5, -1):
+            with pytest.raises(sparsekv.InvalidArgumentError, match="keep"):
+                ctx.compress("sink_recent", k)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="window"):
+            ctx.compress("attention", 0.5)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="engine"):
+            ctx.compress("attention", 0.5, protocol="seed", window=4)
+        with pytest.raises(sparsekv.Error):
+            ctx.compress("attention", 0.5, protocol="engine", window=4)  # nothing captured
+        with pytest.raises(TypeError, match="bogus_param"):
+            ctx.compress("sink_recent", 0.5, bogus_param=3)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="pooling"):
+            ctx.compress("attention", 0.5, window=ids[:4], pooling="median")
+        assert ctx.kept_positions(0, 0).size == len(ids)  # nothing changed by the failures
+        ctx.compress("sink_recent", 0.5)
+        with pytest.raises(sparsekv.StateError):
+            ctx.compress("sink_recent", 0.5)  # not a fresh dense prefill any more
+        with pytest.raises(sparsekv.InvalidArgumentError, match="layer"):
+            ctx.kept_positions(5, 0)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="head"):
+            ctx.kept_positions(0, 4)
+    with pytest.raises(sparsekv.StateError, match="closed"):
+        ctx.forward([1])
+    with pytest.raises(sparsekv.InvalidArgumentError):
+        model.detokenize([0, 9999])
+    with pytest.raises(TypeError):
+        model.new_context().forward("text, not ids")
+
+
+def test_lifetimes(model):
+    m = sparsekv.Model(STORIES)
+    ctx = m.new_context(n_ctx=64)
+    m.close()  # deferred: the context still uses it
+    assert ctx.forward(m.tokenize("hi"), logits="last").shape == (512,)
+    with pytest.raises(sparsekv.StateError):
+        m.new_context()
+    del ctx
+    gc.collect()
+    with pytest.raises(sparsekv.StateError):
+        m.tokenize("hi")  # now really freed
+    # a context keeps an unreferenced model alive
+    ctx = sparsekv.Model(STORIES).new_context(n_ctx=64)
+    gc.collect()
+    assert ctx.forward([1, 403], logits="last").shape == (512,)
+    c2 = ctx.clone()
+    del ctx
+    gc.collect()
+    assert c2.forward([407], logits="last").shape == (512,)
+
+
+# ---- lower-level access, library lookup --------------------------------------------------------
+
+def test_h2o_with_prefill_attention(model):
+    if "h2o" not in ABOUT:
+        pytest.skip("this library has no h2o")
+    ids = model.tokenize(PROMPT)
+    with model.new_context(n_ctx=512) as ctx:
+        ctx.accumulate_attention(True)
+        ctx.forward(ids, logits="none")
+        info = ctx.compress("h2o", 0.3)
+        T, keep = len(ids), info["keep"]
+        assert keep == max(1, round(0.3 * T))
+        for l in range(ctx.n_layer):
+            for h in range(ctx.n_head_kv):
+                pos = ctx.kept_positions(l, h)
+                assert len(pos) == keep and np.all(np.diff(pos) > 0)
+                # the last keep // 2 positions are forced in
+                assert set(range(T - keep // 2, T)) <= set(pos.tolist())
+        assert (info["forced"] + info["by_score"]).tolist() == info["kept"].sum(axis=1).tolist()
+
+
+def test_read_head_captured_queries_select(model):
+    ids = model.tokenize(PROMPT)
+    h = model.hparams
+    with model.new_context(n_ctx=512, capture_window=4) as ctx:
+        ctx.forward(ids, logits="none")
+        k, v, pos = ctx.read_head(1, 2)
+        assert k.shape == v.shape == (len(ids), h["head_dim"]) and pos.tolist() == list(
+            range(len(ids)))
+        q, first = ctx.captured_queries(3)
+        assert q.shape == (h["n_head"], 4, h["head_dim"]) and first == len(ids) - 4
+        keep = [0, 5, 9, len(ids) - 1]
+        ctx.select(1, keep)
+        assert all(ctx.kept_positions(1, hh).tolist() == keep for hh in range(4))
+        k2, v2, pos2 = ctx.read_head(1, 2)
+        assert pos2.tolist() == keep
+        assert np.array_equal(k2, k[keep]) and np.array_equal(v2, v[keep])
+        ctx.select(2, [3, 4], kv_head=0)
+        assert ctx.kept_positions(2, 0).tolist() == [3, 4]
+        assert ctx.kept_positions(2, 1).size == len(ids)
+        with pytest.raises(sparsekv.InvalidArgumentError):
+            ctx.select(1, [5, 4])  # not ascending: the library refuses
+        with pytest.raises(sparsekv.InvalidArgumentError):
+            ctx.select(1, [1])  # no longer in the heads
+    with model.new_context(n_ctx=64) as ctx:
+        ctx.forward(ids[:5])
+        assert ctx.captured_queries(0) == (None, None)
+
+
+def _import_in_subprocess(env_lib):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), SKV_LIB=env_lib)
+    return subprocess.run([os.sys.executable, "-c",
+                           "import sparsekv; print(sparsekv.library_path)"],
+                          capture_output=True, text=True, env=env)
+
+
+def test_library_lookup(tmp_path):
+    lib = os.path.realpath(sparsekv.library_path)
+    p = _import_in_subprocess(os.path.dirname(lib))  # a directory holding libsparsekv.so.0
+    assert p.returncode == 0, p.stderr
+    assert os.path.dirname(p.stdout.strip()) == os.path.dirname(lib)
+    p = _import_in_subprocess(str(tmp_path / "missing.so"))
+    assert p.returncode != 0 and "cannot load libsparsekv" in p.stderr
+    assert "missing.so" in p.stderr

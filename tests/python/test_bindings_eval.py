@@ -1,0 +1,114 @@
+"""sparsekv.evaluate (NumPy metrics over the bindings, written from docs/EVAL.md) against the C
+harness's numbers (`sparsekv eval`'s results.jsonl) on the same data and configurations, and
+the metric functions against hand-derived values."""
+
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import sparsekv
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.environ.get("SKV_MODELS") or os.path.join(os.path.dirname(REPO), "shared", "models")
+CLI = os.environ.get("SKV_CLI") or os.path.join(REPO, "build", "sparsekv")
+STORIES = os.path.join(MODELS, "stories260K", "stories260K.gguf")
+
+TEXT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+        "park with her friends. One day, she saw a big red ball under a tree. She ran to the "
+        "ball and kicked it very hard.")
+
+
+def test_compare_logits_hand_values():
+    # ref = uniform over 2 tokens, cmp = (3/4, 1/4): KL = ln(1/2 / 3/4)/2 + ln(1/2 / 1/4)/2
+    ref = np.array([[0.0, 0.0], [1.0, 0.0]], dtype=np.float32)
+    cmp = np.array([[math.log(3.0), 0.0], [1.0, 0.0]], dtype=np.float32)
+    m = sparsekv.compare_logits(ref, cmp, targets=[1, 0])
+    kl0 = 0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)
+    assert m["kl"][0] == pytest.approx(kl0, rel=1e-6) and m["kl"][1] == 0.0
+    assert m["kl_mean"] == pytest.approx(kl0 / 2, rel=1e-6)
+    assert m["kl_median"] == pytest.approx(kl0 / 2, rel=1e-6)  # mean of the two middle values
+    assert m["kl_max"] == pytest.approx(kl0, rel=1e-6)
+    # argmax ties go to the lowest id on both sides: row 0 = (0 vs 0), row 1 = (0 vs 0)
+    assert m["same_top"] == 2 and m["top1"] == 1.0
+    nll_ref = (math.log(2) + math.log(1 + math.e) - 1) / 2
+    nll_cmp = (math.log(4) + math.log(1 + math.e) - 1) / 2
+    assert m["nll_ref"] == pytest.approx(nll_ref, rel=1e-6)
+    assert m["ln_ppl_ratio"] == pytest.approx(nll_cmp - nll_ref, rel=1e-6)
+    assert m["ppl_ratio"] == pytest.approx(2 ** 0.5, rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("eval")
+    meta = json.load(open(os.path.join(MODELS, "stories260K", "reference_logits.json")))
+    samples = [meta["tokens"][:120], TEXT]
+    with open(d / "data.jsonl", "w") as f:
+        f.write(json.dumps({"tokens": samples[0]}) + "\n")
+        f.write(json.dumps({"text": samples[1]}) + "\n")
+    args = [CLI, "eval", "-m", STORIES, "--data", str(d / "data.jsonl"),
+            "--policies", "sink_recent,random,attention,pyramid", "--keep", "0.25,0.5",
+            "--protocols", "seed,engine", "--seeds", "2", "--window", "8",
+            "--continuation", "16", "--greedy", "8", "-t", "1", "--out", str(d / "out"), "-q"]
+    p = subprocess.run(args, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    c_rows = [json.loads(l) for l in open(d / "out" / "results.jsonl")]
+    with sparsekv.Model(STORIES) as m:
+        py = sparsekv.evaluate(m, samples, policies=["sink_recent", "random", "attention",
+                                                     "pyramid"],
+                               keeps=[0.25, 0.5, 1.0], protocols=["seed", "engine"], seeds=2,
+                               window=8, continuation=16, greedy=8, threads=1)
+    return c_rows, py
+
+
+def _key(r):
+    return (r["sample"], r["policy"], r["keep_frac"], r["protocol"], r["positions"], r["seed"])
+
+
+def test_evaluate_matches_cli_eval(runs):
+    c_rows, py = runs
+    assert len(py) == len(c_rows) == 2 * 2 * (3 + 3 * 2 + 3 + 3)
+    assert not py.skipped
+    c = {_key(r): r for r in c_rows}
+    worst = 0.0
+    for r in py:
+        ref = c[_key(r)]
+        for k in ("T", "keep", "n_prefix", "n_window", "n_continuation", "same_top",
+                  "n_tokens", "greedy_match", "kv_bytes_before", "kv_bytes_after", "kept"):
+            assert r[k] == ref[k], (k, _key(r))
+        if r["policy"] == "pyramid":
+            assert r["layer_budgets"] == ref["layer_budgets"]
+        for k in ("kl_mean", "kl_median", "kl_p90", "kl_p99", "kl_max", "top1", "nll_ref",
+                  "nll_cmp", "ppl_ref", "ppl_cmp", "ln_ppl_ratio"):
+            assert r[k] == pytest.approx(ref[k], rel=1e-9, abs=1e-12), (k, _key(r))
+            worst = max(worst, abs(r[k] - ref[k]))
+    print("largest |python - C| over all metrics:", worst)
+    # controls: every entry kept -> exactly the reference
+    for r in py:
+        if r["keep_frac"] == 1.0 and r["policy"] != "pyramid":
+            assert r["kl_max"] == 0.0 and r["top1"] == 1.0 and r["greedy_match"] == 8
+    # something was actually compressed and measured
+    assert max(r["kl_mean"] for r in py) > 0.01
+
+
+def test_summary(runs):
+    _, py = runs
+    rows = py.summary()
+    assert len(rows) == 2 * (3 * 4)
+    one = [s for s in rows if s["policy"] == "random" and s["keep_frac"] == 0.25
+           and s["protocol"] == "seed"][0]
+    per_sample = [np.mean([r["kl_mean"] for r in py if r["policy"] == "random"
+                           and r["keep_frac"] == 0.25 and r["protocol"] == "seed"
+                           and r["sample"] == i]) for i in (0, 1)]
+    assert one["n_samples"] == 2 and one["kl_mean"] == pytest.approx(np.mean(per_sample))
+    assert one["ppl_ratio"] == pytest.approx(math.exp(one["ln_ppl_ratio"]))
+
+
+def test_evaluate_skips_short_samples():
+    with sparsekv.Model(STORIES) as m:
+        r = sparsekv.evaluate(m, ["Hi.", TEXT], policies="sink_recent", keeps=0.5, window=8,
+                              continuation=16, greedy=8)
+    assert r.skipped == [0] and len(r) == 1 and r[0]["sample"] == 1

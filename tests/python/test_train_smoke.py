@@ -1,0 +1,101 @@
+"""Smoke test of the retrieval-model trainer (tools/train): the Python tokenization equals
+`sparsekv tokenize` on the exported tokenizer.bin, a few training steps lower the loss, and the
+export (llama2.c checkpoint -> `sparsekv convert-llama2c`) loads in sparsekv with logits equal to
+the PyTorch model's within 1e-3.
+
+Needs torch and numpy (Debian's python3-torch / python3-numpy); skipped without them.
+Environment: SKV_CLI (the CLI, default build/sparsekv)."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch (python3-torch) is not installed")
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI = os.environ.get("SKV_CLI") or os.path.join(REPO, "build", "sparsekv")
+TRAIN = os.path.join(REPO, "tools", "train")
+sys.path.insert(0, TRAIN)
+
+import data  # noqa: E402
+import export  # noqa: E402
+
+
+def cli(*args):
+    p = subprocess.run([CLI, *args], capture_output=True)
+    assert p.returncode == 0, "%s %s failed: %s" % (CLI, " ".join(args), p.stderr.decode())
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def cli_ok():
+    if not os.access(CLI, os.X_OK):
+        pytest.skip("no sparsekv CLI at %s (set SKV_CLI)" % CLI)
+
+
+@pytest.fixture(scope="module")
+def tok_bin(tmp_path_factory):
+    p = str(tmp_path_factory.mktemp("tok") / "tokenizer.bin")
+    export.write_tokenizer(p)
+    return p
+
+
+def texts():
+    rng = random.Random(99)
+    out = ["hello world", "  two  spaces ", "tab\tnewline\nend", "caf\u00e9 \u2581 \u4e2d", "",
+           "What is the pass key? The pass key is 12345."]
+    for t in ("passkey", "kv", "multikey", "text"):
+        ids, _ = data.make_sample(rng, t, 300)
+        out.append(data.decode(ids[1:]))
+    return out
+
+
+def test_vocabulary_layout():
+    ps = data.pieces()
+    assert len(ps) == data.VOCAB_SIZE == 354
+    assert ps[0][0] == b"<unk>" and ps[3][0] == b"<0x00>" and ps[258][0] == b"<0xFF>"
+    assert ps[data.SPACE_ID][0] == b" " and ps[data.CHAR0][0] == b"!"
+
+
+def test_decode_inverts_encode():
+    for t in texts():
+        assert data.decode(data.encode(t)) == t
+
+
+def test_tokenize_matches_cli(cli_ok, tok_bin):
+    for t in texts():
+        if not t:
+            continue
+        out = json.loads(cli("tokenize", "--vocab-llama2c", tok_bin, str(data.VOCAB_SIZE), "-p", t,
+                             "--json"))
+        assert out["tokens"] == data.encode(t), t
+
+
+def test_passkey_text_matches_eval_format():
+    # eval/passkey.c: intro, needle before filler round_half_even(depth * n), question
+    t = data.passkey_text("12345", 0.5, 3)
+    assert t == (data.PASSKEY_INTRO + " The grass is green. The sky is blue. The pass key is "
+                 "12345. Remember it. The sun is yellow. What is the pass key? The pass key is")
+
+
+def test_smoke_train_export_and_logits(cli_ok, tmp_path):
+    out = str(tmp_path / "run")
+    subprocess.run([sys.executable, os.path.join(TRAIN, "train.py"), "--preset", "smoke",
+                    "--out", out, "--eval-n", "0"], check=True, capture_output=True)
+    log = open(os.path.join(out, "log.txt")).read().splitlines()
+    losses = [float(l.split(" loss ")[1].split()[0]) for l in log if l.startswith("step ")]
+    assert len(losses) >= 2 and losses[-1] < losses[0] - 0.2, losses
+    m, _, _, gguf = export.export(os.path.join(out, "ckpt.pt"), str(tmp_path / "exp"), CLI, "smoke")
+    prompt = data.passkey_text("54321", 0.3, 4)
+    ids = data.encode(prompt)
+    lf = str(tmp_path / "logits.f32")
+    printed = json.loads(cli("logits", "-m", gguf, "-p", prompt, "-o", lf))
+    assert printed == ids
+    got = np.fromfile(lf, dtype="<f4").reshape(len(ids), data.VOCAB_SIZE)
+    want = export.torch_logits(m, ids)
+    assert np.abs(got - want).max() < 1e-3

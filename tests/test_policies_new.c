@@ -1,0 +1,843 @@
+/* test_policies_new.c — the policies beyond the seed (knorm, keydiff, tova, h2o, adakv), the
+ * registry, PyramidKV's clamp and decoding-time compression, on real stories260K caches.
+ *
+ * Selections are checked against an independent float64 implementation of SPEC.md's rules
+ * (its own loops over the engine's cached keys and captured queries; any valid top-k passes,
+ * ties aside). Masking equivalence: the compressed engine's logits equal the float64 reference
+ * forward pass (tests/ref_forward.c) that sees the dense sequence with the dropped entries
+ * masked (and, with rerotate, the new rotation indices). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "policies.h"
+#include "ref_forward.h"
+#include "sparsekv.h"
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_LOGITS 1e-4
+#define TOL_SCORE  1e-5
+
+static const char *TEXT =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+    "park with her friends. One day, she saw a big red ball near the tree. She ran to get it, "
+    "but a dog took it first. Lily was sad, but the dog brought the ball back to her.";
+
+static skv_model *model;
+static ref_model *rmodel;
+static int32_t toks[256];
+static int n_toks;
+static int L, HQ, HKV, HD, V;
+
+static const char *NEW_POLICIES[] = {"knorm", "keydiff", "tova", "h2o", "adakv"};
+#define N_NEW 5
+
+static int n_threads = 2; /* 1 for the long decoding loops (a token is too small to split) */
+
+static skv_context *new_ctx(int capture, bool accumulate) {
+    skv_context_params cp = skv_context_default_params();
+    cp.n_threads = n_threads;
+    cp.capture_window = capture;
+    skv_err err = {0};
+    skv_context *ctx = skv_context_new(model, &cp, &err);
+    assert_non_null(ctx);
+    if (accumulate) assert_int_equal(skv_context_accumulate_attention(ctx, true, &err), SKV_OK);
+    return ctx;
+}
+
+static void feed(skv_context *ctx, const int32_t *t, int n, skv_logits_mode mode, float *logits) {
+    skv_err err = {0};
+    skv_status st = skv_forward(ctx, t, n, mode, logits, &err);
+    if (st) fail_msg("forward: %s", err.msg);
+}
+
+static skv_compress_params params_for(const char *policy, double keep, skv_protocol proto,
+                                      const int32_t *window, int W) {
+    skv_compress_params p = skv_compress_default_params();
+    p.policy = policy;
+    p.keep_frac = keep;
+    p.protocol = proto;
+    p.window_tokens = window;
+    p.n_window = W;
+    p.window_keep = 4;
+    return p;
+}
+
+static void compress_ok(skv_context *ctx, const skv_compress_params *p, skv_compress_info *info) {
+    skv_err err = {0};
+    skv_status st = skv_compress(ctx, p, info, &err);
+    if (st) fail_msg("compress %s: %s", p->policy, err.msg);
+}
+
+/* ---- the float64 reference of SPEC.md's rules --------------------------------------------- */
+
+/* The inputs: keys [L, HKV, n_keys, HD] of the dense cache, queries [L, HQ, n_q, HD] with
+ * their positions q_pos0.. (post-RoPE, as cached / captured), all in double. */
+typedef struct inputs {
+    double *k;
+    int n_keys;
+    double *q;
+    int n_q, q_pos0;
+} inputs;
+
+static const double *K(const inputs *in, int l, int h, int t) {
+    return in->k + (((size_t)l * HKV + h) * in->n_keys + t) * HD;
+}
+static const double *Q(const inputs *in, int l, int qh, int j) {
+    return in->q + (((size_t)l * HQ + qh) * in->n_q + j) * HD;
+}
+
+static inputs inputs_take(const skv_context *keys_ctx, const skv_context *q_ctx) {
+    inputs in = {0};
+    const skv_cache *c = skv_context_cache_const(keys_ctx);
+    in.n_keys = skv_cache_head_len(c, 0, 0);
+    in.k = malloc((size_t)L * HKV * in.n_keys * HD * sizeof(double));
+    float *kf = malloc((size_t)in.n_keys * HD * sizeof(float));
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++) {
+            assert_int_equal(skv_cache_head_read(c, l, h, kf, NULL, NULL, NULL), SKV_OK);
+            for (int i = 0; i < in.n_keys * HD; i++)
+                in.k[((size_t)l * HKV + h) * in.n_keys * HD + i] = kf[i];
+        }
+    free(kf);
+    int n = 0, first = 0;
+    assert_non_null(skv_context_captured_queries(q_ctx, 0, &n, &first));
+    in.n_q = n, in.q_pos0 = first;
+    in.q = malloc((size_t)L * HQ * n * HD * sizeof(double));
+    for (int l = 0; l < L; l++) {
+        const float *qf = skv_context_captured_queries(q_ctx, l, &n, &first);
+        for (size_t i = 0; i < (size_t)HQ * n * HD; i++) in.q[(size_t)l * HQ * n * HD + i] = qf[i];
+    }
+    return in;
+}
+
+static void inputs_free(inputs *in) {
+    free(in->k);
+    free(in->q);
+}
+
+/* softmax over keys [0, nk) of query qv against (l, h) keys, added (times w) to out */
+static void add_softmax(const inputs *in, int l, int h, const double *qv, int nk, double w,
+                        double *out) {
+    double lg[256], mx = -INFINITY, sum = 0;
+    for (int t = 0; t < nk; t++) {
+        const double *kv = K(in, l, h, t);
+        double s = 0;
+        for (int x = 0; x < HD; x++) s += qv[x] * kv[x];
+        lg[t] = s / sqrt((double)HD);
+        mx = fmax(mx, lg[t]);
+    }
+    for (int t = 0; t < nk; t++) sum += exp(lg[t] - mx);
+    for (int t = 0; t < nk; t++) out[t] += w * exp(lg[t] - mx) / sum;
+}
+
+/* Scores of one (layer, kv head) over the P scored positions; forced = +inf. T_total: entries
+ * of the head (P + the engine window W). */
+static void ref_scores(const char *pol, const inputs *in, int l, int h, int P, int T_total, int W,
+                       int keep, const skv_compress_params *p, double *s) {
+    const int g = HQ / HKV;
+    for (int t = 0; t < P; t++) s[t] = 0;
+    if (!strcmp(pol, "knorm")) {
+        for (int t = 0; t < P; t++) {
+            double n2 = 0;
+            for (int x = 0; x < HD; x++) n2 += K(in, l, h, t)[x] * K(in, l, h, t)[x];
+            s[t] = -sqrt(n2);
+        }
+    } else if (!strcmp(pol, "keydiff")) {
+        double a[64] = {0}, an = 0;
+        for (int t = 0; t < P; t++) {
+            double n2 = 0;
+            for (int x = 0; x < HD; x++) n2 += K(in, l, h, t)[x] * K(in, l, h, t)[x];
+            for (int x = 0; x < HD; x++) a[x] += K(in, l, h, t)[x] / sqrt(n2) / P;
+        }
+        for (int x = 0; x < HD; x++) an += a[x] * a[x];
+        for (int t = 0; t < P; t++) {
+            double dot = 0, n2 = 0;
+            for (int x = 0; x < HD; x++) {
+                dot += K(in, l, h, t)[x] * a[x];
+                n2 += K(in, l, h, t)[x] * K(in, l, h, t)[x];
+            }
+            s[t] = -dot / sqrt(n2) / sqrt(an);
+        }
+    } else if (!strcmp(pol, "tova")) {
+        for (int qh = h * g; qh < (h + 1) * g; qh++)
+            add_softmax(in, l, h, Q(in, l, qh, in->n_q - 1), P, 1.0 / g, s);
+    } else if (!strcmp(pol, "h2o")) {
+        /* every cached query j (positions q_pos0 + j), causal over keys [0, pos] */
+        for (int j = 0; j < in->n_q; j++) {
+            double row[256] = {0};
+            const int pos = in->q_pos0 + j;
+            for (int qh = h * g; qh < (h + 1) * g; qh++)
+                add_softmax(in, l, h, Q(in, l, qh, j), pos + 1, 1.0 / g, row);
+            for (int t = 0; t < P && t <= pos; t++) s[t] += row[t];
+        }
+        for (int t = T_total - keep / 2; t < P; t++)
+            if (t >= 0) s[t] = INFINITY;
+    } else { /* adakv: SnapKV's pooled window score, window_keep forced */
+        double raw[256] = {0};
+        for (int qh = h * g; qh < (h + 1) * g; qh++)
+            for (int w = in->n_q - W; w < in->n_q; w++)
+                add_softmax(in, l, h, Q(in, l, qh, w), P, 1.0 / (g * W), raw);
+        const int pad = p->kernel / 2;
+        for (int t = 0; t < P; t++) {
+            double m = -INFINITY;
+            for (int j = t - pad; j < t - pad + p->kernel; j++)
+                m = fmax(m, raw[j < 0 ? 0 : j >= P ? P - 1 : j]);
+            s[t] = m;
+        }
+        for (int t = P - p->window_keep; t < P; t++)
+            if (t >= 0) s[t] = INFINITY;
+    }
+}
+
+/* The kept flags of (l, h) in the compressed cache. */
+static int kept_of(const skv_context *ctx, int l, int h, bool *kept, int T) {
+    const skv_cache *c = skv_context_cache_const(ctx);
+    const int len = skv_cache_head_len(c, l, h);
+    const int32_t *pos = skv_cache_head_positions(c, l, h);
+    memset(kept, 0, (size_t)T * sizeof *kept);
+    for (int i = 0; i < len; i++) {
+        assert_true(pos[i] >= 0 && pos[i] < T);
+        if (i) assert_true(pos[i] > pos[i - 1]);
+        kept[pos[i]] = true;
+    }
+    return len;
+}
+
+/* One policy, one protocol: compress and check against the reference. */
+static void check_selection(const char *pol, skv_protocol proto, double keep_frac) {
+    const int T = 48, W = 8;
+    const bool engine = proto == SKV_PROTOCOL_ENGINE;
+    const bool h2o = !strcmp(pol, "h2o");
+    /* the compressed context, and one that captured the queries the reference needs */
+    skv_context *ctx, *qctx;
+    int T_total;
+    if (engine) {
+        T_total = T + W;
+        ctx = new_ctx(T_total, h2o); /* captures every prompt query */
+        feed(ctx, toks, T_total, SKV_LOGITS_NONE, NULL);
+        qctx = NULL;
+    } else {
+        T_total = T;
+        ctx = new_ctx(0, h2o);
+        feed(ctx, toks, T, SKV_LOGITS_NONE, NULL);
+        if (h2o) { /* the prefix's own queries */
+            qctx = new_ctx(T, false);
+            feed(qctx, toks, T, SKV_LOGITS_NONE, NULL);
+        } else { /* the window's queries, as the window pass on a copy sees them */
+            qctx = new_ctx(W, false);
+            feed(qctx, toks, T + W, SKV_LOGITS_NONE, NULL);
+        }
+    }
+    inputs in = inputs_take(ctx, qctx ? qctx : ctx);
+    skv_compress_params p = params_for(pol, keep_frac, proto, engine ? NULL : toks + T, W);
+    skv_compress_info info;
+    compress_ok(ctx, &p, &info);
+    const int keep = info.keep, P = engine ? T : T; /* scored positions */
+    assert_int_equal(info.T, T_total);
+    assert_int_equal(keep, skv_policy_keep(keep_frac, T_total));
+    const int n_safe = (int)floor(0.2 * keep);
+    double s[256];
+    bool kept[256];
+    for (int l = 0; l < L; l++) {
+        int layer_total = 0, forced_l = 0;
+        double shared_min = INFINITY, drop_max = -INFINITY;
+        for (int h = 0; h < HKV; h++) {
+            ref_scores(pol, &in, l, h, P, T_total, W, keep, &p, s);
+            for (int t = P; t < T_total; t++) s[t] = INFINITY; /* the engine window */
+            const int len = kept_of(ctx, l, h, kept, T_total);
+            layer_total += len;
+            assert_int_equal(info.kept[l * HKV + h], len);
+            double min_kept = INFINITY, max_drop = -INFINITY;
+            for (int t = 0; t < T_total; t++) {
+                if (kept[t])
+                    min_kept = fmin(min_kept, s[t]);
+                else
+                    max_drop = fmax(max_drop, s[t]);
+                if (kept[t] && isinf(s[t])) forced_l++;
+            }
+            if (strcmp(pol, "adakv")) {
+                assert_int_equal(len, keep);
+                /* a valid top-keep: nothing dropped outscores anything kept (ties aside) */
+                if (!(min_kept >= max_drop - TOL_SCORE))
+                    fail_msg("%s %s layer %d head %d: kept min %.9g < dropped max %.9g", pol,
+                             engine ? "engine" : "seed", l, h, min_kept, max_drop);
+            } else {
+                assert_true(len >= n_safe);
+                /* the shared phase: what the head kept beyond its own top n_safe */
+                int32_t order[256];
+                int n = 0;
+                for (int t = 0; t < T_total; t++)
+                    if (kept[t]) order[n++] = t;
+                for (int i = 0; i < n; i++) /* sort kept by score, descending */
+                    for (int j = i + 1; j < n; j++)
+                        if (s[order[j]] > s[order[i]]) {
+                            int32_t x = order[i];
+                            order[i] = order[j];
+                            order[j] = x;
+                        }
+                for (int i = n_safe; i < n; i++) shared_min = fmin(shared_min, s[order[i]]);
+                drop_max = fmax(drop_max, max_drop);
+            }
+        }
+        if (!strcmp(pol, "adakv")) {
+            assert_int_equal(layer_total, keep * HKV);
+            if (shared_min < INFINITY && !(shared_min >= drop_max - TOL_SCORE))
+                fail_msg("adakv layer %d: a dropped entry (%.9g) outscores one chosen in the "
+                         "shared phase (%.9g)",
+                         l, drop_max, shared_min);
+        }
+        /* what the selection really was */
+        assert_int_equal(info.forced[l] + info.by_score[l], layer_total);
+        if (strcmp(pol, "knorm") && strcmp(pol, "keydiff") && strcmp(pol, "tova"))
+            assert_true(info.forced[l] <= forced_l);
+    }
+    skv_compress_info_free(&info);
+    inputs_free(&in);
+    skv_context_free(ctx);
+    skv_context_free(qctx);
+}
+
+static void test_selection_seed(void **state) {
+    (void)state;
+    for (int i = 0; i < N_NEW; i++) {
+        check_selection(NEW_POLICIES[i], SKV_PROTOCOL_SEED, 0.3);
+        check_selection(NEW_POLICIES[i], SKV_PROTOCOL_SEED, 0.6);
+    }
+}
+
+static void test_selection_engine(void **state) {
+    (void)state;
+    for (int i = 0; i < N_NEW; i++) {
+        check_selection(NEW_POLICIES[i], SKV_PROTOCOL_ENGINE, 0.3);
+        check_selection(NEW_POLICIES[i], SKV_PROTOCOL_ENGINE, 0.6);
+    }
+}
+
+/* ---- masking equivalence ---------------------------------------------------------------------
+ */
+
+typedef struct masked {
+    int T, L, H;
+    bool *kept;
+    int *index, *n_kept;
+    bool rerotate;
+} masked;
+
+static bool mk_visible(int l, int h, int qpos, int kpos, void *u) {
+    const masked *mk = u;
+    if (qpos < mk->T || kpos >= mk->T) return true; /* the prefix was computed dense */
+    return mk->kept[((size_t)l * mk->H + h) * mk->T + kpos];
+}
+
+static void mk_rot(int l, int h, int qpos, int kpos, double *qrot, double *krot, void *u) {
+    const masked *mk = u;
+    if (!mk->rerotate || qpos < mk->T) return;
+    const int shift = mk->T - mk->n_kept[l * mk->H + h];
+    *qrot = qpos - shift;
+    *krot = kpos >= mk->T ? kpos - shift : mk->index[((size_t)l * mk->H + h) * mk->T + kpos];
+}
+
+static void mask_case(const char *pol, skv_protocol proto, double keep, skv_position_mode pm,
+                      skv_type kv) {
+    const int T = 40, W = 8, N = 6;
+    const bool engine = proto == SKV_PROTOCOL_ENGINE;
+    skv_context_params cp = skv_context_default_params();
+    cp.n_threads = 2;
+    cp.kv_type = kv;
+    cp.capture_window = engine ? W : 0;
+    skv_err err = {0};
+    skv_context *ctx = skv_context_new(model, &cp, &err);
+    assert_non_null(ctx);
+    if (!strcmp(pol, "h2o"))
+        assert_int_equal(skv_context_accumulate_attention(ctx, true, &err), SKV_OK);
+    const int n_prefill = engine ? T + W : T;
+    feed(ctx, toks, n_prefill, SKV_LOGITS_NONE, NULL);
+    skv_compress_params p = params_for(pol, keep, proto, engine ? NULL : toks + T, W);
+    p.positions = pm;
+    skv_compress_info info;
+    compress_ok(ctx, &p, &info);
+    const skv_cache *c = skv_context_cache_const(ctx);
+    masked mk = {n_prefill, L, HKV, NULL, NULL, NULL, pm == SKV_POSITIONS_REROTATE};
+    mk.kept = calloc((size_t)L * HKV * n_prefill, sizeof(bool));
+    mk.index = calloc((size_t)L * HKV * n_prefill, sizeof(int));
+    mk.n_kept = calloc((size_t)L * HKV, sizeof(int));
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++) {
+            const int len = skv_cache_head_len(c, l, h);
+            const int32_t *pos = skv_cache_head_positions(c, l, h);
+            mk.n_kept[l * HKV + h] = len;
+            for (int j = 0; j < len; j++) {
+                mk.kept[((size_t)l * HKV + h) * n_prefill + pos[j]] = true;
+                mk.index[((size_t)l * HKV + h) * n_prefill + pos[j]] = j;
+            }
+        }
+    int32_t seq[128];
+    int n_seq = n_prefill, rows = 0;
+    memcpy(seq, toks, (size_t)n_prefill * sizeof *seq);
+    float *lf = malloc((size_t)(W + N) * V * sizeof(float));
+    if (!engine) {
+        feed(ctx, toks + T, W, SKV_LOGITS_ALL, lf);
+        memcpy(seq + n_seq, toks + T, (size_t)W * sizeof *seq);
+        n_seq += W;
+        rows = W;
+    }
+    for (int st = 0; st < N; st++) {
+        int32_t t = toks[T + W + st];
+        if (rows) {
+            const float *last = lf + (size_t)(rows - 1) * V;
+            int b = 0;
+            for (int j = 1; j < V; j++)
+                if (last[j] > last[b]) b = j;
+            t = b;
+        }
+        feed(ctx, &t, 1, SKV_LOGITS_LAST, lf + (size_t)rows * V);
+        seq[n_seq++] = t;
+        rows++;
+    }
+    double *ref = malloc((size_t)n_seq * V * sizeof(double));
+    double *dense = malloc((size_t)n_seq * V * sizeof(double));
+    ref_ctl ctl = {mk_visible, mk_rot, &mk};
+    ref_forward_ctl(rmodel, seq, n_seq, ref, &ctl);
+    ref_forward(rmodel, seq, n_seq, dense, NULL, NULL);
+    double worst = 0, effect = 0;
+    for (int r = 0; r < rows; r++) {
+        const double *rr = ref + (size_t)(n_seq - rows + r) * V;
+        const double *dd = dense + (size_t)(n_seq - rows + r) * V;
+        for (int j = 0; j < V; j++) {
+            worst = fmax(worst, fabs(lf[(size_t)r * V + j] - rr[j]));
+            effect = fmax(effect, fabs(rr[j] - dd[j]));
+        }
+    }
+    /* f16 / q8_0 caches round the keys and values: compare to the reference loosely */
+    const double tol = kv == SKV_TYPE_F32 ? TOL_LOGITS : kv == SKV_TYPE_F16 ? 0.05 : 0.5;
+    if (worst > tol || effect < 50 * TOL_LOGITS)
+        fail_msg("%s %s keep %.2f %s kv %d: engine vs masked reference %.3g (tol %g), masked vs "
+                 "dense %.3g",
+                 pol, engine ? "engine" : "seed", keep,
+                 pm == SKV_POSITIONS_REROTATE ? "rerotate" : "original", (int)kv, worst, tol,
+                 effect);
+    skv_compress_info_free(&info);
+    free(mk.kept), free(mk.index), free(mk.n_kept);
+    free(lf), free(ref), free(dense);
+    skv_context_free(ctx);
+}
+
+static void test_mask_equivalence(void **state) {
+    (void)state;
+    for (int i = 0; i < N_NEW; i++) {
+        /* both protocols, both position modes (alternating, to keep the test short) */
+        const bool odd = i % 2;
+        mask_case(NEW_POLICIES[i], SKV_PROTOCOL_SEED, 0.4,
+                  odd ? SKV_POSITIONS_REROTATE : SKV_POSITIONS_ORIGINAL, SKV_TYPE_F32);
+        mask_case(NEW_POLICIES[i], SKV_PROTOCOL_ENGINE, 0.5,
+                  odd ? SKV_POSITIONS_ORIGINAL : SKV_POSITIONS_REROTATE, SKV_TYPE_F32);
+    }
+}
+
+/* An f16 cache runs every new policy (it rounds keys and values, so the tolerance is loose; the
+ * selection itself is checked in f32 above). q8_0 needs head_dim % 32 == 0, which stories260K
+ * (head_dim 8) does not have. */
+static void test_kv_types(void **state) {
+    (void)state;
+    for (int i = 0; i < N_NEW; i++) {
+        mask_case(NEW_POLICIES[i], i % 2 ? SKV_PROTOCOL_SEED : SKV_PROTOCOL_ENGINE, 0.5,
+                  i % 2 ? SKV_POSITIONS_REROTATE : SKV_POSITIONS_ORIGINAL, SKV_TYPE_F16);
+    }
+}
+
+/* ---- h2o needs the prefill's sums ----------------------------------------------------------- */
+
+static void test_h2o_needs_accumulation(void **state) {
+    (void)state;
+    skv_context *ctx = new_ctx(0, false);
+    feed(ctx, toks, 20, SKV_LOGITS_NONE, NULL);
+    skv_compress_params p = params_for("h2o", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
+    skv_compress_info info;
+    skv_err err = {0};
+    assert_int_equal(skv_compress(ctx, &p, &info, &err), SKV_ERR_STATE);
+    assert_non_null(strstr(err.msg, "skv_context_accumulate_attention"));
+    /* too late: the cache is not empty */
+    assert_int_equal(skv_context_accumulate_attention(ctx, true, &err), SKV_ERR_STATE);
+    assert_int_equal(skv_cache_head_len(skv_context_cache_const(ctx), 0, 0), 20);
+    skv_context_free(ctx);
+    /* the sums never change the logits */
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    skv_context *x = new_ctx(0, false), *y = new_ctx(0, true);
+    feed(x, toks, 30, SKV_LOGITS_LAST, a);
+    feed(y, toks, 30, SKV_LOGITS_LAST, b);
+    assert_memory_equal(a, b, (size_t)V * sizeof *a);
+    skv_context_free(x);
+    skv_context_free(y);
+    free(a), free(b);
+}
+
+/* ---- PyramidKV's clamp ---------------------------------------------------------------------- */
+
+static void test_pyramid_clamp(void **state) {
+    (void)state;
+    int b[8];
+    /* hand-derived: keep 40 of T 40, window 8, L 4: base 32, mn 1, mx 63 -> clamp mx = 32,
+     * mn = 32: every raw budget 40, scale 1: all 40 */
+    assert_int_equal(skv_pyramid_budgets_clamped(40, 40, 4, 8, 20, b, NULL), SKV_OK);
+    for (int l = 0; l < 4; l++) assert_int_equal(b[l], 40);
+    /* keep 30 of T 40, window 8: base 22, mn 1, mx 43 >= 32 -> mx 32, mn 12, steps 6:
+     * raw 40, 34, 28, 22 (sum 124), scale 120/124 */
+    assert_int_equal(skv_pyramid_budgets_clamped(30, 40, 4, 8, 20, b, NULL), SKV_OK);
+    const int want[4] = {39, 33, 27, 21};
+    for (int l = 0; l < 4; l++) assert_int_equal(b[l], want[l]);
+    /* without the clamp's trigger (mx < T - window) the rule is unchanged */
+    int u[8];
+    assert_int_equal(skv_pyramid_budgets(10, 4, 2, 20, u, NULL), SKV_OK);
+    assert_int_equal(skv_pyramid_budgets_clamped(10, 100, 4, 2, 20, b, NULL), SKV_OK);
+    assert_memory_equal(u, b, 4 * sizeof(int));
+    /* the layers add up to keep * L within rounding, and never exceed T, for every keep */
+    for (int T = 12; T <= 80; T += 17)
+        for (int keep = 1; keep <= T; keep++) {
+            assert_int_equal(skv_pyramid_budgets_clamped(keep, T, 5, 4, 20, b, NULL), SKV_OK);
+            int sum = 0;
+            for (int l = 0; l < 5; l++) sum += b[l] < T ? b[l] : T;
+            if (keep > 4 + 5) assert_true(abs(sum - keep * 5) <= 5);
+        }
+    /* keep 1.0 keeps every entry (engine and seed) */
+    skv_context *ctx = new_ctx(8, false);
+    feed(ctx, toks, 48, SKV_LOGITS_NONE, NULL);
+    skv_compress_params p = params_for("pyramid", 1.0, SKV_PROTOCOL_ENGINE, NULL, 8);
+    skv_compress_info info;
+    compress_ok(ctx, &p, &info);
+    for (int i = 0; i < L * HKV; i++) assert_int_equal(info.kept[i], 48);
+    skv_compress_info_free(&info);
+    skv_context_free(ctx);
+}
+
+/* ---- the registry --------------------------------------------------------------------------- */
+
+/* An outside policy: keeps the earliest positions (score -position). */
+static skv_status earliest(void *user, const skv_policy_head *hd, double *score, skv_err *err) {
+    (void)err;
+    int *calls = user;
+    (*calls)++;
+    assert_non_null(hd->keys);
+    assert_true(hd->head_dim == HD);
+    for (int i = 0; i < hd->n; i++) score[i] = -(double)i;
+    return SKV_OK;
+}
+
+static void test_registry(void **state) {
+    (void)state;
+    const char *names[] = {"sink_recent", "random", "attention", "pyramid", "knorm",
+                           "keydiff",     "tova",   "h2o",       "adakv"};
+    const int n0 = skv_policy_count();
+    assert_true(n0 >= 9);
+    for (int i = 0; i < 9; i++) {
+        skv_policy_about a;
+        assert_int_equal(skv_policy_describe(i, &a, NULL), SKV_OK);
+        assert_string_equal(a.name, names[i]);
+        assert_true(a.builtin);
+        assert_true(strlen(a.paper) > 0 && strlen(a.rule) > 0);
+        assert_non_null(strstr(skv_policy_list(), names[i]));
+        assert_true(a.needs_window == skv_policy_needs_window(names[i]));
+    }
+    skv_policy_about a;
+    assert_int_equal(skv_policy_describe(n0, &a, NULL), SKV_ERR_INVALID_ARG);
+    skv_policy_describe(7, &a, NULL);
+    assert_true(a.needs_prefill_attention && !a.needs_window); /* h2o */
+    skv_policy_describe(8, &a, NULL);
+    assert_true(a.needs_window && !a.decode); /* adakv */
+    /* every parameter a row names is in the parameter table */
+    for (int i = 0; i < n0; i++) {
+        skv_policy_describe(i, &a, NULL);
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", a.params);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            bool found = false;
+            for (int k = 0; k < skv_policy_param_count(); k++)
+                found |= !strcmp(skv_policy_param_at(k)->name, tok);
+            assert_true(found);
+        }
+    }
+    /* registering an outside scorer */
+    int calls = 0;
+    skv_policy_def def = {"earliest_test", "a test", false, earliest, &calls};
+    skv_err err = {0};
+    assert_int_equal(skv_policy_register(&def, &err), SKV_OK);
+    assert_int_equal(skv_policy_register(&def, &err), SKV_ERR_INVALID_ARG); /* duplicate */
+    skv_policy_def bad = {"Bad Name", NULL, false, earliest, &calls};
+    assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
+    bad.name = "knorm";
+    assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_policy_count(), n0 + 1);
+    assert_string_equal(skv_policy_canonical("earliest_test"), "earliest_test");
+    assert_non_null(strstr(skv_policy_list(), "earliest_test"));
+    skv_context *ctx = new_ctx(0, false);
+    feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
+    skv_compress_params p = params_for("earliest_test", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
+    skv_compress_info info;
+    compress_ok(ctx, &p, &info);
+    assert_int_equal(calls, L * HKV);
+    const skv_cache *c = skv_context_cache_const(ctx);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++) {
+            assert_int_equal(skv_cache_head_len(c, l, h), 15);
+            for (int i = 0; i < 15; i++) assert_int_equal(skv_cache_head_positions(c, l, h)[i], i);
+        }
+    skv_compress_info_free(&info);
+    skv_context_free(ctx);
+}
+
+/* ---- decoding-time compression -------------------------------------------------------------- */
+
+static int argmax(const float *x) {
+    int b = 0;
+    for (int j = 1; j < V; j++)
+        if (x[j] > x[b]) b = j;
+    return b;
+}
+
+static int longest(const skv_context *ctx) {
+    const skv_cache *c = skv_context_cache_const(ctx);
+    int m = 0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++)
+            if (skv_cache_head_len(c, l, h) > m) m = skv_cache_head_len(c, l, h);
+    return m;
+}
+
+/* 900 tokens past a 512 context under --max-cache 96 with rerotate, every decode policy; the
+ * bound max_entries + interval holds after every step. */
+static void test_budget_bound(void **state) {
+    (void)state;
+    n_threads = 1;
+    const char *pols[] = {"sink_recent", "tova", "h2o", "snapkv", "knorm", "keydiff"};
+    float *lg = malloc((size_t)V * sizeof *lg);
+    for (size_t pi = 0; pi < sizeof pols / sizeof pols[0]; pi++) {
+        skv_context *ctx = new_ctx(0, false);
+        assert_int_equal(skv_context_n_ctx(ctx), 512);
+        skv_compress_params p = skv_compress_default_params();
+        p.policy = pols[pi];
+        p.n_window = 8;
+        p.window_keep = 4;
+        p.positions = SKV_POSITIONS_REROTATE;
+        skv_err err = {0};
+        assert_int_equal(skv_context_set_budget(ctx, &p, 96, 32, &err), SKV_OK);
+        feed(ctx, toks, 20, SKV_LOGITS_LAST, lg);
+        for (int i = 0; i < 900; i++) {
+            int32_t t = argmax(lg);
+            feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
+            assert_true(longest(ctx) <= 96 + 32);
+        }
+        assert_int_equal(skv_context_n_past(ctx), 920);
+        assert_true(skv_context_budget_cuts(ctx) >= (920 - 128) / 32);
+        skv_context_free(ctx);
+    }
+    free(lg);
+}
+
+/* StreamingLLM under a budget in original positions: after a cut every head holds the sinks
+ * and the most recent entries; and a budget without rerotate refuses to pass n_ctx. */
+static void test_budget_streaming(void **state) {
+    (void)state;
+    n_threads = 1;
+    skv_context *ctx = new_ctx(0, false);
+    skv_compress_params p = skv_compress_default_params();
+    p.policy = "streaming";
+    p.sinks = 4;
+    p.n_window = 4;
+    skv_err err = {0};
+    assert_int_equal(skv_context_set_budget(ctx, &p, 40, 16, &err), SKV_OK);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    feed(ctx, toks, 10, SKV_LOGITS_LAST, lg);
+    int last_cuts = 0;
+    for (int i = 0; i < 200; i++) {
+        int32_t t = argmax(lg);
+        feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
+        if (skv_context_budget_cuts(ctx) != last_cuts) { /* just cut */
+            last_cuts = skv_context_budget_cuts(ctx);
+            const int n = skv_context_n_past(ctx);
+            const skv_cache *c = skv_context_cache_const(ctx);
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < HKV; h++) {
+                    assert_int_equal(skv_cache_head_len(c, l, h), 40);
+                    const int32_t *pos = skv_cache_head_positions(c, l, h);
+                    for (int j = 0; j < 4; j++) assert_int_equal(pos[j], j);
+                    for (int j = 4; j < 40; j++) assert_int_equal(pos[j], n - 40 + j);
+                }
+        }
+    }
+    assert_true(last_cuts > 0);
+    /* original positions: the logical length stops at n_ctx */
+    int32_t t = 1;
+    while (skv_context_n_past(ctx) < 512) feed(ctx, &t, 1, SKV_LOGITS_NONE, NULL);
+    assert_int_equal(skv_forward(ctx, &t, 1, SKV_LOGITS_NONE, NULL, &err), SKV_ERR_STATE);
+    skv_context_free(ctx);
+    /* refused: unknown, not decode-able, bad sizes */
+    ctx = new_ctx(0, false);
+    p.policy = "adakv";
+    assert_int_equal(skv_context_set_budget(ctx, &p, 40, 16, &err), SKV_ERR_INVALID_ARG);
+    p.policy = "nope";
+    assert_int_equal(skv_context_set_budget(ctx, &p, 40, 16, &err), SKV_ERR_INVALID_ARG);
+    p.policy = "tova";
+    assert_int_equal(skv_context_set_budget(ctx, &p, 500, 16, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_context_set_budget(ctx, &p, 40, 0, &err), SKV_ERR_INVALID_ARG);
+    skv_context_free(ctx);
+    free(lg);
+}
+
+/* A budget at least the sequence never cuts: the logits are the dense run's, bit for bit. */
+static void test_budget_dense_identity(void **state) {
+    (void)state;
+    n_threads = 1;
+    const char *pols[] = {"sink_recent", "h2o", "tova"};
+    const int n_gen = 150;
+    float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+    for (size_t pi = 0; pi < 3; pi++) {
+        skv_context *dense = new_ctx(0, false), *bud = new_ctx(0, false);
+        skv_compress_params p = skv_compress_default_params();
+        p.policy = pols[pi];
+        p.n_window = 8;
+        p.positions = SKV_POSITIONS_REROTATE;
+        skv_err err = {0};
+        assert_int_equal(skv_context_set_budget(bud, &p, 200, 32, &err), SKV_OK);
+        feed(dense, toks, 20, SKV_LOGITS_LAST, a);
+        feed(bud, toks, 20, SKV_LOGITS_LAST, b);
+        assert_memory_equal(a, b, (size_t)V * sizeof *a);
+        for (int i = 0; i < n_gen; i++) {
+            int32_t t = argmax(a);
+            feed(dense, &t, 1, SKV_LOGITS_LAST, a);
+            feed(bud, &t, 1, SKV_LOGITS_LAST, b);
+            assert_memory_equal(a, b, (size_t)V * sizeof *a);
+        }
+        assert_int_equal(skv_context_budget_cuts(bud), 0);
+        skv_context_free(dense);
+        skv_context_free(bud);
+    }
+    free(a), free(b);
+}
+
+/* ---- the CLI -------------------------------------------------------------------------------- */
+
+static void test_cli_policies(void **state) {
+    (void)state;
+    char cmd[1024];
+    int status;
+    snprintf(cmd, sizeof cmd, "%s policies", test_cli());
+    char *out = test_run(cmd, &status);
+    assert_int_equal(status, 0);
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        skv_policy_describe(i, &a, NULL);
+        if (a.builtin) assert_non_null(strstr(out, a.name));
+    }
+    free(out);
+    const char *M = test_model_path("stories260K/stories260K.gguf");
+    snprintf(cmd, sizeof cmd,
+             "%s compress -m %s -t 1 -p '%s' --policy h2o --keep 0.3 --window 4 --protocol engine "
+             "--json",
+             test_cli(), M, "Once upon a time there was a girl who loved to play in the park");
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 0);
+    assert_non_null(strstr(out, "\"forced\": ["));
+    assert_non_null(strstr(out, "\"by_score\": ["));
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -t 1 -p 'Once upon a time' -n 900 --policy sink_recent "
+             "--max-cache 96 --positions rerotate 2>&1 >/dev/null",
+             test_cli(), M);
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 0);
+    const char *b = strstr(out, "at most ");
+    assert_non_null(b);
+    assert_true(atoi(b + 8) <= 96 + 32);
+    free(out);
+    /* past the context without rerotate: refused */
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -t 1 -p 'Once' -n 900 --policy tova --max-cache 96 2>&1 "
+             ">/dev/null",
+             test_cli(), M);
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(out, "rerotate"));
+    free(out);
+}
+
+/* eval --budget: decode rows, the bound, and the control (a budget >= the sample: KL 0). */
+static void test_cli_eval_budget(void **state) {
+    (void)state;
+    char cmd[1024], dir[512];
+    int status;
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("evaldec"));
+    const char *M = test_model_path("stories260K/stories260K.gguf");
+    snprintf(cmd, sizeof cmd,
+             "%s eval -m %s -t 1 -q --samples 1 --budget 96 --policies sink_recent,tova,adakv "
+             "--out %s",
+             test_cli(), M, dir);
+    char *out = test_run(cmd, &status);
+    assert_int_equal(status, 0);
+    assert_non_null(strstr(out, "| sink_recent | 1 |"));
+    assert_non_null(strstr(out, "| tova | 1 |"));
+    assert_null(strstr(out, "| adakv |")); /* not a decode policy: skipped */
+    free(out);
+    char path[600];
+    snprintf(path, sizeof path, "%s/decode.jsonl", dir);
+    size_t n = 0;
+    char *j = test_read_file(path, &n);
+    assert_non_null(j);
+    assert_non_null(strstr(j, "\"mode\":\"decode\",\"budget\":96"));
+    for (const char *m = strstr(j, "\"max_entries\":"); m; m = strstr(m + 1, "\"max_entries\":"))
+        assert_true(atoi(m + 14) <= 96 + 32);
+    free(j);
+    snprintf(cmd, sizeof cmd,
+             "%s eval -m %s -t 1 -q --samples 1 --budget 480 --policies h2o,streaming --out %s",
+             test_cli(), M, dir);
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 0); /* exit 1 when a control row differs */
+    assert_non_null(strstr(out, "| h2o | 1 | 0 | 1.000 | 0.0 |"));
+    free(out);
+}
+
+static int setup(void **state) {
+    (void)state;
+    skv_err err = {0};
+    const char *path = test_model_path("stories260K/stories260K.gguf");
+    model = skv_model_load(path, &err);
+    if (!model) return -1;
+    rmodel = ref_model_load(path);
+    if (!rmodel) return -1;
+    const skv_hparams *hp = skv_model_hparams(model);
+    L = hp->n_layer, HQ = hp->n_head, HKV = hp->n_head_kv, HD = hp->head_dim, V = hp->n_vocab;
+    if (HD > 64) return -1;
+    n_toks = skv_tokenize(skv_model_vocab(model), TEXT, strlen(TEXT), true, toks, 256);
+    return n_toks >= 64 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ref_model_free(rmodel);
+    skv_model_free(model);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_selection_seed),
+        cmocka_unit_test(test_selection_engine),
+        cmocka_unit_test(test_mask_equivalence),
+        cmocka_unit_test(test_kv_types),
+        cmocka_unit_test(test_h2o_needs_accumulation),
+        cmocka_unit_test(test_pyramid_clamp),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_budget_bound),
+        cmocka_unit_test(test_budget_streaming),
+        cmocka_unit_test(test_budget_dense_identity),
+        cmocka_unit_test(test_cli_policies),
+        cmocka_unit_test(test_cli_eval_budget),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

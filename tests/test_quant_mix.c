@@ -1,0 +1,231 @@
+/* test_quant_mix.c — the Q4_K_M mix: its layer rule against hand-listed layers, and a
+ * hand-built GGUF (K-quant-wide rows) quantized to it: every tensor's type by its role, the
+ * file type, and each matrix's values back within its type's error (searched vs simple). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gguf.h"
+#include "kernels.h"
+#include "sparsekv.h"
+#include "support.h"
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The layers that get Q6_K, listed by hand from the rule "the first and last eighth (n/8 and
+ * 7n/8 rounded down), and every third layer from n/8 + 2 on". */
+static void test_more_bits_rule(void **s) {
+    (void)s;
+    const int l30[] = {0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29}; /* SmolLM2-135M */
+    const int l32[] = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+    const int l8[] = {0, 3, 6, 7};
+    const int l5[] = {2, 4}; /* stories260K: n/8 = 0, 7n/8 = 4 */
+    const struct {
+        int n;
+        const int *l;
+        int nl;
+    } c[] = {{30, l30, 14}, {32, l32, 16}, {8, l8, 4}, {5, l5, 2}};
+    for (int k = 0; k < 4; k++) {
+        int got = 0;
+        for (int i = 0; i < c[k].n; i++) {
+            bool want = false;
+            for (int j = 0; j < c[k].nl; j++) want |= c[k].l[j] == i;
+            assert_int_equal(skv_quant_mix_more_bits(i, c[k].n), want);
+            got += want;
+        }
+        assert_int_equal(got, c[k].nl);
+    }
+    assert_false(skv_quant_mix_more_bits(-1, 8));
+    assert_false(skv_quant_mix_more_bits(8, 8));
+}
+
+static void test_mix_types(void **s) {
+    (void)s;
+    const skv_quant_mix m = SKV_QMIX_Q4_K_M;
+    assert_int_equal(skv_quant_mix_type(m, "output.weight", 8, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "token_embd.weight", 8, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "token_embd.weight", 8, false), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.3.attn_v.weight", 8, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.4.attn_v.weight", 8, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.7.ffn_down.weight", 8, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.7.ffn_up.weight", 8, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.0.attn_k.weight", 8, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.x.attn_v.weight", 8, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.12.attn_v.weight", 8, true), SKV_TYPE_Q4_K);
+}
+
+/* ---- a hand-built file -------------------------------------------------------------------- */
+
+enum { NL = 8, COLS = 256, ROWS = 4 };
+static const char *roles[] = {"attn_q", "attn_v", "ffn_down", "ffn_up"};
+
+static uint64_t rs = 12345;
+static float rnd(void) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rs >> 11) * 0x1p-53 - 0.5);
+}
+
+typedef struct file {
+    char names[NL * 4 + 3][48];
+    float *data[NL * 4 + 3];
+    int n;
+} file;
+
+static void add(file *f, skv_gguf_writer *w, const char *name, int nd, int64_t rows) {
+    int i = f->n++;
+    snprintf(f->names[i], sizeof f->names[i], "%s", name);
+    int64_t ne[2] = {nd == 1 ? COLS : COLS, rows};
+    size_t nv = (size_t)(nd == 1 ? COLS : COLS * rows);
+    f->data[i] = malloc(nv * sizeof(float));
+    for (size_t j = 0; j < nv; j++) f->data[i][j] = nd == 1 ? 1.0f : rnd();
+    assert_int_equal(skv_gguf_writer_add_tensor(w, f->names[i], SKV_TYPE_F32, nd, ne, f->data[i]),
+                     SKV_OK);
+}
+
+static char *write_file(file *f, bool with_output) {
+    memset(f, 0, sizeof *f);
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    assert_non_null(w);
+    assert_int_equal(skv_gguf_writer_set_str(w, "general.architecture", "llama"), SKV_OK);
+    add(f, w, "token_embd.weight", 2, 16);
+    for (int l = 0; l < NL; l++)
+        for (int r = 0; r < 4; r++) {
+            char name[48];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, roles[r]);
+            add(f, w, name, 2, ROWS);
+        }
+    add(f, w, "output_norm.weight", 1, 1);
+    if (with_output) add(f, w, "output.weight", 2, 16);
+    char *path = strdup(test_tmp_path(".gguf"));
+    skv_err err = {0};
+    assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
+    skv_gguf_writer_free(w);
+    return path;
+}
+
+static skv_type expected(const char *name, bool with_output) {
+    if (!strcmp(name, "output_norm.weight")) return SKV_TYPE_F32;
+    if (!strcmp(name, "output.weight")) return SKV_TYPE_Q6_K;
+    if (!strcmp(name, "token_embd.weight")) return with_output ? SKV_TYPE_Q4_K : SKV_TYPE_Q6_K;
+    int l;
+    char role[32];
+    assert_int_equal(sscanf(name, "blk.%d.%31[a-z_]", &l, role), 2);
+    bool wide = l == 0 || l == 3 || l == 6 || l == 7; /* NL = 8: 8/8 = 1, 7*8/8 = 7 */
+    if ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && wide) return SKV_TYPE_Q6_K;
+    return SKV_TYPE_Q4_K;
+}
+
+static int64_t int_key(const skv_gguf *g, const char *key) {
+    int64_t i = skv_gguf_find_key(g, key), v = -1;
+    assert_true(i >= 0);
+    assert_true(skv_gguf_kv_int(g, i, &v));
+    return v;
+}
+
+/* rms of (file tensor i - original) relative to the original's rms. */
+static double rel_rms(const skv_gguf_tensor *t, const float *x) {
+    int64_t n = t->ne[0] * (t->n_dims > 1 ? t->ne[1] : 1);
+    float *y = malloc((size_t)n * sizeof *y);
+    for (int64_t r = 0; r < n / t->ne[0]; r++)
+        skv_dequantize_row(t->type, (const char *)t->data + r * skv_row_bytes(t->type, t->ne[0]),
+                           y + r * t->ne[0], t->ne[0]);
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e += pow((double)y[i] - x[i], 2);
+        s += (double)x[i] * x[i];
+    }
+    free(y);
+    return sqrt(e / s);
+}
+
+static void check_mix(bool with_output) {
+    file f;
+    char *in = write_file(&f, with_output);
+    double err_sum[2] = {0, 0};
+    for (int simple = 0; simple < 2; simple++) {
+        char *out = strdup(test_tmp_path(".gguf"));
+        skv_quantize_opts o = {.mix = SKV_QMIX_Q4_K_M, .n_threads = 2, .simple = simple};
+        skv_quantize_report rep;
+        skv_err err = {0};
+        assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
+        skv_gguf *g = skv_gguf_open(out, &err);
+        assert_non_null(g);
+        assert_int_equal(int_key(g, "general.file_type"), 15); /* llama.cpp's MOSTLY_Q4_K_M */
+        assert_int_equal(skv_gguf_n_tensors(g), f.n);
+        int n6 = 0, n4 = 0;
+        for (int i = 0; i < f.n; i++) {
+            const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+            assert_string_equal(t->name, f.names[i]);
+            skv_type want = expected(t->name, with_output);
+            assert_int_equal(t->type, want);
+            n6 += want == SKV_TYPE_Q6_K;
+            n4 += want == SKV_TYPE_Q4_K;
+            double r = rel_rms(t, f.data[i]);
+            /* Uniform data in [-0.5, 0.5): rms 1/sqrt(12) = 0.289. Q4_K steps of at most
+             * 1/15 of a sub-block's range (<= 1) err by step/sqrt(12) rms: <= 6.7% of the data's
+             * rms; Q6_K steps of 1/32 of max |x| (<= 0.5): <= 1.6%. */
+            if (want == SKV_TYPE_F32) assert_true(r == 0.0);
+            if (want == SKV_TYPE_Q6_K) assert_true(r < 0.017);
+            if (want == SKV_TYPE_Q4_K) assert_true(r < 0.07);
+            if (getenv("SKV_TEST_VERBOSE"))
+                printf("# %s %s %.4f\n", simple ? "simple" : "search", t->name, r);
+            err_sum[simple] += r;
+        }
+        assert_int_equal(rep.n_by_type[SKV_TYPE_Q6_K], n6);
+        assert_int_equal(rep.n_by_type[SKV_TYPE_Q4_K], n4);
+        assert_int_equal(n6, 2 * 4 + (with_output ? 1 : 1)); /* 4 wide layers x 2 roles + output */
+        skv_gguf_close(g);
+        unlink(out);
+        free(out);
+    }
+    assert_true(err_sum[0] < err_sum[1]); /* the search beats min/max over the whole file */
+    unlink(in);
+    free(in);
+    for (int i = 0; i < f.n; i++) free(f.data[i]);
+}
+
+static void test_mix_file_untied(void **s) {
+    (void)s;
+    check_mix(true);
+}
+
+static void test_mix_file_tied(void **s) {
+    (void)s;
+    check_mix(false);
+}
+
+/* The CLI: `quantize ... q4_k_m` prints the mix, `info` shows it. */
+static void test_mix_cli(void **s) {
+    (void)s;
+    file f;
+    char *in = write_file(&f, true);
+    char *out = strdup(test_tmp_path(".gguf"));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s Q4_K_M -t 1 2>&1", test_cli(), in, out);
+    int st;
+    char *o = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(o, "matrices: 25 q4_k, 9 q6_k"));
+    free(o);
+    unlink(in);
+    unlink(out);
+    free(in);
+    free(out);
+    for (int i = 0; i < f.n; i++) free(f.data[i]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_more_bits_rule),  cmocka_unit_test(test_mix_types),
+        cmocka_unit_test(test_mix_file_untied), cmocka_unit_test(test_mix_file_tied),
+        cmocka_unit_test(test_mix_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

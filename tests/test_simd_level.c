@@ -1,0 +1,124 @@
+/* test_simd_level.c — the run-time SIMD level: chosen once per process from CPUID, lowered by
+ * SKV_SIMD (SKV_FORCE_SCALAR=1 its older spelling), an unknown value or a level the CPU or the
+ * build lacks falling back with a note that the library keeps and the CLI prints on stderr.
+ * Each setting needs a fresh process, so this runs the CLI (`info --system --json`, `bench
+ * --json`). The CPU's own features come from /proc/cpuinfo, read here independently. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "sparsekv.h"
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The first "flags" line of /proc/cpuinfo (procfs files have no size: read line by line). */
+static bool cpuinfo_has(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return false;
+    static char line[16384];
+    bool has = false;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        line[strcspn(line, "\n")] = ' ';
+        char pat[64];
+        snprintf(pat, sizeof pat, " %s ", flag);
+        has = strstr(line, pat) != NULL;
+        break;
+    }
+    fclose(f);
+    return has;
+}
+
+/* The CLI's `info --system --json` under an environment prefix; stderr into *err_out. */
+static char *system_json(const char *env, char **err_out) {
+    const char *errf = test_tmp_path(".err");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env -u SKV_SIMD -u SKV_FORCE_SCALAR %s %s info --system --json 2>%s",
+             env, test_cli(), errf);
+    int st;
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    *err_out = test_read_file(errf, NULL);
+    if (!*err_out) *err_out = strdup("");
+    remove(errf);
+    return out;
+}
+
+static void expect(const char *env, const char *level, bool warn) {
+    char *err;
+    char *js = system_json(env, &err);
+    char want[64];
+    snprintf(want, sizeof want, "\"simd\":\"%s\"", level);
+    if (!strstr(js, want)) fprintf(stderr, "%s: %s", env, js);
+    assert_non_null(strstr(js, want));
+    assert_int_equal(strstr(err, "warning") != NULL, warn);
+    assert_int_equal(strstr(js, "\"simd_warning\":null") == NULL, warn);
+    free(js);
+    free(err);
+}
+
+static void test_levels(void **s) {
+    (void)s;
+    bool avx2 = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
+    bool avx512 =
+        avx2 && cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") && cpuinfo_has("avx512vl");
+    const char *best = avx2 ? "avx2" : "scalar"; /* no AVX-512 kernels in this build yet */
+    char *err;
+    char *js = system_json("", &err);
+    char want[64];
+    snprintf(want, sizeof want, "\"cpu_simd\":\"%s\"", avx512 ? "avx512" : best);
+    assert_non_null(strstr(js, want));
+    assert_int_equal(strstr(js, " avx2 ") != NULL || strstr(js, "\"avx2 ") != NULL ||
+                         strstr(js, " avx2\"") != NULL,
+                     avx2);
+    free(js);
+    free(err);
+    expect("", best, false);
+    expect("SKV_SIMD=auto", best, false);
+    expect("SKV_SIMD=scalar", "scalar", false);
+    expect("SKV_SIMD=SCALAR", "scalar", false); /* case-insensitive */
+    expect("SKV_FORCE_SCALAR=1", "scalar", false);
+    expect("SKV_FORCE_SCALAR=0", best, false);
+    expect("SKV_SIMD=avx2", best, !avx2);  /* without AVX2: falls back, with a note */
+    expect("SKV_SIMD=avx512", best, true); /* CPU without it, or a build without kernels */
+    expect("SKV_SIMD=sse9", best, true);   /* unknown: ignored, with a note */
+    /* The library's own answer in this process agrees with the CLI's default. */
+    if (!getenv("SKV_SIMD") && !getenv("SKV_FORCE_SCALAR"))
+        assert_string_equal(skv_simd_level(), best);
+}
+
+/* bench --json carries the level in every record. */
+static void test_bench_json(void **s) {
+    (void)s;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "env SKV_SIMD=scalar %s bench --json -m %s -p 8 -n 2 -t 1 -r 1 2>/dev/null",
+             test_cli(), test_model_path("stories260K/stories260K.gguf"));
+    int st;
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    int n = 0;
+    for (char *p = out; (p = strstr(p, "\"record\":\"test\"")) != NULL; p++) {
+        char *end = strchr(p, '\n');
+        assert_non_null(end);
+        *end = 0;
+        assert_non_null(strstr(p, "\"simd\":\"scalar\""));
+        *end = '\n';
+        n++;
+    }
+    assert_int_equal(n, 2);
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_levels),
+        cmocka_unit_test(test_bench_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

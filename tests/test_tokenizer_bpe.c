@@ -1,0 +1,681 @@
+/* test_tokenizer_bpe.c — the GGUF vocabularies of the families people run (byte-level BPE of
+ * GPT-2, Llama 3, Qwen2; SentencePiece of Llama 2 and Phi-3) against vectors written by
+ * independent JavaScript implementations (tests/data/tokenizer/VOCAB.json, see gen_vectors.js),
+ * hand-derived merges on a tiny byte-level vocabulary, round trips on random bytes, special
+ * tokens only on request, end-of-generation ids, vocab-only files, malformed vocabularies
+ * (merges naming unknown tokens, an unknown pre-tokenizer, a regex PCRE2 refuses), the chat
+ * templates and the CLI. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "eval/eval.h"
+#include "gguf.h"
+#include "support.h"
+#include "tokenizer.h"
+#include "tokenizer/internal.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const VOCABS[] = {"llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm"};
+#define N_VOCABS (sizeof VOCABS / sizeof VOCABS[0])
+
+static skv_vocab *load_vocab(const char *name) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
+    skv_err err = {0};
+    skv_vocab *v = skv_vocab_load(test_model_path(rel), &err);
+    if (!v) fail_msg("%s: %s", rel, err.msg);
+    return v;
+}
+
+/* Encodes into a malloc'd array through the -needed contract. */
+static int32_t *encode(const skv_vocab *v, const char *s, size_t len, bool add_special,
+                       bool parse_special, int *n) {
+    int need = skv_tokenize_ex(v, s, len, add_special, parse_special, NULL, 0);
+    assert_true(need <= 0 && need != INT_MIN);
+    int32_t *t = malloc(sizeof *t * (size_t)(-need + 1));
+    assert_non_null(t);
+    *n = skv_tokenize_ex(v, s, len, add_special, parse_special, t, -need);
+    assert_int_equal(*n, -need);
+    return t;
+}
+
+static char *decode(const skv_vocab *v, const int32_t *t, int n, bool strip, int *len) {
+    int need = skv_detokenize(v, t, n, strip, NULL, 0);
+    assert_true(need <= 0 && need != INT_MIN);
+    char *buf = malloc((size_t)(-need) + 1);
+    assert_non_null(buf);
+    *len = skv_detokenize(v, t, n, strip, buf, -need);
+    assert_int_equal(*len, -need);
+    return buf;
+}
+
+static bool contains(const int32_t *t, int n, int32_t id) {
+    for (int i = 0; i < n; i++)
+        if (t[i] == id) return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Vectors from the independent implementations                                            */
+
+static void check_vectors(const char *name) {
+    char rel[160];
+    snprintf(rel, sizeof rel, "tests/data/tokenizer/%s.json", name);
+    size_t size = 0;
+    char *text = test_read_file(rel, &size);
+    if (!text) fail_msg("cannot read %s", rel);
+    skv_err err = {0};
+    skv_json *j = skv_json_parse(text, size, &err);
+    if (!j) fail_msg("%s: %s", rel, err.msg);
+    const skv_json *cases = skv_json_get(j, "cases");
+    assert_non_null(cases);
+    assert_int_equal(cases->type, SKV_JSON_ARRAY);
+    assert_true(cases->n >= 200);
+    skv_vocab *v = load_vocab(name);
+    bool spm = strcmp(skv_vocab_model(v), "llama") == 0;
+    int agree = 0, n_special = 0;
+    for (int i = 0; i < cases->n; i++) {
+        const skv_json *c = &cases->items[i];
+        const skv_json *t = skv_json_get(c, "text"), *ids = skv_json_get(c, "ids"),
+                       *sp = skv_json_get(c, "special");
+        assert_true(t && ids && sp && t->type == SKV_JSON_STRING && ids->type == SKV_JSON_ARRAY);
+        n_special += sp->boolean;
+        int n;
+        int32_t *got = encode(v, t->str, t->str_len, false, sp->boolean, &n);
+        bool same = n == ids->n;
+        for (int k = 0; same && k < n; k++) same = got[k] == (int32_t)ids->items[k].number;
+        if (!same) {
+            fprintf(stderr, "%s case %d: text '%s': %d tokens, expected %d\n", name, i, t->str, n,
+                    ids->n);
+        } else {
+            agree++;
+        }
+        /* decoding gives the text back (the SentencePiece prefix space stripped) */
+        if (!sp->boolean) {
+            int len;
+            char *back = decode(v, got, n, spm, &len);
+            if ((size_t)len != t->str_len || memcmp(back, t->str, t->str_len) != 0)
+                fail_msg("%s case %d: decode(encode(s)) != s for '%s'", name, i, t->str);
+            free(back);
+        }
+        free(got);
+    }
+    fprintf(stderr, "%s: %d/%d vectors agree (%d with special tokens)\n", name, agree, cases->n,
+            n_special);
+    assert_int_equal(agree, cases->n);
+    skv_vocab_free(v);
+    skv_json_free(j);
+    free(text);
+}
+
+static void test_vectors_llama_bpe(void **state) {
+    (void)state;
+    check_vectors("llama-bpe");
+}
+static void test_vectors_qwen2(void **state) {
+    (void)state;
+    check_vectors("qwen2");
+}
+static void test_vectors_gpt2(void **state) {
+    (void)state;
+    check_vectors("gpt-2");
+}
+static void test_vectors_phi3(void **state) {
+    (void)state;
+    check_vectors("phi-3");
+}
+static void test_vectors_llama_spm(void **state) {
+    (void)state;
+    check_vectors("llama-spm");
+}
+
+/* Published ids (Meta's and Alibaba's model cards / tiktoken's cl100k-derived Llama 3 vocab):
+ * "Hello world" is [9906, 1917] in Llama 3, [9707, 1879] in Qwen2, [15496, 995] in GPT-2. */
+static void test_known_ids(void **state) {
+    (void)state;
+    const struct {
+        const char *vocab;
+        int32_t ids[2];
+    } k[] = {{"llama-bpe", {9906, 1917}}, {"qwen2", {9707, 1879}}, {"gpt-2", {15496, 995}}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        skv_vocab *v = load_vocab(k[i].vocab);
+        int n;
+        int32_t *t = encode(v, "Hello world", 11, false, false, &n);
+        assert_int_equal(n, 2);
+        assert_int_equal(t[0], k[i].ids[0]);
+        assert_int_equal(t[1], k[i].ids[1]);
+        free(t);
+        skv_vocab_free(v);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Vocab-only files and metadata                                                           */
+
+static void test_vocab_only_files(void **state) {
+    (void)state;
+    const struct {
+        const char *name, *model, *pre;
+        int n;
+        int32_t bos, eos;
+        bool add_bos;
+    } want[] = {
+        {"llama-bpe", "gpt2", "llama-bpe", 128256, 128000, 128001, true},
+        {"qwen2", "gpt2", "qwen2", 151936, 151643, 151643, false},
+        {"gpt-2", "gpt2", "gpt-2", 50257, 50256, 50256, false},
+        {"phi-3", "llama", NULL, 32064, 1, 32000, true},
+        {"llama-spm", "llama", NULL, 32000, 1, 2, true},
+    };
+    for (size_t i = 0; i < N_VOCABS; i++) {
+        skv_vocab *v = load_vocab(want[i].name);
+        assert_int_equal(skv_vocab_n_tokens(v), want[i].n);
+        assert_string_equal(skv_vocab_model(v), want[i].model);
+        if (want[i].pre)
+            assert_string_equal(skv_vocab_pre(v), want[i].pre);
+        else
+            assert_null(skv_vocab_pre(v));
+        assert_int_equal(skv_vocab_bos(v), want[i].bos);
+        assert_int_equal(skv_vocab_eos(v), want[i].eos);
+        assert_int_equal(skv_vocab_add_bos(v), want[i].add_bos);
+        assert_false(skv_vocab_add_eos(v));
+        /* add_special adds BOS exactly when the vocabulary asks */
+        int n;
+        int32_t *t = encode(v, "Hi", 2, true, false, &n);
+        assert_true(n >= 1);
+        assert_int_equal(t[0] == want[i].bos, want[i].add_bos);
+        free(t);
+        skv_vocab_free(v);
+    }
+    /* a full model's vocabulary loads the same way */
+    skv_err err = {0};
+    skv_vocab *v = skv_vocab_load(test_model_path("archs/qwen2-tiny.gguf"), &err);
+    if (!v) fail_msg("%s", err.msg);
+    assert_int_equal(skv_vocab_n_tokens(v), 1003);
+    assert_string_equal(skv_vocab_pre(v), "qwen2");
+    skv_vocab_free(v);
+    assert_null(skv_vocab_load("/nonexistent.gguf", &err));
+    assert_int_equal(err.status, SKV_ERR_IO);
+}
+
+static void test_eog(void **state) {
+    (void)state;
+    const struct {
+        const char *vocab;
+        int32_t eog[3], not_eog;
+    } k[] = {
+        {"llama-bpe", {128001, 128009, 128001}, 128000}, /* end_of_text, eot_id */
+        {"qwen2", {151643, 151645, 151643}, 151644},     /* endoftext, im_end; im_start no */
+        {"gpt-2", {50256, 50256, 50256}, 0},
+        {"phi-3", {32000, 32007, 2}, 32010}, /* <|endoftext|>, <|end|>, </s>; <|user|> no */
+        {"llama-spm", {2, 2, 2}, 1},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        skv_vocab *v = load_vocab(k[i].vocab);
+        for (int j = 0; j < 3; j++)
+            if (!skv_vocab_is_eog(v, k[i].eog[j]))
+                fail_msg("%s: token %d ('%s') should end generation", k[i].vocab, k[i].eog[j],
+                         skv_vocab_piece(v, k[i].eog[j]));
+        assert_false(skv_vocab_is_eog(v, k[i].not_eog));
+        assert_false(skv_vocab_is_eog(v, 100)); /* an ordinary token */
+        assert_false(skv_vocab_is_eog(v, -1));
+        assert_false(skv_vocab_is_eog(v, skv_vocab_n_tokens(v)));
+        skv_vocab_free(v);
+    }
+    assert_false(skv_vocab_is_eog(NULL, 0));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Special tokens                                                                          */
+
+static void test_special_tokens(void **state) {
+    (void)state;
+    const struct {
+        const char *vocab, *text;
+        int32_t id;
+    } k[] = {
+        {"llama-bpe", "<|begin_of_text|>", 128000},
+        {"llama-bpe", "<|eot_id|>", 128009},
+        {"llama-bpe", "<|start_header_id|>", 128006},
+        {"qwen2", "<|im_start|>", 151644},
+        {"qwen2", "<|im_end|>", 151645},
+        {"gpt-2", "<|endoftext|>", 50256},
+        {"phi-3", "<|user|>", 32010},
+        {"phi-3", "<|end|>", 32007},
+        {"llama-spm", "</s>", 2},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        skv_vocab *v = load_vocab(k[i].vocab);
+        char text[128];
+        snprintf(text, sizeof text, "a%sb %s", k[i].text, k[i].text);
+        int n;
+        int32_t *t = encode(v, text, strlen(text), false, false, &n);
+        if (contains(t, n, k[i].id))
+            fail_msg("%s: '%s' became the special token without parse_special", k[i].vocab,
+                     k[i].text);
+        int len;
+        char *back = decode(v, t, n, true, &len);
+        assert_int_equal(len, (int)strlen(text));
+        assert_memory_equal(back, text, (size_t)len);
+        free(back);
+        free(t);
+        t = encode(v, text, strlen(text), false, true, &n);
+        int count = 0;
+        for (int j = 0; j < n; j++) count += t[j] == k[i].id;
+        if (count != 2) fail_msg("%s: '%s' matched %d times, not 2", k[i].vocab, text, count);
+        free(t);
+        skv_vocab_free(v);
+    }
+    /* the longest special token at a position wins; text between specials is encoded alone */
+    skv_vocab *v = load_vocab("qwen2");
+    int n;
+    const char *s = "<|im_start|>user\nHi<|im_end|>\n";
+    int32_t *t = encode(v, s, strlen(s), false, true, &n);
+    int32_t want[] = {151644, 872, 198, 13048, 151645, 198}; /* "user" "\n" "Hi" */
+    assert_int_equal(n, 6);
+    assert_memory_equal(t, want, sizeof want);
+    free(t);
+    skv_vocab_free(v);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Round trips on random bytes                                                             */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t next_rand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static void test_roundtrip_random_bytes(void **state) {
+    (void)state;
+    const char *bpe[] = {"llama-bpe", "qwen2", "gpt-2"};
+    const char alphabet[] = " \n\t\r'sdtlmvre0123456789aZ.!,<|>";
+    for (size_t vi = 0; vi < 3; vi++) {
+        skv_vocab *v = load_vocab(bpe[vi]);
+        for (int iter = 0; iter < 400; iter++) {
+            size_t len = next_rand() % 200;
+            char *s = malloc(len + 1);
+            for (size_t i = 0; i < len; i++) {
+                uint64_t r = next_rand();
+                /* mix fully random bytes (invalid UTF-8 included) with ASCII runs */
+                s[i] = iter % 2 ? (char)(r & 0xff) : alphabet[r % (sizeof alphabet - 1)];
+            }
+            for (int special = 0; special < 2; special++) {
+                int n;
+                int32_t *t = encode(v, s, len, false, special, &n);
+                for (int i = 0; i < n; i++) assert_true(t[i] >= 0 && t[i] < skv_vocab_n_tokens(v));
+                int back_len;
+                char *back = decode(v, t, n, false, &back_len);
+                if (!special) {
+                    assert_int_equal(back_len, (int)len);
+                    assert_memory_equal(back, s, len);
+                }
+                free(back);
+                free(t);
+            }
+            free(s);
+        }
+        /* a long run of one byte (deep merge chains, long regex matches) */
+        size_t big = 100000;
+        char *s = malloc(big);
+        memset(s, ' ', big);
+        int n;
+        int32_t *t = encode(v, s, big, false, false, &n);
+        int back_len;
+        char *back = decode(v, t, n, false, &back_len);
+        assert_int_equal(back_len, (int)big);
+        assert_memory_equal(back, s, big);
+        free(back);
+        free(t);
+        free(s);
+        skv_vocab_free(v);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A tiny byte-level vocabulary built by hand: the 256 byte tokens, then merged pieces.      */
+
+/* The GPT-2 alphabet spelling of byte b (UTF-8). */
+static void spell(unsigned b, char *out) {
+    uint32_t cp = bpe_byte_to_cp((uint8_t)b);
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xc0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        out[2] = 0;
+    }
+}
+
+typedef struct hand_bpe {
+    const char *const *extra; /* pieces after the 256 bytes */
+    int n_extra;
+    const char *const *merges;
+    int n_merges;
+    const char *pre; /* NULL: key absent */
+} hand_bpe;
+
+static skv_vocab *hand_vocab(const hand_bpe *h, skv_err *err) {
+    int n = 256 + h->n_extra + 1;
+    char(*byte_pieces)[4] = malloc(256 * sizeof *byte_pieces);
+    const char **toks = malloc((size_t)n * sizeof *toks);
+    int32_t *types = malloc((size_t)n * sizeof *types);
+    assert_true(byte_pieces && toks && types);
+    for (int b = 0; b < 256; b++) {
+        spell((unsigned)b, byte_pieces[b]);
+        toks[b] = byte_pieces[b];
+        types[b] = SKV_TOKEN_NORMAL;
+    }
+    for (int i = 0; i < h->n_extra; i++) {
+        toks[256 + i] = h->extra[i];
+        types[256 + i] = SKV_TOKEN_NORMAL;
+    }
+    toks[n - 1] = "<|end|>";
+    types[n - 1] = SKV_TOKEN_CONTROL;
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    assert_non_null(w);
+    assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), 0);
+    if (h->pre) assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.pre", h->pre), 0);
+    assert_int_equal(
+        skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, (uint64_t)n), 0);
+    assert_int_equal(
+        skv_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SKV_GGUF_INT32, types, (uint64_t)n),
+        0);
+    assert_int_equal(skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", h->merges, NULL,
+                                                 (uint64_t)h->n_merges),
+                     0);
+    assert_int_equal(skv_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)n - 1), 0);
+    assert_int_equal(skv_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)n - 1), 0);
+    const char *path = test_tmp_path(".gguf");
+    skv_err werr = {0};
+    assert_int_equal(skv_gguf_writer_write(w, path, &werr), 0);
+    skv_gguf_writer_free(w);
+    skv_vocab *v = skv_vocab_load(path, err);
+    remove(path);
+    free(byte_pieces);
+    free(toks);
+    free(types);
+    return v;
+}
+
+static void expect_ids(const skv_vocab *v, const char *text, const int32_t *want, int n_want) {
+    int n;
+    int32_t *t = encode(v, text, strlen(text), false, false, &n);
+    if (n != n_want) fail_msg("'%s': %d tokens, expected %d", text, n, n_want);
+    for (int i = 0; i < n; i++)
+        if (t[i] != want[i]) fail_msg("'%s': token %d is %d, expected %d", text, i, t[i], want[i]);
+    free(t);
+}
+
+/* The alphabet by its definition: printable Latin-1 bytes stand for themselves, the 68 others
+ * take U+0100.. in byte order; decoding a spelled piece gives the bytes back. */
+static void test_byte_alphabet(void **state) {
+    (void)state;
+    uint32_t next = 0x100;
+    char spelled[512];
+    size_t k = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+        assert_int_equal(bpe_byte_to_cp((uint8_t)b), printable ? b : next++);
+        spell(b, spelled + k);
+        k += strlen(spelled + k);
+    }
+    assert_int_equal(next, 0x100 + 68);
+    char back[256];
+    assert_int_equal(bpe_decode_piece(spelled, k, back), 256);
+    for (unsigned b = 0; b < 256; b++) assert_int_equal((unsigned char)back[b], b);
+}
+
+static void test_hand_merges(void **state) {
+    (void)state;
+    /* ranks decide, not lengths or ids: "abc" with [b c] before [a b] is a + bc -> abc */
+    const char *extra[] = {"bc", "ab", "abc", "aa"};
+    const char *m1[] = {"b c", "a b", "a bc", "a a"};
+    hand_bpe h = {extra, 4, m1, 4, "gpt-2"};
+    skv_err err = {0};
+    skv_vocab *v = hand_vocab(&h, &err);
+    if (!v) fail_msg("%s", err.msg);
+    /* the token of byte b is b; extra pieces follow from 256 */
+    expect_ids(v, "abc", (int32_t[]){258}, 1);     /* b c first, then a bc */
+    expect_ids(v, "ab", (int32_t[]){257}, 1);      /* a b */
+    expect_ids(v, "aaa", (int32_t[]){259, 97}, 2); /* equal ranks: leftmost first */
+    expect_ids(v, "xyz", (int32_t[]){120, 121, 122}, 3);
+    skv_vocab_free(v);
+    const char *m2[] = {"a b", "b c", "a bc"};
+    hand_bpe h2 = {extra, 3, m2, 3, "gpt-2"};
+    v = hand_vocab(&h2, &err);
+    if (!v) fail_msg("%s", err.msg);
+    expect_ids(v, "abc", (int32_t[]){257, 99}, 2); /* a b first; there is no [ab c] */
+    /* the pre-tokenizer cuts "ab", " ab" first; " " has no merge with "ab" */
+    expect_ids(v, "ab ab", (int32_t[]){257, 32, 257}, 3);
+    skv_vocab_free(v);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Malformed vocabularies                                                                  */
+
+static void expect_hand_error(const hand_bpe *h, skv_status st, const char *needle) {
+    skv_err err = {0};
+    skv_vocab *v = hand_vocab(h, &err);
+    if (v) fail_msg("loaded a vocabulary that should fail with '%s'", needle);
+    assert_int_equal(err.status, st);
+    if (!strstr(err.msg, needle)) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void test_malformed(void **state) {
+    (void)state;
+    const char *extra[] = {"ab"};
+    const char *unknown_part[] = {"a b", "x yz"};
+    hand_bpe h = {extra, 1, unknown_part, 2, "gpt-2"};
+    expect_hand_error(&h, SKV_ERR_FORMAT, "names 'yz', which is not a normal token");
+    const char *unknown_result[] = {"a b", "b c"};
+    h.merges = unknown_result;
+    expect_hand_error(&h, SKV_ERR_FORMAT, "makes 'bc', which is not a normal token");
+    const char *no_space[] = {"ab"};
+    h.merges = no_space;
+    h.n_merges = 1;
+    expect_hand_error(&h, SKV_ERR_FORMAT, "not two tokens separated by a space");
+    const char *ok[] = {"a b"};
+    h.merges = ok;
+    h.pre = "no-such-pre";
+    expect_hand_error(&h, SKV_ERR_UNSUPPORTED, "pre-tokenizer 'no-such-pre'");
+    h.pre = NULL; /* absent: the documented fallback, GPT-2's expression */
+    skv_err err = {0};
+    skv_vocab *v = hand_vocab(&h, &err);
+    if (!v) fail_msg("%s", err.msg);
+    assert_string_equal(skv_vocab_pre(v), "default");
+    skv_vocab_free(v);
+
+    /* a regular expression PCRE2 refuses */
+    const char *bad[] = {"(?<x>a", NULL};
+    skv_pretok *p = bpe_pretok_compile(bad, 1, &err);
+    assert_null(p);
+    assert_int_equal(err.status, SKV_ERR_FORMAT);
+    if (!strstr(err.msg, "refused by PCRE2")) fail_msg("message '%s'", err.msg);
+    const char *good[] = {"\\p{L}+", "\\p{N}"};
+    p = bpe_pretok_compile(good, 2, &err);
+    assert_non_null(p);
+    bpe_pretok_free(p);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Chat templates                                                                          */
+
+static char *chat(const skv_vocab *v, const char *tmpl, const skv_chat_message *m, int n,
+                  bool gen) {
+    skv_err err = {0};
+    int need = skv_chat_format(v, tmpl, m, n, gen, NULL, 0, &err);
+    if (need == INT_MIN) fail_msg("%s", err.msg);
+    assert_true(need < 0);
+    char *buf = malloc((size_t)-need + 1);
+    assert_int_equal(skv_chat_format(v, tmpl, m, n, gen, buf, -need + 1, &err), -need);
+    assert_int_equal(buf[-need], 0);
+    /* one byte short: -needed again, nothing promised */
+    assert_int_equal(skv_chat_format(v, tmpl, m, n, gen, buf, -need - 1, &err), need);
+    return buf;
+}
+
+static void test_chat_templates(void **state) {
+    (void)state;
+    const skv_chat_message m[] = {
+        {"system", "Be brief."}, {"user", "Hi!"}, {"assistant", " Hello. "}, {"user", "2+2?"}};
+    skv_vocab *q = load_vocab("qwen2");
+    assert_string_equal(skv_chat_template_name(q, NULL, NULL), "chatml");
+    char *s = chat(q, NULL, m, 4, true);
+    assert_string_equal(s, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                           "<|im_start|>user\nHi!<|im_end|>\n"
+                           "<|im_start|>assistant\n Hello. <|im_end|>\n"
+                           "<|im_start|>user\n2+2?<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(s);
+    /* Qwen2's template adds its default system message when there is none */
+    s = chat(q, NULL, m + 1, 1, false);
+    assert_string_equal(s, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+                           "<|im_start|>user\nHi!<|im_end|>\n");
+    free(s);
+    /* the formatted text tokenizes to the special tokens */
+    s = chat(q, NULL, m + 1, 1, true);
+    int n;
+    int32_t *t = encode(q, s, strlen(s), false, true, &n);
+    assert_int_equal(t[0], 151644);
+    assert_true(contains(t, n, 151645));
+    free(t);
+    free(s);
+
+    skv_vocab *p = load_vocab("phi-3");
+    assert_string_equal(skv_chat_template_name(p, NULL, NULL), "phi3");
+    s = chat(p, NULL, m + 1, 3, true);
+    assert_string_equal(s, "<s><|user|>\nHi!<|end|>\n<|assistant|>\n Hello. <|end|>\n"
+                           "<|user|>\n2+2?<|end|>\n<|assistant|>\n");
+    free(s);
+
+    /* Llama 3 (named: the vocab-only file carries no template); contents are trimmed */
+    skv_vocab *l = load_vocab("llama-bpe");
+    skv_err err = {0};
+    assert_null(skv_chat_template_name(l, NULL, &err));
+    assert_int_equal(err.status, SKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "no chat template"));
+    assert_int_equal(skv_chat_format(l, NULL, m, 2, true, NULL, 0, &err), INT_MIN);
+    s = chat(l, "llama3", m, 3, false);
+    assert_string_equal(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+                           "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+                           "Hi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+                           "Hello.<|eot_id|>");
+    t = encode(l, s, strlen(s), false, true, &n);
+    assert_int_equal(t[0], 128000);
+    assert_int_equal(t[1], 128006);
+    assert_int_equal(t[n - 1], 128009);
+    free(t);
+    free(s);
+    /* a Jinja text is recognised by its markers */
+    assert_string_equal(skv_chat_template_name(l,
+                                               "{{ '<|start_header_id|>' + role + "
+                                               "'<|end_header_id|>' }}",
+                                               NULL),
+                        "llama3");
+
+    /* unknown template, unknown role, bad arguments */
+    assert_null(skv_chat_template_name(l, "{% for m in messages %}[INST]{% endfor %}", &err));
+    assert_non_null(strstr(err.msg, "not recognised"));
+    const skv_chat_message bad_role[] = {{"tool", "x"}};
+    assert_int_equal(skv_chat_format(q, NULL, bad_role, 1, true, NULL, 0, &err), INT_MIN);
+    assert_non_null(strstr(err.msg, "role 'tool'"));
+    assert_int_equal(skv_chat_format(NULL, NULL, m, 1, true, NULL, 0, &err), INT_MIN);
+    assert_int_equal(skv_chat_format(q, NULL, NULL, 1, true, NULL, 0, &err), INT_MIN);
+    skv_vocab_free(l);
+    skv_vocab_free(p);
+    skv_vocab_free(q);
+}
+
+/* Eval data lines with "messages" go through the template. */
+static void test_eval_messages(void **state) {
+    (void)state;
+    const char *path = test_tmp_path(".jsonl");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"messages\":[{\"role\":\"user\",\"content\":\"What is the capital of France? Answer "
+          "in one word, please.\"},{\"role\":\"assistant\",\"content\":\"Paris is the capital "
+          "of France.\"}]}\n",
+          f);
+    fclose(f);
+    skv_vocab *q = load_vocab("qwen2");
+    skv_eval_split split = {0, 4, 4};
+    skv_eval_dataset d = {0};
+    skv_err err = {0};
+    if (skv_eval_load_jsonl(path, q, &split, 4096, 0, 0, 0, 1, &d, &err) != SKV_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(d.n, 1);
+    const skv_eval_sample *s = &d.samples[0];
+    assert_int_equal(s->tokens[0], 151644); /* <|im_start|> of the default system message */
+    int total = s->n_prefix + s->n_window + s->n_cont;
+    assert_int_equal(s->tokens[total - 1], 198); /* "\n" after the last <|im_end|> */
+    assert_int_equal(s->tokens[total - 2], 151645);
+    skv_eval_dataset_free(&d);
+
+    /* a model without a template: a clear error naming the line */
+    skv_vocab *l = load_vocab("llama-bpe");
+    assert_int_not_equal(skv_eval_load_jsonl(path, l, &split, 4096, 0, 0, 0, 1, &d, &err), SKV_OK);
+    assert_non_null(strstr(err.msg, ":1:"));
+    assert_non_null(strstr(err.msg, "chat template"));
+    skv_vocab_free(l);
+    skv_vocab_free(q);
+    remove(path);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* CLI                                                                                     */
+
+static void test_cli_bpe(void **state) {
+    (void)state;
+    char cmd[2048];
+    int st = -1;
+    snprintf(cmd, sizeof cmd, "%s tokenize --json --special -m %s -p 'Hi<|eot_id|>'", test_cli(),
+             test_model_path("vocab/ggml-vocab-llama-bpe.gguf"));
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_string_equal(out, "{\"tokens\":[128000,13347,128009],\"pieces\":[\"<|begin_of_text|>"
+                             "\",\"Hi\",\"<|eot_id|>\"]}\n");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s tokenize --json -m %s -p ' x'", test_cli(),
+             test_model_path("vocab/ggml-vocab-qwen2.gguf"));
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_string_equal(out, "{\"tokens\":[856],\"pieces\":[\"\xc4\xa0x\"]}\n"); /* no BOS */
+    free(out);
+    /* a file that is no GGUF: exit 2 with the reason */
+    const char *bad = test_tmp_path(".gguf");
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    fputs("not a gguf file at all", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p x 2>&1", test_cli(), bad);
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(out, "sparsekv tokenize:"));
+    free(out);
+    remove(bad);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vectors_llama_bpe), cmocka_unit_test(test_vectors_qwen2),
+        cmocka_unit_test(test_vectors_gpt2),      cmocka_unit_test(test_vectors_phi3),
+        cmocka_unit_test(test_vectors_llama_spm), cmocka_unit_test(test_known_ids),
+        cmocka_unit_test(test_vocab_only_files),  cmocka_unit_test(test_eog),
+        cmocka_unit_test(test_special_tokens),    cmocka_unit_test(test_roundtrip_random_bytes),
+        cmocka_unit_test(test_byte_alphabet),     cmocka_unit_test(test_hand_merges),
+        cmocka_unit_test(test_malformed),         cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_eval_messages),     cmocka_unit_test(test_cli_bpe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,110 @@
+/* cmd_policies.c — `sparsekv policies`: the policy registry as a table (or JSON): name,
+ * aliases, paper, what it needs, its parameters with defaults and ranges. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: sparsekv policies [--json]\n\n"
+               "Lists every compression policy of the registry: its name and alias, the paper,\n"
+               "the score rule, what it needs (keys only, a window of queries, the prefill's\n"
+               "accumulated attention), whether it runs under a decoding budget (--max-cache),\n"
+               "what it costs, and the parameters it reads with their defaults and ranges.\n");
+}
+
+static const skv_policy_param_about *param(const char *name, size_t len) {
+    for (int i = 0; i < skv_policy_param_count(); i++) {
+        const skv_policy_param_about *p = skv_policy_param_at(i);
+        if (strlen(p->name) == len && !strncmp(p->name, name, len)) return p;
+    }
+    return NULL;
+}
+
+static const char *needs(const skv_policy_about *a) {
+    return a->needs_window ? "window" : a->needs_prefill_attention ? "prefill attention" : "keys";
+}
+
+/* Calls fn for every parameter named in the comma list. */
+static void each_param(const char *list, void (*fn)(const skv_policy_param_about *, int, void *),
+                       void *u) {
+    int k = 0;
+    for (const char *s = list; *s;) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        const skv_policy_param_about *p = param(s, len);
+        if (p) fn(p, k++, u);
+        s += len + (e ? 1 : 0);
+    }
+}
+
+static void print_param_text(const skv_policy_param_about *p, int k, void *u) {
+    (void)k;
+    fprintf(u, "      %-14s %-12s default %-6s %-12s %s\n", p->name, p->flag, p->def, p->range,
+            p->help);
+}
+
+static void print_param_json(const skv_policy_param_about *p, int k, void *u) {
+    FILE *f = u;
+    fprintf(f, "%s{\"name\": ", k ? ", " : "");
+    cli_json_string(f, p->name, strlen(p->name));
+    fprintf(f, ", \"flag\": ");
+    cli_json_string(f, p->flag, strlen(p->flag));
+    fprintf(f, ", \"default\": ");
+    cli_json_string(f, p->def, strlen(p->def));
+    fprintf(f, ", \"range\": ");
+    cli_json_string(f, p->range, strlen(p->range));
+    fprintf(f, "}");
+}
+
+int cmd_policies(int argc, char **argv) {
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else {
+            cli_error("policies", "unknown option '%s' (see --help)", argv[i]);
+            return 2;
+        }
+    }
+    FILE *f = stdout;
+    const int n = skv_policy_count();
+    if (json) fprintf(f, "[");
+    for (int i = 0; i < n; i++) {
+        skv_policy_about a;
+        skv_err err = {0};
+        if (skv_policy_describe(i, &a, &err)) {
+            cli_error("policies", "%s", err.msg);
+            return 1;
+        }
+        if (json) {
+            const char *keys[] = {"name", "alias", "paper", "rule", "cost", "needs"};
+            const char *vals[] = {a.name, a.alias, a.paper, a.rule, a.cost, needs(&a)};
+            fprintf(f, "%s\n {", i ? "," : "");
+            for (int k = 0; k < 6; k++) {
+                fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
+                if (vals[k])
+                    cli_json_string(f, vals[k], strlen(vals[k]));
+                else
+                    fprintf(f, "null");
+            }
+            fprintf(f, ", \"decode\": %s, \"builtin\": %s, \"params\": [",
+                    a.decode ? "true" : "false", a.builtin ? "true" : "false");
+            each_param(a.params, print_param_json, f);
+            fprintf(f, "]}");
+        } else {
+            fprintf(f, "%-12s %-10s needs %-18s decode %-3s\n", a.name, a.alias ? a.alias : "",
+                    needs(&a), a.decode ? "yes" : "no");
+            fprintf(f, "    paper: %s\n    score: %s\n    cost:  %s\n", a.paper, a.rule, a.cost);
+            if (a.params[0]) {
+                fprintf(f, "    params:\n");
+                each_param(a.params, print_param_text, f);
+            }
+        }
+    }
+    fprintf(f, json ? "\n]\n" : "");
+    return 0;
+}

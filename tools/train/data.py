@@ -1,0 +1,274 @@
+"""data.py -- vocabulary, tokenizer and synthetic task generators for the sparsekv retrieval model.
+
+Vocabulary (354 tokens, written as a llama2.c tokenizer.bin by export.py):
+  0 <unk>, 1 <s>, 2 </s>, 3..258 the byte-fallback tokens <0x00>..<0xFF>,
+  259 the space piece (U+2581, written ' ' in tokenizer.bin), 260..353 the printable ASCII
+  characters '!'..'~' (one piece each).
+There are no multi-character pieces, so SentencePiece BPE (src/tokenizer.c) never merges:
+encoding is BOS, then U+2581 for the dummy prefix, then one token per character (space ->
+U+2581, printable ASCII -> its piece, any other byte -> its <0xXX> token).  `encode` below
+reproduces `sparsekv tokenize` exactly (tests/python/test_train_smoke.py checks it).
+
+Tasks (every prompt starts with BOS; the answer follows the question; see docs/MODEL_*.md):
+  passkey   the prompt of eval/passkey.c, byte for byte: intro, the filler sentences cycled in
+            order, the needle " The pass key is NNNNN. Remember it." before filler round(d * n),
+            " What is the pass key? The pass key is"; answer " NNNNN."
+  kv        "Here is a list of keys and values. Remember them." then n pairs " abc: NNNNN."
+            (distinct 3-letter keys), " What is the value of abc? The value of abc is";
+            answer " NNNNN." The asked pair is pair round(d * (n - 1)).
+  multikey  passkey filler with 2-4 needles " The magic number for NAME is NNNNN." (distinct
+            names); the asked one at depth d, the others at random places;
+            " What is the magic number for NAME? The magic number for NAME is"; answer " NNNNN."
+  text      simple generated stories (plain continuation; no answer span).
+"""
+import random
+
+UNK, BOS, EOS = 0, 1, 2
+BYTE0 = 3
+SPACE_ID = 259
+CHAR0 = 260  # '!' (0x21) .. '~' (0x7e)
+VOCAB_SIZE = CHAR0 + (0x7E - 0x21 + 1)  # 354
+
+
+def pieces():
+    """(piece bytes as in tokenizer.bin, score) for every id."""
+    out = [(b"<unk>", 0.0), (b"\n<s>\n", 0.0), (b"\n</s>\n", 0.0)]
+    for b in range(256):
+        out.append((("<0x%02X>" % b).encode(), 0.0))
+    out.append((b" ", -1.0))
+    for c in range(0x21, 0x7F):
+        out.append((bytes([c]), -1.0))
+    assert len(out) == VOCAB_SIZE
+    return out
+
+
+def encode(text, bos=True):
+    """Token ids of text, equal to sparsekv's SentencePiece encoder on this vocabulary."""
+    ids = [BOS] if bos else []
+    ids.append(SPACE_ID)  # add_dummy_prefix
+    for b in text.encode("utf-8"):
+        if b == 0x20:
+            ids.append(SPACE_ID)
+        elif 0x21 <= b <= 0x7E:
+            ids.append(CHAR0 + b - 0x21)
+        else:
+            ids.append(BYTE0 + b)
+    return ids
+
+
+def encode_cont(text):
+    """Ids of text appended to an encoded prompt (no BOS, no dummy prefix)."""
+    return encode(text, bos=False)[1:]
+
+
+def decode(ids):
+    out = bytearray()
+    for t in ids:
+        if t == SPACE_ID:
+            out.append(0x20)
+        elif CHAR0 <= t < VOCAB_SIZE:
+            out.append(0x21 + t - CHAR0)
+        elif BYTE0 <= t < BYTE0 + 256:
+            out.append(t - BYTE0)
+    s = out.decode("utf-8", "replace")
+    return s[1:] if s.startswith(" ") else s
+
+
+# ---- task text (must equal eval/passkey.c and eval/tasks.c) ---------------------------------
+PASSKEY_INTRO = ("There is an important piece of information hidden inside a lot of irrelevant "
+                 "text. Find it and remember it. I will ask you about it.")
+FILLERS = [" The grass is green.", " The sky is blue.", " The sun is yellow.", " Here we go.",
+           " There and back again."]
+PASSKEY_QUESTION = " What is the pass key? The pass key is"
+KV_INTRO = "Here is a list of keys and values. Remember them."
+MK_NAMES = ["apple", "river", "tiger", "cloud", "stone", "house", "candle", "garden", "silver",
+            "rabbit", "forest", "window", "pepper", "castle", "dragon", "orange", "violet",
+            "summer", "winter", "button", "mirror", "rocket", "pencil", "anchor"]
+
+
+def round_half_even(x):
+    return int(round(x))  # Python's round is half-to-even, like skv_round_half_even
+
+
+def passkey_text(key, depth, n_filler):
+    before = round_half_even(depth * n_filler)
+    parts = [PASSKEY_INTRO]
+    for i in range(n_filler + 1):
+        if i == before:
+            parts.append(" The pass key is %s. Remember it." % key)
+        if i < n_filler:
+            parts.append(FILLERS[i % 5])
+    parts.append(PASSKEY_QUESTION)
+    return "".join(parts)
+
+
+def kv_text(keys, values, asked):
+    parts = [KV_INTRO]
+    for k, v in zip(keys, values):
+        parts.append(" %s: %s." % (k, v))
+    parts.append(" What is the value of %s? The value of %s is" % (keys[asked], keys[asked]))
+    return "".join(parts)
+
+
+def multikey_text(names, values, slots, asked, n_filler):
+    """Needle j goes before filler slots[j] (several may share a slot: in index order)."""
+    parts = [PASSKEY_INTRO]
+    for i in range(n_filler + 1):
+        for j in range(len(names)):
+            if slots[j] == i:
+                parts.append(" The magic number for %s is %s." % (names[j], values[j]))
+        if i < n_filler:
+            parts.append(FILLERS[i % 5])
+    parts.append(" What is the magic number for %s? The magic number for %s is" %
+                 (names[asked], names[asked]))
+    return "".join(parts)
+
+
+# ---- plain text ----------------------------------------------------------------------------
+_NAMES = ["Tom", "Lily", "Ben", "Mia", "Sam", "Anna", "Max", "Lucy", "Jack", "Emma"]
+_ANIMALS = ["cat", "dog", "bird", "fox", "frog", "duck", "horse", "bear", "fish", "mouse"]
+_ADJ = ["big", "small", "red", "happy", "old", "little", "green", "funny", "quiet", "shiny"]
+_PLACES = ["park", "forest", "garden", "house", "river", "school", "beach", "hill", "shop", "farm"]
+_THINGS = ["ball", "box", "kite", "cake", "hat", "book", "toy", "stick", "cup", "flower"]
+_VERBS = ["saw", "found", "liked", "wanted", "took", "made", "lost", "shared", "held", "painted"]
+_FEEL = ["happy", "sad", "tired", "excited", "scared", "proud", "hungry", "surprised"]
+
+
+def story_sentence(rng, who):
+    t = rng.randrange(8)
+    if t == 0:
+        return "%s went to the %s." % (who, rng.choice(_PLACES))
+    if t == 1:
+        return "%s %s a %s %s." % (who, rng.choice(_VERBS), rng.choice(_ADJ), rng.choice(_THINGS))
+    if t == 2:
+        return "%s was very %s." % (who, rng.choice(_FEEL))
+    if t == 3:
+        return "The %s %s was in the %s." % (rng.choice(_ADJ), rng.choice(_ANIMALS),
+                                            rng.choice(_PLACES))
+    if t == 4:
+        return '"I like the %s," said %s.' % (rng.choice(_THINGS), who)
+    if t == 5:
+        return "%s and the %s played with the %s." % (who, rng.choice(_ANIMALS),
+                                                       rng.choice(_THINGS))
+    if t == 6:
+        return "Then %s saw %d %ss." % (who, rng.randrange(2, 10), rng.choice(_ANIMALS))
+    return "At the end of the day, %s went home." % who
+
+
+def story_text(rng, n_chars):
+    parts, n = [], 0
+    while n < n_chars:
+        who = rng.choice(_NAMES)
+        s = "Once upon a time, there was a %s %s named %s." % (
+            rng.choice(_ADJ), rng.choice(_ANIMALS), who)
+        while n + len(s) < n_chars and rng.random() > 0.12:
+            parts.append(s)
+            n += len(s) + 1
+            s = story_sentence(rng, who)
+        parts.append(s)
+        n += len(s) + 1
+    return " ".join(parts)
+
+
+# ---- samples -------------------------------------------------------------------------------
+def _key(rng):
+    return "%05d" % rng.randrange(10000, 100000)
+
+
+def _fit(build, lo, hi, max_tokens):
+    """Largest n in [lo, hi] with len(encode(build(n))) <= max_tokens (monotone in n)."""
+    if len(encode(build(lo))) > max_tokens:
+        return lo  # the shortest prompt (the caller's budget is too small for more)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if len(encode(build(mid))) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def make_sample(rng, task, max_len, depth=None, full=False):
+    """(ids, answer_start) with len(ids) <= max_len + 1; answer_start = index of the first answer
+    token (None for plain text). full: the prompt fills the budget (else half the samples are
+    shorter); depth None: uniform in [0, 1)."""
+    ans_room = 8  # " NNNNN." + EOS
+    budget = max_len + 1 - ans_room
+    r = rng.random()
+    target = rng.randint(min(budget, max(230, budget // 3)), budget) if (r < 0.5 and not full) else budget
+    d = rng.random()
+    depth = d if depth is None else depth
+    if task == "passkey":
+        key = _key(rng)
+        n = _fit(lambda nf: passkey_text(key, depth, nf), 0, 2000, target)
+        text, ans = passkey_text(key, depth, n), key
+    elif task == "kv":
+        def build(n):
+            keys = _kv_keys(n)
+            return kv_text(keys, ["00000"] * n, round_half_even(depth * (n - 1)))
+        n = _fit(build, 1, 200, target)
+        keys = _kv_keys(n, rng)
+        vals = [_key(rng) for _ in range(n)]
+        asked = round_half_even(depth * (n - 1))
+        text, ans = kv_text(keys, vals, asked), vals[asked]
+    elif task == "multikey":
+        k = rng.randint(2, 4)
+        names = rng.sample(MK_NAMES, k)
+        vals = [_key(rng) for _ in range(k)]
+        u = [rng.random() for _ in range(k)]
+        asked = rng.randrange(k)
+        while k > 2 and len(encode(multikey_text(names[:k], vals, [0] * k, 0, 0))) > target:
+            k -= 1  # fewer needles when the budget is small
+        names, vals, u, asked = names[:k], vals[:k], u[:k], min(asked, k - 1)
+        u[asked] = depth
+
+        def build(nf):
+            slots = [round_half_even(x * nf) for x in u]
+            return multikey_text(names, vals, slots, asked, nf)
+        n = _fit(build, 0, 2000, target)
+        text, ans = build(n), vals[asked]
+    elif task == "copy":
+        # a random string, then " | " and the string again: the repeat is only predictable by
+        # looking back (induction), which the retrieval tasks build on
+        n = max(4, (target - 12) // 2)
+        s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(n))
+        ids = encode("Copy: " + s + " |")
+        a = len(ids)
+        ids = ids + encode_cont(" " + s) + [EOS]
+        return ids[: max_len + 1], a
+    else:
+        text = story_text(rng, target)
+        ids = encode(text)[: max_len + 1]
+        return ids, None
+    ids = encode(text)
+    a = len(ids)
+    ids = ids + encode_cont(" %s." % ans) + [EOS]
+    return ids[: max_len + 1], a
+
+
+def _kv_keys(n, rng=None):
+    if rng is None:
+        return ["abc"] * n  # all keys have 3 letters: the length only depends on n
+    seen, keys = set(), []
+    while len(keys) < n:
+        k = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        if k not in seen:
+            seen.add(k)
+            keys.append(k)
+    return keys
+
+
+TASKS = ["passkey", "kv", "multikey", "text"]
+MIX = [0.3, 0.3, 0.25, 0.15]
+# the mixture with the copy task (added after the first 200 steps of the shipped run)
+TASKS_COPY = ["passkey", "kv", "multikey", "text", "copy"]
+MIX_COPY = [0.25, 0.2, 0.2, 0.1, 0.25]
+
+
+def make_batch(rng, batch, max_len, copy=False):
+    """Lists of (ids, answer_start) samples, task drawn by MIX (MIX_COPY with copy)."""
+    out = []
+    for _ in range(batch):
+        task = rng.choices(TASKS_COPY, MIX_COPY)[0] if copy else rng.choices(TASKS, MIX)[0]
+        out.append(make_sample(rng, task, max_len))
+    return out

@@ -1,0 +1,165 @@
+"""train.py -- seeded, reproducible training of the sparsekv retrieval model (see README.md).
+
+  /usr/bin/python3 tools/train/train.py --out /tmp/skvtrain            # the full run
+  /usr/bin/python3 tools/train/train.py --preset smoke --out DIR         # a few steps (tests)
+
+Writes DIR/ckpt.pt (state dict + config + step) after every phase and every --save-every steps,
+and DIR/log.txt. The data stream depends only on --seed; eval prompts use seeds >= 10**6
+(never used in training)."""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data  # noqa: E402
+import model  # noqa: E402
+
+# (max_len, batch, steps[, "copy": the mixture with the copy task]) per curriculum phase
+PRESETS = {
+    "full": dict(cfg=dict(dim=96, n_layers=4, n_heads=4, n_kv_heads=2, hidden=256),
+                 phases=[(320, 4, 200), (320, 4, 80, "copy"), (640, 2, 30, "copy"),
+                         (1024, 1, 30, "copy")], lr=3e-3, warmup=20),
+    "smoke": dict(cfg=dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden=64,
+                           max_seq_len=256),
+                  phases=[(256, 2, 6)], lr=3e-3, warmup=1),
+}
+ANSWER_WEIGHT = 4.0  # extra weight of the answer tokens in the loss
+
+
+def collate(samples):
+    T = max(len(s[0]) for s in samples) - 1
+    x = torch.zeros(len(samples), T, dtype=torch.long)
+    y = torch.full((len(samples), T), -100, dtype=torch.long)
+    w = torch.zeros(len(samples), T)
+    for i, (ids, a) in enumerate(samples):
+        n = len(ids) - 1
+        x[i, :n] = torch.tensor(ids[:-1])
+        y[i, :n] = torch.tensor(ids[1:])
+        w[i, :n] = 1.0
+        if a is not None:
+            w[i, a - 1:n] += ANSWER_WEIGHT  # targets a.. are the answer
+    return x, y, w
+
+
+def loss_fn(m, x, y, w):
+    logits = m(x)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                         ignore_index=-100, reduction="none")
+    return (ce * w.reshape(-1)).sum() / w.sum()
+
+
+def answer_correct(m, samples):
+    """Exact match of the teacher-forced argmax over the answer's 5 digits (equals greedy
+    decoding's exact match)."""
+    out = []
+    with torch.no_grad():
+        for ids, a in samples:
+            x = torch.tensor([ids[:-1]])
+            pred = m(x)[0].argmax(-1)
+            tgt = torch.tensor(ids[1:])
+            # answer tokens: a (space) .. a+5 (digits)
+            p, g = pred[a - 1:a + 6], tgt[a - 1:a + 6]
+            out.append(len(g) == 7 and bool((p == g).all()))
+    return out
+
+
+def eval_tasks(m, max_len, n=20, depths=(0.1, 0.3, 0.5, 0.7, 0.9), seed0=10**6):
+    """Accuracy per task at full length max_len, prompts from seeds seed0 + i (never trained)."""
+    res = {}
+    for ti, task in enumerate(("passkey", "kv", "multikey")):
+        samples = []
+        for i in range(n):
+            d = depths[i % len(depths)]
+            rng = random.Random(seed0 + 1000 * ti + i)
+            samples.append(data.make_sample(rng, task, max_len, depth=d, full=True))
+        res[task] = sum(answer_correct(m, samples)) / n
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="full", choices=sorted(PRESETS))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--save-every", type=int, default=25)
+    ap.add_argument("--eval-n", type=int, default=20)
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+    P = PRESETS[args.preset]
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    cfg = model.Config(**P["cfg"])
+    m = model.Transformer(cfg)
+    opt = torch.optim.AdamW(m.parameters(), lr=P["lr"], betas=(0.9, 0.95), weight_decay=0.01)
+    total = sum(p[2] for p in P["phases"])
+    rng = random.Random(args.seed)
+    step = 0
+    logf = open(os.path.join(args.out, "log.txt"), "a")
+
+    def log(s):
+        print(s, flush=True)
+        logf.write(s + "\n")
+        logf.flush()
+
+    def save(tag="ckpt.pt"):
+        torch.save({"model": m.state_dict(), "cfg": cfg.__dict__, "step": step,
+                    "opt": opt.state_dict(), "rng": rng.getstate(),
+                    "torch_rng": torch.get_rng_state()}, os.path.join(args.out, tag))
+
+    start_step = 0
+    if args.resume and os.path.exists(os.path.join(args.out, "ckpt.pt")):
+        ck = torch.load(os.path.join(args.out, "ckpt.pt"))
+        m.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        rng.setstate(ck["rng"])
+        torch.set_rng_state(ck["torch_rng"])
+        start_step = ck["step"]
+    log("config %s params %d phases %s" % (json.dumps(cfg.__dict__),
+                                          sum(p.numel() for p in m.parameters()), P["phases"]))
+    t0 = time.time()
+    losses = []
+    for phase in P["phases"]:
+        max_len, batch, steps = phase[:3]
+        copy = len(phase) > 3 and phase[3] == "copy"
+        for _ in range(steps):
+            if step < start_step:  # replay the data stream on resume
+                step += 1
+                continue
+            lr = P["lr"] * min(1.0, (step + 1) / P["warmup"])
+            lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / total))
+            for g in opt.param_groups:
+                g["lr"] = lr
+            x, y, w = collate(data.make_batch(rng, batch, max_len, copy))
+            loss = loss_fn(m, x, y, w)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+            step += 1
+            losses.append(loss.item())
+            if step % 5 == 0 or step == 1:
+                log("step %d len %d loss %.4f lr %.2e t %.0fs" % (step, max_len, loss.item(), lr,
+                                                                  time.time() - t0))
+            if step % args.save_every == 0:
+                save()
+        save()
+        save("ckpt_len%d.pt" % max_len)
+        if args.eval_n > 0:
+            log("eval at len %d step %d: %s (t %.0fs)" % (
+                max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)), time.time() - t0))
+    log("done step %d t %.0fs first-loss %.4f last-loss %.4f" % (
+        step, time.time() - t0, losses[0] if losses else float("nan"),
+        losses[-1] if losses else float("nan")))
+
+
+if __name__ == "__main__":
+    main()
