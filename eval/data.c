@@ -76,14 +76,16 @@ bool skv_eval_cut(const int32_t *tokens, int n, const skv_eval_split *split, int
     return true;
 }
 
-/* Tokenizes len bytes (with BOS when bos) into a malloc'd array; -1 on failure. */
+/* Tokenizes len bytes (with the vocabulary's BOS when bos) into a malloc'd array; -1 on
+ * failure. */
 static int tokenize_alloc(const skv_vocab *vocab, const char *text, size_t len, bool bos,
                           int32_t **out) {
     if (len > (size_t)1 << 28) return -1;
     int cap = (int)len + 2; /* at most one token per byte, plus BOS */
     int32_t *t = malloc((size_t)cap * sizeof *t);
     if (!t) return -1;
-    int n = skv_tokenize(vocab, text, len, bos, t, cap);
+    /* BOS (and EOS) only where the vocabulary asks for them: Qwen's and GPT-2's add none */
+    int n = skv_tokenize_ex(vocab, text, len, bos, false, t, cap);
     if (n < 0) {
         free(t);
         return -1;
@@ -301,7 +303,8 @@ skv_status skv_eval_load_jsonl(const char *path, const skv_vocab *vocab,
     if (!buf) return err ? err->status : SKV_ERR_IO;
     skv_status st = SKV_OK;
     int line = 0, index = 0, cap = 0;
-    size_t pos = 0;
+    /* a UTF-8 byte order mark (Windows editors write one) is not part of the first line */
+    size_t pos = size >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0;
     while (pos < size) {
         size_t end = pos;
         while (end < size && buf[end] != '\n') end++;

@@ -404,4 +404,59 @@ void skv_eval_write_kept_map(FILE *f, const char *png_path, const char *title, i
 /* Creates dir and its parents when missing. */
 skv_status skv_eval_mkdirs(const char *dir, skv_err *err);
 
+/* ---------------------------------------------------------------------------------------------
+ * run.json (eval/runinfo.c): what a run was and whether it finished; checked by --resume and
+ * eval-merge. "config" holds every setting that changes the results, as strings (model and
+ * data identity included), so two runs belong together when their configs are equal.
+ * ------------------------------------------------------------------------------------------- */
+
+#define SKV_EVAL_RUN_FIELDS 64
+/* Bytes of a model file hashed for its identity (header, metadata, tensor table). */
+#define SKV_EVAL_MODEL_HASH_BYTES (1u << 20)
+
+typedef struct skv_eval_run_field {
+    char key[32];
+    char *value;
+} skv_eval_run_field;
+
+typedef struct skv_eval_runinfo {
+    bool complete, partial;
+    char **command; /* [n_command] the eval arguments (argv[0] = "eval") */
+    int n_command;
+    char **inputs; /* eval-merge: the shards merged */
+    int n_inputs;
+    char **missing; /* eval-merge --allow-partial: what is missing, one sentence each */
+    int n_missing;
+    char *model, *data; /* paths as given (not compared: they may differ between machines) */
+    int shard_k, shard_n;
+    skv_eval_run_field config[SKV_EVAL_RUN_FIELDS];
+    int n_config;
+    int n_samples_total, n_samples, n_skipped, n_configs, resumed;
+    long long rows;
+    double wall_ms;
+} skv_eval_runinfo;
+
+void skv_eval_runinfo_free(skv_eval_runinfo *r);
+/* Sets config[key] to the formatted value (replacing it when present). */
+skv_status skv_eval_runinfo_set(skv_eval_runinfo *r, const char *key, skv_err *err,
+                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+const char *skv_eval_runinfo_get(const skv_eval_runinfo *r, const char *key);
+/* The first config key whose value differs between a and b (or is in one only); NULL when
+ * equal. */
+const char *skv_eval_runinfo_diff(const skv_eval_runinfo *a, const skv_eval_runinfo *b);
+/* Writes dir/run.json (through run.json.tmp, renamed into place). */
+skv_status skv_eval_runinfo_write(const char *dir, const skv_eval_runinfo *r, skv_err *err);
+/* Reads a run.json (untrusted: every field checked). */
+skv_status skv_eval_runinfo_read(const char *path, skv_eval_runinfo *r, skv_err *err);
+/* Size of a file and the FNV-1a 64 hash of its first max_bytes bytes (0: all). */
+skv_status skv_eval_file_hash(const char *path, uint64_t max_bytes, uint64_t *size,
+                              uint64_t *hash, skv_err *err);
+
+/* skv_eval_run_sample from configuration `first` on (the ones before were done by an
+ * interrupted run): the same results as the full run gives for those configurations. */
+skv_status skv_eval_run_sample_from(const skv_model *model, const skv_eval_sample *s,
+                                    const skv_eval_config *cfgs, int n_cfgs, int first,
+                                    const skv_eval_settings *st, skv_eval_result_fn fn,
+                                    void *user, skv_err *err);
+
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 static const char *protocol_name(skv_protocol p) {
     return p == SKV_PROTOCOL_ENGINE ? "engine" : "seed";
@@ -755,18 +756,29 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
     fprintf(f, " %.2f | %.2f |\n", s->compress_ms, s->window_ms);
 }
 
+/* Report files are written to NAME.tmp and renamed into place by close_file, so an interrupted
+ * run never leaves half a summary or plot script under the real name. */
 static FILE *open_in(const char *dir, const char *name, char *path, size_t path_size,
                      skv_err *err) {
     snprintf(path, path_size, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) skv_err_set(err, SKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) skv_err_set(err, SKV_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     return f;
 }
 
 static skv_status close_file(FILE *f, const char *path, skv_err *err) {
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0) bad = true;
-    if (bad) return skv_err_set(err, SKV_ERR_IO, "error writing %s", path);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int e = 0;
+    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (e) {
+        unlink(tmp);
+        return skv_err_set(err, SKV_ERR_IO, "error writing %s: %s", path, strerror(e));
+    }
     return SKV_OK;
 }
 
@@ -1182,6 +1194,8 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
     }
     fprintf(f, "# sparsekv eval plots: run `gnuplot plots.gp` in this directory\n"
                "png_term = strstrt(GPVAL_TERMINALS, 'pngcairo') > 0 ? 'pngcairo' : 'png'\n"
+               "# sparsekv runs this with out_suffix='.tmp' and renames the figures into place\n"
+               "if (!exists('out_suffix')) out_suffix = ''\n"
                "set encoding utf8\nset bars small\nset pointsize 1.0\n");
     /* the axes every panel starts from (the legend panel unsets them) */
     char axes[4096];
@@ -1307,12 +1321,12 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
             if (term == 0)
                 fprintf(f,
                         "eval('set terminal '.png_term.' size %d,%d noenhanced font "
-                        "\"Sans,11\"')\nset output '%s.png'\n",
+                        "\"Sans,11\"')\nset output '%s.png'.out_suffix\n",
                         width, height, d->name);
             else
                 fprintf(f,
                         "set terminal svg size %d,%d dynamic noenhanced font 'Sans,11'\n"
-                        "set output '%s.svg'\n",
+                        "set output '%s.svg'.out_suffix\n",
                         width, height, d->name);
             fprintf(f, "set multiplot title '%s'\n", d->title);
             for (int pn = 0; pn < n_panels; pn++) {

@@ -327,7 +327,16 @@ done:
 skv_status skv_eval_run_sample(const skv_model *model, const skv_eval_sample *s,
                                const skv_eval_config *cfgs, int n_cfgs, const skv_eval_settings *st,
                                skv_eval_result_fn fn, void *user, skv_err *err) {
-    if (!model || !s || !cfgs || !st || !fn)
+    return skv_eval_run_sample_from(model, s, cfgs, n_cfgs, 0, st, fn, user, err);
+}
+
+/* The references are built as for the whole run (prefill attention summed when any
+ * configuration needs it), so configurations from `first` on give the same bits. */
+skv_status skv_eval_run_sample_from(const skv_model *model, const skv_eval_sample *s,
+                                    const skv_eval_config *cfgs, int n_cfgs, int first,
+                                    const skv_eval_settings *st, skv_eval_result_fn fn, void *user,
+                                    skv_err *err) {
+    if (!model || !s || !cfgs || !st || !fn || first < 0 || first > n_cfgs)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_eval_run_sample: missing argument");
     run r = {.model = model, .s = s, .st = st};
     r.V = skv_model_hparams(model)->n_vocab;
@@ -342,7 +351,7 @@ skv_status skv_eval_run_sample(const skv_model *model, const skv_eval_sample *s,
                            "cannot be evaluated",
                            s->index, r.T, r.W, r.C, r.G);
     bool need[2] = {false, false};
-    for (int i = 0; i < n_cfgs; i++) need[cfgs[i].protocol == SKV_PROTOCOL_ENGINE] = true;
+    for (int i = first; i < n_cfgs; i++) need[cfgs[i].protocol == SKV_PROTOCOL_ENGINE] = true;
     for (int i = 0; i < n_cfgs && !r.need_attn; i++) {
         const char *c = skv_policy_canonical(cfgs[i].policy);
         for (int k = 0; c && k < skv_policy_count(); k++) {
@@ -367,7 +376,7 @@ skv_status skv_eval_run_sample(const skv_model *model, const skv_eval_sample *s,
             (status = ref_build(&r, p ? SKV_PROTOCOL_ENGINE : SKV_PROTOCOL_SEED, &refs[p], err)))
             goto done;
     skv_eval_fn_pair cb = {fn, user};
-    for (int i = 0; i < n_cfgs; i++) {
+    for (int i = first; i < n_cfgs; i++) {
         ref *f = &refs[cfgs[i].protocol == SKV_PROTOCOL_ENGINE];
         if ((status = run_config(&r, &cfgs[i], f, &cb, err))) goto done;
     }

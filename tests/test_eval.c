@@ -498,7 +498,7 @@ static void test_cli_default_and_passkey(void **state) {
     /* passkey: the prompts, the scoring, one line per (sample, depth, config) */
     snprintf(args, sizeof args,
              "eval -q -t 1 --task passkey --samples 1 --depths 0.5 --policies sink_recent "
-             "--keep 0.5 --protocols seed --greedy 6 --window 16 --out %s",
+             "--keep 0.5 --protocols seed --greedy 6 --window 16 --overwrite --out %s",
              d);
     st = cli(args, NULL, &err);
     if (st != 0) fail_msg("passkey eval failed (%d): %s", st, err);

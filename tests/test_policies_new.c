@@ -794,7 +794,8 @@ static void test_cli_eval_budget(void **state) {
         assert_true(atoi(m + 14) <= 96 + 32);
     free(j);
     snprintf(cmd, sizeof cmd,
-             "%s eval -m %s -t 1 -q --samples 1 --budget 480 --policies h2o,streaming --out %s",
+             "%s eval -m %s -t 1 -q --samples 1 --budget 480 --policies h2o,streaming --overwrite "
+             "--out %s",
              test_cli(), M, dir);
     out = test_run(cmd, &status);
     assert_int_equal(status, 0); /* exit 1 when a control row differs */

@@ -27,7 +27,12 @@ int cmd_synth_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_policies(int argc, char **argv);
 
-/* Prints "sparsekv <cmd>: <message>" on stderr. */
+/* Text made safe for a terminal: control bytes (C0, DEL, the C1 controls U+0080..U+009F),
+ * invalid UTF-8 and the backslash shown as \xNN / \\; with keep_newlines (messages) newlines,
+ * tabs and backslashes are kept. Writes into buf (size bytes, truncated) and returns it. */
+const char *cli_escape(const char *s, char *buf, size_t size, bool keep_newlines);
+
+/* Prints "sparsekv <cmd>: <message>" on stderr, escaped as by cli_escape. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Strict number parsing: the whole string must be a number in [lo, hi]. */

@@ -11,13 +11,60 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Text from the file (or the command line) made safe for a terminal: control bytes (C0, DEL and
+ * the C1 controls U+0080..U+009F that some terminals read as CSI), invalid UTF-8 bytes and the
+ * backslash become \xNN / \\, so no escape sequence ever reaches the terminal. Valid printable
+ * UTF-8 passes (and newlines and tabs with keep_newlines). Writes into buf (truncated to size - 1
+ * on a whole escape). */
+const char *cli_escape(const char *s, char *buf, size_t size, bool keep_newlines) {
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p && o + 1 < size) {
+        unsigned c = *p;
+        int len = c < 0x80             ? 1
+                  : (c & 0xe0) == 0xc0 ? 2
+                  : (c & 0xf0) == 0xe0 ? 3
+                  : (c & 0xf8) == 0xf0 ? 4
+                                       : 0;
+        bool ok = len > 0;
+        for (int k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
+        if (ok && len == 2) ok = c >= 0xc2 && !(c == 0xc2 && p[1] < 0xa0); /* overlong, C1 */
+        if (ok && len == 3) ok = !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0);
+        if (ok && len == 4)
+            ok = c <= 0xf4 && !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
+        if (ok && len == 1)
+            ok = (c >= 0x20 && c != 0x7f && (c != '\\' || keep_newlines)) ||
+                 (keep_newlines && (c == '\n' || c == '\t'));
+        if (ok) {
+            if (o + (size_t)len >= size) break;
+            memcpy(buf + o, p, (size_t)len);
+            o += (size_t)len;
+            p += len;
+        } else if (c == '\\') {
+            if (o + 2 >= size) break;
+            buf[o++] = '\\';
+            buf[o++] = '\\';
+            p++;
+        } else {
+            if (o + 4 >= size) break;
+            snprintf(buf + o, 5, "\\x%02x", c);
+            o += 4;
+            p++;
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 void cli_error(const char *cmd, const char *fmt, ...) {
+    /* messages quote names and values from files: escaped, so none reaches the terminal as a
+     * control sequence (issue 12) */
+    char msg[8192], shown[4 * 8192 + 1];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "sparsekv %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "sparsekv %s: %s\n", cmd, cli_escape(msg, shown, sizeof shown, true));
 }
 
 bool cli_parse_int(const char *s, long lo, long hi, long *out) {

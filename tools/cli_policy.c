@@ -240,7 +240,8 @@ bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_req
     return true;
 }
 
-/* BOS (when add_bos) + text as a malloc'd token array; *n = count. NULL after a message. */
+/* The vocabulary's BOS (when add_bos and the vocabulary asks for one) + text as a malloc'd token
+ * array; *n = count. NULL after a message. */
 static int32_t *tokenize(const char *cmd, const skv_vocab *vocab, const char *text, bool add_bos,
                          int *n) {
     size_t len = strlen(text);
@@ -251,7 +252,7 @@ static int32_t *tokenize(const char *cmd, const skv_vocab *vocab, const char *te
     int cap = (int)len + 4;
     int32_t *toks = malloc((size_t)cap * sizeof *toks);
     if (!toks) return NULL;
-    int got = skv_tokenize(vocab, text, len, add_bos, toks, cap);
+    int got = skv_tokenize_ex(vocab, text, len, add_bos, false, toks, cap);
     if (got < 0) { /* more tokens than bytes: grow to what it asked for */
         cap = -got;
         int32_t *bigger = realloc(toks, (size_t)cap * sizeof *toks);
@@ -260,7 +261,7 @@ static int32_t *tokenize(const char *cmd, const skv_vocab *vocab, const char *te
             return NULL;
         }
         toks = bigger;
-        got = skv_tokenize(vocab, text, len, add_bos, toks, cap);
+        got = skv_tokenize_ex(vocab, text, len, add_bos, false, toks, cap);
     }
     if (got < 0) {
         free(toks);

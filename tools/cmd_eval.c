@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,7 +66,12 @@ static void usage(FILE *f) {
         "                       else all cores)\n"
         "  --kv-type T          f32 (default), f16 or q8_0\n"
         "  --shard i/n          run only samples with index %% n == i (0 <= i < n)\n"
-        "  --out DIR            output directory (default eval-out)\n"
+        "  --out DIR            output directory (default eval-out); refused when it is\n"
+        "                       not empty, unless --overwrite\n"
+        "  --overwrite          replace the results of a previous run in --out\n"
+        "  --resume DIR         continue the interrupted run in DIR from the rows it wrote\n"
+        "                       (alone: its recorded arguments; with arguments: they must\n"
+        "                       match the run's, else exit 2)\n"
         "  --label KEY=TEXT     legend text in the plots for a policy, protocol or position\n"
         "                       mode, e.g. --label attention=SnapKV (repeatable)\n"
         "  -q, --quiet          no progress\n"
@@ -148,6 +156,7 @@ static void progress_show(progress *p, bool sample_done, bool final) {
 
 typedef struct sink {
     FILE *f;
+    const char *path;
     const skv_eval_settings *st;
     progress *prog;
     int bad_controls; /* full cache at keep 1.0, yet results differ: engine bug */
@@ -216,8 +225,22 @@ static void check_degenerate(sink *s, const skv_eval_result *r) {
 
 static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) {
     sink *s = user;
-    skv_eval_write_result(s->f, s->st, r);
-    if (ferror(s->f)) return skv_err_set(err, SKV_ERR_IO, "error writing results.jsonl");
+    /* one whole line per write, flushed: an interrupted run leaves only complete lines */
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    if (!m) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    skv_eval_write_result(m, s->st, r);
+    if (fclose(m) != 0) {
+        free(line);
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    }
+    errno = 0;
+    bool ok = fwrite(line, 1, len, s->f) == len && fflush(s->f) == 0;
+    free(line);
+    if (!ok || ferror(s->f))
+        return skv_err_set(err, SKV_ERR_IO, "error writing %s: %s", s->path,
+                           strerror(errno ? errno : EIO));
     check_degenerate(s, r);
     if (r->cfg->keep_frac == 1.0) {
         /* a control only when the policy really kept everything (PyramidKV's rule does not) */
@@ -250,6 +273,10 @@ static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) 
 
 /* ---- shared with eval-merge ---------------------------------------------------------------- */
 
+/* The figures a run draws (docs/EVAL.md). */
+static const char *const FIGURES[] = {"kl_vs_keep",     "top1_vs_keep",    "ppl_vs_keep",
+                                      "greedy_vs_keep", "passkey_vs_keep", NULL};
+
 static bool have_gnuplot(void) {
     return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
@@ -264,13 +291,26 @@ static bool run_gnuplot(const char *dir) {
         if (chdir(dir) != 0) _exit(127);
         /* keep our stdout for the summary: gnuplot talks on stderr only */
         if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) _exit(127);
-        execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
+        execlp("gnuplot", "gnuplot", "-e", "out_suffix='.tmp'", "plots.gp", (char *)NULL);
         _exit(127);
     }
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return false;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    /* the figures were drawn to NAME.png.tmp / NAME.svg.tmp: renamed into place when whole */
+    for (int i = 0; FIGURES[i]; i++)
+        for (int k = 0; k < 2; k++) {
+            char from[4300], to[4200];
+            snprintf(to, sizeof to, "%s/%s.%s", dir, FIGURES[i], k ? "svg" : "png");
+            snprintf(from, sizeof from, "%s.tmp", to);
+            if (access(from, F_OK) != 0) continue;
+            if (!ok || rename(from, to) != 0) {
+                unlink(from);
+                ok = false;
+            }
+        }
+    return ok;
 }
 
 /* Reports from rows (already checked) into out, plots, summary on stdout. Shared with
@@ -401,8 +441,140 @@ static int run_decode_eval(const skv_model *model, const skv_eval_dataset *ds,
 
 #define MAX_ITEMS 64
 
+/* ---- output directory: clobber refusal, resume ------------------------------------------- */
+
+/* true when dir exists and holds anything */
+static bool dir_nonempty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return errno != ENOENT && errno != ENOTDIR; /* not a directory: mkdirs says so */
+    bool any = false;
+    struct dirent *e;
+    while (!any && (e = readdir(d)) != NULL)
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return any;
+}
+
+/* --overwrite: removes what a previous run wrote (only the names eval writes), so no stale
+ * summary or figure stays beside the new results. */
+static bool remove_outputs(const char *dir) {
+    static const char *const files[] = {"results.jsonl", "summary.csv",   "summary.md",
+                                        "timing.csv",    "plot_data.dat", "plots.gp",
+                                        "run.json",      "decode.jsonl",  NULL};
+    char p[4200];
+    for (int t = 0; t < 2; t++) {
+        const char *tmp = t ? ".tmp" : "";
+        for (int i = 0; files[i]; i++) {
+            snprintf(p, sizeof p, "%s/%s%s", dir, files[i], tmp);
+            if (unlink(p) != 0 && errno != ENOENT) return false;
+        }
+        for (int i = 0; FIGURES[i]; i++)
+            for (int k = 0; k < 2; k++) {
+                snprintf(p, sizeof p, "%s/%s.%s%s", dir, FIGURES[i], k ? "svg" : "png", tmp);
+                if (unlink(p) != 0 && errno != ENOENT) return false;
+            }
+    }
+    return true;
+}
+
+/* Cuts a partial last line (no newline: the run was killed while writing it) off path.
+ * *dropped = bytes removed. False with errno on an I/O error; a missing file is empty. */
+static bool truncate_partial(const char *path, long long *dropped) {
+    *dropped = 0;
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return errno == ENOENT;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return false;
+    }
+    off_t keep = 0;
+    char buf[65536];
+    for (off_t end = sb.st_size; end > 0 && keep == 0;) {
+        off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - start), start);
+        if (n != end - start) {
+            close(fd);
+            if (n >= 0) errno = EIO;
+            return false;
+        }
+        for (ssize_t j = n - 1; j >= 0; j--)
+            if (buf[j] == '\n') {
+                keep = start + j + 1;
+                break;
+            }
+        end = start;
+    }
+    if (keep < sb.st_size && ftruncate(fd, keep) != 0) {
+        close(fd);
+        return false;
+    }
+    *dropped = (long long)(sb.st_size - keep);
+    return close(fd) == 0;
+}
+
+static int eval_main(int argc, char **argv);
+
+/* `eval --resume DIR` alone (or with -q / -t N): the arguments recorded in DIR/run.json. */
 int cmd_eval(int argc, char **argv) {
+    const char *resume = NULL;
+    bool alone = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--resume") && i + 1 < argc)
+            resume = argv[++i];
+        else if (!strcmp(a, "-t") && i + 1 < argc)
+            i++;
+        else if (strcmp(a, "-q") && strcmp(a, "--quiet"))
+            alone = false;
+    }
+    if (!resume || !alone) return eval_main(argc, argv);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.json", resume);
+    skv_eval_runinfo rec;
+    skv_err err = {0};
+    if (skv_eval_runinfo_read(path, &rec, &err)) {
+        cli_error(CMD, "cannot resume %s: %s", resume, err.msg);
+        return 2;
+    }
+    if (rec.n_command < 1) {
+        cli_error(CMD, "cannot resume %s: %s records no command", resume, path);
+        skv_eval_runinfo_free(&rec);
+        return 2;
+    }
+    char **av = calloc((size_t)(rec.n_command + argc + 1), sizeof *av);
+    if (!av) {
+        skv_eval_runinfo_free(&rec);
+        cli_error(CMD, "out of memory");
+        return 1;
+    }
+    int n = 0;
+    av[n++] = argv[0];
+    /* the recorded options, less the ones that name the output or the machine */
+    for (int i = 1; i < rec.n_command; i++) {
+        const char *a = rec.command[i];
+        bool flag = !strcmp(a, "-q") || !strcmp(a, "--quiet") || !strcmp(a, "--overwrite") ||
+                    !strcmp(a, "-h") || !strcmp(a, "--help");
+        bool drop = flag ? strcmp(a, "-h") && strcmp(a, "--help")
+                         : !strcmp(a, "--out") || !strcmp(a, "--resume") || !strcmp(a, "-t");
+        if (!flag && i + 1 < rec.n_command) {
+            if (!drop) av[n++] = rec.command[i], av[n++] = rec.command[i + 1];
+            i++;
+        } else if (!drop) {
+            av[n++] = rec.command[i];
+        }
+    }
+    for (int i = 1; i < argc; i++) av[n++] = argv[i];
+    int rc = eval_main(n, av);
+    free(av);
+    skv_eval_runinfo_free(&rec);
+    return rc;
+}
+
+static int eval_main(int argc, char **argv) {
     const char *model_arg = NULL, *data = NULL, *out = "eval-out";
+    const char *resume = NULL;
+    bool overwrite = false, out_given = false;
     /* default: every built-in row of the registry */
     char all_policies[1024] = "";
     for (int i = 0; i < skv_policy_count(); i++) {
@@ -437,6 +609,10 @@ int cmd_eval(int argc, char **argv) {
             quiet = true;
             continue;
         }
+        if (!strcmp(a, "--overwrite")) {
+            overwrite = true;
+            continue;
+        }
         if (i + 1 >= argc) {
             cli_error(CMD, "unknown option or missing value: %s (see --help)", a);
             return 2;
@@ -448,7 +624,9 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--data"))
             data = v;
         else if (!strcmp(a, "--out"))
-            out = v;
+            out = v, out_given = true;
+        else if (!strcmp(a, "--resume"))
+            resume = v;
         else if (!strcmp(a, "--policies"))
             policies_s = v;
         else if (!strcmp(a, "--label")) {
@@ -652,14 +830,54 @@ int cmd_eval(int argc, char **argv) {
             }
     }
 
+    /* the output directory: never over a previous run without being told */
+    if (resume) {
+        if (overwrite) {
+            cli_error(CMD, "--resume continues a run and --overwrite replaces one: give one");
+            return 2;
+        }
+        if (out_given && strcmp(out, resume)) {
+            cli_error(CMD, "--resume %s writes into %s: drop --out %s", resume, resume, out);
+            return 2;
+        }
+        if (decode_budget > 0) {
+            cli_error(CMD, "--resume does not apply to --budget runs");
+            return 2;
+        }
+        out = resume;
+    } else if (!overwrite && dir_nonempty(out)) {
+        cli_error(CMD,
+                  "output directory %s is not empty (a previous run?): pass --overwrite to "
+                  "replace its results, --resume %s to continue an interrupted run, or choose "
+                  "another --out",
+                  out, out);
+        return 2;
+    }
+    skv_eval_runinfo prev = {0}, cur = {0};
+    if (resume) {
+        char rp[4200];
+        snprintf(rp, sizeof rp, "%s/run.json", resume);
+        skv_err rerr = {0};
+        if (skv_eval_runinfo_read(rp, &prev, &rerr)) {
+            cli_error(CMD, "cannot resume %s: %s", resume, rerr.msg);
+            return 2;
+        }
+    }
+
     const char *model_path = cli_model_path(CMD, model_arg);
-    if (!model_path) return 2;
+    if (!model_path) {
+        skv_eval_runinfo_free(&prev);
+        return 2;
+    }
     if (data && access(data, R_OK) != 0) {
         cli_error(CMD, "cannot read data file %s: %s", data, strerror(errno));
         return 2;
     }
     skv_model *model = cli_load_model(CMD, model_path);
-    if (!model) return cli_model_rc;
+    if (!model) {
+        skv_eval_runinfo_free(&prev);
+        return cli_model_rc;
+    }
     st.model_path = model_path;
     /* a tiny model loses more to thread hand-offs than it gains (stories260K: 10x slower with
      * 2 threads on a busy machine), so the default is 1 thread below 32 MiB of weights */
@@ -683,6 +901,125 @@ int cmd_eval(int argc, char **argv) {
     FILE *rf = NULL;
     skv_eval_rows rows = {0};
     double t_start = skv_time_ms();
+    char path[4096];
+
+    /* run.json's record of this run: everything that changes the results, model and data by
+     * size and hash (what --resume and eval-merge check) */
+    {
+        uint64_t msize = 0, mhash = 0, dsize = 0, dhash = 0;
+        if (skv_eval_file_hash(model_path, SKV_EVAL_MODEL_HASH_BYTES, &msize, &mhash, &err) ||
+            (data && skv_eval_file_hash(data, 0, &dsize, &dhash, &err))) {
+            cli_error(CMD, "%s", err.msg);
+            rc = 2;
+            goto done;
+        }
+        char keeps_s[2048] = "", depths_l[2048] = "";
+        for (int i = 0; i < n_keeps; i++) {
+            size_t l = strlen(keeps_s);
+            snprintf(keeps_s + l, sizeof keeps_s - l, "%s%.17g", i ? "," : "", keeps[i]);
+        }
+        for (int i = 0; i < n_depths; i++) {
+            size_t l = strlen(depths_l);
+            snprintf(depths_l + l, sizeof depths_l - l, "%s%.17g", i ? "," : "", depths[i]);
+        }
+        char pols[2048] = "", protos[64] = "", poss[64] = "";
+        for (int i = 0; i < n_policies; i++) {
+            size_t l = strlen(pols);
+            snprintf(pols + l, sizeof pols - l, "%s%s", i ? "," : "", policies[i]);
+        }
+        for (int i = 0; i < n_protocols; i++) {
+            size_t l = strlen(protos);
+            snprintf(protos + l, sizeof protos - l, "%s%s", i ? "," : "",
+                     protocols[i] == SKV_PROTOCOL_ENGINE ? "engine" : "seed");
+        }
+        for (int i = 0; i < n_positions; i++) {
+            size_t l = strlen(poss);
+            snprintf(poss + l, sizeof poss - l, "%s%s", i ? "," : "",
+                     positions[i] == SKV_POSITIONS_REROTATE ? "rerotate" : "original");
+        }
+        const char *task_s = !passkey                         ? "lm"
+                             : task_kind == SKV_TASK_KV       ? "kv"
+                             : task_kind == SKV_TASK_MULTIKEY ? "multikey"
+                                                              : "passkey";
+        char prefix_s[64];
+        if (split.prefix == 0)
+            snprintf(prefix_s, sizeof prefix_s, "rest");
+        else
+            snprintf(prefix_s, sizeof prefix_s, "%.17g", split.prefix);
+        skv_err e2 = {0};
+        if (skv_eval_runinfo_set(&cur, "version", &e2, "%s", SKV_VERSION) ||
+            skv_eval_runinfo_set(&cur, "model_bytes", &e2, "%llu", (unsigned long long)msize) ||
+            skv_eval_runinfo_set(&cur, "model_hash", &e2, "%016llx", (unsigned long long)mhash) ||
+            skv_eval_runinfo_set(&cur, "data_bytes", &e2, "%llu", (unsigned long long)dsize) ||
+            skv_eval_runinfo_set(&cur, "data_hash", &e2, "%016llx",
+                                 data ? (unsigned long long)dhash : 0ull) ||
+            skv_eval_runinfo_set(&cur, "task", &e2, "%s", task_s) ||
+            skv_eval_runinfo_set(&cur, "policies", &e2, "%s", pols) ||
+            skv_eval_runinfo_set(&cur, "keep", &e2, "%s", keeps_s) ||
+            skv_eval_runinfo_set(&cur, "protocols", &e2, "%s", protos) ||
+            skv_eval_runinfo_set(&cur, "positions", &e2, "%s", poss) ||
+            skv_eval_runinfo_set(&cur, "seeds", &e2, "%ld", seeds) ||
+            skv_eval_runinfo_set(&cur, "samples", &e2, "%ld", samples) ||
+            skv_eval_runinfo_set(&cur, "greedy", &e2, "%d", st.greedy) ||
+            skv_eval_runinfo_set(&cur, "sinks", &e2, "%d", st.sinks) ||
+            skv_eval_runinfo_set(&cur, "kernel", &e2, "%d", st.kernel) ||
+            skv_eval_runinfo_set(&cur, "pooling", &e2, "%s",
+                                 st.pooling == SKV_POOL_AVG ? "avg" : "max") ||
+            skv_eval_runinfo_set(&cur, "window_keep", &e2, "%d", st.window_keep) ||
+            skv_eval_runinfo_set(&cur, "kv_type", &e2, "%s", skv_type_name(st.kv_type)) ||
+            skv_eval_runinfo_set(&cur, "prefix", &e2, "%s", prefix_s) ||
+            skv_eval_runinfo_set(&cur, "window", &e2, "%.17g", split.window) ||
+            skv_eval_runinfo_set(&cur, "continuation", &e2, "%.17g", split.cont) ||
+            skv_eval_runinfo_set(&cur, "depths", &e2, "%s", depths_l) ||
+            skv_eval_runinfo_set(&cur, "passkey_tokens", &e2, "%ld", passkey_tokens) ||
+            skv_eval_runinfo_set(&cur, "budget", &e2, "%ld", decode_budget) ||
+            skv_eval_runinfo_set(&cur, "compress_every", &e2, "%ld", compress_every)) {
+            cli_error(CMD, "%s", e2.msg);
+            goto done;
+        }
+        cur.shard_k = (int)shard_k;
+        cur.shard_n = (int)shard_n;
+        cur.model = strdup(model_path);
+        cur.data = data ? strdup(data) : NULL;
+        if (!cur.model || (data && !cur.data)) {
+            cli_error(CMD, "out of memory");
+            goto done;
+        }
+        /* the command: a resumed run keeps the one it started with */
+        char *const *cmdv = resume && prev.n_command ? prev.command : argv;
+        int cmdn = resume && prev.n_command ? prev.n_command : argc;
+        cur.command = calloc((size_t)cmdn + 1, sizeof *cur.command);
+        if (!cur.command) {
+            cli_error(CMD, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < cmdn; i++) {
+            if (!(cur.command[i] = strdup(cmdv[i]))) {
+                cli_error(CMD, "out of memory");
+                goto done;
+            }
+            cur.n_command = i + 1;
+        }
+    }
+    if (resume) {
+        const char *field = skv_eval_runinfo_diff(&prev, &cur);
+        if (!field && (prev.shard_k != cur.shard_k || prev.shard_n != cur.shard_n)) field = "shard";
+        if (field) {
+            char a[64], b[64];
+            snprintf(a, sizeof a, "%d/%d", prev.shard_k, prev.shard_n);
+            snprintf(b, sizeof b, "%d/%d", cur.shard_k, cur.shard_n);
+            const char *pv = strcmp(field, "shard") ? skv_eval_runinfo_get(&prev, field) : a;
+            const char *cv = strcmp(field, "shard") ? skv_eval_runinfo_get(&cur, field) : b;
+            cli_error(CMD,
+                      "cannot resume %s: field '%s' differs: the run has '%s', these "
+                      "arguments give '%s' (resume with the run's arguments, or `--resume %s` "
+                      "alone to take them from its run.json)",
+                      resume, field, pv ? pv : "(none)", cv ? cv : "(none)", resume);
+            rc = 2;
+            goto done;
+        }
+        cur.resumed = prev.resumed + 1;
+    }
 
     if (passkey) {
         int budget = passkey_tokens > 0 ? (int)passkey_tokens : n_default - st.greedy;
@@ -694,14 +1031,16 @@ int cmd_eval(int argc, char **argv) {
         }
         int window =
             split.window >= 1 ? (int)split.window : (int)skv_round_half_even(split.window * budget);
-        skv_status ds_st =
-            task_kind ? skv_eval_task_dataset(skv_model_vocab(model), (skv_eval_task_kind)task_kind,
-                                              samples > 0 ? (int)samples : 8, depths, n_depths,
-                                              budget, window, (int)shard_k, (int)shard_n, &ds, &err)
-                      : skv_eval_passkey_dataset(skv_model_vocab(model),
-                                                 samples > 0 ? (int)samples : 8, depths, n_depths,
-                                                 budget, window, (int)shard_k, (int)shard_n, &ds,
-                                                 &err);
+        const skv_vocab *vocab = skv_model_vocab(model);
+        int n_s = samples > 0 ? (int)samples : 8;
+        skv_status ds_st;
+        if (task_kind)
+            ds_st =
+                skv_eval_task_dataset(vocab, (skv_eval_task_kind)task_kind, n_s, depths, n_depths,
+                                      budget, window, (int)shard_k, (int)shard_n, &ds, &err);
+        else
+            ds_st = skv_eval_passkey_dataset(vocab, n_s, depths, n_depths, budget, window,
+                                             (int)shard_k, (int)shard_n, &ds, &err);
         if (ds_st) {
             cli_error(CMD, "%s", err.msg);
             rc = err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
@@ -753,9 +1092,71 @@ int cmd_eval(int argc, char **argv) {
         cli_error(CMD, "%s", err.msg);
         goto done;
     }
-    char path[4096];
+    if (overwrite && !remove_outputs(out)) {
+        cli_error(CMD, "cannot remove the previous results in %s: %s", out, strerror(errno));
+        goto done;
+    }
     snprintf(path, sizeof path, "%s/results.jsonl", out);
-    rf = fopen(path, "w");
+    /* --resume: the rows already written must be the first rows of this run, in order */
+    long long done_rows = 0;
+    if (resume) {
+        long long dropped = 0;
+        if (!truncate_partial(path, &dropped)) {
+            cli_error(CMD, "cannot resume %s: %s: %s", resume, path, strerror(errno));
+            goto done;
+        }
+        if (dropped && !quiet)
+            fprintf(stderr, "sparsekv eval: dropped a partial last line (%lld bytes) of %s\n",
+                    dropped, path);
+        if (access(path, F_OK) == 0 && skv_eval_read_results(path, &rows, &err)) {
+            cli_error(CMD, "cannot resume %s: %s", resume, err.msg);
+            rc = err.status == SKV_ERR_NOMEM ? 1 : 2;
+            goto done;
+        }
+        done_rows = rows.n;
+        if (done_rows > (long long)ds.n * n_cfgs) {
+            cli_error(CMD, "cannot resume %s: %s holds %lld rows, more than this run's %lld",
+                      resume, path, done_rows, (long long)ds.n * n_cfgs);
+            rc = 2;
+            goto done;
+        }
+        for (int k = 0; k < rows.n; k++) {
+            const skv_eval_row *r = &rows.rows[k];
+            const skv_eval_sample *smp = &ds.samples[k / n_cfgs];
+            const skv_eval_config *c = &cfgs[k % n_cfgs];
+            skv_protocol pr;
+            skv_position_mode pm;
+            if (r->sample != smp->index || r->depth_index != smp->depth_index ||
+                r->config != c->index || strcmp(r->policy, c->policy) ||
+                r->keep_frac != c->keep_frac || r->seed != c->seed ||
+                !skv_eval_protocol_from_name(r->protocol, &pr) || pr != c->protocol ||
+                !skv_eval_positions_from_name(r->positions, &pm) || pm != c->positions ||
+                r->greedy != st.greedy) {
+                cli_error(CMD,
+                          "cannot resume %s: row %d of %s (sample %d, config %d) is not the "
+                          "row this run writes there (sample %d, config %d)",
+                          resume, k + 1, path, r->sample, r->config, smp->index, c->index);
+                rc = 2;
+                goto done;
+            }
+        }
+        skv_eval_rows_free(&rows);
+        memset(&rows, 0, sizeof rows);
+        if (!quiet)
+            fprintf(stderr, "sparsekv eval: resuming %s: %lld of %lld rows already done\n", out,
+                    done_rows, (long long)ds.n * n_cfgs);
+    }
+    cur.complete = false;
+    cur.n_samples_total = ds.n_total;
+    cur.n_samples = ds.n;
+    cur.n_skipped = ds.n_skipped;
+    cur.n_configs = n_cfgs;
+    cur.rows = done_rows;
+    if (skv_eval_runinfo_write(out, &cur, &err)) {
+        cli_error(CMD, "%s", err.msg);
+        goto done;
+    }
+    rf = fopen(path, resume ? "a" : "w");
     if (!rf) {
         cli_error(CMD, "cannot write %s: %s", path, strerror(errno));
         goto done;
@@ -765,14 +1166,17 @@ int cmd_eval(int argc, char **argv) {
                      .tty = isatty(STDERR_FILENO) != 0,
                      .n_samples = ds.n,
                      .n_cfgs = n_cfgs,
-                     .total = (long long)ds.n * n_cfgs,
+                     .total = (long long)ds.n * n_cfgs - done_rows,
+                     .samples_done = (int)(done_rows / n_cfgs),
                      .t0 = skv_time_ms()};
-    sink sk = {.f = rf, .st = &st, .prog = &prog, .sample = -1};
+    sink sk = {.f = rf, .path = path, .st = &st, .prog = &prog, .sample = -1};
     if (!quiet)
         fprintf(stderr, "sparsekv eval: %d sample%s x %d configurations%s\n", ds.n,
                 ds.n == 1 ? "" : "s", n_cfgs, shard_n > 1 ? " (this shard)" : "");
-    for (int i = 0; i < ds.n; i++) {
-        if (skv_eval_run_sample(model, &ds.samples[i], cfgs, n_cfgs, &st, on_result, &sk, &err)) {
+    for (int i = (int)(done_rows / n_cfgs); i < ds.n; i++) {
+        int first = i == (int)(done_rows / n_cfgs) ? (int)(done_rows % n_cfgs) : 0;
+        if (skv_eval_run_sample_from(model, &ds.samples[i], cfgs, n_cfgs, first, &st, on_result,
+                                     &sk, &err)) {
             if (prog.tty && !quiet) fputc('\n', stderr);
             cli_error(CMD, "sample %d: %s", ds.samples[i].index, err.msg);
             goto done;
@@ -784,33 +1188,23 @@ int cmd_eval(int argc, char **argv) {
     if (fclose(rf) != 0) werr = true;
     rf = NULL;
     if (werr) {
-        cli_error(CMD, "error writing %s", path);
+        cli_error(CMD, "error writing %s: %s", path, strerror(errno ? errno : EIO));
         goto done;
     }
 
-    /* run.json: provenance, not read back */
-    snprintf(path, sizeof path, "%s/run.json", out);
-    FILE *jf = fopen(path, "w");
-    if (jf) {
-        fprintf(jf, "{\"command\":[");
-        for (int i = 0; i < argc; i++) {
-            if (i) fputc(',', jf);
-            skv_json_write_string(jf, argv[i], strlen(argv[i]));
-        }
-        fprintf(jf, "],\"model\":");
-        skv_json_write_string(jf, model_path, strlen(model_path));
-        fprintf(jf,
-                ",\"shard\":\"%ld/%ld\",\"n_samples_total\":%d,\"n_samples\":%d,"
-                "\"n_skipped\":%d,\"n_configs\":%d,\"wall_ms\":%.1f}\n",
-                shard_k, shard_n, ds.n_total, ds.n, ds.n_skipped, n_cfgs, skv_time_ms() - t_start);
-        fclose(jf);
-    }
+    cur.rows = (long long)ds.n * n_cfgs;
+    cur.wall_ms = skv_time_ms() - t_start;
 
     if (ds.n == 0) {
         fprintf(stderr,
                 "sparsekv eval: no samples in this run%s: results.jsonl is empty, no "
                 "summary\n",
                 shard_n > 1 ? " (shard)" : "");
+        cur.complete = true;
+        if (skv_eval_runinfo_write(out, &cur, &err)) {
+            cli_error(CMD, "%s", err.msg);
+            goto done;
+        }
         rc = 0;
         goto done;
     }
@@ -820,6 +1214,15 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     rc = cmd_eval_finish(CMD, &rows, out, quiet, &labels);
+    if (rc == 0) {
+        /* every row and every summary written: the run is complete */
+        cur.complete = true;
+        cur.wall_ms = skv_time_ms() - t_start;
+        if (skv_eval_runinfo_write(out, &cur, &err)) {
+            cli_error(CMD, "%s", err.msg);
+            rc = 1;
+        }
+    }
     if (!quiet)
         fprintf(stderr, "sparsekv eval: %d samples x %d configurations in %.1f s; results in %s\n",
                 ds.n, n_cfgs, (skv_time_ms() - t_start) / 1000.0, out);
@@ -839,6 +1242,8 @@ int cmd_eval(int argc, char **argv) {
     }
 done:
     if (rf) fclose(rf);
+    skv_eval_runinfo_free(&prev);
+    skv_eval_runinfo_free(&cur);
     skv_eval_rows_free(&rows);
     free(cfgs);
     skv_eval_dataset_free(&ds);

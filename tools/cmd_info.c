@@ -149,7 +149,10 @@ int cmd_info(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("model        %s (GGUF v%u, %s)\n", path, skv_gguf_version(g), hp->arch);
+        /* every string from the file (or its path) goes to the terminal escaped */
+        char e1[1024], e2[256], e3[256];
+        printf("model        %s (GGUF v%u, %s)\n", cli_escape(path, e1, sizeof e1, false),
+               skv_gguf_version(g), cli_escape(hp->arch, e2, sizeof e2, false));
         printf("n_vocab      %d\nn_ctx_train  %d\nn_embd       %d\nn_layer      %d\n"
                "n_head       %d\nn_head_kv    %d (GQA %d:1)\nhead_dim     %d\nn_ff         %d\n"
                "n_rot        %d\nrope_theta   %g\nnorm_eps     %g\noutput       %s\n",
@@ -166,16 +169,17 @@ int cmd_info(int argc, char **argv) {
                skv_model_weight_bytes(model) / 1048576.0);
         print_type_mix(g, false);
         const char *pre = skv_vocab_pre(v);
-        printf("vocab        %s (%s%s%s), %d tokens, bos %d, eos %d\n", skv_vocab_model(v),
+        printf("vocab        %s (%s%s%s), %d tokens, bos %d, eos %d\n",
+               cli_escape(skv_vocab_model(v), e2, sizeof e2, false),
                strcmp(skv_vocab_model(v), "gpt2") ? "SentencePiece BPE" : "byte-level BPE",
-               pre ? ", pre-tokenizer " : "", pre ? pre : "", skv_vocab_n_tokens(v),
-               skv_vocab_bos(v), skv_vocab_eos(v));
+               pre ? ", pre-tokenizer " : "", pre ? cli_escape(pre, e3, sizeof e3, false) : "",
+               skv_vocab_n_tokens(v), skv_vocab_bos(v), skv_vocab_eos(v));
         printf("\n%-32s %-6s %-18s %12s\n", "tensor", "type", "shape", "bytes");
         for (int64_t i = 0; i < nt; i++) {
             const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
             shape_str(t, shape, sizeof shape);
-            printf("%-32s %-6s %-18s %12llu\n", t->name, skv_type_name(t->type), shape,
-                   (unsigned long long)t->size);
+            printf("%-32s %-6s %-18s %12llu\n", cli_escape(t->name, e1, sizeof e1, false),
+                   skv_type_name(t->type), shape, (unsigned long long)t->size);
         }
     }
     skv_gguf_close(g);

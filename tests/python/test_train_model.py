@@ -56,4 +56,6 @@ def test_logits_match_pytorch(expected):
             worst = max(worst, max(abs(x - y) for x, y in zip(row, want)))
         assert worst < tol, "max |logit - pytorch| = %g on %r" % (worst, p["text"][:40])
         last = a[(len(ids) - 1) * n_vocab:len(ids) * n_vocab]
-        assert max(range(n_vocab), key=lambda i: last[i]) == p["argmax_last"]
+        top = sorted(p["logits"][-1], reverse=True)
+        if top[0] - top[1] > 2 * tol:  # a near-tie may flip within the tolerance
+            assert max(range(n_vocab), key=lambda i: last[i]) == p["argmax_last"]

@@ -1,0 +1,272 @@
+/* test_eval_resume.c — eval never destroys a previous run, and an interrupted run can be
+ * finished (issue 12): --out refuses a non-empty directory unless --overwrite; rows are whole
+ * lines, run.json says "complete": false until the end; an eval killed (SIGKILL) after N rows
+ * and then resumed gives summary.csv byte-identical to an uninterrupted run's. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "support.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A small configuration of the default model: 4 generated samples x 16 configurations. */
+#define ARGS                                                                                       \
+    "-t 1 -q --samples 4 --policies sink_recent,random,h2o --keep 0.5 --seeds 2 --greedy 4 "       \
+    "--protocols seed,engine"
+
+static const char *model(void) {
+    return test_model_path("stories260K/stories260K.gguf");
+}
+
+static int run_cli(const char *args, char **err_out) {
+    char cmd[16384];
+    const char *errf = test_tmp_path(".err");
+    char errpath[4096];
+    snprintf(errpath, sizeof errpath, "%s", errf);
+    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s'", test_cli(), args, errpath);
+    int st = -1;
+    free(test_run(cmd, &st));
+    char *e = test_read_file(errpath, NULL);
+    unlink(errpath);
+    if (err_out)
+        *err_out = e ? e : strdup("");
+    else
+        free(e);
+    return st;
+}
+
+static char *file_in(const char *dir, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return test_read_file(p, NULL);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; s && *s; s++) n += *s == '\n';
+    return n;
+}
+
+static void rm_rf(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    int st = 0;
+    free(test_run(cmd, &st));
+}
+
+/* Starts `sparsekv eval ARGS --out dir` and SIGKILLs it once results.jsonl holds >= n lines.
+ * Returns the number of lines when killed (0 when the run ended first). */
+static int eval_killed_after(const char *dir, int n) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char out[4200];
+        snprintf(out, sizeof out, "%s", dir);
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        execl(test_cli(), test_cli(), "eval", "-m", model(), "-t", "1", "-q", "--samples", "4",
+              "--policies", "sink_recent,random,h2o", "--keep", "0.5", "--seeds", "2", "--greedy",
+              "4", "--protocols", "seed,engine", "--out", out, (char *)NULL);
+        _exit(127);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.jsonl", dir);
+    int lines = 0;
+    for (;;) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) return 0; /* finished before n rows */
+        char *s = test_read_file(path, NULL);
+        lines = count_lines(s);
+        free(s);
+        if (lines >= n) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+    char *s = test_read_file(path, NULL);
+    lines = count_lines(s);
+    free(s);
+    return lines;
+}
+
+static void test_kill_and_resume(void **state) {
+    (void)state;
+    char full[4096], cut[4096], args[16384], p[4200];
+    snprintf(full, sizeof full, "%s", test_tmp_path("_full"));
+    snprintf(cut, sizeof cut, "%s", test_tmp_path("_cut"));
+    char *err = NULL;
+    snprintf(args, sizeof args, "eval -m '%s' " ARGS " --out '%s'", model(), full);
+    int st = run_cli(args, &err);
+    if (st != 0) fail_msg("eval failed (%d): %s", st, err);
+    free(err);
+    char *want = file_in(full, "summary.csv");
+    assert_non_null(want);
+    char *rj = file_in(full, "run.json");
+    assert_non_null(strstr(rj, "\"complete\":true"));
+    assert_non_null(strstr(rj, "\"model_hash\":\""));
+    free(rj);
+
+    /* killed after 6 of 64 rows: only whole lines, run.json says incomplete, no summary */
+    int lines = eval_killed_after(cut, 6);
+    if (lines == 0) fail_msg("the eval finished before it could be killed");
+    assert_true(lines < 64);
+    char *rows = file_in(cut, "results.jsonl");
+    assert_non_null(rows);
+    size_t len = strlen(rows);
+    assert_true(len > 0 && rows[len - 1] == '\n');
+    free(rows);
+    rj = file_in(cut, "run.json");
+    assert_non_null(rj);
+    assert_non_null(strstr(rj, "\"complete\":false"));
+    free(rj);
+    char *none = file_in(cut, "summary.csv");
+    assert_null(none);
+
+    /* the same directory without --resume: refused, naming the directory and the flag */
+    snprintf(args, sizeof args, "eval -m '%s' " ARGS " --out '%s'", model(), cut);
+    assert_int_equal(run_cli(args, &err), 2);
+    assert_non_null(strstr(err, cut));
+    assert_non_null(strstr(err, "--overwrite"));
+    free(err);
+
+    /* resuming with other arguments: refused, naming the field */
+    snprintf(args, sizeof args, "eval -m '%s' " ARGS " --continuation 32 --resume '%s'", model(),
+             cut);
+    assert_int_equal(run_cli(args, &err), 2);
+    assert_non_null(strstr(err, "field 'continuation'"));
+    free(err);
+
+    /* run.json cannot be written (its temporary name is taken by a directory): exit 1 with
+     * the system's message */
+    char blocker[4300];
+    snprintf(blocker, sizeof blocker, "%s/run.json.tmp", cut);
+    assert_int_equal(mkdir(blocker, 0777), 0);
+    snprintf(args, sizeof args, "eval --resume '%s'", cut);
+    assert_int_equal(run_cli(args, &err), 1);
+    assert_non_null(strstr(err, "run.json"));
+    assert_non_null(strstr(err, "Is a directory"));
+    free(err);
+    assert_int_equal(rmdir(blocker), 0);
+
+    /* a kill in the middle of a write (a power cut): a partial last line, dropped on resume */
+    snprintf(p, sizeof p, "%s/results.jsonl", cut);
+    FILE *f = fopen(p, "a");
+    assert_non_null(f);
+    fputs("{\"task\":\"lm\",\"sample\":", f);
+    fclose(f);
+
+    /* --resume DIR alone: the recorded arguments; the summary is the uninterrupted run's */
+    snprintf(args, sizeof args, "eval --resume '%s'", cut);
+    st = run_cli(args, &err);
+    if (st != 0) fail_msg("eval --resume failed (%d): %s", st, err);
+    assert_non_null(strstr(err, "dropped a partial last line"));
+    free(err);
+    char *got = file_in(cut, "summary.csv");
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
+    rows = file_in(cut, "results.jsonl");
+    assert_int_equal(count_lines(rows), 64);
+    free(rows);
+    rj = file_in(cut, "run.json");
+    assert_non_null(strstr(rj, "\"complete\":true"));
+    assert_non_null(strstr(rj, "\"resumed\":1"));
+    free(rj);
+    /* no temporary file stays behind */
+    snprintf(p, sizeof p, "ls '%s' | grep -c '\\.tmp$'", cut);
+    int gst = 0;
+    char *tmps = test_run(p, &gst);
+    assert_int_equal(atoi(tmps), 0);
+    free(tmps);
+
+    /* resuming with the arguments given again (same settings) is accepted too */
+    rows = file_in(cut, "results.jsonl");
+    snprintf(p, sizeof p, "%s/results.jsonl", cut);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    char *nl = rows;
+    for (int i = 0; i < 37; i++) nl = strchr(nl, '\n') + 1; /* mid-sample: row 37 of 64 */
+    fwrite(rows, 1, (size_t)(nl - rows), f);
+    fclose(f);
+    free(rows);
+    snprintf(args, sizeof args, "eval -m '%s' " ARGS " --resume '%s'", model(), cut);
+    st = run_cli(args, &err);
+    if (st != 0) fail_msg("eval --resume with arguments failed (%d): %s", st, err);
+    free(err);
+    got = file_in(cut, "summary.csv");
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    rm_rf(full);
+    rm_rf(cut);
+}
+
+static void test_overwrite(void **state) {
+    (void)state;
+    char d[4096], args[16384], p[4200];
+    snprintf(d, sizeof d, "%s", test_tmp_path("_ow"));
+    assert_int_equal(mkdir(d, 0777), 0);
+    /* a non-empty directory is refused before anything is written into it */
+    snprintf(p, sizeof p, "%s/summary.csv", d);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("the previous run's summary\n", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/passkey_vs_keep.png", d);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    char *err = NULL;
+    snprintf(args, sizeof args,
+             "eval -m '%s' -t 1 -q --samples 1 --policies sink_recent --out '%s'", model(), d);
+    assert_int_equal(run_cli(args, &err), 2);
+    assert_non_null(strstr(err, d));
+    assert_non_null(strstr(err, "--overwrite"));
+    free(err);
+    char *s = file_in(d, "summary.csv");
+    assert_string_equal(s, "the previous run's summary\n");
+    free(s);
+    /* --overwrite: the new run's files, and the old figure of another task is gone */
+    snprintf(args, sizeof args,
+             "eval -m '%s' -t 1 -q --samples 1 --policies sink_recent --greedy 4 --overwrite "
+             "--out '%s'",
+             model(), d);
+    int st = run_cli(args, &err);
+    if (st != 0) fail_msg("eval --overwrite failed (%d): %s", st, err);
+    free(err);
+    s = file_in(d, "summary.csv");
+    assert_non_null(strstr(s, "protocol,positions,policy"));
+    free(s);
+    assert_int_equal(access(p, F_OK), -1);
+    /* --resume with --overwrite is refused */
+    snprintf(args, sizeof args, "eval --resume '%s' --overwrite", d);
+    assert_int_equal(run_cli(args, &err), 2);
+    free(err);
+    /* --resume of a directory that holds no run */
+    snprintf(args, sizeof args, "eval --resume '%s/nope'", d);
+    assert_int_equal(run_cli(args, &err), 2);
+    assert_non_null(strstr(err, "cannot resume"));
+    free(err);
+    rm_rf(d);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_and_resume),
+        cmocka_unit_test(test_overwrite),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
