@@ -30,8 +30,12 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT_SRC := $(filter-out $(TEST_SRC) tests/fuzz_%.c,$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SUPPORT_SRC))
 
-VERSION  := $(shell sed -n 's/^\#define SKV_VERSION "\(.*\)"/\1/p' include/sparsekv.h)
-MAJOR    := $(firstword $(subst ., ,$(VERSION)))
+ver_part  = $(shell sed -n 's/^\#define SKV_VERSION_$(1) *\([0-9][0-9]*\).*/\1/p' include/sparsekv.h)
+MAJOR    := $(call ver_part,MAJOR)
+VERSION  := $(MAJOR).$(call ver_part,MINOR).$(call ver_part,PATCH)
+ifeq ($(filter-out .,$(subst ., ,$(VERSION))),)
+$(error cannot read SKV_VERSION_MAJOR/MINOR/PATCH from include/sparsekv.h)
+endif
 SONAME   := libsparsekv.so.$(MAJOR)
 STATIC   := $(BUILD)/libsparsekv.a
 EVALLIB  := $(BUILD)/libsparsekv_eval.a
@@ -98,7 +102,14 @@ tsan:
 	tests/tsan_run.sh $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 
 FUZZ_CC ?= clang
-fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_results
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_results $(BUILD)/fuzz_model
+# model and vocabulary loading: the loader's files instrumented, the rest of the engine from the
+# static library
+FUZZ_MODEL_SRC := src/model.c src/arch.c src/rope.c src/gguf.c src/tokenizer.c \
+                  $(wildcard src/tokenizer/*.c)
+$(BUILD)/fuzz_model: tests/fuzz_model.c $(FUZZ_MODEL_SRC) $(STATIC)
+	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz_model.c $(FUZZ_MODEL_SRC) $(STATIC) $(LDLIBS) -pthread
 $(BUILD)/fuzz_gguf: tests/fuzz_gguf.c $(LIB_SRC)
 	@mkdir -p $(BUILD)
 	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
@@ -118,6 +129,7 @@ check: all
 	$(MAKE) fuzz
 	tests/fuzz_run.sh $(BUILD)/fuzz_gguf
 	tests/fuzz_results_run.sh $(BUILD)/fuzz_results
+	tests/fuzz_model_run.sh $(BUILD)/fuzz_model
 	tests/valgrind_generate.sh $(CLI)
 
 # Examples use the public header only, as an installed user would.

@@ -17,7 +17,7 @@ LIB_BUILD = os.environ.get("SKV_PIP_BUILD", os.path.join("build", "pip"))
 
 def version():
     with open(os.path.join(ROOT, "include", "sparsekv.h")) as f:
-        return re.search(r'#define SKV_VERSION "([^"]+)"', f.read()).group(1)
+        return re.search(r'#define SKV_VERSION\s+"([^"]+)"', f.read()).group(1)
 
 
 class BuildWithLibrary(build_py):

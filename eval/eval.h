@@ -438,8 +438,8 @@ typedef struct skv_eval_runinfo {
 
 void skv_eval_runinfo_free(skv_eval_runinfo *r);
 /* Sets config[key] to the formatted value (replacing it when present). */
-skv_status skv_eval_runinfo_set(skv_eval_runinfo *r, const char *key, skv_err *err,
-                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+skv_status skv_eval_runinfo_set(skv_eval_runinfo *r, const char *key, skv_err *err, const char *fmt,
+                                ...) __attribute__((format(printf, 4, 5)));
 const char *skv_eval_runinfo_get(const skv_eval_runinfo *r, const char *key);
 /* The first config key whose value differs between a and b (or is in one only); NULL when
  * equal. */
@@ -449,14 +449,14 @@ skv_status skv_eval_runinfo_write(const char *dir, const skv_eval_runinfo *r, sk
 /* Reads a run.json (untrusted: every field checked). */
 skv_status skv_eval_runinfo_read(const char *path, skv_eval_runinfo *r, skv_err *err);
 /* Size of a file and the FNV-1a 64 hash of its first max_bytes bytes (0: all). */
-skv_status skv_eval_file_hash(const char *path, uint64_t max_bytes, uint64_t *size,
-                              uint64_t *hash, skv_err *err);
+skv_status skv_eval_file_hash(const char *path, uint64_t max_bytes, uint64_t *size, uint64_t *hash,
+                              skv_err *err);
 
 /* skv_eval_run_sample from configuration `first` on (the ones before were done by an
  * interrupted run): the same results as the full run gives for those configurations. */
 skv_status skv_eval_run_sample_from(const skv_model *model, const skv_eval_sample *s,
                                     const skv_eval_config *cfgs, int n_cfgs, int first,
-                                    const skv_eval_settings *st, skv_eval_result_fn fn,
-                                    void *user, skv_err *err);
+                                    const skv_eval_settings *st, skv_eval_result_fn fn, void *user,
+                                    skv_err *err);
 
 #endif

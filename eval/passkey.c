@@ -1,17 +1,11 @@
 /* passkey.c — needle-in-a-haystack retrieval: a 5-digit key hidden at a chosen depth of
  * repeated filler text, then a question; the model must repeat the key. */
 #include "eval/eval.h"
+#include "eval/prompt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char intro[] = "There is an important piece of information hidden inside a lot of "
-                            "irrelevant text. Find it and remember it. I will ask you about it.";
-/* filler sentence i is fillers[i % 5]: depth is placed to the sentence */
-static const char *const fillers[5] = {" The grass is green.", " The sky is blue.",
-                                       " The sun is yellow.", " Here we go.",
-                                       " There and back again."};
 
 void skv_passkey_key(uint64_t seed, char key[16]) {
     skv_rng rng;
@@ -44,14 +38,14 @@ skv_status skv_passkey_make(const char *key, double depth, int n_filler, skv_pas
     snprintf(needle, sizeof needle, " The pass key is %s. Remember it.", key);
     const char question[] = " " SKV_PASSKEY_QUESTION;
     size_t nl = strlen(needle);
-    size_t len = strlen(intro) + nl + strlen(question);
-    for (int i = 0; i < n_filler; i++) len += strlen(fillers[i % 5]);
+    size_t len = strlen(skv_prompt_intro) + nl + strlen(question);
+    for (int i = 0; i < n_filler; i++) len += strlen(skv_prompt_fillers[i % 5]);
     char *t = malloc(len + 1);
     if (!t) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory building a passkey prompt");
     int before = (int)skv_round_half_even(depth * n_filler);
     size_t pos = 0;
-    memcpy(t, intro, strlen(intro));
-    pos += strlen(intro);
+    memcpy(t, skv_prompt_intro, strlen(skv_prompt_intro));
+    pos += strlen(skv_prompt_intro);
     for (int i = 0; i <= n_filler; i++) {
         if (i == before) {
             out->needle_at = pos;
@@ -59,8 +53,8 @@ skv_status skv_passkey_make(const char *key, double depth, int n_filler, skv_pas
             pos += nl;
         }
         if (i < n_filler) {
-            size_t fl = strlen(fillers[i % 5]);
-            memcpy(t + pos, fillers[i % 5], fl);
+            size_t fl = strlen(skv_prompt_fillers[i % 5]);
+            memcpy(t + pos, skv_prompt_fillers[i % 5], fl);
             pos += fl;
         }
     }
@@ -90,31 +84,13 @@ bool skv_passkey_score(const char *output, size_t len, const char *key, char *fo
     return n > 0 && key && strlen(key) == n && !memcmp(output + start, key, n);
 }
 
-/* BOS + text; a byte never yields more than one token, so len + 2 is always room enough */
 static int prompt_tokens(const skv_vocab *vocab, const skv_passkey_prompt *p, int32_t **toks,
                          skv_err *err) {
-    if (p->len > (size_t)1 << 28) {
-        skv_err_set(err, SKV_ERR_INVALID_ARG, "passkey prompt too long");
-        return -1;
-    }
-    int cap = (int)p->len + 2;
-    int32_t *t = malloc((size_t)cap * sizeof *t);
-    if (!t) {
-        skv_err_set(err, SKV_ERR_NOMEM, "out of memory tokenizing a passkey prompt");
-        return -1;
-    }
-    int n = skv_tokenize(vocab, p->text, p->len, true, t, cap);
-    if (n < 1) {
-        free(t);
-        skv_err_set(err, SKV_ERR_STATE, "the tokenizer failed on a passkey prompt");
-        return -1;
-    }
-    *toks = t;
-    return n;
+    return skv_prompt_tokenize(vocab, p->text, p->len, "passkey", toks, err);
 }
 
 /* Tokens of the prompt with n_filler blocks (-1 on error). */
-static int count_tokens(const skv_vocab *vocab, int n_filler, skv_err *err) {
+static int count_tokens(const void *vocab, int n_filler, skv_err *err) {
     skv_passkey_prompt p;
     if (skv_passkey_make("99999", 0.5, n_filler, &p, err)) return -1;
     int32_t *t = NULL;
@@ -139,24 +115,9 @@ skv_status skv_eval_passkey_dataset(const skv_vocab *vocab, int n_samples, const
     if (!out->samples) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
     /* one filler count for every prompt: the largest whose prompt fits n_tokens (token counts
      * grow with the filler and barely depend on the key or the depth) */
-    int lo = 0, hi = 1;
     skv_status st = SKV_OK;
-    for (;;) {
-        int n = count_tokens(vocab, hi, err);
-        if (n < 0) goto fail_err;
-        if (n > n_tokens || hi > 100000) break;
-        lo = hi;
-        hi *= 2;
-    }
-    while (hi - lo > 1) {
-        int mid = lo + (hi - lo) / 2;
-        int n = count_tokens(vocab, mid, err);
-        if (n < 0) goto fail_err;
-        if (n <= n_tokens)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    const int lo = skv_prompt_fit(0, n_tokens, count_tokens, vocab, err);
+    if (lo < 0) goto fail_err;
     for (int i = 0; i < n_samples; i++) {
         if (!skv_eval_in_shard(i, shard_k, shard_n)) continue;
         char key[16];
@@ -174,23 +135,9 @@ skv_status skv_eval_passkey_dataset(const skv_vocab *vocab, int n_samples, const
                 skv_passkey_prompt_free(&p);
                 if (n < 0) goto fail_err;
             }
-            if (n > n_tokens || n < 2 * window) {
-                free(t);
-                st = skv_err_set(err, SKV_ERR_INVALID_ARG,
-                                 "the passkey prompt of sample %d at depth %g has %d tokens, "
-                                 "outside [%d, %d]: raise the prompt budget or lower --window",
-                                 i, depths[d], n, 2 * window, n_tokens);
-                goto fail;
-            }
-            skv_eval_sample *s = &out->samples[out->n++];
-            s->index = i;
-            s->tokens = t;
-            s->n_prefix = n - window;
-            s->n_window = window;
-            s->n_cont = 0;
-            s->depth_index = d;
-            s->depth = depths[d];
-            snprintf(s->key, sizeof s->key, "%s", key);
+            st = skv_prompt_add_sample(out, "passkey", i, d, depths[d], t, n, n_tokens, window, key,
+                                       err);
+            if (st) goto fail;
         }
     }
     return SKV_OK;

@@ -13,6 +13,7 @@
  * Sample i draws everything from skv_rng seeded with SKV_TASK_SEED0 + i (the trainer's Python
  * generator never produces these streams). */
 #include "eval/eval.h"
+#include "eval/prompt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,6 @@
 
 #define SKV_TASK_SEED0 0x7461736b00000000ull /* "task" */
 
-static const char passkey_intro[] = "There is an important piece of information hidden inside a "
-                                    "lot of irrelevant text. Find it and remember it. I will ask "
-                                    "you about it.";
-static const char *const fillers[5] = {" The grass is green.", " The sky is blue.",
-                                       " The sun is yellow.", " Here we go.",
-                                       " There and back again."};
 static const char kv_intro[] = "Here is a list of keys and values. Remember them.";
 static const char *const names[] = {"apple",  "river",  "tiger",  "cloud",  "stone",  "house",
                                     "candle", "garden", "silver", "rabbit", "forest", "window",
@@ -141,7 +136,7 @@ static char *build(skv_eval_task_kind kind, const task_draw *d, double depth, in
     } else {
         long slot[SKV_MULTIKEY_NEEDLES];
         for (int j = 0; j < d->n; j++) slot[j] = skv_round_half_even(d->u[j] * n);
-        sb_add(&b, passkey_intro);
+        sb_add(&b, skv_prompt_intro);
         for (int i = 0; i <= n; i++) {
             for (int j = 0; j < d->n; j++) {
                 if (slot[j] != i) continue;
@@ -149,7 +144,7 @@ static char *build(skv_eval_task_kind kind, const task_draw *d, double depth, in
                          names[d->name_idx[j]], d->vals[j]);
                 sb_add(&b, line);
             }
-            if (i < n) sb_add(&b, fillers[i % 5]);
+            if (i < n) sb_add(&b, skv_prompt_fillers[i % 5]);
         }
         const char *nm = names[d->name_idx[d->asked]];
         snprintf(line, sizeof line, " What is the magic number for %s? The magic number for %s is",
@@ -177,29 +172,6 @@ char *skv_task_prompt(skv_eval_task_kind kind, uint64_t sample, double depth, in
     return t;
 }
 
-/* BOS + text (-1 on error, err set). */
-static int tokens_of(const skv_vocab *vocab, const char *text, int32_t **toks, skv_err *err) {
-    size_t len = strlen(text);
-    if (len > (size_t)1 << 28) {
-        skv_err_set(err, SKV_ERR_INVALID_ARG, "task prompt too long");
-        return -1;
-    }
-    int cap = (int)len + 2;
-    int32_t *t = malloc((size_t)cap * sizeof *t);
-    if (!t) {
-        skv_err_set(err, SKV_ERR_NOMEM, "out of memory tokenizing a task prompt");
-        return -1;
-    }
-    int n = skv_tokenize(vocab, text, len, true, t, cap);
-    if (n < 1) {
-        free(t);
-        skv_err_set(err, SKV_ERR_STATE, "the tokenizer failed on a task prompt");
-        return -1;
-    }
-    *toks = t;
-    return n;
-}
-
 /* Tokens of sample's prompt of size n; -1 on error. toks may be NULL (count only). */
 static int sample_tokens(const skv_vocab *vocab, skv_eval_task_kind kind, uint64_t sample,
                          double depth, int n, int32_t **toks, char answer[16], skv_err *err) {
@@ -209,13 +181,27 @@ static int sample_tokens(const skv_vocab *vocab, skv_eval_task_kind kind, uint64
         return -1;
     }
     int32_t *t = NULL;
-    int c = tokens_of(vocab, text, &t, err);
+    int c = skv_prompt_tokenize(vocab, text, strlen(text), "task", &t, err);
     free(text);
     if (c >= 0 && toks)
         *toks = t;
     else
         free(t);
     return c;
+}
+
+typedef struct count_arg {
+    const skv_vocab *vocab;
+    skv_eval_task_kind kind;
+    uint64_t sample;
+    double depth;
+    char *answer;
+} count_arg;
+
+/* skv_prompt_fit's count of a sample's prompt. */
+static int count_sample(const void *arg, int size, skv_err *err) {
+    const count_arg *a = arg;
+    return sample_tokens(a->vocab, a->kind, a->sample, a->depth, size, NULL, a->answer, err);
 }
 
 skv_status skv_eval_task_dataset(const skv_vocab *vocab, skv_eval_task_kind kind, int n_samples,
@@ -243,9 +229,9 @@ skv_status skv_eval_task_dataset(const skv_vocab *vocab, skv_eval_task_kind kind
             char answer[16];
             /* the largest size whose prompt fits: doubling, then bisection (token counts grow
              * with the size), then down while another draw tokenizes longer */
-            int lo = lo0, hi = lo0 + 1, n;
-            if ((n = sample_tokens(vocab, kind, (uint64_t)i, depths[d], lo, NULL, answer, err)) < 0)
-                goto fail_err;
+            const count_arg ca = {vocab, kind, (uint64_t)i, depths[d], answer};
+            int n = sample_tokens(vocab, kind, (uint64_t)i, depths[d], lo0, NULL, answer, err);
+            if (n < 0) goto fail_err;
             if (n > n_tokens) {
                 st = skv_err_set(err, SKV_ERR_INVALID_ARG,
                                  "the shortest task prompt has %d tokens, more than the budget of "
@@ -253,44 +239,14 @@ skv_status skv_eval_task_dataset(const skv_vocab *vocab, skv_eval_task_kind kind
                                  n, n_tokens);
                 goto fail;
             }
-            for (;;) {
-                if ((n = sample_tokens(vocab, kind, (uint64_t)i, depths[d], hi, NULL, answer,
-                                       err)) < 0)
-                    goto fail_err;
-                if (n > n_tokens || hi > 100000) break;
-                lo = hi;
-                hi *= 2;
-            }
-            while (hi - lo > 1) {
-                int mid = lo + (hi - lo) / 2;
-                if ((n = sample_tokens(vocab, kind, (uint64_t)i, depths[d], mid, NULL, answer,
-                                       err)) < 0)
-                    goto fail_err;
-                if (n <= n_tokens)
-                    lo = mid;
-                else
-                    hi = mid;
-            }
+            const int lo = skv_prompt_fit(lo0, n_tokens, count_sample, &ca, err);
+            if (lo < 0) goto fail_err;
             int32_t *t = NULL;
             if ((n = sample_tokens(vocab, kind, (uint64_t)i, depths[d], lo, &t, answer, err)) < 0)
                 goto fail_err;
-            if (n > n_tokens || n < 2 * window) {
-                free(t);
-                st = skv_err_set(err, SKV_ERR_INVALID_ARG,
-                                 "the task prompt of sample %d at depth %g has %d tokens, outside "
-                                 "[%d, %d]: raise the prompt budget or lower --window",
-                                 i, depths[d], n, 2 * window, n_tokens);
-                goto fail;
-            }
-            skv_eval_sample *s = &out->samples[out->n++];
-            s->index = i;
-            s->tokens = t;
-            s->n_prefix = n - window;
-            s->n_window = window;
-            s->n_cont = 0;
-            s->depth_index = d;
-            s->depth = depths[d];
-            snprintf(s->key, sizeof s->key, "%s", answer);
+            st = skv_prompt_add_sample(out, "task", i, d, depths[d], t, n, n_tokens, window, answer,
+                                       err);
+            if (st) goto fail;
         }
     }
     return SKV_OK;

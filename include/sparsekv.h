@@ -38,7 +38,7 @@ extern "C" {
 #define SKV_VERSION_MAJOR 0
 #define SKV_VERSION_MINOR 2
 #define SKV_VERSION_PATCH 0
-#define SKV_VERSION "0.2.0"
+#define SKV_VERSION       "0.2.0"
 /* major * 10000 + minor * 100 + patch */
 #define SKV_VERSION_NUMBER (SKV_VERSION_MAJOR * 10000 + SKV_VERSION_MINOR * 100 + SKV_VERSION_PATCH)
 
@@ -190,26 +190,26 @@ SKV_API int32_t skv_vocab_find(const skv_vocab *vocab, const char *piece);
  * when add_bos. Returns the number of tokens written; when n_max is too small, returns
  * -(number needed) and writes nothing useful. */
 SKV_API int skv_tokenize(const skv_vocab *vocab, const char *text, size_t len, bool add_bos,
-                 int32_t *tokens, int n_max);
+                         int32_t *tokens, int n_max);
 
 /* Like skv_tokenize, with llama.cpp's two switches: add_special adds BOS/EOS as the vocabulary
  * asks (skv_vocab_add_bos/_eos); parse_special matches the text of special tokens (CONTROL and
  * USER_DEFINED types: "<|begin_of_text|>", "<|im_start|>", "<s>" ...) in text and emits their ids.
  * Without parse_special such text is encoded as ordinary text, never as the special token. */
-SKV_API int skv_tokenize_ex(const skv_vocab *vocab, const char *text, size_t len,
-                            bool add_special, bool parse_special, int32_t *tokens, int n_max);
+SKV_API int skv_tokenize_ex(const skv_vocab *vocab, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t *tokens, int n_max);
 
 /* Decodes tokens to bytes. BOS/EOS produce nothing; byte tokens produce their byte; the space
  * that SentencePiece adds before the first word (the piece right after BOS, or the first piece
  * when strip_leading_space) is dropped. Returns bytes written (not NUL-terminated) or
  * -(bytes needed) when buf_size is too small. */
 SKV_API int skv_detokenize(const skv_vocab *vocab, const int32_t *tokens, int n_tokens,
-                   bool strip_leading_space, char *buf, int buf_size);
+                           bool strip_leading_space, char *buf, int buf_size);
 
 /* Bytes of one token as it would appear in generated text after token prev (so the leading space
  * after BOS is dropped). Returns bytes written or -(needed). */
 SKV_API int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t token, char *buf,
-                       int buf_size);
+                               int buf_size);
 
 /* ---------------------------------------------------------------------------------------------
  * Chat templates: built-in formats chosen from tokenizer.chat_template by recognisable markers
@@ -225,8 +225,7 @@ typedef struct skv_chat_message {
 /* Name of the built-in format ("llama3", "chatml", "phi3") that tmpl selects: tmpl is a format
  * name, or a template's text (Jinja, recognised by its markers), or NULL for the vocabulary's
  * tokenizer.chat_template. NULL (err filled) when there is no template or it is not recognised. */
-SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *tmpl,
-                                           skv_err *err);
+SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *tmpl, skv_err *err);
 
 /* Formats a conversation as the template (tmpl as above) does, ending with the assistant's
  * header when add_generation_prompt. The text holds the special tokens' text (BOS included where
@@ -262,7 +261,7 @@ typedef struct skv_context_params {
 
 SKV_API skv_context_params skv_context_default_params(void);
 SKV_API skv_context *skv_context_new(const skv_model *model, const skv_context_params *params,
-                             skv_err *err);
+                                     skv_err *err);
 SKV_API void skv_context_free(skv_context *ctx);
 
 /* A new context over the same model with a deep copy of ctx's cache (and captured queries).
@@ -286,14 +285,14 @@ typedef enum skv_logits_mode {
 /* Runs n_tokens through the model at positions n_past .. n_past+n_tokens-1 (one batched pass),
  * appending their keys and values to the cache. Attention is causal by position. logits must
  * hold the rows mode asks for (may be NULL for SKV_LOGITS_NONE). */
-SKV_API skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
-                       float *logits, skv_err *err);
+SKV_API skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
+                               skv_logits_mode mode, float *logits, skv_err *err);
 
 /* Captured post-RoPE queries of the last forward call's last n tokens (n <= capture_window):
  * q points at [n_head, n, head_dim] for the layer; NULL when nothing was captured.
  * *first_pos receives the position of the first captured query. */
 SKV_API const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,
-                                          int *first_pos);
+                                                  int *first_pos);
 
 /* The context's cache (owned by the context). */
 SKV_API skv_cache *skv_context_cache(skv_context *ctx);
@@ -320,16 +319,16 @@ SKV_API const int32_t *skv_cache_head_positions(const skv_cache *cache, int laye
 
 /* Dense float copies of a head's keys and values (the seed's dense_kv). k and v (either may be
  * NULL) must hold [len, head_dim] floats; pos (may be NULL) [len]. */
-SKV_API skv_status skv_cache_head_read(const skv_cache *cache, int layer, int head, float *k, float *v,
-                               int32_t *pos, skv_err *err);
+SKV_API skv_status skv_cache_head_read(const skv_cache *cache, int layer, int head, float *k,
+                                       float *v, int32_t *pos, skv_err *err);
 
 /* Keeps, in every kv head of one layer, only the listed positions (positions are logical
  * positions, not indices). idx: n_idx ascending unique positions each present in every head
  * (else SKV_ERR_INVALID_ARG, cache unchanged). head_idx variant: per kv head its own list. */
 SKV_API skv_status skv_cache_select_layer(skv_cache *cache, int layer, const int32_t *positions,
-                                  int n_positions, skv_err *err);
-SKV_API skv_status skv_cache_select_head(skv_cache *cache, int layer, int head, const int32_t *positions,
-                                 int n_positions, skv_err *err);
+                                          int n_positions, skv_err *err);
+SKV_API skv_status skv_cache_select_head(skv_cache *cache, int layer, int head,
+                                         const int32_t *positions, int n_positions, skv_err *err);
 
 /* Re-rotates every head's retained keys from their original position to their index in the
  * head (StreamingLLM) and switches the cache to SKV_POSITIONS_REROTATE: tokens appended later
@@ -410,7 +409,7 @@ SKV_API void skv_compress_info_free(skv_compress_info *info);
 /* Compresses ctx's cache in place under params (SPEC.md). The cache must be a fresh dense
  * prefill in original-position mode (else SKV_ERR_STATE). On error the cache is unchanged. */
 SKV_API skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
-                        skv_compress_info *info, skv_err *err);
+                                skv_compress_info *info, skv_err *err);
 
 /* Canonical policy name for a name or alias, or NULL if unknown. */
 SKV_API const char *skv_policy_canonical(const char *name);
@@ -529,11 +528,11 @@ SKV_API uint64_t skv_rng_below(skv_rng *rng, uint64_t n);
 
 /* llama2.c checkpoint (v0 or v1) + tokenizer.bin -> GGUF v3 (F32, tokenizer embedded). */
 SKV_API skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenizer_path,
-                               const char *out_path, skv_err *err);
+                                       const char *out_path, skv_err *err);
 
 /* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32). */
 SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
-                              int n_threads, skv_err *err);
+                                      int n_threads, skv_err *err);
 
 /* ---------------------------------------------------------------------------------------------
  * SIMD level of the kernels

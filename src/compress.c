@@ -142,6 +142,34 @@ static void *alloc_array(size_t n, size_t size) {
     return malloc((size_t)bytes);
 }
 
+skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_score_job job,
+                                  double *scores, skv_err *err) {
+    const skv_hparams *hp = skv_model_hparams(ctx->model);
+    job.n_layer = skv_cache_n_layer(job.cache);
+    job.n_head_kv = skv_cache_n_head_kv(job.cache);
+    job.n_head = hp->n_head;
+    job.head_dim = hp->head_dim;
+    job.pool = ctx->pool;
+    job.ext = pol->ext;
+    job.attn_sum = NULL;
+    const double **sums = NULL;
+    skv_status st = SKV_OK;
+    if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
+        sums = calloc((size_t)job.n_layer * (size_t)job.n_head_kv, sizeof *sums);
+        if (!sums) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        st = skv_h2o_rows(ctx, sums, err);
+        job.attn_sum = sums;
+    }
+    if (!st) st = pol->score(&job, scores, job.T_total, err);
+    if (!st && job.T < job.T_total) {
+        const size_t rows = pol->shared ? 1 : (size_t)job.n_layer * (size_t)job.n_head_kv;
+        for (size_t r = 0; r < rows; r++)
+            skv_force_last(scores + r * (size_t)job.T_total, job.T_total, job.W);
+    }
+    free(sums);
+    return st;
+}
+
 skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *params,
                                   skv_compress_plan *plan, skv_err *err) {
     memset(plan, 0, sizeof *plan);
@@ -153,7 +181,6 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     st = check_dense(cache, err);
     if (st) return st;
 
-    const skv_hparams *hp = skv_model_hparams(ctx->model);
     const int T = skv_cache_n_past(cache);
     const int L = skv_cache_n_layer(cache), H = skv_cache_n_head_kv(cache);
     const bool engine = params->protocol == SKV_PROTOCOL_ENGINE;
@@ -242,7 +269,6 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     plan->layer_budgets = alloc_array((size_t)L, sizeof *plan->layer_budgets);
     plan->idx = alloc_array(n_heads * (size_t)T, sizeof *plan->idx);
     plan->n_idx = alloc_array(n_heads, sizeof *plan->n_idx);
-    const double **sums = NULL;
     skv_rank *rank = alloc_array((size_t)T, sizeof *rank);
     if (!plan->scores || !plan->budgets || !plan->layer_budgets || !plan->idx || !plan->n_idx ||
         !rank) {
@@ -252,38 +278,20 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
                          T);
         goto done;
     }
-
-    if (policy->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
-        sums = calloc(n_heads, sizeof *sums);
-        if (!sums) {
-            st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        st = skv_h2o_rows(ctx, sums, err);
-        if (st) goto done;
-    }
-    skv_score_job job = {
-        .n_layer = L,
-        .n_head_kv = H,
-        .n_head = hp->n_head,
-        .head_dim = hp->head_dim,
-        .T = n_score,
-        .T_total = T,
-        .keep = plan->keep,
-        .params = params,
-        .cache = cache,
-        .queries = queries,
-        .q_n = q_n,
-        .q_off = q_off,
-        .W = W,
-        .attn_sum = sums,
-        .pool = ctx->pool,
-        .ext = policy->ext,
-    };
-    st = policy->score(&job, plan->scores, T, err);
+    st = skv_policy_score_cache(ctx, policy,
+                                (skv_score_job){
+                                    .T = n_score,
+                                    .T_total = T,
+                                    .keep = plan->keep,
+                                    .params = params,
+                                    .cache = cache,
+                                    .queries = queries,
+                                    .q_n = q_n,
+                                    .q_off = q_off,
+                                    .W = W,
+                                },
+                                plan->scores, err);
     if (st) goto done;
-    if (n_score < T)
-        for (size_t r = 0; r < n_rows; r++) skv_force_last(plan->scores + r * (size_t)T, T, W);
 
     /* The allocator's window is what every layer keeps regardless: in the engine protocol the
      * W window positions and the window_keep before them. */
@@ -313,7 +321,6 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     }
 
 done:
-    free(sums);
     free(rank);
     free(queries);
     skv_context_free(clone);

@@ -204,6 +204,13 @@ void skv_h2o_accumulate(skv_context *ctx, int layer, int n, int pos0);
 void skv_pstate_compact(skv_policy_state *ps, int layer_head, const int32_t *keep, int n_keep);
 /* The rows for skv_score_job.attn_sum, or NULL (with a message) when h2o cannot be scored. */
 skv_status skv_h2o_rows(const skv_context *ctx, const double **rows, skv_err *err);
+/* Scores the entries of a cache with pol into scores (rows of job.T_total; one row when
+ * pol->shared, else n_layer * n_head_kv). The caller fills job's .T, .T_total, .keep, .params,
+ * .cache and, for window policies, .queries, .q_n, .q_off and .W; this fills the model's shape,
+ * the pool, the policy's ext and, when the policy needs them, the prefill attention rows, and
+ * when T < T_total forces the last W entries of each row (the window) so that they stay. */
+skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_score_job job,
+                                  double *scores, skv_err *err);
 
 /* ---- one compression, planned before anything is changed ---------------------------------- */
 

@@ -260,13 +260,29 @@ static void quant_k_affine(const float *x, uint8_t *hdr, int nmax, uint8_t codes
     }
 }
 
+static void pack_q4_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            b[16 + 32 * c + l] = (uint8_t)(codes[64 * c + l] | codes[64 * c + 32 + l] << 4);
+}
+
+static void pack_q5_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
+    uint8_t *qh = b + 16, *qs = b + 48;
+    memset(qh, 0, 32);
+    for (int c = 0; c < 4; c++) {
+        for (int l = 0; l < 32; l++) {
+            int q0 = codes[64 * c + l], q1 = codes[64 * c + 32 + l];
+            qs[32 * c + l] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            qh[l] |= (uint8_t)(((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
+        }
+    }
+}
+
 static void quant_q4_k(const float *x, uint8_t *b, int64_t nb) {
     uint8_t codes[SKV_QK_K];
     for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 144) {
         quant_k_affine(x, b, 15, codes);
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++)
-                b[16 + 32 * c + l] = (uint8_t)(codes[64 * c + l] | codes[64 * c + 32 + l] << 4);
+        pack_q4_k(b, codes);
     }
 }
 
@@ -274,15 +290,7 @@ static void quant_q5_k(const float *x, uint8_t *b, int64_t nb) {
     uint8_t codes[SKV_QK_K];
     for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 176) {
         quant_k_affine(x, b, 31, codes);
-        uint8_t *qh = b + 16, *qs = b + 48;
-        memset(qh, 0, 32);
-        for (int c = 0; c < 4; c++) {
-            for (int l = 0; l < 32; l++) {
-                int q0 = codes[64 * c + l], q1 = codes[64 * c + 32 + l];
-                qs[32 * c + l] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
-                qh[l] |= (uint8_t)(((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
-            }
-        }
+        pack_q5_k(b, codes);
     }
 }
 
@@ -510,24 +518,6 @@ static void quant_k_search(const float *x, const float *w, uint8_t *hdr, int nma
     for (int j = 0; j < 8; j++)
         affine_err(x + 32 * j, w + 32 * j, 32, nmax, d * (float)sc[j], -(dmin * (float)m[j]),
                    codes + 32 * j);
-}
-
-static void pack_q4_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
-    for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            b[16 + 32 * c + l] = (uint8_t)(codes[64 * c + l] | codes[64 * c + 32 + l] << 4);
-}
-
-static void pack_q5_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
-    uint8_t *qh = b + 16, *qs = b + 48;
-    memset(qh, 0, 32);
-    for (int c = 0; c < 4; c++) {
-        for (int l = 0; l < 32; l++) {
-            int q0 = codes[64 * c + l], q1 = codes[64 * c + 32 + l];
-            qs[32 * c + l] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
-            qh[l] |= (uint8_t)(((q0 >> 4) << (2 * c)) | ((q1 >> 4) << (2 * c + 1)));
-        }
-    }
 }
 
 /* Weighted squared error of a super-block of type t against x. */

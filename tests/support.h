@@ -2,6 +2,9 @@
 #ifndef SKV_TEST_SUPPORT_H
 #define SKV_TEST_SUPPORT_H
 
+#include "ref_forward.h"
+#include "sparsekv.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +20,35 @@ const char *test_cli(void);
 /* Runs a shell command, captures stdout into a malloc'd NUL-terminated buffer; *status gets the
  * exit status. */
 char *test_run(const char *cmd, int *status);
+/* The CLI ($SKV_CLI) with the printf-style arguments fmt..., run through test_run: asserts its
+ * exit status is want_status and returns its stdout (the caller frees). */
+char *test_cli_expect(int want_status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- models, contexts and logits (a failure fails the calling cmocka test) ---------------- */
+
+/* A context over m with the given cache type, n_ctx (0: the model's), threads (0: all cores)
+ * and capture window; prints the library's message before failing. */
+skv_context *test_context(const skv_model *m, skv_type kv, int n_ctx, int threads, int capture);
+/* skv_forward, asserted to succeed (the library's message printed when not). */
+void test_feed(skv_context *ctx, const int32_t *t, int n, skv_logits_mode mode, float *logits);
+/* Index of the largest of x[n] (the lowest index on ties). */
+int test_argmaxf(const float *x, int n);
+/* max |a[i] - b[i]| over n values, in double. */
+double test_max_abs_diff(const float *a, const float *b, size_t n);
+/* Writes a random-weights f32 model with real head shapes (vocab 300, 2 layers, 3 query heads
+ * per kv head of head_dim 64, so q8_0 caches work) to a fresh temporary path (static buffer,
+ * as test_tmp_path) and returns the path. */
+const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads);
+
+/* After a compression of ctx's cache, whose prefill held ids[0, n_prefill) with n_prefill =
+ * T + W under the engine protocol (the window in the cache), T under the seed one: feeds the
+ * seed window ids[T, T + W) (seed only) and N tokens (ids[T + W + s] until there are logits,
+ * then greedy), and compares every logits row fed with the float64 reference rm on the same
+ * sequence, the entries the compression dropped masked (rerotate: with the new rotation
+ * indices). Returns the worst |engine - masked reference|; *effect gets the largest |masked -
+ * dense reference| (the compression must matter). */
+double test_masked_decode(skv_context *ctx, const ref_model *rm, const int32_t *ids, int T, int W,
+                          int N, bool engine, bool rerotate, double *effect);
 
 /* A growable byte buffer for hand-made files (independent of the GGUF writer). Multi-byte
  * values are written in host order (little-endian here, as GGUF). Aborts when out of memory. */

@@ -73,23 +73,7 @@ static skv_model *load_weights(const char *name) {
 }
 
 static skv_context *new_ctx(const skv_model *m, skv_type kv, int threads, int capture) {
-    skv_context_params cp = skv_context_default_params();
-    cp.n_threads = threads;
-    cp.kv_type = kv;
-    cp.n_ctx = 512;
-    cp.capture_window = capture;
-    skv_err err = {0};
-    skv_context *ctx = skv_context_new(m, &cp, &err);
-    if (!ctx) fprintf(stderr, "context: %s\n", err.msg);
-    assert_non_null(ctx);
-    return ctx;
-}
-
-static void feed(skv_context *ctx, const int32_t *t, int n, skv_logits_mode mode, float *logits) {
-    skv_err err = {0};
-    skv_status st = skv_forward(ctx, t, n, mode, logits, &err);
-    if (st) fprintf(stderr, "forward: %s\n", err.msg);
-    assert_int_equal(st, SKV_OK);
+    return test_context(m, kv, 512, threads, capture);
 }
 
 /* ---- fixtures ---------------------------------------------------------------------------- */
@@ -108,10 +92,8 @@ static void test_fixture_logits(void **state) {
         assert_int_equal(sz, (size_t)n * V * sizeof(float));
         float *got = malloc(sz);
         skv_context *ctx = new_ctx(m, SKV_TYPE_F32, 2, 0);
-        feed(ctx, ids, n, SKV_LOGITS_ALL, got);
-        double worst = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++)
-            worst = fmax(worst, fabs((double)got[i] - want[i]));
+        test_feed(ctx, ids, n, SKV_LOGITS_ALL, got);
+        double worst = test_max_abs_diff(got, want, (size_t)n * V);
         fprintf(stderr, "  %s-tiny: max |logit - llama.cpp| over %d x %d = %.3g\n", ARCHS[a], n, V,
                 worst);
         assert_true(worst < 2e-3);
@@ -162,16 +144,16 @@ static void test_batched_equals_stepwise(void **state) {
         for (int ti = 0; ti < 3; ti++) {
             skv_context *b = new_ctx(m, types[ti], 2, 0), *s = new_ctx(m, types[ti], 1, 0),
                         *c = new_ctx(m, types[ti], 2, 0);
-            feed(b, ids, n, SKV_LOGITS_ALL, all);
+            test_feed(b, ids, n, SKV_LOGITS_ALL, all);
             double worst = 0;
             for (int i = 0; i < n; i++) {
-                feed(s, ids + i, 1, SKV_LOGITS_LAST, one);
+                test_feed(s, ids + i, 1, SKV_LOGITS_LAST, one);
                 for (int j = 0; j < V; j++)
                     worst = fmax(worst, fabs((double)one[j] - all[(size_t)i * V + j]));
             }
             for (int i = 0; i < n; i += 7) {
                 int k = n - i < 7 ? n - i : 7;
-                feed(c, ids + i, k, SKV_LOGITS_LAST, one);
+                test_feed(c, ids + i, k, SKV_LOGITS_LAST, one);
                 for (int j = 0; j < V; j++)
                     worst = fmax(worst, fabs((double)one[j] - all[(size_t)(i + k - 1) * V + j]));
             }
@@ -208,7 +190,7 @@ static void test_engine_vs_reference(void **state) {
         float *got = malloc((size_t)n * V * sizeof(float));
         double *ref = malloc((size_t)n * V * sizeof(double));
         skv_context *ctx = new_ctx(m, SKV_TYPE_F32, 2, 0);
-        feed(ctx, rev, n, SKV_LOGITS_ALL, got);
+        test_feed(ctx, rev, n, SKV_LOGITS_ALL, got);
         ref_forward(rm, rev, n, ref, NULL, NULL);
         double worst = 0;
         for (size_t i = 0; i < (size_t)n * V; i++) worst = fmax(worst, fabs(got[i] - ref[i]));
@@ -278,56 +260,6 @@ static void test_rope_modes(void **state) {
 
 /* ---- masking equivalence and rerotation ---------------------------------------------------- */
 
-/* What the compression kept, as the reference needs it. */
-typedef struct masked {
-    int T; /* compressed prefix length */
-    int L, H;
-    bool *kept;  /* [L, H, T] */
-    int *index;  /* [L, H, T]: index of a kept position among the kept */
-    int *n_kept; /* [L, H] */
-    bool rerotate;
-} masked;
-
-static bool mk_visible(int l, int h, int qpos, int kpos, void *u) {
-    const masked *mk = u;
-    if (qpos < mk->T || kpos >= mk->T) return true; /* the prefix was computed dense */
-    return mk->kept[((size_t)l * mk->H + h) * mk->T + kpos];
-}
-
-static void mk_rot(int l, int h, int qpos, int kpos, double *qrot, double *krot, void *u) {
-    const masked *mk = u;
-    if (!mk->rerotate || qpos < mk->T) return; /* natural positions */
-    int shift = mk->T - mk->n_kept[l * mk->H + h];
-    *qrot = qpos - shift;
-    *krot = kpos >= mk->T ? kpos - shift : mk->index[((size_t)l * mk->H + h) * mk->T + kpos];
-}
-
-static masked mk_from_cache(const skv_cache *c, int T, bool rerotate) {
-    masked mk = {T, skv_cache_n_layer(c), skv_cache_n_head_kv(c), NULL, NULL, NULL, rerotate};
-    size_t n = (size_t)mk.L * mk.H;
-    mk.kept = calloc(n * T, sizeof(bool));
-    mk.index = calloc(n * T, sizeof(int));
-    mk.n_kept = calloc(n, sizeof(int));
-    for (int l = 0; l < mk.L; l++)
-        for (int h = 0; h < mk.H; h++) {
-            int len = skv_cache_head_len(c, l, h);
-            const int32_t *pos = skv_cache_head_positions(c, l, h);
-            mk.n_kept[l * mk.H + h] = len;
-            for (int j = 0; j < len; j++) {
-                assert_true(pos[j] >= 0 && pos[j] < T);
-                mk.kept[((size_t)l * mk.H + h) * T + pos[j]] = true;
-                mk.index[((size_t)l * mk.H + h) * T + pos[j]] = j;
-            }
-        }
-    return mk;
-}
-
-static void mk_free(masked *mk) {
-    free(mk->kept);
-    free(mk->index);
-    free(mk->n_kept);
-}
-
 typedef struct mask_case {
     const char *policy;
     skv_protocol protocol;
@@ -343,10 +275,9 @@ static double run_mask_case(const skv_model *m, const ref_model *rm, const int32
                             const mask_case *mc, skv_type kv, double *effect) {
     const int T = 40, W = 8, N = 6;
     const bool engine = mc->protocol == SKV_PROTOCOL_ENGINE;
-    const int V = skv_model_hparams(m)->n_vocab;
     skv_context *ctx = new_ctx(m, kv, 2, engine ? W : 0);
     const int n_prefill = engine ? T + W : T;
-    feed(ctx, ids, n_prefill, SKV_LOGITS_NONE, NULL);
+    test_feed(ctx, ids, n_prefill, SKV_LOGITS_NONE, NULL);
     skv_compress_params p = skv_compress_default_params();
     p.policy = mc->policy;
     p.keep_frac = mc->keep;
@@ -361,53 +292,9 @@ static double run_mask_case(const skv_model *m, const ref_model *rm, const int32
     skv_status st = skv_compress(ctx, &p, &info, &err);
     if (st) fprintf(stderr, "compress: %s\n", err.msg);
     assert_int_equal(st, SKV_OK);
-    masked mk = mk_from_cache(skv_context_cache_const(ctx), n_prefill,
-                              mc->positions == SKV_POSITIONS_REROTATE);
-
-    int32_t seq[128];
-    int n_seq = n_prefill;
-    memcpy(seq, ids, (size_t)n_prefill * sizeof *seq);
-    float *lf = malloc((size_t)(W + N) * V * sizeof(float));
-    int rows = 0;
-    if (!engine) {
-        feed(ctx, ids + T, W, SKV_LOGITS_ALL, lf);
-        memcpy(seq + n_seq, ids + T, (size_t)W * sizeof *seq);
-        n_seq += W;
-        rows = W;
-    }
-    for (int s = 0; s < N; s++) {
-        const float *last = rows ? lf + (size_t)(rows - 1) * V : NULL;
-        int32_t t = ids[T + W + s];
-        if (last) { /* greedy continuation */
-            int b = 0;
-            for (int j = 1; j < V; j++)
-                if (last[j] > last[b]) b = j;
-            t = b;
-        }
-        feed(ctx, &t, 1, SKV_LOGITS_LAST, lf + (size_t)rows * V);
-        seq[n_seq++] = t;
-        rows++;
-    }
-    double *ref = malloc((size_t)n_seq * V * sizeof(double));
-    double *dense = malloc((size_t)n_seq * V * sizeof(double));
-    ref_ctl ctl = {mk_visible, mk_rot, &mk};
-    ref_forward_ctl(rm, seq, n_seq, ref, &ctl);
-    ref_forward(rm, seq, n_seq, dense, NULL, NULL);
-    double worst = 0;
-    *effect = 0;
-    for (int r = 0; r < rows; r++) {
-        const double *rr = ref + (size_t)(n_seq - rows + r) * V;
-        const double *dd = dense + (size_t)(n_seq - rows + r) * V;
-        for (int j = 0; j < V; j++) {
-            worst = fmax(worst, fabs(lf[(size_t)r * V + j] - rr[j]));
-            *effect = fmax(*effect, fabs(rr[j] - dd[j]));
-        }
-    }
+    double worst = test_masked_decode(ctx, rm, ids, T, W, N, engine,
+                                      mc->positions == SKV_POSITIONS_REROTATE, effect);
     skv_compress_info_free(&info);
-    mk_free(&mk);
-    free(lf);
-    free(ref);
-    free(dense);
     skv_context_free(ctx);
     return worst;
 }
@@ -474,7 +361,7 @@ static void rerotate_keys(const char *arch, skv_type kv) {
     int32_t ids[400];
     read_ids(arch, ids, 400);
     skv_context *ctx = new_ctx(m, kv, 2, 0);
-    feed(ctx, ids, T, SKV_LOGITS_NONE, NULL);
+    test_feed(ctx, ids, T, SKV_LOGITS_NONE, NULL);
     const skv_cache *c = skv_context_cache_const(ctx);
     float *dense = malloc((size_t)L * H * T * HD * sizeof(float));
     skv_err err = {0};
@@ -690,7 +577,7 @@ static void test_linear_scaling(void **state) {
     float *got = malloc((size_t)n * V * sizeof(float));
     double *ref = malloc((size_t)n * V * sizeof(double));
     skv_context *ctx = new_ctx(m, SKV_TYPE_F32, 1, 0);
-    feed(ctx, ids, n, SKV_LOGITS_ALL, got);
+    test_feed(ctx, ids, n, SKV_LOGITS_ALL, got);
     ref_forward(rm, ids, n, ref, NULL, NULL);
     double worst = 0;
     for (size_t i = 0; i < (size_t)n * V; i++) worst = fmax(worst, fabs(got[i] - ref[i]));

@@ -272,15 +272,7 @@ static void r64_mirror(r64 *m, const skv_cache *c, bool rerotate) {
 /* ---- helpers --------------------------------------------------------------------------------- */
 
 static skv_context *new_ctx_threads(int capture, int n_ctx, int threads) {
-    skv_context_params cp = skv_context_default_params();
-    cp.n_threads = threads;
-    cp.capture_window = capture;
-    cp.n_ctx = n_ctx;
-    skv_err err = {0};
-    skv_context *ctx = skv_context_new(model, &cp, &err);
-    if (!ctx) fprintf(stderr, "context: %s\n", err.msg);
-    assert_non_null(ctx);
-    return ctx;
+    return test_context(model, SKV_TYPE_F32, n_ctx, threads, capture);
 }
 
 static skv_context *new_ctx(int capture, int n_ctx) {
@@ -288,18 +280,7 @@ static skv_context *new_ctx(int capture, int n_ctx) {
 }
 
 static void feed(skv_context *ctx, const int32_t *t, int n, float *logits) {
-    skv_err err = {0};
-    skv_status st =
-        skv_forward(ctx, t, n, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits, &err);
-    if (st) fprintf(stderr, "forward: %s\n", err.msg);
-    assert_int_equal(st, SKV_OK);
-}
-
-static int argmax_f(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
+    test_feed(ctx, t, n, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
 }
 
 /* A full copy of a cache's observable state, to prove a failed call changed nothing. */
@@ -677,7 +658,7 @@ static void run_mask_case(const mask_case *mc) {
         for (int i = 0; i < W; i++) next[n_next++] = toks[T + i];
     for (int step = 0; step < n_next + N; step++) {
         int32_t t = step < n_next ? next[step] : -1;
-        if (t < 0) t = (int32_t)argmax_f(lf, V);
+        if (t < 0) t = (int32_t)test_argmaxf(lf, V);
         feed(ctx, &t, 1, lf);
         r64_step(m, t, lm);
         r64_step(dense, t, ld);
@@ -741,7 +722,7 @@ static void decode_n(skv_context *ctx, int N, float *rows /* [N, V] */) {
     int32_t t = toks[skv_context_n_past(ctx) % n_toks];
     for (int i = 0; i < N; i++) {
         feed(ctx, &t, 1, rows + (size_t)i * V);
-        t = (int32_t)argmax_f(rows + (size_t)i * V, V);
+        t = (int32_t)test_argmaxf(rows + (size_t)i * V, V);
     }
 }
 

@@ -28,36 +28,13 @@ enum { V = 300 };
 /* Real head shapes (head_dim 64, so q8_0 caches work; 3 query heads per kv head), random
  * weights, a context long enough for the split. */
 static char *make_model(int n_ctx) {
-    skv_synth_shape shape = {.name = "gqa-64",
-                             .note = "test",
-                             .n_vocab = V,
-                             .n_ctx_train = n_ctx,
-                             .n_ctx = n_ctx,
-                             .n_embd = 192,
-                             .n_layer = 2,
-                             .n_head = 3,
-                             .n_head_kv = 1,
-                             .n_ff = 256,
-                             .rope_theta = 10000.0f,
-                             .norm_eps = 1e-5f,
-                             .tied = false};
-    skv_synth_params sp = {.type = SKV_TYPE_F32, .seed = 5, .n_ctx = 0, .n_threads = 2};
-    char *path = strdup(test_tmp_path(".gguf"));
-    skv_err err = {0};
-    assert_int_equal(skv_synth_write(&shape, &sp, path, &err), SKV_OK);
-    return path;
+    return strdup(test_synth_gqa64(n_ctx, 5, 2));
 }
 
 static void random_tokens(int32_t *t, int n, uint64_t seed) {
     skv_rng rng;
     skv_rng_seed(&rng, seed);
     for (int i = 0; i < n; i++) t[i] = 3 + (int32_t)skv_rng_below(&rng, V - 3);
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
 }
 
 static const char *kv_name(skv_type t) {
@@ -71,19 +48,11 @@ enum { P = 1100, D = 6 }; /* 1100 >= 256 * 4 cached entries: the split is on for
 /* Prefill P tokens in one batch, then D decode tokens one at a time: logits[D, V]. */
 static void run_decode(const skv_model *m, skv_type kv, int threads, const int32_t *toks,
                        float *logits) {
-    skv_err err = {0};
-    skv_context_params cp = skv_context_default_params();
-    cp.kv_type = kv;
-    cp.n_threads = threads;
-    cp.n_ctx = P + D;
-    skv_context *ctx = skv_context_new(m, &cp, &err);
-    assert_non_null(ctx);
+    skv_context *ctx = test_context(m, kv, P + D, threads, 0);
     float *last = malloc(V * sizeof *last);
-    assert_int_equal(skv_forward(ctx, toks, P, SKV_LOGITS_LAST, last, &err), SKV_OK);
+    test_feed(ctx, toks, P, SKV_LOGITS_LAST, last);
     for (int i = 0; i < D; i++)
-        assert_int_equal(
-            skv_forward(ctx, toks + P + i, 1, SKV_LOGITS_LAST, logits + (size_t)i * V, &err),
-            SKV_OK);
+        test_feed(ctx, toks + P + i, 1, SKV_LOGITS_LAST, logits + (size_t)i * V);
     free(last);
     skv_context_free(ctx);
 }
@@ -127,7 +96,7 @@ static void test_split_k_decode(void **s) {
         }
         for (int th = 2; th <= 4; th++) {
             run_decode(m, kvs[k], th, toks, got);
-            double d = max_abs_diff(ref, got, (size_t)D * V);
+            double d = test_max_abs_diff(ref, got, (size_t)D * V);
             printf("  %s cache, %d threads (split-K) vs scalar one-token: max |diff| %.3g\n",
                    kv_name(kvs[k]), th, d);
             assert_true(d <= tol_split(kvs[k]));
@@ -161,14 +130,9 @@ typedef struct run_out {
 static void run_compressed(const skv_model *m, skv_type kv, const char *policy, double keep,
                            skv_position_mode mode, const int32_t *toks, run_out *o) {
     skv_err err = {0};
-    skv_context_params cp = skv_context_default_params();
-    cp.kv_type = kv;
-    cp.n_threads = 2;
-    cp.n_ctx = CP + CD + CW;
-    skv_context *ctx = skv_context_new(m, &cp, &err);
-    assert_non_null(ctx);
+    skv_context *ctx = test_context(m, kv, CP + CD + CW, 2, 0);
     float *last = malloc(V * sizeof *last);
-    assert_int_equal(skv_forward(ctx, toks, CP, SKV_LOGITS_LAST, last, &err), SKV_OK);
+    test_feed(ctx, toks, CP, SKV_LOGITS_LAST, last);
     skv_compress_params p = skv_compress_default_params();
     p.policy = policy;
     p.keep_frac = keep;
@@ -191,9 +155,7 @@ static void run_compressed(const skv_model *m, skv_type kv, const char *policy, 
             o->n_pos += n;
         }
     for (int i = 0; i < CD; i++)
-        assert_int_equal(skv_forward(ctx, toks + CP + CW + i, 1, SKV_LOGITS_LAST,
-                                     o->logits + (size_t)i * V, &err),
-                         SKV_OK);
+        test_feed(ctx, toks + CP + CW + i, 1, SKV_LOGITS_LAST, o->logits + (size_t)i * V);
     free(last);
     skv_context_free(ctx);
 }
@@ -220,7 +182,7 @@ static void test_kv_types_compress(void **s) {
     for (int k = 0; k < 2; k++) { /* the cache type's own error, uncompressed */
         run_compressed(m, SKV_TYPE_F32, "sink_recent", 1.0, SKV_POSITIONS_ORIGINAL, toks, ref);
         run_compressed(m, kvs[k], "sink_recent", 1.0, SKV_POSITIONS_ORIGINAL, toks, got);
-        base[k] = max_abs_diff(ref->logits, got->logits, CD * V);
+        base[k] = test_max_abs_diff(ref->logits, got->logits, CD * V);
         printf("  %s cache, no compression: max |logit diff| vs f32 %.3g\n", kv_name(kvs[k]),
                base[k]);
         assert_true(base[k] > 0.0); /* the cache type is really in use */
@@ -235,7 +197,7 @@ static void test_kv_types_compress(void **s) {
                 run_compressed(m, kvs[k], pol[pi], 0.25, pm, toks, got);
                 assert_int_equal(got->n_pos, ref->n_pos);
                 assert_memory_equal(got->pos, ref->pos, (size_t)ref->n_pos * sizeof(int32_t));
-                double d = max_abs_diff(ref->logits, got->logits, CD * V);
+                double d = test_max_abs_diff(ref->logits, got->logits, CD * V);
                 printf("  %-11s %-8s %s cache: max |logit diff| vs f32 %.3g\n", pol[pi],
                        mode ? "rerotate" : "original", kv_name(kvs[k]), d);
                 assert_true(d <= 4.0 * base[k] + 2e-3);

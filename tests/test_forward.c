@@ -68,31 +68,18 @@ static int load_reference_tokens(int32_t *out, int max) {
 }
 
 static float *engine_logits(const int32_t *toks, int n, int threads, skv_type kv, bool batched) {
-    skv_context_params cp = skv_context_default_params();
-    cp.n_threads = threads;
-    cp.kv_type = kv;
-    skv_err err = {0};
-    skv_context *ctx = skv_context_new(model, &cp, &err);
-    assert_non_null(ctx);
+    skv_context *ctx = test_context(model, kv, 0, threads, 0);
     int V = skv_model_hparams(model)->n_vocab;
     float *logits = malloc((size_t)n * V * sizeof(float));
     if (batched) {
-        assert_int_equal(skv_forward(ctx, toks, n, SKV_LOGITS_ALL, logits, &err), SKV_OK);
+        test_feed(ctx, toks, n, SKV_LOGITS_ALL, logits);
     } else {
         for (int i = 0; i < n; i++)
-            assert_int_equal(
-                skv_forward(ctx, toks + i, 1, SKV_LOGITS_LAST, logits + (size_t)i * V, &err),
-                SKV_OK);
+            test_feed(ctx, toks + i, 1, SKV_LOGITS_LAST, logits + (size_t)i * V);
     }
     assert_int_equal(skv_context_n_past(ctx), n);
     skv_context_free(ctx);
     return logits;
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
 }
 
 static void test_published_logits(void **state) {
@@ -106,7 +93,7 @@ static void test_published_logits(void **state) {
     int V = skv_model_hparams(model)->n_vocab;
     assert_int_equal(size, (size_t)n * V * sizeof(float));
     float *got = engine_logits(toks, n, 2, SKV_TYPE_F32, true);
-    double diff = max_abs_diff(got, ref, (size_t)n * V);
+    double diff = test_max_abs_diff(got, ref, (size_t)n * V);
     printf("  max |engine - published| = %.3g\n", diff);
     assert_true(diff <= TOL_PUBLISHED);
     free(got);
@@ -139,7 +126,7 @@ static void test_batched_equals_sequential(void **state) {
     int V = skv_model_hparams(model)->n_vocab;
     float *a = engine_logits(toks, n, 2, SKV_TYPE_F32, true);
     float *b = engine_logits(toks, n, 2, SKV_TYPE_F32, false);
-    double diff = max_abs_diff(a, b, (size_t)n * V);
+    double diff = test_max_abs_diff(a, b, (size_t)n * V);
     printf("  max |batched - sequential| = %.3g\n", diff);
     assert_true(diff <= TOL_BATCH);
     free(a);
@@ -154,8 +141,8 @@ static void test_threads_agree(void **state) {
     float *a = engine_logits(toks, n, 1, SKV_TYPE_F32, true);
     float *b = engine_logits(toks, n, 2, SKV_TYPE_F32, true);
     float *c = engine_logits(toks, n, 3, SKV_TYPE_F32, true);
-    assert_true(max_abs_diff(a, b, (size_t)n * V) <= TOL_THREADS);
-    assert_true(max_abs_diff(a, c, (size_t)n * V) <= TOL_THREADS);
+    assert_true(test_max_abs_diff(a, b, (size_t)n * V) <= TOL_THREADS);
+    assert_true(test_max_abs_diff(a, c, (size_t)n * V) <= TOL_THREADS);
     free(a);
     free(b);
     free(c);
@@ -168,7 +155,7 @@ static void test_f16_cache_close(void **state) {
     int V = skv_model_hparams(model)->n_vocab;
     float *a = engine_logits(toks, n, 2, SKV_TYPE_F32, true);
     float *b = engine_logits(toks, n, 2, SKV_TYPE_F16, true);
-    double diff = max_abs_diff(a, b, (size_t)n * V);
+    double diff = test_max_abs_diff(a, b, (size_t)n * V);
     printf("  max |f16 cache - f32 cache| = %.3g\n", diff);
     assert_true(diff > 0);    /* the cache really is stored in f16 */
     assert_true(diff < 0.05); /* ... and only rounding separates them */
@@ -233,23 +220,8 @@ static void test_cli_generate_reference(void **state) {
  * both against the float64 reference and against each other, for f32 and f16 caches. */
 static void test_blocked_prefill_attention(void **state) {
     (void)state;
-    skv_synth_shape shape = {.name = "gqa-64",
-                             .note = "test",
-                             .n_vocab = 300,
-                             .n_ctx_train = 512,
-                             .n_ctx = 512,
-                             .n_embd = 192,
-                             .n_layer = 2,
-                             .n_head = 3,
-                             .n_head_kv = 1,
-                             .n_ff = 256,
-                             .rope_theta = 10000.0f,
-                             .norm_eps = 1e-5f,
-                             .tied = false};
-    skv_synth_params sp = {.type = SKV_TYPE_F32, .seed = 11, .n_ctx = 0, .n_threads = 1};
-    const char *path = test_tmp_path(".gguf");
+    const char *path = test_synth_gqa64(512, 11, 1);
     skv_err err = {0};
-    assert_int_equal(skv_synth_write(&shape, &sp, path, &err), SKV_OK);
     skv_model *m = skv_model_load(path, &err);
     assert_non_null(m);
     ref_model *rm = ref_model_load(path);
@@ -265,18 +237,13 @@ static void test_blocked_prefill_attention(void **state) {
     float *a = malloc((size_t)N * V * sizeof(float)), *b = malloc((size_t)N * V * sizeof(float));
     skv_type kv[2] = {SKV_TYPE_F32, SKV_TYPE_F16};
     for (int t = 0; t < 2; t++) {
-        skv_context_params cp = skv_context_default_params();
-        cp.kv_type = kv[t];
-        cp.n_threads = 2;
-        skv_context *ctx = skv_context_new(m, &cp, &err);
-        assert_int_equal(skv_forward(ctx, toks, N, SKV_LOGITS_ALL, a, &err), SKV_OK);
+        skv_context *ctx = test_context(m, kv[t], 0, 2, 0);
+        test_feed(ctx, toks, N, SKV_LOGITS_ALL, a);
         skv_context_free(ctx);
-        ctx = skv_context_new(m, &cp, &err);
-        for (int i = 0; i < N; i++)
-            assert_int_equal(
-                skv_forward(ctx, toks + i, 1, SKV_LOGITS_LAST, b + (size_t)i * V, &err), SKV_OK);
+        ctx = test_context(m, kv[t], 0, 2, 0);
+        for (int i = 0; i < N; i++) test_feed(ctx, toks + i, 1, SKV_LOGITS_LAST, b + (size_t)i * V);
         skv_context_free(ctx);
-        double d_seq = max_abs_diff(a, b, (size_t)N * V), d_ref = 0;
+        double d_seq = test_max_abs_diff(a, b, (size_t)N * V), d_ref = 0;
         for (size_t i = 0; i < (size_t)N * V; i++) d_ref = fmax(d_ref, fabs(a[i] - ref[i]));
         printf("  %s cache: max |batched - sequential| = %.3g, max |batched - float64| = %.3g\n",
                kv[t] == SKV_TYPE_F32 ? "f32" : "f16", d_seq, d_ref);

@@ -101,9 +101,10 @@ static void test_nan_weights_are_reported(void **state) {
     skv_model_free(m);
 
     /* Every command that computes logits exits 1 with that sentence. */
-    const char *cmds[] = {"generate -n 4 --temp 0", "logits -p 'Once upon' -o /tmp/skv_nan.f32",
-                          "eval --policies sink_recent --keep 0.5 --samples 1 --out /tmp/skv_nan_ev",
-                          "bench -p 16 -n 4 -t 1"};
+    const char *cmds[] = {
+        "generate -n 4 --temp 0", "logits -p 'Once upon' -o /tmp/skv_nan.f32",
+        "eval --policies sink_recent --keep 0.5 --samples 1 --out /tmp/skv_nan_ev",
+        "bench -p 16 -n 4 -t 1"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "%s %s -m %s 2>&1", test_cli(), cmds[i], path);

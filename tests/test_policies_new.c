@@ -42,20 +42,10 @@ static const char *NEW_POLICIES[] = {"knorm", "keydiff", "tova", "h2o", "adakv"}
 static int n_threads = 2; /* 1 for the long decoding loops (a token is too small to split) */
 
 static skv_context *new_ctx(int capture, bool accumulate) {
-    skv_context_params cp = skv_context_default_params();
-    cp.n_threads = n_threads;
-    cp.capture_window = capture;
+    skv_context *ctx = test_context(model, SKV_TYPE_F32, 0, n_threads, capture);
     skv_err err = {0};
-    skv_context *ctx = skv_context_new(model, &cp, &err);
-    assert_non_null(ctx);
     if (accumulate) assert_int_equal(skv_context_accumulate_attention(ctx, true, &err), SKV_OK);
     return ctx;
-}
-
-static void feed(skv_context *ctx, const int32_t *t, int n, skv_logits_mode mode, float *logits) {
-    skv_err err = {0};
-    skv_status st = skv_forward(ctx, t, n, mode, logits, &err);
-    if (st) fail_msg("forward: %s", err.msg);
 }
 
 static skv_compress_params params_for(const char *policy, double keep, skv_protocol proto,
@@ -222,18 +212,18 @@ static void check_selection(const char *pol, skv_protocol proto, double keep_fra
     if (engine) {
         T_total = T + W;
         ctx = new_ctx(T_total, h2o); /* captures every prompt query */
-        feed(ctx, toks, T_total, SKV_LOGITS_NONE, NULL);
+        test_feed(ctx, toks, T_total, SKV_LOGITS_NONE, NULL);
         qctx = NULL;
     } else {
         T_total = T;
         ctx = new_ctx(0, h2o);
-        feed(ctx, toks, T, SKV_LOGITS_NONE, NULL);
+        test_feed(ctx, toks, T, SKV_LOGITS_NONE, NULL);
         if (h2o) { /* the prefix's own queries */
             qctx = new_ctx(T, false);
-            feed(qctx, toks, T, SKV_LOGITS_NONE, NULL);
+            test_feed(qctx, toks, T, SKV_LOGITS_NONE, NULL);
         } else { /* the window's queries, as the window pass on a copy sees them */
             qctx = new_ctx(W, false);
-            feed(qctx, toks, T + W, SKV_LOGITS_NONE, NULL);
+            test_feed(qctx, toks, T + W, SKV_LOGITS_NONE, NULL);
         }
     }
     inputs in = inputs_take(ctx, qctx ? qctx : ctx);
@@ -324,98 +314,23 @@ static void test_selection_engine(void **state) {
 /* ---- masking equivalence ---------------------------------------------------------------------
  */
 
-typedef struct masked {
-    int T, L, H;
-    bool *kept;
-    int *index, *n_kept;
-    bool rerotate;
-} masked;
-
-static bool mk_visible(int l, int h, int qpos, int kpos, void *u) {
-    const masked *mk = u;
-    if (qpos < mk->T || kpos >= mk->T) return true; /* the prefix was computed dense */
-    return mk->kept[((size_t)l * mk->H + h) * mk->T + kpos];
-}
-
-static void mk_rot(int l, int h, int qpos, int kpos, double *qrot, double *krot, void *u) {
-    const masked *mk = u;
-    if (!mk->rerotate || qpos < mk->T) return;
-    const int shift = mk->T - mk->n_kept[l * mk->H + h];
-    *qrot = qpos - shift;
-    *krot = kpos >= mk->T ? kpos - shift : mk->index[((size_t)l * mk->H + h) * mk->T + kpos];
-}
-
 static void mask_case(const char *pol, skv_protocol proto, double keep, skv_position_mode pm,
                       skv_type kv) {
     const int T = 40, W = 8, N = 6;
     const bool engine = proto == SKV_PROTOCOL_ENGINE;
-    skv_context_params cp = skv_context_default_params();
-    cp.n_threads = 2;
-    cp.kv_type = kv;
-    cp.capture_window = engine ? W : 0;
+    skv_context *ctx = test_context(model, kv, 0, 2, engine ? W : 0);
     skv_err err = {0};
-    skv_context *ctx = skv_context_new(model, &cp, &err);
-    assert_non_null(ctx);
     if (!strcmp(pol, "h2o"))
         assert_int_equal(skv_context_accumulate_attention(ctx, true, &err), SKV_OK);
     const int n_prefill = engine ? T + W : T;
-    feed(ctx, toks, n_prefill, SKV_LOGITS_NONE, NULL);
+    test_feed(ctx, toks, n_prefill, SKV_LOGITS_NONE, NULL);
     skv_compress_params p = params_for(pol, keep, proto, engine ? NULL : toks + T, W);
     p.positions = pm;
     skv_compress_info info;
     compress_ok(ctx, &p, &info);
-    const skv_cache *c = skv_context_cache_const(ctx);
-    masked mk = {n_prefill, L, HKV, NULL, NULL, NULL, pm == SKV_POSITIONS_REROTATE};
-    mk.kept = calloc((size_t)L * HKV * n_prefill, sizeof(bool));
-    mk.index = calloc((size_t)L * HKV * n_prefill, sizeof(int));
-    mk.n_kept = calloc((size_t)L * HKV, sizeof(int));
-    for (int l = 0; l < L; l++)
-        for (int h = 0; h < HKV; h++) {
-            const int len = skv_cache_head_len(c, l, h);
-            const int32_t *pos = skv_cache_head_positions(c, l, h);
-            mk.n_kept[l * HKV + h] = len;
-            for (int j = 0; j < len; j++) {
-                mk.kept[((size_t)l * HKV + h) * n_prefill + pos[j]] = true;
-                mk.index[((size_t)l * HKV + h) * n_prefill + pos[j]] = j;
-            }
-        }
-    int32_t seq[128];
-    int n_seq = n_prefill, rows = 0;
-    memcpy(seq, toks, (size_t)n_prefill * sizeof *seq);
-    float *lf = malloc((size_t)(W + N) * V * sizeof(float));
-    if (!engine) {
-        feed(ctx, toks + T, W, SKV_LOGITS_ALL, lf);
-        memcpy(seq + n_seq, toks + T, (size_t)W * sizeof *seq);
-        n_seq += W;
-        rows = W;
-    }
-    for (int st = 0; st < N; st++) {
-        int32_t t = toks[T + W + st];
-        if (rows) {
-            const float *last = lf + (size_t)(rows - 1) * V;
-            int b = 0;
-            for (int j = 1; j < V; j++)
-                if (last[j] > last[b]) b = j;
-            t = b;
-        }
-        feed(ctx, &t, 1, SKV_LOGITS_LAST, lf + (size_t)rows * V);
-        seq[n_seq++] = t;
-        rows++;
-    }
-    double *ref = malloc((size_t)n_seq * V * sizeof(double));
-    double *dense = malloc((size_t)n_seq * V * sizeof(double));
-    ref_ctl ctl = {mk_visible, mk_rot, &mk};
-    ref_forward_ctl(rmodel, seq, n_seq, ref, &ctl);
-    ref_forward(rmodel, seq, n_seq, dense, NULL, NULL);
-    double worst = 0, effect = 0;
-    for (int r = 0; r < rows; r++) {
-        const double *rr = ref + (size_t)(n_seq - rows + r) * V;
-        const double *dd = dense + (size_t)(n_seq - rows + r) * V;
-        for (int j = 0; j < V; j++) {
-            worst = fmax(worst, fabs(lf[(size_t)r * V + j] - rr[j]));
-            effect = fmax(effect, fabs(rr[j] - dd[j]));
-        }
-    }
+    double effect;
+    const double worst = test_masked_decode(ctx, rmodel, toks, T, W, N, engine,
+                                            pm == SKV_POSITIONS_REROTATE, &effect);
     /* f16 / q8_0 caches round the keys and values: compare to the reference loosely */
     const double tol = kv == SKV_TYPE_F32 ? TOL_LOGITS : kv == SKV_TYPE_F16 ? 0.05 : 0.5;
     if (worst > tol || effect < 50 * TOL_LOGITS)
@@ -425,8 +340,6 @@ static void mask_case(const char *pol, skv_protocol proto, double keep, skv_posi
                  pm == SKV_POSITIONS_REROTATE ? "rerotate" : "original", (int)kv, worst, tol,
                  effect);
     skv_compress_info_free(&info);
-    free(mk.kept), free(mk.index), free(mk.n_kept);
-    free(lf), free(ref), free(dense);
     skv_context_free(ctx);
 }
 
@@ -458,7 +371,7 @@ static void test_kv_types(void **state) {
 static void test_h2o_needs_accumulation(void **state) {
     (void)state;
     skv_context *ctx = new_ctx(0, false);
-    feed(ctx, toks, 20, SKV_LOGITS_NONE, NULL);
+    test_feed(ctx, toks, 20, SKV_LOGITS_NONE, NULL);
     skv_compress_params p = params_for("h2o", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
     skv_compress_info info;
     skv_err err = {0};
@@ -471,8 +384,8 @@ static void test_h2o_needs_accumulation(void **state) {
     /* the sums never change the logits */
     float *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
     skv_context *x = new_ctx(0, false), *y = new_ctx(0, true);
-    feed(x, toks, 30, SKV_LOGITS_LAST, a);
-    feed(y, toks, 30, SKV_LOGITS_LAST, b);
+    test_feed(x, toks, 30, SKV_LOGITS_LAST, a);
+    test_feed(y, toks, 30, SKV_LOGITS_LAST, b);
     assert_memory_equal(a, b, (size_t)V * sizeof *a);
     skv_context_free(x);
     skv_context_free(y);
@@ -508,7 +421,7 @@ static void test_pyramid_clamp(void **state) {
         }
     /* keep 1.0 keeps every entry (engine and seed) */
     skv_context *ctx = new_ctx(8, false);
-    feed(ctx, toks, 48, SKV_LOGITS_NONE, NULL);
+    test_feed(ctx, toks, 48, SKV_LOGITS_NONE, NULL);
     skv_compress_params p = params_for("pyramid", 1.0, SKV_PROTOCOL_ENGINE, NULL, 8);
     skv_compress_info info;
     compress_ok(ctx, &p, &info);
@@ -577,7 +490,7 @@ static void test_registry(void **state) {
     assert_string_equal(skv_policy_canonical("earliest_test"), "earliest_test");
     assert_non_null(strstr(skv_policy_list(), "earliest_test"));
     skv_context *ctx = new_ctx(0, false);
-    feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
+    test_feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
     skv_compress_params p = params_for("earliest_test", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
     skv_compress_info info;
     compress_ok(ctx, &p, &info);
@@ -595,10 +508,7 @@ static void test_registry(void **state) {
 /* ---- decoding-time compression -------------------------------------------------------------- */
 
 static int argmax(const float *x) {
-    int b = 0;
-    for (int j = 1; j < V; j++)
-        if (x[j] > x[b]) b = j;
-    return b;
+    return test_argmaxf(x, V);
 }
 
 static int longest(const skv_context *ctx) {
@@ -627,10 +537,10 @@ static void test_budget_bound(void **state) {
         p.positions = SKV_POSITIONS_REROTATE;
         skv_err err = {0};
         assert_int_equal(skv_context_set_budget(ctx, &p, 96, 32, &err), SKV_OK);
-        feed(ctx, toks, 20, SKV_LOGITS_LAST, lg);
+        test_feed(ctx, toks, 20, SKV_LOGITS_LAST, lg);
         for (int i = 0; i < 900; i++) {
             int32_t t = argmax(lg);
-            feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
+            test_feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
             assert_true(longest(ctx) <= 96 + 32);
         }
         assert_int_equal(skv_context_n_past(ctx), 920);
@@ -653,11 +563,11 @@ static void test_budget_streaming(void **state) {
     skv_err err = {0};
     assert_int_equal(skv_context_set_budget(ctx, &p, 40, 16, &err), SKV_OK);
     float *lg = malloc((size_t)V * sizeof *lg);
-    feed(ctx, toks, 10, SKV_LOGITS_LAST, lg);
+    test_feed(ctx, toks, 10, SKV_LOGITS_LAST, lg);
     int last_cuts = 0;
     for (int i = 0; i < 200; i++) {
         int32_t t = argmax(lg);
-        feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
+        test_feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
         if (skv_context_budget_cuts(ctx) != last_cuts) { /* just cut */
             last_cuts = skv_context_budget_cuts(ctx);
             const int n = skv_context_n_past(ctx);
@@ -674,7 +584,7 @@ static void test_budget_streaming(void **state) {
     assert_true(last_cuts > 0);
     /* original positions: the logical length stops at n_ctx */
     int32_t t = 1;
-    while (skv_context_n_past(ctx) < 512) feed(ctx, &t, 1, SKV_LOGITS_NONE, NULL);
+    while (skv_context_n_past(ctx) < 512) test_feed(ctx, &t, 1, SKV_LOGITS_NONE, NULL);
     assert_int_equal(skv_forward(ctx, &t, 1, SKV_LOGITS_NONE, NULL, &err), SKV_ERR_STATE);
     skv_context_free(ctx);
     /* refused: unknown, not decode-able, bad sizes */
@@ -705,13 +615,13 @@ static void test_budget_dense_identity(void **state) {
         p.positions = SKV_POSITIONS_REROTATE;
         skv_err err = {0};
         assert_int_equal(skv_context_set_budget(bud, &p, 200, 32, &err), SKV_OK);
-        feed(dense, toks, 20, SKV_LOGITS_LAST, a);
-        feed(bud, toks, 20, SKV_LOGITS_LAST, b);
+        test_feed(dense, toks, 20, SKV_LOGITS_LAST, a);
+        test_feed(bud, toks, 20, SKV_LOGITS_LAST, b);
         assert_memory_equal(a, b, (size_t)V * sizeof *a);
         for (int i = 0; i < n_gen; i++) {
             int32_t t = argmax(a);
-            feed(dense, &t, 1, SKV_LOGITS_LAST, a);
-            feed(bud, &t, 1, SKV_LOGITS_LAST, b);
+            test_feed(dense, &t, 1, SKV_LOGITS_LAST, a);
+            test_feed(bud, &t, 1, SKV_LOGITS_LAST, b);
             assert_memory_equal(a, b, (size_t)V * sizeof *a);
         }
         assert_int_equal(skv_context_budget_cuts(bud), 0);

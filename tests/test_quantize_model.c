@@ -53,14 +53,10 @@ static float *logits_of(const char *path, const int32_t *tokens, int n, int *n_v
     if (!m) fprintf(stderr, "%s: %s\n", path, err.msg);
     assert_non_null(m);
     *n_vocab = skv_model_hparams(m)->n_vocab;
-    skv_context_params cp = skv_context_default_params();
-    cp.n_threads = 2;
-    cp.n_ctx = n;
-    skv_context *ctx = skv_context_new(m, &cp, &err);
-    assert_non_null(ctx);
+    skv_context *ctx = test_context(m, SKV_TYPE_F32, n, 2, 0);
     float *lg = malloc(sizeof(float) * (size_t)n * (size_t)*n_vocab);
     assert_non_null(lg);
-    assert_int_equal(skv_forward(ctx, tokens, n, SKV_LOGITS_ALL, lg, &err), SKV_OK);
+    test_feed(ctx, tokens, n, SKV_LOGITS_ALL, lg);
     skv_context_free(ctx);
     skv_model_free(m);
     return lg;
@@ -76,28 +72,21 @@ typedef struct cmp {
 
 #define DECISIVE_MARGIN 0.1
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Float64 log-softmax KL of each row. */
 static cmp compare(const float *ref, const float *q, int n, int nv) {
     cmp c = {0, 0, 0, 0, 0, 0};
     int agree_decisive = 0;
     for (int r = 0; r < n; r++) {
         const float *a = ref + (size_t)r * nv, *b = q + (size_t)r * nv;
-        int top = argmax(a, nv);
+        int top = test_argmaxf(a, nv);
         double second = -INFINITY;
         for (int i = 0; i < nv; i++)
             if (i != top) second = fmax(second, a[i]);
         if (a[top] - second >= DECISIVE_MARGIN) {
             c.n_decisive++;
-            agree_decisive += argmax(b, nv) == top;
+            agree_decisive += test_argmaxf(b, nv) == top;
         }
-        double ma = a[argmax(a, nv)], mb = b[argmax(b, nv)], za = 0, zb = 0;
+        double ma = a[test_argmaxf(a, nv)], mb = b[test_argmaxf(b, nv)], za = 0, zb = 0;
         for (int i = 0; i < nv; i++) {
             za += exp(a[i] - ma);
             zb += exp(b[i] - mb);
@@ -110,7 +99,7 @@ static cmp compare(const float *ref, const float *q, int n, int nv) {
         }
         c.kl_mean += kl / n;
         c.kl_max = fmax(c.kl_max, kl);
-        c.top1 += (argmax(a, nv) == argmax(b, nv)) / (double)n;
+        c.top1 += (test_argmaxf(a, nv) == test_argmaxf(b, nv)) / (double)n;
     }
     c.top1_decisive = c.n_decisive ? (double)agree_decisive / c.n_decisive : 1;
     return c;

@@ -1093,34 +1093,21 @@ static void test_long_text(void **state) {
  * exit status of bad usage. */
 static void test_cli_tokenize(void **state) {
     (void)state;
-    char cmd[2048];
-    int st = -1;
-    snprintf(cmd, sizeof cmd, "%s tokenize --json --vocab-llama2c %s 32000 -p 'Hello world'",
-             test_cli(), test_model_path("llama2-tokenizer/tokenizer.bin"));
-    char *out = test_run(cmd, &st);
-    assert_non_null(out);
-    assert_int_equal(st, 0);
+    char *out = test_cli_expect(0, "tokenize --json --vocab-llama2c %s 32000 -p 'Hello world'",
+                                test_model_path("llama2-tokenizer/tokenizer.bin"));
     assert_string_equal(out, "{\"tokens\":[1,15043,3186],\"pieces\":[\"<s>\",\"" SPACE_MARK
                              "Hello\",\"" SPACE_MARK "world\"]}\n");
     free(out);
 
-    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --no-bos -p 'Once upon'", test_cli(),
-             test_model_path("stories260K/stories260K.gguf"));
-    out = test_run(cmd, &st);
-    assert_non_null(out);
-    assert_int_equal(st, 0);
+    out = test_cli_expect(0, "tokenize -m %s --no-bos -p 'Once upon'",
+                          test_model_path("stories260K/stories260K.gguf"));
     assert_string_equal(out, "403\t\"" SPACE_MARK "Once\"\n407\t\"" SPACE_MARK "upon\"\n");
     free(out);
 
-    snprintf(cmd, sizeof cmd, "%s tokenize -m %s 2>/dev/null", test_cli(),
-             test_model_path("stories260K/stories260K.gguf"));
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 2); /* no text */
+    out = test_cli_expect(2, "tokenize -m %s 2>/dev/null", /* no text */
+                          test_model_path("stories260K/stories260K.gguf"));
     free(out);
-    snprintf(cmd, sizeof cmd, "%s tokenize --vocab-llama2c /nonexistent.bin 0 -p x 2>&1",
-             test_cli());
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 1);
+    out = test_cli_expect(1, "tokenize --vocab-llama2c /nonexistent.bin 0 -p x 2>&1");
     assert_non_null(strstr(out, "sparsekv tokenize: cannot open tokenizer file"));
     free(out);
 }

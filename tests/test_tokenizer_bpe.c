@@ -637,19 +637,13 @@ static void test_eval_messages(void **state) {
 
 static void test_cli_bpe(void **state) {
     (void)state;
-    char cmd[2048];
-    int st = -1;
-    snprintf(cmd, sizeof cmd, "%s tokenize --json --special -m %s -p 'Hi<|eot_id|>'", test_cli(),
-             test_model_path("vocab/ggml-vocab-llama-bpe.gguf"));
-    char *out = test_run(cmd, &st);
-    assert_int_equal(st, 0);
+    char *out = test_cli_expect(0, "tokenize --json --special -m %s -p 'Hi<|eot_id|>'",
+                                test_model_path("vocab/ggml-vocab-llama-bpe.gguf"));
     assert_string_equal(out, "{\"tokens\":[128000,13347,128009],\"pieces\":[\"<|begin_of_text|>"
                              "\",\"Hi\",\"<|eot_id|>\"]}\n");
     free(out);
-    snprintf(cmd, sizeof cmd, "%s tokenize --json -m %s -p ' x'", test_cli(),
-             test_model_path("vocab/ggml-vocab-qwen2.gguf"));
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 0);
+    out = test_cli_expect(0, "tokenize --json -m %s -p ' x'",
+                          test_model_path("vocab/ggml-vocab-qwen2.gguf"));
     assert_string_equal(out, "{\"tokens\":[856],\"pieces\":[\"\xc4\xa0x\"]}\n"); /* no BOS */
     free(out);
     /* a file that is no GGUF: exit 2 with the reason */
@@ -658,9 +652,7 @@ static void test_cli_bpe(void **state) {
     assert_non_null(f);
     fputs("not a gguf file at all", f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p x 2>&1", test_cli(), bad);
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 2);
+    out = test_cli_expect(2, "tokenize -m %s -p x 2>&1", bad);
     assert_non_null(strstr(out, "sparsekv tokenize:"));
     free(out);
     remove(bad);

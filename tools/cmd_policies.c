@@ -44,16 +44,23 @@ static void print_param_text(const skv_policy_param_about *p, int k, void *u) {
             p->help);
 }
 
+/* n JSON members "key": "value" separated by ", " (a NULL value is null). */
+static void json_members(FILE *f, const char *const *keys, const char *const *vals, int n) {
+    for (int k = 0; k < n; k++) {
+        fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
+        if (vals[k])
+            cli_json_string(f, vals[k], strlen(vals[k]));
+        else
+            fprintf(f, "null");
+    }
+}
+
 static void print_param_json(const skv_policy_param_about *p, int k, void *u) {
     FILE *f = u;
-    fprintf(f, "%s{\"name\": ", k ? ", " : "");
-    cli_json_string(f, p->name, strlen(p->name));
-    fprintf(f, ", \"flag\": ");
-    cli_json_string(f, p->flag, strlen(p->flag));
-    fprintf(f, ", \"default\": ");
-    cli_json_string(f, p->def, strlen(p->def));
-    fprintf(f, ", \"range\": ");
-    cli_json_string(f, p->range, strlen(p->range));
+    const char *keys[] = {"name", "flag", "default", "range"};
+    const char *vals[] = {p->name, p->flag, p->def, p->range};
+    fprintf(f, "%s{", k ? ", " : "");
+    json_members(f, keys, vals, 4);
     fprintf(f, "}");
 }
 
@@ -84,13 +91,7 @@ int cmd_policies(int argc, char **argv) {
             const char *keys[] = {"name", "alias", "paper", "rule", "cost", "needs"};
             const char *vals[] = {a.name, a.alias, a.paper, a.rule, a.cost, needs(&a)};
             fprintf(f, "%s\n {", i ? "," : "");
-            for (int k = 0; k < 6; k++) {
-                fprintf(f, "%s\"%s\": ", k ? ", " : "", keys[k]);
-                if (vals[k])
-                    cli_json_string(f, vals[k], strlen(vals[k]));
-                else
-                    fprintf(f, "null");
-            }
+            json_members(f, keys, vals, 6);
             fprintf(f, ", \"decode\": %s, \"builtin\": %s, \"params\": [",
                     a.decode ? "true" : "false", a.builtin ? "true" : "false");
             each_param(a.params, print_param_json, f);

@@ -115,6 +115,21 @@ def _tokens(ids, what="tokens"):
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
+def _sized(call, cap):
+    """libsparsekv's convention for a caller's output buffer: call(cap) fills a buffer of cap
+    items and returns (n, buffer) where n >= 0 is the count written, n < 0 asks for a capacity
+    of -n and INT_MIN is a failure. Tries cap, then once the capacity asked for. Returns
+    buffer[:n], or None when the call failed."""
+    for _ in range(2):
+        n, buf = call(cap)
+        if n >= 0:
+            return buf[:n]
+        if n == L.INT_MIN:
+            break
+        cap = -n
+    return None
+
+
 def _i32p(a):
     return a.ctypes.data_as(L.P_i32)
 
@@ -242,8 +257,7 @@ class Model:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         if special and not L.have("skv_tokenize_ex"):
             raise UnsupportedError("this libsparsekv cannot parse special tokens", 4)
-        cap = len(data) + 4
-        for _ in range(2):
+        def call(cap):
             out = np.empty(max(cap, 1), dtype=np.int32)
             if special:
                 # BOS by hand, so that bos means the same with and without special
@@ -256,12 +270,12 @@ class Model:
                     n -= 1
             else:
                 n = _lib.skv_tokenize(self._vocab, data, len(data), bool(bos), _i32p(out), cap)
-            if n >= 0:
-                return out[:n].copy()
-            if n == L.INT_MIN:
-                break
-            cap = -n
-        raise Error("could not tokenize the text (out of memory or invalid arguments)")
+            return n, out
+
+        ids = _sized(call, len(data) + 4)
+        if ids is None:
+            raise Error("could not tokenize the text (out of memory or invalid arguments)")
+        return ids.copy()
 
     def detokenize(self, ids, strip_leading_space=False):
         """Text of token ids (BOS/EOS give nothing; the space SentencePiece puts before the
@@ -271,30 +285,29 @@ class Model:
     def detokenize_bytes(self, ids, strip_leading_space=False):
         self._p()
         a = self._check_ids(ids)
-        cap = 16 * len(a) + 16
-        for _ in range(2):
+        def call(cap):
             buf = ctypes.create_string_buffer(cap)
             n = _lib.skv_detokenize(self._vocab, _i32p(a), len(a), bool(strip_leading_space),
                                     buf, cap)
-            if n >= 0:
-                return buf.raw[:n]
-            if n == L.INT_MIN:
-                break
-            cap = -n
-        raise _bad_arg("could not detokenize: invalid token ids")
+            return n, buf.raw
+
+        text = _sized(call, 16 * len(a) + 16)
+        if text is None:
+            raise _bad_arg("could not detokenize: invalid token ids")
+        return text
 
     def token_to_piece(self, token, prev=-1):
         """Bytes of one token as it appears in generated text after token prev."""
         self._p()
         self._check_ids([token])
-        buf = ctypes.create_string_buffer(64)
-        n = _lib.skv_token_to_piece(self._vocab, int(prev), int(token), buf, 64)
-        if n < 0 and n != L.INT_MIN:
-            buf = ctypes.create_string_buffer(-n)
-            n = _lib.skv_token_to_piece(self._vocab, int(prev), int(token), buf, -n)
-        if n < 0:
+        def call(cap):
+            buf = ctypes.create_string_buffer(cap)
+            return _lib.skv_token_to_piece(self._vocab, int(prev), int(token), buf, cap), buf.raw
+
+        piece = _sized(call, 64)
+        if piece is None:
             raise _bad_arg("could not decode token %d" % token)
-        return buf.raw[:n]
+        return piece
 
     def piece(self, token):
         """The raw vocabulary piece of a token (with U+2581 for spaces)."""

@@ -199,41 +199,29 @@ static skv_status cut(skv_context *ctx, skv_err *err) {
     const size_t rows = pol->shared ? 1 : (size_t)L * H;
     double *scores = malloc(rows * (size_t)n * sizeof *scores);
     const float **queries = calloc((size_t)L, sizeof *queries);
-    const double **sums = calloc((size_t)L * H, sizeof *sums);
     int32_t *idx = malloc((size_t)n * sizeof *idx), *pos = malloc((size_t)n * sizeof *pos);
     skv_rank *rank = malloc((size_t)n * sizeof *rank);
     skv_status st = SKV_OK;
-    if (!scores || !queries || !sums || !idx || !pos || !rank) {
+    if (!scores || !queries || !idx || !pos || !rank) {
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a budget cut of %d entries", n);
         goto done;
     }
     for (int l = 0; l < L; l++)
         queries[l] = ps->qring + (size_t)l * hp->n_head * ps->qw * hp->head_dim;
-    if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
-        st = skv_h2o_rows(ctx, sums, err);
-        if (st) goto done;
-    }
-    skv_score_job job = {
-        .n_layer = L,
-        .n_head_kv = H,
-        .n_head = hp->n_head,
-        .head_dim = hp->head_dim,
-        .T = T,
-        .T_total = n,
-        .keep = ps->max_entries,
-        .params = &ps->params,
-        .cache = c,
-        .queries = queries,
-        .q_n = ps->qw,
-        .q_off = ps->qw - W,
-        .W = W,
-        .attn_sum = (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) ? sums : NULL,
-        .pool = ctx->pool,
-        .ext = pol->ext,
-    };
-    st = pol->score(&job, scores, n, err);
+    st = skv_policy_score_cache(ctx, pol,
+                                (skv_score_job){
+                                    .T = T,
+                                    .T_total = n,
+                                    .keep = ps->max_entries,
+                                    .params = &ps->params,
+                                    .cache = c,
+                                    .queries = queries,
+                                    .q_n = ps->qw,
+                                    .q_off = ps->qw - W,
+                                    .W = W,
+                                },
+                                scores, err);
     if (st) goto done;
-    for (size_t r = 0; r < rows; r++) skv_force_last(scores + r * (size_t)n, n, W);
     for (int l = 0; l < L && !st; l++) {
         for (int h = 0; h < H && !st; h++) {
             const size_t i = (size_t)l * H + (size_t)h;
@@ -250,7 +238,6 @@ static skv_status cut(skv_context *ctx, skv_err *err) {
 done:
     free(scores);
     free(queries);
-    free(sums);
     free(idx);
     free(pos);
     free(rank);

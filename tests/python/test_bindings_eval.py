@@ -12,10 +12,7 @@ import pytest
 
 import sparsekv
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODELS = os.environ.get("SKV_MODELS") or os.path.join(os.path.dirname(REPO), "shared", "models")
-CLI = os.environ.get("SKV_CLI") or os.path.join(REPO, "build", "sparsekv")
-STORIES = os.path.join(MODELS, "stories260K", "stories260K.gguf")
+from skvtest import CLI, MODELS, STORIES
 
 TEXT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
         "park with her friends. One day, she saw a big red ball under a tree. She ran to the "
