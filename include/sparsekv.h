@@ -450,7 +450,10 @@ SKV_API const skv_policy_param_about *skv_policy_param_at(int i);
  * the engine window and budgets are the library's (top-keep, ties toward the higher position).
  * keys: [n, head_dim] post-RoPE keys of the n scored positions (float copies); queries: the
  * window's post-RoPE queries of the group's query heads, row (i, w) at
- * queries + i * query_head_stride + w * head_dim (NULL when the policy needs no window). */
+ * queries + i * query_head_stride + w * head_dim (NULL when the policy needs no window).
+ * The score function is called once per (layer, kv head), from the context's worker threads,
+ * several at once: it must be safe to call concurrently (user state shared between calls needs
+ * atomics or a lock). */
 typedef struct skv_policy_head {
     int layer, kv_head, head_dim;
     int n; /* positions scored: score[0..n) */

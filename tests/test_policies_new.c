@@ -435,8 +435,8 @@ static void test_pyramid_clamp(void **state) {
 /* An outside policy: keeps the earliest positions (score -position). */
 static skv_status earliest(void *user, const skv_policy_head *hd, double *score, skv_err *err) {
     (void)err;
-    int *calls = user;
-    (*calls)++;
+    int *calls = user; /* called from several worker threads at once */
+    __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED);
     assert_non_null(hd->keys);
     assert_true(hd->head_dim == HD);
     for (int i = 0; i < hd->n; i++) score[i] = -(double)i;
