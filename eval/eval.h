@@ -225,7 +225,17 @@ skv_status skv_eval_task_dataset(const skv_vocab *vocab, skv_eval_task_kind kind
  * Runner
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum skv_eval_task { SKV_EVAL_LM = 0, SKV_EVAL_PASSKEY = 1 } skv_eval_task;
+/* lm: KL against the full cache; the others are retrieval tasks scored by exact match (passkey:
+ * eval/passkey.c; kv and multikey: eval/tasks.c). */
+typedef enum skv_eval_task {
+    SKV_EVAL_LM = 0,
+    SKV_EVAL_PASSKEY = 1,
+    SKV_EVAL_KV = 2,
+    SKV_EVAL_MULTIKEY = 3,
+} skv_eval_task;
+/* "lm", "passkey", "kv", "multikey"; and back (false for any other name). */
+const char *skv_eval_task_name(skv_eval_task task);
+bool skv_eval_task_from_name(const char *name, skv_eval_task *out);
 
 /* One configuration: everything that changes the compressed cache. */
 typedef struct skv_eval_config {

@@ -41,11 +41,34 @@ static void ws(FILE *f, const char *k, const char *s) {
     skv_json_write_string(f, s ? s : "", s ? strlen(s) : 0);
 }
 
+const char *skv_eval_task_name(skv_eval_task task) {
+    switch (task) {
+    case SKV_EVAL_LM:
+        return "lm";
+    case SKV_EVAL_PASSKEY:
+        return "passkey";
+    case SKV_EVAL_KV:
+        return "kv";
+    case SKV_EVAL_MULTIKEY:
+        return "multikey";
+    }
+    return "?";
+}
+
+bool skv_eval_task_from_name(const char *name, skv_eval_task *out) {
+    for (int t = SKV_EVAL_LM; t <= SKV_EVAL_MULTIKEY; t++)
+        if (name && !strcmp(name, skv_eval_task_name((skv_eval_task)t))) {
+            *out = (skv_eval_task)t;
+            return true;
+        }
+    return false;
+}
+
 void skv_eval_write_result(FILE *f, const skv_eval_settings *st, const skv_eval_result *r) {
     const skv_eval_sample *s = r->sample;
     const skv_eval_config *c = r->cfg;
     bool lm = st->task == SKV_EVAL_LM;
-    fprintf(f, "{\"task\":\"%s\"", lm ? "lm" : "passkey");
+    fprintf(f, "{\"task\":\"%s\"", skv_eval_task_name(st->task));
     wi(f, "sample", s->index);
     wi(f, "line", s->line);
     wi(f, "depth_index", s->depth_index);
@@ -226,8 +249,7 @@ static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **fie
         }                                                                                          \
     } while (0)
     NEED(o->type == SKV_JSON_OBJECT, "(an object)");
-    NEED((s = get_str(o, "task", &len)) && (!strcmp(s, "lm") || !strcmp(s, "passkey")), "task");
-    row->task = !strcmp(s, "lm") ? SKV_EVAL_LM : SKV_EVAL_PASSKEY;
+    NEED((s = get_str(o, "task", &len)) && skv_eval_task_from_name(s, &row->task), "task");
     NEED(skv_json_get_int(o, "sample", &l) && l >= 0 && l < (1L << 30), "sample");
     row->sample = (int)l;
     NEED(skv_json_get_int(o, "config", &l) && l >= 0 && l < (1L << 30), "config");
@@ -405,8 +427,9 @@ skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err) {
         const skv_eval_row *r = &rows->rows[i];
         if (r->task != rows->rows[0].task)
             return skv_err_set(err, SKV_ERR_FORMAT,
-                               "%s and %s hold results of different tasks (lm and passkey)",
-                               rows->rows[0].file, r->file);
+                               "%s and %s hold results of different tasks (%s and %s)",
+                               rows->rows[0].file, r->file, skv_eval_task_name(rows->rows[0].task),
+                               skv_eval_task_name(r->task));
         if (i > 0 && row_cmp(r, r - 1) == 0)
             return skv_err_set(err, SKV_ERR_FORMAT,
                                "sample %d (depth %d) config %d appears twice (in %s and %s): "
@@ -642,7 +665,7 @@ static void cnum(FILE *f, double x) {
 static void write_csv_row(FILE *f, const group *g, const gstats *s) {
     const skv_eval_row *p = g->proto;
     bool lm = p->task == SKV_EVAL_LM;
-    fputs(lm ? "lm" : "passkey", f);
+    fputs(skv_eval_task_name(p->task), f);
     const char *names[3] = {p->protocol, p->positions, p->policy};
     for (int k = 0; k < 3; k++) {
         fputc(',', f);
@@ -1230,8 +1253,7 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
                      "Greedy decoding: tokens until the first divergence (mean over samples, "
                      "95% CI)",
                      "2:12:13:14", 3, 12}},
-      defs_pk[1] = {{"passkey_vs_keep", "pass key retrieval accuracy",
-                     "Passkey accuracy (mean over depths)", "2:3", 4, 3}};
+      defs_pk[1] = {{"passkey_vs_keep", "exact-match accuracy", NULL, "2:3", 4, 3}};
     int n_plots = lm ? 4 : 1;
     for (int pl = 0; pl < n_plots; pl++) {
         const struct plotdef *d = lm ? &defs_lm[pl] : &defs_pk[pl];
@@ -1328,7 +1350,12 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
                         "set terminal svg size %d,%d dynamic noenhanced font 'Sans,11'\n"
                         "set output '%s.svg'.out_suffix\n",
                         width, height, d->name);
-            fprintf(f, "set multiplot title '%s'\n", d->title);
+            if (d->title)
+                fprintf(f, "set multiplot title '%s'\n", d->title);
+            else /* the retrieval tasks share one figure: name the task that ran */
+                fprintf(f,
+                        "set multiplot title '%s task: exact-match accuracy (mean over depths)'\n",
+                        skv_eval_task_name(rows->rows[0].task));
             for (int pn = 0; pn < n_panels; pn++) {
                 int m = panel_modes[pn];
                 fputs(axes, f);

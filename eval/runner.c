@@ -227,7 +227,7 @@ static skv_status ref_build(run *r, skv_protocol proto, ref *f, skv_err *err) {
     s = greedy(r, g, proto, f->last, NULL, f->greedy, &n, err);
     skv_context_free(g);
     if (s) return s;
-    if (st->task == SKV_EVAL_PASSKEY) {
+    if (st->task != SKV_EVAL_LM) {
         f->text = detok(r->model, f->greedy, r->G);
         if (!f->text) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         f->correct =
@@ -345,7 +345,7 @@ skv_status skv_eval_run_sample_from(const skv_model *model, const skv_eval_sampl
     r.C = st->task == SKV_EVAL_LM ? s->n_cont : 0;
     r.G = st->greedy;
     if (r.T < 1 || r.W < 1 || (st->task == SKV_EVAL_LM && r.C < 1) ||
-        (st->task == SKV_EVAL_PASSKEY && r.G < 1) || r.G < 0)
+        (st->task != SKV_EVAL_LM && r.G < 1) || r.G < 0)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "sample %d: prefix %d, window %d, continuation %d, greedy %d tokens "
                            "cannot be evaluated",

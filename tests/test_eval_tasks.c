@@ -223,11 +223,49 @@ static void test_datasets(void **state) {
     skv_vocab_free(v);
 }
 
+/* Rows, summary, run.json and the figure name the task that ran (they used to say "passkey"
+ * for kv and multikey), and eval-merge reads them back. */
+static void test_results_name_the_task(void **state) {
+    (void)state;
+    const char *tasks[] = {"kv", "multikey"};
+    for (int t = 0; t < 2; t++) {
+        char dir[256], merged[300], cmd[4096];
+        snprintf(dir, sizeof dir, "%s", test_tmp_path(".d"));
+        snprintf(merged, sizeof merged, "%s.m", dir);
+        snprintf(cmd, sizeof cmd,
+                 "%s eval -m models/retrieval.gguf --task %s --samples 1 --depths 0.5 "
+                 "--policies sink_recent --keep 0.25 --out %s --quiet >/dev/null 2>&1 && "
+                 "%s eval-merge %s --out %s >/dev/null 2>&1 && "
+                 "head -c 40 %s/results.jsonl && echo && sed -n 2p %s/summary.csv && "
+                 "sed -n 2p %s/summary.csv && grep -c '\"task\":\"%s\"' %s/run.json && "
+                 "grep -m1 'multiplot title' %s/plots.gp",
+                 test_cli(), tasks[t], dir, test_cli(), dir, merged, dir, dir, merged, tasks[t],
+                 dir, dir);
+        int status = -1;
+        char *out = test_run(cmd, &status);
+        assert_int_equal(status, 0);
+        char want[64];
+        snprintf(want, sizeof want, "{\"task\":\"%s\"", tasks[t]);
+        assert_non_null(strstr(out, want));
+        snprintf(want, sizeof want, "\n%s,seed,original,sink_recent,", tasks[t]);
+        const char *first = strstr(out, want);
+        assert_non_null(first);
+        assert_non_null(strstr(first + 1, want)); /* the merged summary too */
+        snprintf(want, sizeof want, "'%s task: exact-match accuracy", tasks[t]);
+        assert_non_null(strstr(out, want));
+        assert_null(strstr(out, "passkey"));
+        free(out);
+        snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, merged);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_prompt),
         cmocka_unit_test(test_multikey_prompt),
         cmocka_unit_test(test_datasets),
+        cmocka_unit_test(test_results_name_the_task),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -719,7 +719,10 @@ static int eval_main(int argc, char **argv) {
         cli_error(CMD, "--task passkey makes its own prompts: drop --data");
         return 2;
     }
-    st.task = passkey ? SKV_EVAL_PASSKEY : SKV_EVAL_LM;
+    st.task = !passkey                         ? SKV_EVAL_LM
+              : task_kind == SKV_TASK_KV       ? SKV_EVAL_KV
+              : task_kind == SKV_TASK_MULTIKEY ? SKV_EVAL_MULTIKEY
+                                               : SKV_EVAL_PASSKEY;
     st.greedy = (int)greedy;
     st.sinks = (int)sinks;
     st.kernel = (int)kernel;
@@ -937,10 +940,7 @@ static int eval_main(int argc, char **argv) {
             snprintf(poss + l, sizeof poss - l, "%s%s", i ? "," : "",
                      positions[i] == SKV_POSITIONS_REROTATE ? "rerotate" : "original");
         }
-        const char *task_s = !passkey                         ? "lm"
-                             : task_kind == SKV_TASK_KV       ? "kv"
-                             : task_kind == SKV_TASK_MULTIKEY ? "multikey"
-                                                              : "passkey";
+        const char *task_s = skv_eval_task_name(st.task);
         char prefix_s[64];
         if (split.prefix == 0)
             snprintf(prefix_s, sizeof prefix_s, "rest");
