@@ -266,3 +266,19 @@ char *test_cli_expect(int want_status, const char *fmt, ...) {
     assert_int_equal(st, want_status);
     return out;
 }
+
+int test_cli_stderr(const char *args, char **err_out) {
+    char cmd[16384];
+    char errpath[4096];
+    snprintf(errpath, sizeof errpath, "%s", test_tmp_path(".err"));
+    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s'", test_cli(), args, errpath);
+    int st = -1;
+    free(test_run(cmd, &st));
+    char *e = test_read_file(errpath, NULL);
+    unlink(errpath);
+    if (err_out)
+        *err_out = e ? e : strdup("");
+    else
+        free(e);
+    return st;
+}

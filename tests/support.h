@@ -22,6 +22,9 @@ const char *test_cli(void);
 char *test_run(const char *cmd, int *status);
 /* The CLI ($SKV_CLI) with the printf-style arguments fmt..., run through test_run: asserts its
  * exit status is want_status and returns its stdout (the caller frees). */
+/* Runs the CLI with args (shell words), stdout discarded; returns the exit status and, when
+ * err_out, its stderr as a malloc'd string (never NULL). */
+int test_cli_stderr(const char *args, char **err_out);
 char *test_cli_expect(int want_status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- models, contexts and logits (a failure fails the calling cmocka test) ---------------- */

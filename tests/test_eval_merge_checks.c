@@ -21,21 +21,6 @@
 
 static char root[4096], s0[4200], s1[4200];
 
-static int run_cli(const char *args, char **err_out) {
-    char cmd[16384], errpath[4096];
-    snprintf(errpath, sizeof errpath, "%s", test_tmp_path(".err"));
-    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s'", test_cli(), args, errpath);
-    int st = -1;
-    free(test_run(cmd, &st));
-    char *e = test_read_file(errpath, NULL);
-    unlink(errpath);
-    if (err_out)
-        *err_out = e ? e : strdup("");
-    else
-        free(e);
-    return st;
-}
-
 static void sh(const char *fmt, ...) {
     char cmd[16384];
     va_list ap;
@@ -52,7 +37,7 @@ static void shard(const char *dir, const char *model, int k, const char *extra) 
     char *err = NULL;
     snprintf(args, sizeof args, "eval -m '%s' " ARGS " --shard %d/2 %s --out '%s'", model, k, extra,
              dir);
-    int st = run_cli(args, &err);
+    int st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("eval shard %d failed (%d): %s", k, st, err);
     free(err);
 }
@@ -83,7 +68,7 @@ static void refused(const char *inputs, const char *shard_name, const char *fiel
     char args[16384];
     char *err = NULL;
     snprintf(args, sizeof args, "eval-merge %s --out '%s/merged' -q", inputs, root);
-    int st = run_cli(args, &err);
+    int st = test_cli_stderr(args, &err);
     char want[256];
     snprintf(want, sizeof want, "field '%s'", field);
     if (st != 2 || !strstr(err, want) || !strstr(err, shard_name))
@@ -119,7 +104,7 @@ static void test_merge_checks(void **state) {
 
     /* the whole set merges; run.json says complete, nothing missing */
     snprintf(args, sizeof args, "eval-merge '%s' '%s' --out '%s/all' -q", s1, s0, root);
-    int st = run_cli(args, &err);
+    int st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("merge failed (%d): %s", st, err);
     free(err);
     char p[4400];
@@ -199,7 +184,7 @@ static void test_merge_checks(void **state) {
         fputs(bad[i], f);
         fclose(f);
         snprintf(args, sizeof args, "eval-merge '%s' '%s' --out '%s/merged' -q", s0, d, root);
-        st = run_cli(args, &err);
+        st = test_cli_stderr(args, &err);
         if (st != 2 || !strstr(err, d) || !strstr(err, "run.json"))
             fail_msg("run.json '%s': exit %d, stderr:\n%s", bad[i], st, err);
         free(err);
@@ -224,7 +209,7 @@ static void test_merge_checks(void **state) {
 
     /* --allow-partial: merged, loudly, and recorded in run.json */
     snprintf(args, sizeof args, "eval-merge '%s' --allow-partial --out '%s/part' -q", s0, root);
-    st = run_cli(args, &err);
+    st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("partial merge failed (%d): %s", st, err);
     assert_non_null(strstr(err, "PARTIAL MERGE"));
     assert_non_null(strstr(err, "shard 1/2 missing"));
@@ -242,7 +227,7 @@ static void test_merge_checks(void **state) {
     d = edited("e_unfinished", "\"complete\":true", "\"complete\":false");
     snprintf(args, sizeof args, "eval-merge '%s' '%s' --allow-partial --out '%s/part2' -q", s0, d,
              root);
-    st = run_cli(args, &err);
+    st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("partial merge failed (%d): %s", st, err);
     assert_non_null(strstr(err, "unfinished"));
     free(err);

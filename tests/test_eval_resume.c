@@ -28,23 +28,6 @@ static const char *model(void) {
     return test_model_path("stories260K/stories260K.gguf");
 }
 
-static int run_cli(const char *args, char **err_out) {
-    char cmd[16384];
-    const char *errf = test_tmp_path(".err");
-    char errpath[4096];
-    snprintf(errpath, sizeof errpath, "%s", errf);
-    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>'%s'", test_cli(), args, errpath);
-    int st = -1;
-    free(test_run(cmd, &st));
-    char *e = test_read_file(errpath, NULL);
-    unlink(errpath);
-    if (err_out)
-        *err_out = e ? e : strdup("");
-    else
-        free(e);
-    return st;
-}
-
 static char *file_in(const char *dir, const char *name) {
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -109,7 +92,7 @@ static void test_kill_and_resume(void **state) {
     snprintf(cut, sizeof cut, "%s", test_tmp_path("_cut"));
     char *err = NULL;
     snprintf(args, sizeof args, "eval -m '%s' " ARGS " --out '%s'", model(), full);
-    int st = run_cli(args, &err);
+    int st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("eval failed (%d): %s", st, err);
     free(err);
     char *want = file_in(full, "summary.csv");
@@ -137,7 +120,7 @@ static void test_kill_and_resume(void **state) {
 
     /* the same directory without --resume: refused, naming the directory and the flag */
     snprintf(args, sizeof args, "eval -m '%s' " ARGS " --out '%s'", model(), cut);
-    assert_int_equal(run_cli(args, &err), 2);
+    assert_int_equal(test_cli_stderr(args, &err), 2);
     assert_non_null(strstr(err, cut));
     assert_non_null(strstr(err, "--overwrite"));
     free(err);
@@ -145,7 +128,7 @@ static void test_kill_and_resume(void **state) {
     /* resuming with other arguments: refused, naming the field */
     snprintf(args, sizeof args, "eval -m '%s' " ARGS " --continuation 32 --resume '%s'", model(),
              cut);
-    assert_int_equal(run_cli(args, &err), 2);
+    assert_int_equal(test_cli_stderr(args, &err), 2);
     assert_non_null(strstr(err, "field 'continuation'"));
     free(err);
 
@@ -155,7 +138,7 @@ static void test_kill_and_resume(void **state) {
     snprintf(blocker, sizeof blocker, "%s/run.json.tmp", cut);
     assert_int_equal(mkdir(blocker, 0777), 0);
     snprintf(args, sizeof args, "eval --resume '%s'", cut);
-    assert_int_equal(run_cli(args, &err), 1);
+    assert_int_equal(test_cli_stderr(args, &err), 1);
     assert_non_null(strstr(err, "run.json"));
     assert_non_null(strstr(err, "Is a directory"));
     free(err);
@@ -170,7 +153,7 @@ static void test_kill_and_resume(void **state) {
 
     /* --resume DIR alone: the recorded arguments; the summary is the uninterrupted run's */
     snprintf(args, sizeof args, "eval --resume '%s'", cut);
-    st = run_cli(args, &err);
+    st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("eval --resume failed (%d): %s", st, err);
     assert_non_null(strstr(err, "dropped a partial last line"));
     free(err);
@@ -203,7 +186,7 @@ static void test_kill_and_resume(void **state) {
     fclose(f);
     free(rows);
     snprintf(args, sizeof args, "eval -m '%s' " ARGS " --resume '%s'", model(), cut);
-    st = run_cli(args, &err);
+    st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("eval --resume with arguments failed (%d): %s", st, err);
     free(err);
     got = file_in(cut, "summary.csv");
@@ -232,7 +215,7 @@ static void test_overwrite(void **state) {
     char *err = NULL;
     snprintf(args, sizeof args,
              "eval -m '%s' -t 1 -q --samples 1 --policies sink_recent --out '%s'", model(), d);
-    assert_int_equal(run_cli(args, &err), 2);
+    assert_int_equal(test_cli_stderr(args, &err), 2);
     assert_non_null(strstr(err, d));
     assert_non_null(strstr(err, "--overwrite"));
     free(err);
@@ -244,7 +227,7 @@ static void test_overwrite(void **state) {
              "eval -m '%s' -t 1 -q --samples 1 --policies sink_recent --greedy 4 --overwrite "
              "--out '%s'",
              model(), d);
-    int st = run_cli(args, &err);
+    int st = test_cli_stderr(args, &err);
     if (st != 0) fail_msg("eval --overwrite failed (%d): %s", st, err);
     free(err);
     s = file_in(d, "summary.csv");
@@ -253,11 +236,11 @@ static void test_overwrite(void **state) {
     assert_int_equal(access(p, F_OK), -1);
     /* --resume with --overwrite is refused */
     snprintf(args, sizeof args, "eval --resume '%s' --overwrite", d);
-    assert_int_equal(run_cli(args, &err), 2);
+    assert_int_equal(test_cli_stderr(args, &err), 2);
     free(err);
     /* --resume of a directory that holds no run */
     snprintf(args, sizeof args, "eval --resume '%s/nope'", d);
-    assert_int_equal(run_cli(args, &err), 2);
+    assert_int_equal(test_cli_stderr(args, &err), 2);
     assert_non_null(strstr(err, "cannot resume"));
     free(err);
     rm_rf(d);
