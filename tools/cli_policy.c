@@ -63,7 +63,8 @@ void cli_policy_budget_usage(FILE *f) {
 void cli_policy_usage(FILE *f) {
     fprintf(f,
             "compression (`sparsekv policies` describes each policy):\n"
-            "  --policy P          %s\n",
+            "  --policy P          %s\n"
+            "                      (also --policies, --protocols, --pooling: eval's spellings)\n",
             cli_policy_names());
     fprintf(f,
             "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
@@ -88,14 +89,26 @@ void cli_policy_usage(FILE *f) {
             window_policy_names());
 }
 
-/* The value after flag argv[*i]; NULL after a message when it is missing. */
-static const char *flag_value(const char *cmd, int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        cli_error(cmd, "%s needs a value", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
+const cli_opt cli_policy_options[] = {
+    {"policy", CLI_POLICY_POLICY, true, "policies", false},
+    {"keep", CLI_POLICY_KEEP, true, NULL, false},
+    {"window", CLI_POLICY_WINDOW, true, NULL, false},
+    {"window-text", CLI_POLICY_WINDOW_TEXT, true, NULL, false},
+    {"protocol", CLI_POLICY_PROTOCOL, true, "protocols", false},
+    {"seed", CLI_POLICY_SEED, true, NULL, false},
+    {"sinks", CLI_POLICY_SINKS, true, NULL, false},
+    {"pool", CLI_POLICY_POOL, true, "pooling", false},
+    {"kernel", CLI_POLICY_KERNEL, true, NULL, false},
+    {"window-keep", CLI_POLICY_WINDOW_KEEP, true, NULL, false},
+    {"positions", CLI_POLICY_POSITIONS, true, NULL, false},
+    {0},
+};
+
+const cli_opt cli_policy_budget_options[] = {
+    {"max-cache", CLI_POLICY_MAX_CACHE, true, "budget", false},
+    {"compress-every", CLI_POLICY_COMPRESS_EVERY, true, NULL, false},
+    {0},
+};
 
 static int parse_int_flag(const char *cmd, const char *flag, const char *v, long lo, long hi,
                           int *out) {
@@ -108,71 +121,82 @@ static int parse_int_flag(const char *cmd, const char *flag, const char *v, long
     return 1;
 }
 
-int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    static const char *const flags[] = {
-        "--policy", "--keep", "--window", "--window-text", "--protocol", "--seed",
-        "--sinks",  "--pool", "--kernel", "--window-keep", "--positions"};
-    bool known = false;
-    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(a, flags[k]);
-    if (o->budget_flags && (!strcmp(a, "--max-cache") || !strcmp(a, "--compress-every"))) {
-        const char *bv = flag_value(cmd, argc, argv, i);
-        if (!bv) return -1;
-        return parse_int_flag(cmd, a, bv, 1, 1L << 30,
-                              !strcmp(a, "--max-cache") ? &o->max_cache : &o->compress_every);
-    }
-    if (!known) return 0;
-    const char *v = flag_value(cmd, argc, argv, i);
-    if (!v) return -1;
+/* One value of a single-valued option that eval spells as a list ("--policies a,b"). */
+static bool one_value(const char *cmd, const char *flag, const char *v) {
+    if (!strchr(v, ',')) return true;
+    cli_error(cmd, "%s takes one value here, got the list '%s' (`sparsekv eval` compares several)",
+              flag, v);
+    return false;
+}
+
+int cli_policy_take(cli_policy_opts *o, const cli_args *args, int key, const char *v) {
+    const char *cmd = args->cmd;
+    const char *a = cli_args_spelling(args);
     skv_compress_params *p = &o->params;
-    if (!strcmp(a, "--policy")) {
+    switch (key) {
+    case CLI_POLICY_MAX_CACHE:
+        return parse_int_flag(cmd, a, v, 1, 1L << 30, &o->max_cache);
+    case CLI_POLICY_COMPRESS_EVERY:
+        return parse_int_flag(cmd, a, v, 1, 1L << 30, &o->compress_every);
+    case CLI_POLICY_POLICY:
+        if (!one_value(cmd, a, v)) return -1;
         if (!skv_policy_canonical(v)) {
             cli_error(cmd, "unknown policy '%s' (valid: %s)", v, cli_policy_names());
             return -1;
         }
         p->policy = v;
-    } else if (!strcmp(a, "--keep")) {
+        return 1;
+    case CLI_POLICY_KEEP: {
         double f;
+        if (!one_value(cmd, a, v)) return -1;
         if (!cli_parse_double(v, -INFINITY, INFINITY, &f) || !(f > 0.0 && f <= 1.0)) {
             cli_error(cmd, "--keep must be a fraction in (0, 1], got '%s'", v);
             return -1;
         }
         p->keep_frac = f;
         o->keep_given = true;
-    } else if (!strcmp(a, "--window")) {
+        return 1;
+    }
+    case CLI_POLICY_WINDOW:
         return parse_int_flag(cmd, a, v, 0, 1L << 30, &o->window_n);
-    } else if (!strcmp(a, "--window-text")) {
+    case CLI_POLICY_WINDOW_TEXT:
         o->window_text = v;
-    } else if (!strcmp(a, "--protocol")) {
+        return 1;
+    case CLI_POLICY_PROTOCOL:
+        if (!one_value(cmd, a, v)) return -1;
         if (!strcmp(v, "seed")) {
             p->protocol = SKV_PROTOCOL_SEED;
         } else if (!strcmp(v, "engine")) {
             p->protocol = SKV_PROTOCOL_ENGINE;
         } else {
-            cli_error(cmd, "--protocol must be seed or engine, got '%s'", v);
+            cli_error(cmd, "%s must be seed or engine, got '%s'", a, v);
             return -1;
         }
-    } else if (!strcmp(a, "--seed")) {
+        return 1;
+    case CLI_POLICY_SEED:
         if (!cli_parse_u64(v, &p->seed)) {
             cli_error(cmd, "--seed must be an unsigned 64-bit integer, got '%s'", v);
             return -1;
         }
-    } else if (!strcmp(a, "--sinks")) {
+        return 1;
+    case CLI_POLICY_SINKS:
         return parse_int_flag(cmd, a, v, 0, 1L << 30, &p->sinks);
-    } else if (!strcmp(a, "--pool")) {
+    case CLI_POLICY_POOL:
         if (!strcmp(v, "max")) {
             p->pooling = SKV_POOL_MAX;
         } else if (!strcmp(v, "avg")) {
             p->pooling = SKV_POOL_AVG;
         } else {
-            cli_error(cmd, "--pool must be max or avg, got '%s'", v);
+            cli_error(cmd, "%s must be max or avg, got '%s'", a, v);
             return -1;
         }
-    } else if (!strcmp(a, "--kernel")) {
+        return 1;
+    case CLI_POLICY_KERNEL:
         return parse_int_flag(cmd, a, v, 1, 65536, &p->kernel);
-    } else if (!strcmp(a, "--window-keep")) {
+    case CLI_POLICY_WINDOW_KEEP:
         return parse_int_flag(cmd, a, v, 0, 1L << 30, &p->window_keep);
-    } else { /* --positions */
+    case CLI_POLICY_POSITIONS:
+        if (!one_value(cmd, a, v)) return -1;
         if (!strcmp(v, "original")) {
             p->positions = SKV_POSITIONS_ORIGINAL;
         } else if (!strcmp(v, "rerotate")) {
@@ -181,22 +205,80 @@ int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv,
             cli_error(cmd, "--positions must be original or rerotate, got '%s'", v);
             return -1;
         }
+        return 1;
+    default:
+        return 0;
     }
-    return 1;
 }
 
-bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_required) {
+/* The registry row of a policy name (alias or canonical); false when unknown. */
+static bool policy_row(const char *name, skv_policy_about *out) {
+    const char *c = skv_policy_canonical(name);
+    for (int i = 0; c && i < skv_policy_count(); i++)
+        if (skv_policy_describe(i, out, NULL) == SKV_OK && !strcmp(out->name, c)) return true;
+    return false;
+}
+
+/* Whether the comma-separated field list `params` names `field`. */
+static bool reads_param(const char *params, const char *field) {
+    size_t n = strlen(field);
+    for (const char *s = params; *s;) {
+        size_t len = strcspn(s, ",");
+        if (len == n && !strncmp(s, field, n)) return true;
+        s += len + (s[len] == ',');
+    }
+    return false;
+}
+
+bool cli_policy_reads(const char *policy, const char *field) {
+    skv_policy_about row;
+    return policy_row(policy, &row) && reads_param(row.params, field);
+}
+
+bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required) {
+    const char *cmd = args->cmd;
     const skv_compress_params *p = &o->params;
+    if (!cli_args_requires(args, CLI_POLICY_COMPRESS_EVERY, CLI_POLICY_MAX_CACHE, NULL))
+        return false;
     if (!p->policy) {
         if (policy_required) {
             cli_error(cmd, "--policy is required (one of %s)", cli_policy_names());
             return false;
+        }
+        /* every compression option is ignored without a policy: refuse it */
+        for (int k = CLI_POLICY_KEEP; k <= CLI_POLICY_COMPRESS_EVERY; k++) {
+            if (k == CLI_POLICY_MAX_CACHE) continue; /* its own message below */
+            if (k == CLI_POLICY_SEED && o->seed_shared) continue;
+            if (!cli_args_requires(args, k, CLI_POLICY_POLICY,
+                                   "without a policy nothing is "
+                                   "compressed"))
+                return false;
         }
         if (o->max_cache > 0) {
             cli_error(cmd, "--max-cache needs --policy (sink_recent is StreamingLLM)");
             return false;
         }
         return true;
+    }
+    skv_policy_about row;
+    if (policy_row(p->policy, &row)) {
+        static const struct {
+            int key;
+            const char *field;
+        } fields[] = {{CLI_POLICY_SEED, "seed"},
+                      {CLI_POLICY_SINKS, "sinks"},
+                      {CLI_POLICY_POOL, "pooling"},
+                      {CLI_POLICY_KERNEL, "kernel"},
+                      {CLI_POLICY_WINDOW_KEEP, "window_keep"}};
+        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+            if (fields[k].key == CLI_POLICY_SEED && o->seed_shared) continue;
+            if (cli_args_given(args, fields[k].key) && !reads_param(row.params, fields[k].field)) {
+                cli_error(cmd, "%s does not apply to policy '%s' (it reads %s)",
+                          cli_args_name(args, fields[k].key), row.name,
+                          row.params[0] ? row.params : "no parameters");
+                return false;
+            }
+        }
     }
     if (o->max_cache > 0) {
         for (int i = 0; i < skv_policy_count(); i++) {

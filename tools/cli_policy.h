@@ -3,12 +3,37 @@
  * --window-keep --positions) into skv_compress_params, splitting the prompt into prefix and
  * window, and the prefill -> compress sequence of both protocols.
  *
- * Use: cli_policy_init; for each argv[i], cli_policy_parse (1 = consumed); cli_policy_check
- * after the loop; cli_policy_tokenize; cli_policy_run; cli_prompt_free. */
+ * Use: cli_policy_init; the command's cli_args with cli_policy_options (and
+ * cli_policy_budget_options); cli_policy_take for every key; cli_policy_check after the loop;
+ * cli_policy_tokenize; cli_policy_run; cli_prompt_free. */
 #ifndef SKV_CLI_POLICY_H
 #define SKV_CLI_POLICY_H
 
 #include "cli.h"
+#include "cli_args.h"
+
+/* Keys of the compression options (cli_args tables below). */
+enum {
+    CLI_POLICY_POLICY = CLI_LONG + 200,
+    CLI_POLICY_KEEP,
+    CLI_POLICY_WINDOW,
+    CLI_POLICY_WINDOW_TEXT,
+    CLI_POLICY_PROTOCOL,
+    CLI_POLICY_SEED,
+    CLI_POLICY_SINKS,
+    CLI_POLICY_POOL,
+    CLI_POLICY_KERNEL,
+    CLI_POLICY_WINDOW_KEEP,
+    CLI_POLICY_POSITIONS,
+    CLI_POLICY_MAX_CACHE,
+    CLI_POLICY_COMPRESS_EVERY,
+};
+
+/* --policy (alias --policies), --keep, --window, --window-text, --protocol (--protocols),
+ * --seed, --sinks, --pool (--pooling), --kernel, --window-keep, --positions. */
+extern const cli_opt cli_policy_options[];
+/* --max-cache (alias --budget), --compress-every: a decoding budget (generate). */
+extern const cli_opt cli_policy_budget_options[];
 
 typedef struct cli_policy_opts {
     skv_compress_params params; /* params.policy is NULL until --policy */
@@ -17,20 +42,24 @@ typedef struct cli_policy_opts {
     const char *window_text; /* --window-text TEXT: a window appended after the prompt */
     int max_cache;           /* --max-cache N: decoding budget, entries per kv head (0 = none) */
     int compress_every;      /* --compress-every K: tokens between cuts (default 32) */
-    bool budget_flags;       /* accept --max-cache / --compress-every (generate) */
+    bool seed_shared;        /* --seed also seeds the command itself (generate's sampler) */
 } cli_policy_opts;
 
 void cli_policy_init(cli_policy_opts *o);
 
-/* When argv[*i] is a compression flag: consumes it and its value (advancing *i past the value)
- * and returns 1. Returns 0 when argv[*i] is not one of them, -1 after printing a message on a
- * bad or missing value (exit status 2). */
-int cli_policy_parse(cli_policy_opts *o, const char *cmd, int argc, char **argv, int *i);
+/* Takes the value of a compression option (a key of the tables above): 1; 0 when key is not
+ * one of them; -1 after a message on a bad value (exit status 2). */
+int cli_policy_take(cli_policy_opts *o, const cli_args *args, int key, const char *value);
 
-/* Checks the combination once every flag is read (a policy when required, --keep with
- * --policy, a window for attention/pyramid, not both --window and --window-text). false after
- * printing a message (exit status 2). */
-bool cli_policy_check(const cli_policy_opts *o, const char *cmd, bool policy_required);
+/* Checks the combination once every option is read: a policy when required; no compression
+ * option without --policy; --keep with --policy (or --max-cache); a window for the policies
+ * that need one, not both --window and --window-text; --seed / --sinks / --pool / --kernel /
+ * --window-keep only for a policy that reads them. false after a message (exit status 2). */
+bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required);
+
+/* Whether the policy (name or alias) reads the skv_compress_params field ("seed", "sinks",
+ * "pooling", "kernel", "window_keep"), as its registry row says. */
+bool cli_policy_reads(const char *policy, const char *field);
 
 /* Usage lines of the compression flags (the policy list comes from the registry). */
 void cli_policy_usage(FILE *f);

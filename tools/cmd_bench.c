@@ -2,6 +2,7 @@
  * against the machine's measured ceilings (FMA peak, read bandwidth), and decode on a compressed
  * cache against what the bytes predict. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include "roofline.h"
 #include "threads.h"
@@ -519,68 +520,98 @@ int cmd_bench(int argc, char **argv) {
     o.batch = 512;
     o.seed = 1;
     const char *model_arg = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    enum { O_JSON = CLI_LONG, O_ROOFLINE, O_POLICY, O_KEEP, O_WINDOW, O_BATCH, O_SEED, O_KV_TYPE };
+    static const cli_opt table[] = {
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"n-prompt", 'p', true, NULL, false},
+        {"n-gen", 'n', true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"repetitions", 'r', true, NULL, false},
+        {"depth", 'd', true, NULL, false},
+        {"json", O_JSON, false, NULL, false},
+        {"roofline", O_ROOFLINE, false, NULL, false},
+        {"policy", O_POLICY, true, "policies", false},
+        {"keep", O_KEEP, true, NULL, false},
+        {"window", O_WINDOW, true, NULL, false},
+        {"batch", O_BATCH, true, NULL, false},
+        {"seed", O_SEED, true, NULL, false},
+        {"kv-type", O_KV_TYPE, true, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, CMD, argc, argv, table, NULL, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
         long x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            return cli_args_extra(&args, v), 2;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--json")) {
+        case O_JSON:
             o.json = true;
-        } else if (!strcmp(a, "--roofline")) {
+            break;
+        case O_ROOFLINE:
             o.roofline = true;
-        } else if (!v) {
-            cli_error(CMD, "option %s needs a value (see --help)", a);
-            return 2;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            model_arg = v, i++;
-        } else if (!strcmp(a, "-p")) {
+            break;
+        case 'm':
+            model_arg = v;
+            break;
+        case 'p':
             if ((o.n_pp = parse_list(v, 0, 1 << 20, o.pp)) < 0) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "-n")) {
+            break;
+        case 'n':
             if ((o.n_tg = parse_list(v, 0, 1 << 20, o.tg)) < 0) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "-t")) {
+            break;
+        case 't':
             if ((o.n_th = parse_list(v, 1, 1024, o.th)) <= 0) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "-r")) {
+            break;
+        case 'r':
             if (!cli_parse_int(v, 1, 64, &x)) goto bad_value;
-            o.reps = (int)x, i++;
-        } else if (!strcmp(a, "--depth") || !strcmp(a, "-d")) {
+            o.reps = (int)x;
+            break;
+        case 'd':
             if (!cli_parse_int(v, 0, 1 << 24, &x)) goto bad_value;
-            o.depth = (int)x, i++;
-        } else if (!strcmp(a, "--policy")) {
-            o.policy = v, i++;
-        } else if (!strcmp(a, "--keep")) {
+            o.depth = (int)x;
+            break;
+        case O_POLICY:
+            o.policy = v;
+            break;
+        case O_KEEP:
             if (!cli_parse_double(v, 1e-9, 1.0, &o.keep)) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--window")) {
+            break;
+        case O_WINDOW:
             if (!cli_parse_int(v, 1, 1 << 16, &x)) goto bad_value;
-            o.window = (int)x, i++;
-        } else if (!strcmp(a, "--batch")) {
+            o.window = (int)x;
+            break;
+        case O_BATCH:
             if (!cli_parse_int(v, 1, 1 << 16, &x)) goto bad_value;
-            o.batch = (int)x, i++;
-        } else if (!strcmp(a, "--seed")) {
+            o.batch = (int)x;
+            break;
+        case O_SEED:
             if (!cli_parse_u64(v, &o.seed)) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--kv-type")) {
+            break;
+        case O_KV_TYPE:
             if (!skv_type_from_name(v, &o.kv_type) ||
                 (o.kv_type != SKV_TYPE_F32 && o.kv_type != SKV_TYPE_F16 &&
                  o.kv_type != SKV_TYPE_Q8_0)) {
                 cli_error(CMD, "--kv-type must be f32, f16 or q8_0, not '%s'", v);
                 return 2;
             }
-            i++;
-        } else {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return 2;
+            break;
         }
         continue;
     bad_value:
-        cli_error(CMD, "bad value '%s' for %s (see --help)", v, a);
+        cli_error(CMD, "bad value '%s' for %s (see --help)", v, cli_args_spelling(&args));
         return 2;
     }
+    if (!cli_args_requires(&args, O_KEEP, O_POLICY, NULL) ||
+        !cli_args_requires(&args, O_WINDOW, O_POLICY, NULL))
+        return 2;
     if (o.policy && !skv_policy_canonical(o.policy)) {
         cli_error(CMD, "unknown policy '%s'", o.policy);
         return 2;

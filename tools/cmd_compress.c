@@ -1,6 +1,7 @@
 /* cmd_compress.c — `sparsekv compress`: prefill a prompt, compress its KV cache under a policy
  * and print what was kept (a summary, or one JSON document with --json). */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_policy.h"
 
 #include "eval/eval.h"
@@ -226,50 +227,64 @@ int cmd_compress(int argc, char **argv) {
     bool json = false;
     cli_policy_opts opts;
     cli_policy_init(&opts);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_policy_parse(&opts, CMD, argc, argv, &i);
+    enum { O_JSON = CLI_LONG, O_PLOT };
+    static const cli_opt own[] = {
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"prompt", 'p', true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"json", O_JSON, false, NULL, false},
+        {"plot", O_PLOT, true, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, CMD, argc, argv, own, cli_policy_options, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        int r = cli_policy_take(&opts, &args, key, v);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            cli_args_extra(&args, v);
+            return 2;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--json")) {
+        case O_JSON:
             json = true;
-        } else if (!strcmp(a, "--plot")) {
-            if (i + 1 >= argc || !argv[i + 1][0]) {
+            break;
+        case O_PLOT:
+            if (!v[0]) {
                 cli_error(CMD, "--plot needs a file name (FILE.png)");
                 return 2;
             }
-            plot_path = argv[++i];
-        } else if (!strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-t")) {
-            if (i + 1 >= argc) {
-                cli_error(CMD, "%s needs a value", a);
+            plot_path = v;
+            break;
+        case 'm':
+            model_path = v;
+            break;
+        case 'p':
+            prompt = v;
+            break;
+        case 't': {
+            long t;
+            if (!cli_parse_int(v, 0, 4096, &t)) {
+                cli_error(CMD, "-t must be a thread count in [0, 4096], got '%s'", v);
                 return 2;
             }
-            const char *v = argv[++i];
-            if (a[1] == 'm') {
-                model_path = v;
-            } else if (a[1] == 'p') {
-                prompt = v;
-            } else {
-                long t;
-                if (!cli_parse_int(v, 0, 4096, &t)) {
-                    cli_error(CMD, "-t must be a thread count in [0, 4096], got '%s'", v);
-                    return 2;
-                }
-                n_threads = (int)t;
-            }
-        } else {
-            cli_error(CMD, "unknown option '%s' (see sparsekv compress --help)", a);
-            return 2;
+            n_threads = (int)t;
+            break;
+        }
         }
     }
     if (!prompt) {
         cli_error(CMD, "-p PROMPT is required");
         return 2;
     }
-    if (!cli_policy_check(&opts, CMD, true)) return 2;
+    if (!cli_policy_check(&opts, &args, true)) return 2;
     const char *path = cli_model_path(CMD, model_path);
     if (!path) return 2;
     skv_model *model = cli_load_model(CMD, path);

@@ -1,5 +1,6 @@
 /* cmd_convert_llama2c.c — sparsekv convert-llama2c CHECKPOINT.bin TOKENIZER.bin OUT.gguf */
 #include "cli.h"
+#include "cli_args.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,26 +24,21 @@ static void usage(FILE *f) {
 int cmd_convert_llama2c(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
-    bool only_pos = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!only_pos && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
+    static const cli_opt opts[] = {{"help", 'h', false, NULL, false}, {0}};
+    cli_args args;
+    if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        if (key == CLI_FAIL) return 2;
+        if (key == 'h') {
             usage(stdout);
             return 0;
-        }
-        if (!only_pos && !strcmp(a, "--")) {
-            only_pos = true;
-            continue;
-        }
-        if (!only_pos && a[0] == '-' && a[1]) {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return 2;
         }
         if (n_pos == 3) {
             cli_error(CMD, "too many arguments: expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf");
             return 2;
         }
-        pos[n_pos++] = a;
+        pos[n_pos++] = v;
     }
     if (n_pos != 3) {
         cli_error(CMD, "expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf (see --help)");

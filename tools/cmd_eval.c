@@ -2,6 +2,7 @@
  * cache, on real caches (docs/EVAL.md). The measuring is in eval/; this file parses options,
  * shows progress, runs gnuplot and prints the summary. */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_policy.h"
 #include "eval/eval.h"
 
@@ -46,9 +47,12 @@ static void usage(FILE *f) {
         "                       decoding\n"
         "  --task kv|multikey   the retrieval model's other tasks (docs/MODEL_retrieval.md):\n"
         "                       key-value lookup, one of 4 needles; scored like passkey\n"
-        "  --depths LIST        passkey needle depths (default 0.1,0.5,0.9)\n"
+        "  --depths LIST        needle depths of the retrieval tasks (default 0.1,0.5,0.9)\n"
         "  --passkey-tokens N   passkey prompt length (default: context - greedy)\n\n"
-        "configurations (every combination is run; keep 1.0 is always added as control):\n"
+        "configurations (every combination is run; keep 1.0 is always added as control;\n"
+        "a list may hold one value, and --policy, --protocol, --pool and --max-cache are\n"
+        "the same options as --policies, --protocols, --pooling and --budget, as in\n"
+        "compress and generate):\n"
         "  --policies LIST      default: every policy of `sparsekv policies` (names or\n"
         "                       aliases)\n"
         "  --keep LIST          keep fractions in (0, 1] (default 0.1,0.25,0.5,1.0)\n"
@@ -56,6 +60,7 @@ static void usage(FILE *f) {
         "  --positions LIST     original,rerotate (default original)\n"
         "  --seeds N            seeds 0..N-1 of the random policy (default 5)\n"
         "  --sinks N --kernel N --pooling max|avg --window-keep N   policy parameters\n"
+        "                       (refused when no evaluated policy reads them)\n"
         "  --greedy G           greedy tokens decoded under both caches (default 32)\n"
         "  --budget N           decoding-time mode: teacher-force every sample with every\n"
         "                       kv head bounded at N entries (rerotate), compressing every\n"
@@ -523,9 +528,11 @@ int cmd_eval(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--resume") && i + 1 < argc)
             resume = argv[++i];
+        else if (!strncmp(a, "--resume=", 9))
+            resume = a + 9;
         else if (!strcmp(a, "-t") && i + 1 < argc)
             i++;
-        else if (strcmp(a, "-q") && strcmp(a, "--quiet"))
+        else if (strcmp(a, "-q") && strcmp(a, "--quiet") && strncmp(a, "--threads=", 10))
             alone = false;
     }
     if (!resume || !alone) return eval_main(argc, argv);
@@ -553,10 +560,15 @@ int cmd_eval(int argc, char **argv) {
     /* the recorded options, less the ones that name the output or the machine */
     for (int i = 1; i < rec.n_command; i++) {
         const char *a = rec.command[i];
-        bool flag = !strcmp(a, "-q") || !strcmp(a, "--quiet") || !strcmp(a, "--overwrite") ||
-                    !strcmp(a, "-h") || !strcmp(a, "--help");
-        bool drop = flag ? strcmp(a, "-h") && strcmp(a, "--help")
-                         : !strcmp(a, "--out") || !strcmp(a, "--resume") || !strcmp(a, "-t");
+        /* "--keep=0.1" carries its value; the output, the machine and help are dropped */
+        bool joined = !strncmp(a, "--", 2) && strchr(a, '=');
+        bool flag = joined || !strcmp(a, "-q") || !strcmp(a, "--quiet") ||
+                    !strcmp(a, "--overwrite") || !strcmp(a, "-h") || !strcmp(a, "--help");
+        bool drop = joined ? !strncmp(a, "--out=", 6) || !strncmp(a, "--resume=", 9) ||
+                                 !strncmp(a, "--threads=", 10)
+                    : flag ? strcmp(a, "-h") && strcmp(a, "--help")
+                           : !strcmp(a, "--out") || !strcmp(a, "--resume") || !strcmp(a, "-t") ||
+                                 !strcmp(a, "--threads");
         if (!flag && i + 1 < rec.n_command) {
             if (!drop) av[n++] = rec.command[i], av[n++] = rec.command[i + 1];
             i++;
@@ -599,37 +611,105 @@ static int eval_main(int argc, char **argv) {
     long sinks = st.sinks, kernel = st.kernel, window_keep = st.window_keep;
     long decode_budget = 0, compress_every = 32; /* --budget N --compress-every K */
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    enum {
+        O_DATA = CLI_LONG,
+        O_OUT,
+        O_RESUME,
+        O_POLICIES,
+        O_LABEL,
+        O_KEEP,
+        O_PROTOCOLS,
+        O_POSITIONS,
+        O_DEPTHS,
+        O_SEEDS,
+        O_SAMPLES,
+        O_GREEDY,
+        O_PASSKEY_TOKENS,
+        O_SINKS,
+        O_KERNEL,
+        O_WINDOW_KEEP,
+        O_BUDGET,
+        O_COMPRESS_EVERY,
+        O_PREFIX,
+        O_WINDOW,
+        O_CONTINUATION,
+        O_POOLING,
+        O_TASK,
+        O_KV_TYPE,
+        O_SHARD,
+        O_OVERWRITE,
+    };
+    /* the same spellings as compress/generate: --policy = --policies, --protocol =
+     * --protocols, --pool = --pooling, --max-cache = --budget (a list option takes one value) */
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"quiet", 'q', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"overwrite", O_OVERWRITE, false, NULL, false},
+        {"data", O_DATA, true, NULL, false},
+        {"out", O_OUT, true, NULL, false},
+        {"resume", O_RESUME, true, NULL, false},
+        {"policies", O_POLICIES, true, "policy", false},
+        {"label", O_LABEL, true, NULL, true},
+        {"keep", O_KEEP, true, NULL, false},
+        {"protocols", O_PROTOCOLS, true, "protocol", false},
+        {"positions", O_POSITIONS, true, NULL, false},
+        {"depths", O_DEPTHS, true, "depth", false},
+        {"seeds", O_SEEDS, true, NULL, false},
+        {"samples", O_SAMPLES, true, NULL, false},
+        {"greedy", O_GREEDY, true, NULL, false},
+        {"passkey-tokens", O_PASSKEY_TOKENS, true, NULL, false},
+        {"sinks", O_SINKS, true, NULL, false},
+        {"kernel", O_KERNEL, true, NULL, false},
+        {"window-keep", O_WINDOW_KEEP, true, NULL, false},
+        {"budget", O_BUDGET, true, "max-cache", false},
+        {"compress-every", O_COMPRESS_EVERY, true, NULL, false},
+        {"prefix", O_PREFIX, true, NULL, false},
+        {"window", O_WINDOW, true, NULL, false},
+        {"continuation", O_CONTINUATION, true, NULL, false},
+        {"pooling", O_POOLING, true, "pool", false},
+        {"task", O_TASK, true, NULL, false},
+        {"kv-type", O_KV_TYPE, true, NULL, false},
+        {"shard", O_SHARD, true, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        bool ok = true;
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            cli_args_extra(&args, v);
+            return 2;
+        case 'h':
             usage(stdout);
             return 0;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+        case 'q':
             quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--overwrite")) {
+            break;
+        case O_OVERWRITE:
             overwrite = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            cli_error(CMD, "unknown option or missing value: %s (see --help)", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        bool ok = true;
-        if (!strcmp(a, "-m"))
+            break;
+        case 'm':
             model_arg = v;
-        else if (!strcmp(a, "--data"))
+            break;
+        case O_DATA:
             data = v;
-        else if (!strcmp(a, "--out"))
+            break;
+        case O_OUT:
             out = v, out_given = true;
-        else if (!strcmp(a, "--resume"))
+            break;
+        case O_RESUME:
             resume = v;
-        else if (!strcmp(a, "--policies"))
+            break;
+        case O_POLICIES:
             policies_s = v;
-        else if (!strcmp(a, "--label")) {
+            break;
+        case O_LABEL: {
             char why[512];
             if (n_labels == MAX_ITEMS ||
                 !skv_eval_label_parse(v, &label_items[n_labels], why, sizeof why)) {
@@ -639,48 +719,68 @@ static int eval_main(int argc, char **argv) {
             }
             n_labels++;
             labels.n = n_labels;
-        } else if (!strcmp(a, "--keep"))
+            break;
+        }
+        case O_KEEP:
             keep_s = v;
-        else if (!strcmp(a, "--protocols"))
+            break;
+        case O_PROTOCOLS:
             protocols_s = v;
-        else if (!strcmp(a, "--positions"))
+            break;
+        case O_POSITIONS:
             positions_s = v;
-        else if (!strcmp(a, "--depths"))
+            break;
+        case O_DEPTHS:
             depths_s = v;
-        else if (!strcmp(a, "--seeds"))
+            break;
+        case O_SEEDS:
             ok = cli_parse_int(v, 1, 256, &seeds);
-        else if (!strcmp(a, "--samples"))
+            break;
+        case O_SAMPLES:
             ok = cli_parse_int(v, 1, 1000000, &samples);
-        else if (!strcmp(a, "--greedy"))
+            break;
+        case O_GREEDY:
             ok = cli_parse_int(v, 0, 1 << 20, &greedy);
-        else if (!strcmp(a, "-t"))
+            break;
+        case 't':
             ok = cli_parse_int(v, 0, 4096, &threads);
-        else if (!strcmp(a, "--passkey-tokens"))
+            break;
+        case O_PASSKEY_TOKENS:
             ok = cli_parse_int(v, 2, 1 << 24, &passkey_tokens);
-        else if (!strcmp(a, "--sinks"))
+            break;
+        case O_SINKS:
             ok = cli_parse_int(v, 0, 1 << 24, &sinks);
-        else if (!strcmp(a, "--kernel"))
+            break;
+        case O_KERNEL:
             ok = cli_parse_int(v, 1, 1 << 16, &kernel);
-        else if (!strcmp(a, "--window-keep"))
+            break;
+        case O_WINDOW_KEEP:
             ok = cli_parse_int(v, 0, 1 << 24, &window_keep);
-        else if (!strcmp(a, "--budget"))
+            break;
+        case O_BUDGET:
             ok = cli_parse_int(v, 1, 1 << 24, &decode_budget);
-        else if (!strcmp(a, "--compress-every"))
+            break;
+        case O_COMPRESS_EVERY:
             ok = cli_parse_int(v, 1, 1 << 24, &compress_every);
-        else if (!strcmp(a, "--prefix"))
+            break;
+        case O_PREFIX:
             ok = parse_part(v, true, &split.prefix);
-        else if (!strcmp(a, "--window"))
+            break;
+        case O_WINDOW:
             ok = parse_part(v, false, &split.window);
-        else if (!strcmp(a, "--continuation"))
+            break;
+        case O_CONTINUATION:
             ok = parse_part(v, false, &split.cont);
-        else if (!strcmp(a, "--pooling")) {
+            break;
+        case O_POOLING:
             if (!strcmp(v, "max"))
                 st.pooling = SKV_POOL_MAX;
             else if (!strcmp(v, "avg"))
                 st.pooling = SKV_POOL_AVG;
             else
                 ok = false;
-        } else if (!strcmp(a, "--task")) {
+            break;
+        case O_TASK:
             task_kind = 0;
             if (!strcmp(v, "passkey"))
                 passkey = true;
@@ -688,11 +788,13 @@ static int eval_main(int argc, char **argv) {
                 passkey = true, task_kind = !strcmp(v, "kv") ? SKV_TASK_KV : SKV_TASK_MULTIKEY;
             else if (strcmp(v, "lm"))
                 ok = false;
-        } else if (!strcmp(a, "--kv-type")) {
+            break;
+        case O_KV_TYPE:
             ok = skv_type_from_name(v, &st.kv_type) &&
                  (st.kv_type == SKV_TYPE_F32 || st.kv_type == SKV_TYPE_F16 ||
                   st.kv_type == SKV_TYPE_Q8_0);
-        } else if (!strcmp(a, "--shard")) {
+            break;
+        case O_SHARD: {
             char *slash = strchr(v, '/');
             char buf[64];
             ok = slash && (size_t)(slash - v) < sizeof buf;
@@ -706,12 +808,23 @@ static int eval_main(int argc, char **argv) {
                 cli_error(CMD, "bad --shard '%s': expected i/n with 0 <= i < n", v);
                 return 2;
             }
-        } else {
-            cli_error(CMD, "unknown option: %s (see --help)", a);
-            return 2;
+            break;
+        }
         }
         if (!ok) {
-            cli_error(CMD, "bad value for %s: '%s' (see --help)", a, v);
+            cli_error(CMD, "bad value for %s: '%s' (see --help)", cli_args_spelling(&args), v);
+            return 2;
+        }
+    }
+    /* options that would be ignored are refused */
+    if (!cli_args_requires(&args, O_COMPRESS_EVERY, O_BUDGET, NULL)) return 2;
+    if (!passkey) {
+        if (!cli_args_requires(&args, O_DEPTHS, O_TASK, "needles exist in the retrieval tasks") ||
+            !cli_args_requires(&args, O_PASSKEY_TOKENS, O_TASK,
+                               "it sets the length of a retrieval prompt"))
+            return 2;
+        if (cli_args_given(&args, O_DEPTHS) || cli_args_given(&args, O_PASSKEY_TOKENS)) {
+            cli_error(CMD, "--depths and --passkey-tokens apply to --task passkey, kv or multikey");
             return 2;
         }
     }
@@ -751,6 +864,25 @@ static int eval_main(int argc, char **argv) {
         bool dup = false;
         for (int k = 0; k < n_policies; k++) dup |= !strcmp(policies[k], c);
         if (!dup) policies[n_policies++] = c;
+    }
+    /* a policy parameter that no evaluated policy reads would be ignored */
+    static const struct {
+        int key;
+        const char *field;
+    } reads[] = {{O_SEEDS, "seed"},
+                 {O_SINKS, "sinks"},
+                 {O_POOLING, "pooling"},
+                 {O_KERNEL, "kernel"},
+                 {O_WINDOW_KEEP, "window_keep"}};
+    for (size_t r = 0; r < sizeof reads / sizeof reads[0]; r++) {
+        if (!cli_args_given(&args, reads[r].key)) continue;
+        bool used = false;
+        for (int k = 0; k < n_policies; k++) used |= cli_policy_reads(policies[k], reads[r].field);
+        if (!used) {
+            cli_error(CMD, "%s applies to none of the policies evaluated (%s)",
+                      cli_args_name(&args, reads[r].key), policies_s);
+            return 2;
+        }
     }
     double keeps[MAX_ITEMS + 1];
     int n_keeps = 0;
@@ -1077,6 +1209,14 @@ static int eval_main(int argc, char **argv) {
         fprintf(stderr, "sparsekv eval: %d sample%s skipped (too short or too long)\n",
                 ds.n_skipped, ds.n_skipped == 1 ? "" : "s");
 
+    /* nothing to evaluate is a failure, not an empty success (a shard may be empty by
+     * construction when there are more shards than samples: that one is fine) */
+    if (ds.n == 0 && (ds.n_skipped > 0 || shard_n == 1)) {
+        cli_error(CMD, "nothing was evaluated: %s",
+                  ds.n_skipped ? "every sample was skipped" : "no samples");
+        rc = 2;
+        goto done;
+    }
     if (decode_budget > 0) {
         rc = run_decode_eval(model, &ds, policies, n_policies, (int)decode_budget,
                              (int)compress_every, &st, out, quiet);

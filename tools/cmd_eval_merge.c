@@ -1,6 +1,7 @@
 /* cmd_eval_merge.c — `sparsekv eval-merge DIR... --out DIR`: joins the results.jsonl of eval
  * shards into the results, summary and plots one run over all samples would have written. */
 #include "cli.h"
+#include "cli_args.h"
 #include "eval/eval.h"
 
 #include <errno.h>
@@ -75,45 +76,56 @@ int cmd_eval_merge(int argc, char **argv) {
         free(label_items);
         return 1;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    enum { O_ALLOW_PARTIAL = CLI_LONG, O_OUT, O_LABEL };
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"quiet", 'q', false, NULL, false},
+        {"allow-partial", O_ALLOW_PARTIAL, false, NULL, false},
+        {"out", O_OUT, true, NULL, false},
+        {"label", O_LABEL, true, NULL, true},
+        {0},
+    };
+    cli_args args;
+    int status = -1; /* set to leave the loop with that exit status */
+    if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) status = 2;
+    const char *v;
+    for (int key; status < 0 && (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        char why[512];
+        switch (key) {
+        case CLI_FAIL:
+            status = 2;
+            break;
+        case 'h':
             usage(stdout);
-            free(inputs);
-            free(label_items);
-            return 0;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            status = 0;
+            break;
+        case 'q':
             quiet = true;
-        } else if (!strcmp(a, "--allow-partial")) {
+            break;
+        case O_ALLOW_PARTIAL:
             allow_partial = true;
-        } else if (!strcmp(a, "--out")) {
-            if (i + 1 >= argc) {
-                cli_error(CMD, "--out needs a directory");
-                free(inputs);
-                free(label_items);
-                return 2;
+            break;
+        case O_OUT:
+            out = v;
+            break;
+        case O_LABEL:
+            if (n_labels == argc ||
+                !skv_eval_label_parse(v, &label_items[n_labels], why, sizeof why)) {
+                cli_error(CMD, "bad --label '%s': %s", v, why);
+                status = 2;
+                break;
             }
-            out = argv[++i];
-        } else if (!strcmp(a, "--label")) {
-            char why[512];
-            if (i + 1 >= argc || n_labels == argc ||
-                !skv_eval_label_parse(argv[i + 1], &label_items[n_labels], why, sizeof why)) {
-                cli_error(CMD, "bad --label '%s': %s", i + 1 < argc ? argv[i + 1] : "",
-                          i + 1 >= argc ? "needs KEY=TEXT" : why);
-                free(inputs);
-                free(label_items);
-                return 2;
-            }
-            i++;
             labels.n = ++n_labels;
-        } else if (a[0] == '-' && a[1]) {
-            cli_error(CMD, "unknown option: %s (see --help)", a);
-            free(inputs);
-            free(label_items);
-            return 2;
-        } else {
-            inputs[n_inputs++] = a;
+            break;
+        case CLI_OPERAND:
+            inputs[n_inputs++] = v;
+            break;
         }
+    }
+    if (status >= 0) {
+        free(inputs);
+        free(label_items);
+        return status;
     }
     if (!out || n_inputs < 1) {
         cli_error(CMD, "need at least one shard directory and --out DIR (see --help)");

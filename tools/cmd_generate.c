@@ -1,5 +1,6 @@
 /* cmd_generate.c — `sparsekv generate`: prompt -> (optional compression) -> sampled text. */
 #include "cli.h"
+#include "cli_args.h"
 #include "cli_policy.h"
 
 #include <limits.h>
@@ -25,7 +26,7 @@ static void usage(FILE *f) {
         "  --temp T      temperature; 0 = greedy (default 0.8)\n"
         "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
         "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
-        "  --seed S      random seed (default 0)\n"
+        "  --seed S      random seed of the sampler and of the random policy (default 0)\n"
         "  -t THREADS    worker threads (default: all cores)\n"
         "  --kv-type T   KV cache element type (default f32)\n"
         "  --quiet       no statistics on stderr\n"
@@ -109,72 +110,107 @@ int cmd_generate(int argc, char **argv) {
     const char *system_text = NULL, *chat_template = NULL;
     cli_policy_opts po;
     cli_policy_init(&po);
-    po.budget_flags = true; /* --max-cache, --compress-every */
-
-    for (int i = 1; i < argc; i++) {
-        int used = cli_policy_parse(&po, "generate", argc, argv, &i);
-        if (used < 0) return 2;
-        if (used > 0) continue;
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    enum {
+        O_QUIET = CLI_LONG,
+        O_SPECIAL,
+        O_CHAT,
+        O_SYSTEM,
+        O_TEMPLATE,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_KV_TYPE
+    };
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"prompt", 'p', true, NULL, false},
+        {"n-predict", 'n', true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"quiet", O_QUIET, false, NULL, false},
+        {"special", O_SPECIAL, false, NULL, false},
+        {"chat", O_CHAT, false, NULL, false},
+        {"system", O_SYSTEM, true, NULL, false},
+        {"chat-template", O_TEMPLATE, true, NULL, false},
+        {"temp", O_TEMP, true, NULL, false},
+        {"top-k", O_TOPK, true, NULL, false},
+        {"top-p", O_TOPP, true, NULL, false},
+        {"kv-type", O_KV_TYPE, true, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, "generate", argc, argv, opts, cli_policy_options,
+                       cli_policy_budget_options))
+        return 2;
+    const char *val;
+    for (int key; (key = cli_args_next(&args, &val)) != CLI_DONE;) {
         double dv;
         long lv;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        int used = cli_policy_take(&po, &args, key, val);
+        if (used < 0) return 2;
+        if (used > 0) continue;
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            cli_args_extra(&args, val);
+            return 2;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--quiet")) {
+        case O_QUIET:
             quiet = true;
-            continue;
-        } else if (!strcmp(a, "--special")) {
+            break;
+        case O_SPECIAL:
             special = true;
-            continue;
-        } else if (!strcmp(a, "--chat")) {
+            break;
+        case O_CHAT:
             chat = true;
-            continue;
-        }
-        if (!val) {
-            cli_error("generate", "option '%s' needs a value (or is unknown; see --help)", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m")) {
+            break;
+        case 'm':
             model_arg = val;
-        } else if (!strcmp(a, "-p")) {
+            break;
+        case 'p':
             prompt = val;
-        } else if (!strcmp(a, "--system")) {
+            break;
+        case O_SYSTEM:
             system_text = val;
-        } else if (!strcmp(a, "--chat-template")) {
+            break;
+        case O_TEMPLATE:
             chat_template = val;
-        } else if (!strcmp(a, "-n")) {
+            break;
+        case 'n':
             if (!cli_parse_int(val, 0, 1 << 30, &n_gen)) goto bad;
-        } else if (!strcmp(a, "--temp")) {
+            break;
+        case O_TEMP:
             if (!cli_parse_double(val, 0, 1e6, &dv)) goto bad;
             sp.temperature = (float)dv;
-        } else if (!strcmp(a, "--top-k")) {
+            break;
+        case O_TOPK:
             if (!cli_parse_int(val, 0, 1 << 30, &lv)) goto bad;
             sp.top_k = (int)lv;
-        } else if (!strcmp(a, "--top-p")) {
+            break;
+        case O_TOPP:
             if (!cli_parse_double(val, 1e-9, 1, &dv)) goto bad;
             sp.top_p = (float)dv;
-        } else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_u64(val, &sp.seed)) goto bad;
-        } else if (!strcmp(a, "-t")) {
+            break;
+        case 't':
             if (!cli_parse_int(val, 1, 1024, &threads)) goto bad;
-        } else if (!strcmp(a, "--kv-type")) {
+            break;
+        case O_KV_TYPE:
             if (!skv_type_from_name(val, &kv_type) ||
                 (kv_type != SKV_TYPE_F32 && kv_type != SKV_TYPE_F16 && kv_type != SKV_TYPE_Q8_0))
                 goto bad;
-        } else {
-            cli_error("generate", "unknown option '%s' (see --help)", a);
-            return 2;
+            break;
         }
         continue;
     bad:
-        cli_error("generate", "invalid value '%s' for %s", val, a);
+        cli_error("generate", "invalid value '%s' for %s", val, cli_args_spelling(&args));
         return 2;
     }
 
-    if (!cli_policy_check(&po, "generate", false)) return 2;
+    if (!cli_policy_check(&po, &args, false)) return 2;
+    sp.seed = po.params.seed;
     if ((system_text || chat_template) && !chat) {
         cli_error("generate", "--system and --chat-template need --chat");
         return 2;

@@ -1,5 +1,6 @@
 /* cmd_info.c — `sparsekv info`: what a model file holds: hparams, tensors, vocabulary. */
 #include "cli.h"
+#include "cli_args.h"
 #include "gguf.h" /* the tensor table comes straight from the file */
 #include "kernels.h"
 
@@ -81,21 +82,38 @@ static void shape_str(const skv_gguf_tensor *t, char *buf, size_t n) {
 int cmd_info(int argc, char **argv) {
     const char *model_arg = NULL;
     bool json = false, system = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    enum { O_JSON = CLI_LONG, O_SYSTEM };
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"json", O_JSON, false, NULL, false},
+        {"system", O_SYSTEM, false, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, "info", argc, argv, opts, NULL, NULL)) return 2;
+    const char *val;
+    for (int key; (key = cli_args_next(&args, &val)) != CLI_DONE;) {
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--json")) {
+        case O_JSON:
             json = true;
-        } else if (!strcmp(argv[i], "--system")) {
+            break;
+        case O_SYSTEM:
             system = true;
-        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
-            model_arg = argv[++i];
-        } else if (argv[i][0] != '-' && !model_arg) {
-            model_arg = argv[i];
-        } else {
-            cli_error("info", "unexpected argument '%s' (see --help)", argv[i]);
-            return 2;
+            break;
+        case 'm':
+        case CLI_OPERAND: /* `info MODEL` = `info -m MODEL` */
+            if (model_arg) {
+                cli_error("info", "one model at a time (got '%s' and '%s')", model_arg, val);
+                return 2;
+            }
+            model_arg = val;
+            break;
         }
     }
     if (system) {

@@ -1,6 +1,7 @@
 /* cmd_logits.c — `sparsekv logits`: float32 logits of every prompt position, for comparing
  * engines. The file holds row-major [n_tokens, n_vocab] floats and nothing else. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,46 +94,64 @@ int cmd_logits(int argc, char **argv) {
     long threads = 0;
     bool bos = true;
     skv_type kv_type = SKV_TYPE_F32;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    enum { O_NO_BOS = CLI_LONG, O_TOKENS, O_TOKENS_FILE, O_KV_TYPE };
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"prompt", 'p', true, NULL, false},
+        {"output", 'o', true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"no-bos", O_NO_BOS, false, NULL, false},
+        {"tokens", O_TOKENS, true, NULL, false},
+        {"tokens-file", O_TOKENS_FILE, true, NULL, false},
+        {"kv-type", O_KV_TYPE, true, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, "logits", argc, argv, opts, NULL, NULL)) return 2;
+    const char *val;
+    for (int key; (key = cli_args_next(&args, &val)) != CLI_DONE;) {
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            return cli_args_extra(&args, val), 2;
+        case 'h':
             usage(stdout);
             return 0;
-        }
-        if (!strcmp(a, "--no-bos")) {
+        case O_NO_BOS:
             bos = false;
-            continue;
-        }
-        if (!val) {
-            cli_error("logits", "option '%s' needs a value (or is unknown; see --help)", a);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m"))
+            break;
+        case 'm':
             model_arg = val;
-        else if (!strcmp(a, "-p"))
+            break;
+        case 'p':
             prompt = val;
-        else if (!strcmp(a, "--tokens"))
+            break;
+        case O_TOKENS:
             ids_arg = val;
-        else if (!strcmp(a, "--tokens-file"))
+            break;
+        case O_TOKENS_FILE:
             ids_file = val;
-        else if (!strcmp(a, "-o"))
+            break;
+        case 'o':
             out_path = val;
-        else if (!strcmp(a, "-t")) {
+            break;
+        case 't':
             if (!cli_parse_int(val, 1, 1024, &threads)) {
                 cli_error("logits", "invalid thread count '%s'", val);
                 return 2;
             }
-        } else if (!strcmp(a, "--kv-type")) {
+            break;
+        case O_KV_TYPE:
             if (!skv_type_from_name(val, &kv_type)) {
                 cli_error("logits", "unknown kv type '%s'", val);
                 return 2;
             }
-        } else {
-            cli_error("logits", "unknown option '%s' (see --help)", a);
-            return 2;
+            break;
         }
     }
+    if (!cli_args_requires(&args, O_NO_BOS, 'p', "token ids are used as given")) return 2;
     if (!out_path || (!!prompt + !!ids_arg + !!ids_file) != 1) {
         cli_error("logits", "need -o FILE and exactly one of -p PROMPT, --tokens LIST or "
                             "--tokens-file FILE");

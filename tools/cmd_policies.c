@@ -1,6 +1,7 @@
 /* cmd_policies.c — `sparsekv policies`: the policy registry as a table (or JSON): name,
  * aliases, paper, what it needs, its parameters with defaults and ranges. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -66,16 +67,22 @@ static void print_param_json(const skv_policy_param_about *p, int k, void *u) {
 
 int cmd_policies(int argc, char **argv) {
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"json", CLI_LONG, false, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, "policies", argc, argv, opts, NULL, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        if (key == CLI_FAIL) return 2;
+        if (key == CLI_OPERAND) return cli_args_extra(&args, v), 2;
+        if (key == 'h') {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else {
-            cli_error("policies", "unknown option '%s' (see --help)", argv[i]);
-            return 2;
         }
+        json = true;
     }
     FILE *f = stdout;
     const int n = skv_policy_count();

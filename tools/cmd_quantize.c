@@ -1,5 +1,6 @@
 /* cmd_quantize.c — `sparsekv quantize IN OUT TYPE`: rewrite a model's matrices in a type. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include "kernels.h"
 #include "synth.h"
@@ -35,27 +36,38 @@ int cmd_quantize(int argc, char **argv) {
     int n_pos = 0;
     long threads = 0;
     bool simple = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"simple", CLI_LONG, false, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (i + 1 >= argc || !cli_parse_int(argv[i + 1], 1, 1024, &threads)) {
-                cli_error(CMD, "-t needs an integer in [1, 1024]");
+        case 't':
+            if (!cli_parse_int(v, 1, 1024, &threads)) {
+                cli_error(CMD, "-t needs an integer in [1, 1024], got '%s'", v);
                 return 2;
             }
-            i++;
-        } else if (!strcmp(a, "--simple")) {
+            break;
+        case CLI_LONG:
             simple = true;
-        } else if (a[0] == '-' && a[1]) {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return 2;
-        } else if (n_pos < 3) {
-            pos[n_pos++] = a;
-        } else {
-            cli_error(CMD, "too many arguments (see --help)");
-            return 2;
+            break;
+        case CLI_OPERAND:
+            if (n_pos == 3) {
+                cli_error(CMD, "too many arguments (see --help)");
+                return 2;
+            }
+            pos[n_pos++] = v;
+            break;
         }
     }
     if (n_pos != 3) {

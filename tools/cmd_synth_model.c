@@ -1,5 +1,6 @@
 /* cmd_synth_model.c — `sparsekv synth-model`: a random-weight GGUF with a real model's shapes. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include "kernels.h"
 #include "synth.h"
@@ -60,43 +61,59 @@ int cmd_synth_model(int argc, char **argv) {
     const char *preset = NULL, *type_name = NULL, *out = NULL, *vocab = NULL;
     long ctx = 0, threads = 0;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i += 2) { /* every option but --help/--list takes a value */
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    enum { O_LIST = CLI_LONG, O_PRESET, O_TYPE, O_VOCAB, O_CTX, O_SEED };
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},       {"list", O_LIST, false, NULL, false},
+        {"preset", O_PRESET, true, NULL, false}, {"type", O_TYPE, true, NULL, false},
+        {"vocab", O_VOCAB, true, NULL, false},   {"output", 'o', true, NULL, false},
+        {"ctx", O_CTX, true, NULL, false},       {"seed", O_SEED, true, NULL, false},
+        {"threads", 't', true, NULL, false},     {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
+    const char *v;
+    for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            return cli_args_extra(&args, v), 2;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--list")) {
+        case O_LIST:
             list_presets();
             return 0;
-        } else if (!v) {
-            cli_error(CMD, "option %s needs a value (see --help)", a);
-            return 2;
-        } else if (!strcmp(a, "--preset")) {
+        case O_PRESET:
             preset = v;
-        } else if (!strcmp(a, "--type")) {
+            break;
+        case O_TYPE:
             type_name = v;
-        } else if (!strcmp(a, "--vocab")) {
+            break;
+        case O_VOCAB:
             vocab = v;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            break;
+        case 'o':
             out = v;
-        } else if (!strcmp(a, "--ctx")) {
+            break;
+        case O_CTX:
             if (!cli_parse_int(v, 1, 1 << 24, &ctx)) {
                 cli_error(CMD, "--ctx must be an integer in [1, 16777216], not '%s'", v);
                 return 2;
             }
-        } else if (!strcmp(a, "--seed")) {
+            break;
+        case O_SEED:
             if (!cli_parse_u64(v, &seed)) {
                 cli_error(CMD, "--seed must be a non-negative integer, not '%s'", v);
                 return 2;
             }
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            break;
+        case 't':
             if (!cli_parse_int(v, 1, 1024, &threads)) {
                 cli_error(CMD, "-t must be an integer in [1, 1024], not '%s'", v);
                 return 2;
             }
-        } else {
-            cli_error(CMD, "unknown option '%s' (see --help)", a);
-            return 2;
+            break;
         }
     }
     if (!preset || !type_name || !out) {

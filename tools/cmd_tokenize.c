@@ -1,6 +1,7 @@
 /* cmd_tokenize.c — `sparsekv tokenize`: the token ids and pieces of a text, with a model's
  * vocabulary or a llama2.c tokenizer.bin. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -61,33 +62,69 @@ int cmd_tokenize(int argc, char **argv) {
     const char *model_arg = NULL, *vocab_path = NULL, *text = NULL, *text_file = NULL;
     long vocab_n = 0;
     bool json = false, bos = true, special = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else if (!strcmp(argv[i], "--no-bos")) {
-            bos = false;
-        } else if (!strcmp(argv[i], "--special")) {
-            special = true;
-        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
-            model_arg = argv[++i];
-        } else if (!strcmp(argv[i], "-p") && i + 1 < argc) {
-            text = argv[++i];
-        } else if (!strcmp(argv[i], "-f") && i + 1 < argc) {
-            text_file = argv[++i];
-        } else if (!strcmp(argv[i], "--vocab-llama2c") && i + 2 < argc) {
-            vocab_path = argv[++i];
-            if (!cli_parse_int(argv[++i], 0, INT_MAX, &vocab_n)) {
-                cli_error("tokenize", "--vocab-llama2c: N must be a token count >= 0, not '%s'",
-                          argv[i]);
-                return 2;
-            }
-        } else {
-            cli_error("tokenize", "unexpected argument '%s' (see --help)", argv[i]);
+    enum { O_JSON = CLI_LONG, O_NO_BOS, O_SPECIAL, O_VOCAB };
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"prompt", 'p', true, NULL, false},
+        {"file", 'f', true, NULL, false},
+        {"json", O_JSON, false, NULL, false},
+        {"no-bos", O_NO_BOS, false, NULL, false},
+        {"special", O_SPECIAL, false, NULL, false},
+        {"vocab-llama2c", O_VOCAB, true, NULL, false},
+        {0},
+    };
+    cli_args args;
+    if (!cli_args_init(&args, "tokenize", argc, argv, opts, NULL, NULL)) return 2;
+    const char *val;
+    bool want_n = false; /* --vocab-llama2c FILE N: N is the next argument */
+    for (int key; (key = cli_args_next(&args, &val)) != CLI_DONE;) {
+        if (want_n && key != CLI_OPERAND && key != CLI_FAIL) {
+            cli_error("tokenize", "--vocab-llama2c needs FILE N (the vocabulary size)");
             return 2;
         }
+        switch (key) {
+        case CLI_FAIL:
+            return 2;
+        case CLI_OPERAND:
+            if (!want_n) return cli_args_extra(&args, val), 2;
+            if (!cli_parse_int(val, 0, INT_MAX, &vocab_n)) {
+                cli_error("tokenize", "--vocab-llama2c: N must be a token count >= 0, not '%s'",
+                          val);
+                return 2;
+            }
+            want_n = false;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case O_JSON:
+            json = true;
+            break;
+        case O_NO_BOS:
+            bos = false;
+            break;
+        case O_SPECIAL:
+            special = true;
+            break;
+        case 'm':
+            model_arg = val;
+            break;
+        case 'p':
+            text = val;
+            break;
+        case 'f':
+            text_file = val;
+            break;
+        case O_VOCAB:
+            vocab_path = val;
+            want_n = true;
+            break;
+        }
+    }
+    if (want_n) {
+        cli_error("tokenize", "--vocab-llama2c needs FILE N (the vocabulary size)");
+        return 2;
     }
     if (!text == !text_file) {
         cli_error("tokenize", "give the text with exactly one of -p TEXT or -f FILE (see --help)");

@@ -20,6 +20,7 @@ Tasks (every prompt starts with BOS; the answer follows the question; see docs/M
             names); the asked one at depth d, the others at random places;
             " What is the magic number for NAME? The magic number for NAME is"; answer " NNNNN."
   text      simple generated stories (plain continuation; no answer span).
+  repeat    "Copy: s |" with a random [a-z0-9]{8,32} string s, repeated to the end (induction).
 """
 import random
 
@@ -227,15 +228,14 @@ def make_sample(rng, task, max_len, depth=None, full=False):
             return multikey_text(names, vals, slots, asked, nf)
         n = _fit(build, 0, 2000, target)
         text, ans = build(n), vals[asked]
-    elif task == "copy":
-        # a random string, then " | " and the string again: the repeat is only predictable by
-        # looking back (induction), which the retrieval tasks build on
-        n = max(4, (target - 12) // 2)
-        s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(n))
-        ids = encode("Copy: " + s + " |")
-        a = len(ids)
-        ids = ids + encode_cont(" " + s) + [EOS]
-        return ids[: max_len + 1], a
+    elif task == "repeat":
+        # a random block "Copy: s |" repeated to the end: every token after the first block is
+        # predictable only by looking back one period (an induction head), the mechanism all
+        # three retrieval tasks build on; trained first, it forms in a few hundred steps
+        k = rng.randint(8, 32)
+        s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(k))
+        ids = encode(("Copy: " + s + " |") * (target // (k + 8) + 2))
+        return ids[: max_len + 1], None
     else:
         text = story_text(rng, target)
         ids = encode(text)[: max_len + 1]
@@ -258,17 +258,14 @@ def _kv_keys(n, rng=None):
     return keys
 
 
-TASKS = ["passkey", "kv", "multikey", "text"]
-MIX = [0.3, 0.3, 0.25, 0.15]
-# the mixture with the copy task (added after the first 200 steps of the shipped run)
-TASKS_COPY = ["passkey", "kv", "multikey", "text", "copy"]
-MIX_COPY = [0.25, 0.2, 0.2, 0.1, 0.25]
+# task mixtures by name (train.py's phases name one)
+MIXES = {
+    "repeat": (["repeat"], [1.0]),
+    "tasks": (["passkey", "kv", "multikey", "text", "repeat"], [0.25, 0.25, 0.2, 0.1, 0.2]),
+}
 
 
-def make_batch(rng, batch, max_len, copy=False):
-    """Lists of (ids, answer_start) samples, task drawn by MIX (MIX_COPY with copy)."""
-    out = []
-    for _ in range(batch):
-        task = rng.choices(TASKS_COPY, MIX_COPY)[0] if copy else rng.choices(TASKS, MIX)[0]
-        out.append(make_sample(rng, task, max_len))
-    return out
+def make_batch(rng, batch, max_len, mix="tasks"):
+    """Lists of (ids, answer_start) samples, tasks drawn from the named mixture."""
+    tasks, weights = MIXES[mix]
+    return [make_sample(rng, rng.choices(tasks, weights)[0], max_len) for _ in range(batch)]

@@ -1,0 +1,133 @@
+/* test_cli_args.c — the one option parser of the CLI (tools/cli_args.c), through the binary:
+ * the same spellings in every command, "did you mean", and every ignored or contradictory
+ * option refused with exit status 2 and a message that names it. */
+#include "support.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef struct cli_case {
+    const char *args; /* shell words after the binary */
+    int status;
+    const char *say; /* a substring of stderr (NULL: not checked) */
+} cli_case;
+
+static void run_cases(const cli_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char *err = NULL;
+        int st = test_cli_stderr(cases[i].args, &err);
+        bool ok = st == cases[i].status && (!cases[i].say || strstr(err, cases[i].say));
+        if (!ok)
+            fprintf(stderr, "sparsekv %s: exit %d (want %d), stderr:\n%s(want '%s')\n",
+                    cases[i].args, st, cases[i].status, err, cases[i].say ? cases[i].say : "");
+        free(err);
+        assert_true(ok);
+    }
+}
+
+#define PROMPT "'Once upon a time there was a little cat who liked to play in the sun'"
+
+/* The same word works everywhere: eval's list options take one value and compress's single
+ * options answer to eval's plural spellings; GNU forms (--opt=value) work. */
+static void test_same_spelling(void **state) {
+    (void)state;
+    static const cli_case cases[] = {
+        {"compress -p " PROMPT " --policies snapkv --keep 0.5 --window 4 --json", 0, NULL},
+        {"compress -p " PROMPT " --policy=attention --keep=0.5 --window=4 --pooling=avg --json", 0,
+         NULL},
+        {"compress -p " PROMPT " --policy sink_recent --keep 0.5 --protocols engine --json", 0,
+         NULL},
+        {"compress -p x --policies snapkv,random --keep 0.5", 2, "takes one value"},
+        {"eval --policy nosuch", 2, "unknown policy 'nosuch'"},
+        {"eval --protocol nosuch", 2, "unknown protocol 'nosuch'"},
+        {"eval --pool nosuch", 2, "bad value for --pool"},
+        {"eval --max-cache 0", 2, "bad value for --max-cache"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Unknown options name the closest known one; ambiguous prefixes list the candidates. */
+static void test_did_you_mean(void **state) {
+    (void)state;
+    static const cli_case cases[] = {
+        {"eval --polcies snapkv", 2, "did you mean --policies?"},
+        {"generate --tmep 0.5", 2, "did you mean --temp?"},
+        {"eval-merge --lable a=b --out x y", 2, "did you mean --label?"},
+        {"compress --windw 3", 2, "did you mean --window?"},
+        {"bench --rooflne", 2, "did you mean --roofline?"},
+        {"info --jsno", 2, "did you mean --json?"},
+        {"eval --w 3", 2, "is ambiguous"},
+        {"policies --zzzzzz", 2, "unknown option '--zzzzzz' (see sparsekv policies --help)"},
+        {"generate -Z", 2, "unknown option '-Z'"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Options that would be ignored, given twice, or without their value. */
+static void test_refused(void **state) {
+    (void)state;
+    static const cli_case cases[] = {
+        {"generate --keep 0.25 -n 1", 2, "--keep only applies with --policy"},
+        {"generate --window 4 -n 1", 2, "--window only applies with --policy"},
+        {"generate --policy sink_recent --keep 0.5 --compress-every 5 -n 1", 2,
+         "--compress-every only applies with --max-cache"},
+        {"compress -p hello --policy random --keep 0.5 --sinks 3", 2,
+         "--sinks does not apply to policy 'random'"},
+        {"compress -p hello --policy knorm --keep 0.5 --kernel 3", 2,
+         "--kernel does not apply to policy 'knorm'"},
+        {"eval --seeds 3 --policies snapkv", 2, "--seeds applies to none of the policies"},
+        {"eval --sinks 3 --policies snapkv,knorm", 2, "--sinks applies to none"},
+        {"eval --depths 0.5", 2, "--depths only applies with --task"},
+        {"eval --task lm --passkey-tokens 64", 2, "apply to --task passkey"},
+        {"eval --compress-every 8", 2, "--compress-every only applies with --budget"},
+        {"bench --keep 0.5", 2, "--keep only applies with --policy"},
+        {"logits --tokens 1,2 --no-bos -o /tmp/skv_unused.f32", 2, "--no-bos only applies with -p"},
+        {"generate -n 2 -n 3", 2, "-n given twice"},
+        {"eval --keep 0.1 --keep 0.2", 2, "--keep given twice"},
+        {"compress --json=1", 2, "--json takes no value"},
+        {"generate --window", 2, "--window needs a value"},
+        {"info a.gguf b.gguf", 2, "one model at a time"},
+        {"policies extra", 2, "unexpected argument 'extra'"},
+        {"generate stray", 2, "unexpected argument 'stray'"},
+        {"tokenize --vocab-llama2c tok.bin", 2, "needs FILE N"},
+        {"quantize a.gguf b.gguf", 2, "expected IN OUT TYPE"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* An eval that evaluated nothing fails (every data line skipped). */
+static void test_eval_nothing(void **state) {
+    (void)state;
+    char data[512], out[512], args[2048];
+    snprintf(data, sizeof data, "%s", test_tmp_path(".jsonl"));
+    snprintf(out, sizeof out, "%s", test_tmp_path(".d"));
+    FILE *f = fopen(data, "w");
+    assert_non_null(f);
+    fputs("{\"text\": \"hi\"}\n{\"text\": \"there\"}\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "eval --data %s --out %s -q --policies knorm --keep 0.5", data,
+             out);
+    cli_case c = {args, 2, "nothing was evaluated: every sample was skipped"};
+    run_cases(&c, 1);
+    unlink(data);
+    char rm[1100];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", out);
+    assert_int_equal(system(rm), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_spelling),
+        cmocka_unit_test(test_did_you_mean),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_eval_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
