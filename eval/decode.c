@@ -1,8 +1,9 @@
-/* decode.c — decoding-time evaluation (`sparsekv eval --budget N`): every sample is
+/* decode.c — decoding-time evaluation (`sparsekv eval --budget LIST`): every sample is
  * teacher-forced under a context budget (skv_context_set_budget: at most N entries per kv head
- * after each cut, a cut every `interval` tokens) and each continuation distribution is compared
- * with the full cache's. Both runs make the same forward calls (the prefix in one call, then one
- * token per call), so a budget that never cuts reproduces the reference bit for bit (KL 0). */
+ * after each cut, a cut every `compress_every` tokens) and each continuation distribution is
+ * compared with the full cache's. Both runs make the same forward calls (the prefix in one call,
+ * then one token per call), so a budget that never cuts reproduces the reference bit for bit (KL
+ * 0). */
 #include "eval/eval.h"
 #include "sparsekv.h"
 
@@ -34,17 +35,48 @@ static skv_status run_one(skv_context *ctx, const skv_eval_sample *s, int V, flo
     return st;
 }
 
+skv_status skv_eval_decode_configs(const char *const *policies, int n_policies, const int *budgets,
+                                   int n_budgets, int compress_every, skv_eval_config **out,
+                                   int *n_out, skv_err *err) {
+    *out = NULL;
+    *n_out = 0;
+    if (!policies || !budgets || n_policies < 1 || n_budgets < 1 || compress_every < 1)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_eval_decode_configs: bad argument");
+    skv_eval_config *c = calloc((size_t)n_policies * (size_t)n_budgets, sizeof *c);
+    if (!c) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    int n = 0;
+    for (int b = 0; b < n_budgets; b++) {
+        for (int p = 0; p < n_policies; p++) {
+            if (budgets[b] < 1 || strlen(policies[p]) >= sizeof c[n].policy) {
+                free(c);
+                return skv_err_set(err, SKV_ERR_INVALID_ARG, "bad decoding-time configuration");
+            }
+            c[n].index = n;
+            snprintf(c[n].policy, sizeof c[n].policy, "%s", policies[p]);
+            c[n].protocol = SKV_PROTOCOL_ENGINE; /* the context cuts its own cache */
+            c[n].positions = SKV_POSITIONS_REROTATE;
+            c[n].budget = budgets[b];
+            c[n].compress_every = compress_every;
+            n++;
+        }
+    }
+    *out = c;
+    *n_out = n;
+    return SKV_OK;
+}
+
 skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample *s,
-                                  const char *const *policies, int n_policies, int budget,
-                                  int interval, const skv_eval_settings *st, skv_eval_decode_fn fn,
-                                  void *user, skv_err *err) {
-    if (!model || !s || !policies || !st || !fn || budget < 1 || interval < 1)
+                                  const skv_eval_config *cfgs, int n_cfgs, int first,
+                                  const skv_eval_settings *st, skv_eval_decode_fn fn, void *user,
+                                  skv_err *err) {
+    if (!model || !s || !cfgs || !st || !fn || first < 0 || first > n_cfgs)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_eval_decode_sample: bad argument");
     const int V = skv_model_hparams(model)->n_vocab, C = s->n_cont, W = s->n_window;
     if (C < 1 || W < 1)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "sample %d: decode evaluation needs a window and a continuation",
                            s->index);
+    if (first == n_cfgs) return SKV_OK;
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = st->n_threads;
     cp.kv_type = st->kv_type;
@@ -64,28 +96,28 @@ skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample 
     }
     skv_context_free(ctx);
     ctx = NULL;
-    for (int p = 0; p < n_policies; p++) {
+    for (int k = first; k < n_cfgs; k++) {
+        const skv_eval_config *c = &cfgs[k];
+        const double t0 = skv_time_ms();
         ctx = skv_context_new(model, &cp, err);
         if (!ctx) {
             rc = err ? err->status : SKV_ERR_NOMEM;
             goto done;
         }
         skv_compress_params bp = skv_compress_default_params();
-        bp.policy = policies[p];
+        bp.policy = c->policy;
         bp.n_window = W;
         bp.sinks = st->sinks;
         bp.kernel = st->kernel;
         bp.pooling = st->pooling;
         bp.window_keep = st->window_keep;
         bp.positions = SKV_POSITIONS_REROTATE;
-        if ((rc = skv_context_set_budget(ctx, &bp, budget, interval, err))) goto done;
+        if ((rc = skv_context_set_budget(ctx, &bp, c->budget, c->compress_every, err))) goto done;
         if ((rc = run_one(ctx, s, V, cmp, tmp, entries, err))) goto done;
         skv_eval_decode_result r;
         memset(&r, 0, sizeof r);
         r.sample = s;
-        r.policy = policies[p];
-        r.budget = budget;
-        r.interval = interval;
+        r.cfg = c;
         if ((rc = skv_eval_compare(ref, cmp, s->tokens + s->n_prefix + W, C, V, &r.m, err)))
             goto done;
         r.cuts = skv_context_budget_cuts(ctx);
@@ -93,6 +125,7 @@ skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample 
         r.n_steps = W + C - 1;
         for (int i = 0; i < r.n_steps; i++)
             if (entries[i] > r.max_entries) r.max_entries = entries[i];
+        r.eval_ms = skv_time_ms() - t0;
         if ((rc = fn(user, &r, err))) goto done;
         skv_context_free(ctx);
         ctx = NULL;
@@ -101,20 +134,4 @@ done:
     skv_context_free(ctx);
     free(ref), free(cmp), free(tmp), free(entries);
     return rc;
-}
-
-void skv_eval_write_decode(FILE *f, const skv_eval_decode_result *r) {
-    fprintf(f, "{\"mode\":\"decode\",\"budget\":%d,\"compress_every\":%d,\"sample\":%d,", r->budget,
-            r->interval, r->sample->index);
-    fprintf(f, "\"policy\":");
-    skv_json_write_string(f, r->policy, strlen(r->policy));
-    fprintf(f,
-            ",\"positions\":\"rerotate\",\"n_prefix\":%d,\"n_window\":%d,\"n_continuation\":%d,"
-            "\"n_tokens\":%d,\"kl_mean\":%.17g,\"kl_p99\":%.17g,\"kl_max\":%.17g,\"top1\":%.17g,"
-            "\"ln_ppl_ratio\":%.17g,\"cuts\":%d,\"max_entries\":%d,\"entries\":[",
-            r->sample->n_prefix, r->sample->n_window, r->sample->n_cont, r->m.n_tokens,
-            r->m.kl_mean, r->m.kl_p99, r->m.kl_max, r->m.top1, r->m.ln_ppl_ratio, r->cuts,
-            r->max_entries);
-    for (int i = 0; i < r->n_steps; i++) fprintf(f, "%s%d", i ? "," : "", r->entries[i]);
-    fprintf(f, "]}\n");
 }

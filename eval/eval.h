@@ -245,6 +245,9 @@ typedef struct skv_eval_config {
     skv_protocol protocol;
     skv_position_mode positions;
     uint64_t seed; /* random policy; 0 otherwise */
+    /* decoding-time configurations (`eval --budget`): entries per kv head and tokens between
+     * cuts; 0 for compression after the prefill (keep_frac, protocol and seed apply then) */
+    int budget, compress_every;
 } skv_eval_config;
 
 typedef struct skv_eval_settings {
@@ -290,27 +293,36 @@ typedef struct skv_eval_result {
 
 typedef skv_status (*skv_eval_result_fn)(void *user, const skv_eval_result *r, skv_err *err);
 
-/* Decoding-time evaluation (eval/decode.c, `sparsekv eval --budget N`): the sample fed under a
- * context budget of `budget` entries per kv head (a cut every `interval` tokens, the window's
- * queries the last min(n_window, interval) tokens', rerotate), continuation distributions
- * compared with the full cache's. entries[n_steps]: the most entries any head held after each
- * token of window and continuation. */
+/* Decoding-time evaluation (eval/decode.c, `sparsekv eval --budget LIST`): the sample fed under a
+ * context budget of `budget` entries per kv head (a cut every `compress_every` tokens, the
+ * window's queries the last min(n_window, compress_every) tokens', rerotate), continuation
+ * distributions compared with the full cache's. entries[n_steps]: the most entries any head held
+ * after each token of window and continuation. */
 typedef struct skv_eval_decode_result {
     const skv_eval_sample *sample;
-    const char *policy;
-    int budget, interval;
+    const skv_eval_config *cfg;
     skv_eval_lm_metrics m;
     int cuts, max_entries;
     const int *entries;
     int n_steps;
+    double eval_ms;
 } skv_eval_decode_result;
 typedef skv_status (*skv_eval_decode_fn)(void *user, const skv_eval_decode_result *r, skv_err *err);
+
+/* The decoding-time configurations: for budget, for policy (canonical; each must be
+ * decode-capable); positions rerotate, keep_frac 0. *out is malloc'd. */
+skv_status skv_eval_decode_configs(const char *const *policies, int n_policies, const int *budgets,
+                                   int n_budgets, int compress_every, skv_eval_config **out,
+                                   int *n_out, skv_err *err);
+/* Runs decoding-time configurations first..n_cfgs-1 on one sample (the full-cache reference is
+ * fed once); fn gets each result in order. */
 skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample *s,
-                                  const char *const *policies, int n_policies, int budget,
-                                  int interval, const skv_eval_settings *st, skv_eval_decode_fn fn,
-                                  void *user, skv_err *err);
-/* One decode.jsonl line: "mode": "decode", "budget", the metrics and the entries over time. */
-void skv_eval_write_decode(FILE *f, const skv_eval_decode_result *r);
+                                  const skv_eval_config *cfgs, int n_cfgs, int first,
+                                  const skv_eval_settings *st, skv_eval_decode_fn fn, void *user,
+                                  skv_err *err);
+/* One results.jsonl line of a decoding-time result: "mode": "decode", "budget",
+ * "compress_every", the metrics, "cuts", "max_entries" and "entries" (over time). */
+void skv_eval_write_decode(FILE *f, const skv_eval_settings *st, const skv_eval_decode_result *r);
 
 /* Runs every configuration on one sample: the dense caches are built once (seed: prefix;
  * engine: prefix + window in one call with capture) and cloned per configuration. fn gets each
@@ -339,6 +351,11 @@ typedef struct skv_eval_row {
     double correct, ref_correct;
     double compress_ms, window_ms, eval_ms;
     double bytes_before, bytes_after;
+    /* "mode": "decode" rows (eval --budget): keep_frac 0, protocol "engine", positions
+     * "rerotate"; entries[n_entries] the most entries of any head after each fed token */
+    bool decode;
+    int budget, compress_every, cuts, max_entries, n_entries;
+    int *entries;
     char *line; /* the raw line, without its newline */
     const char *file;
 } skv_eval_row;
@@ -379,6 +396,22 @@ typedef struct skv_eval_labels {
     const skv_eval_label *items;
     int n;
 } skv_eval_labels;
+
+/* The label text given for key (a policy, protocol or position mode), or NULL. */
+const char *skv_eval_label_of(const skv_eval_labels *labels, const char *key);
+/* dir/name opened as dir/name.tmp (path gets dir/name); skv_eval_close_tmp checks every write
+ * and renames it into place, so a report file is never seen half written. */
+FILE *skv_eval_open_tmp(const char *dir, const char *name, char *path, size_t path_size,
+                        skv_err *err);
+skv_status skv_eval_close_tmp(FILE *f, const char *path, skv_err *err);
+
+/* The reports of decoding-time rows (eval --budget, eval/report_decode.c): summary.csv and
+ * summary.md per (budget, policy), plot_data.dat and plots.gp drawing kl_vs_budget (KL per
+ * policy against the budget) and entries_vs_step (the most entries of any head after each fed
+ * token, mean over samples, at the smallest budget: the saw-tooth between cuts). *md (when not
+ * NULL) receives summary.md's text. */
+skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *dir,
+                                         const skv_eval_labels *labels, char **md, skv_err *err);
 
 /* Parses "KEY=TEXT" into *out (text points into spec). False with a sentence in why when KEY
  * names no policy, protocol or position mode, or TEXT is empty, longer than 64 bytes or holds

@@ -41,6 +41,23 @@ static void ws(FILE *f, const char *k, const char *s) {
     skv_json_write_string(f, s ? s : "", s ? strlen(s) : 0);
 }
 
+/* The LM metrics of a row (prefill and decode rows write the same names). */
+static void write_lm_metrics(FILE *f, const skv_eval_lm_metrics *m) {
+    wi(f, "n_tokens", m->n_tokens);
+    wd(f, "kl_mean", m->kl_mean);
+    wd(f, "kl_median", m->kl_median);
+    wd(f, "kl_p90", m->kl_p90);
+    wd(f, "kl_p99", m->kl_p99);
+    wd(f, "kl_max", m->kl_max);
+    wd(f, "top1", m->top1);
+    wi(f, "same_top", m->n_same_top);
+    wd(f, "nll_ref", m->nll_ref);
+    wd(f, "nll_cmp", m->nll_cmp);
+    wd(f, "ppl_ref", m->ppl_ref);
+    wd(f, "ppl_cmp", m->ppl_cmp);
+    wd(f, "ln_ppl_ratio", m->ln_ppl_ratio);
+}
+
 const char *skv_eval_task_name(skv_eval_task task) {
     switch (task) {
     case SKV_EVAL_LM:
@@ -91,19 +108,7 @@ void skv_eval_write_result(FILE *f, const skv_eval_settings *st, const skv_eval_
     wi(f, "T", r->T);
     wi(f, "keep", r->keep);
     if (lm) {
-        wi(f, "n_tokens", r->m.n_tokens);
-        wd(f, "kl_mean", r->m.kl_mean);
-        wd(f, "kl_median", r->m.kl_median);
-        wd(f, "kl_p90", r->m.kl_p90);
-        wd(f, "kl_p99", r->m.kl_p99);
-        wd(f, "kl_max", r->m.kl_max);
-        wd(f, "top1", r->m.top1);
-        wi(f, "same_top", r->m.n_same_top);
-        wd(f, "nll_ref", r->m.nll_ref);
-        wd(f, "nll_cmp", r->m.nll_cmp);
-        wd(f, "ppl_ref", r->m.ppl_ref);
-        wd(f, "ppl_cmp", r->m.ppl_cmp);
-        wd(f, "ln_ppl_ratio", r->m.ln_ppl_ratio);
+        write_lm_metrics(f, &r->m);
     } else {
         wd(f, "depth", s->depth);
         ws(f, "key", s->key);
@@ -158,11 +163,44 @@ void skv_eval_write_result(FILE *f, const skv_eval_settings *st, const skv_eval_
     fputs("}\n", f);
 }
 
+void skv_eval_write_decode(FILE *f, const skv_eval_settings *st, const skv_eval_decode_result *r) {
+    const skv_eval_sample *s = r->sample;
+    const skv_eval_config *c = r->cfg;
+    fprintf(f, "{\"task\":\"%s\",\"mode\":\"decode\"", skv_eval_task_name(SKV_EVAL_LM));
+    wi(f, "sample", s->index);
+    wi(f, "line", s->line);
+    wi(f, "depth_index", s->depth_index);
+    wi(f, "config", c->index);
+    ws(f, "model", st->model_path);
+    ws(f, "policy", c->policy);
+    wi(f, "budget", c->budget);
+    wi(f, "compress_every", c->compress_every);
+    ws(f, "protocol", protocol_name(c->protocol));
+    ws(f, "positions", positions_name(c->positions));
+    wi(f, "sinks", st->sinks);
+    wi(f, "kernel", st->kernel);
+    ws(f, "pooling", pooling_name(st->pooling));
+    wi(f, "window_keep", st->window_keep);
+    ws(f, "kv_type", skv_type_name(st->kv_type));
+    wi(f, "n_prefix", s->n_prefix);
+    wi(f, "n_window", s->n_window);
+    wi(f, "n_continuation", s->n_cont);
+    write_lm_metrics(f, &r->m);
+    wi(f, "cuts", r->cuts);
+    wi(f, "max_entries", r->max_entries);
+    wkey(f, "entries");
+    fputc('[', f);
+    for (int i = 0; i < r->n_steps; i++) fprintf(f, "%s%d", i ? "," : "", r->entries[i]);
+    fputc(']', f);
+    wd(f, "eval_ms", r->eval_ms);
+    fputs("}\n", f);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 void skv_eval_rows_free(skv_eval_rows *r) {
     if (!r) return;
-    for (int i = 0; i < r->n; i++) free(r->rows[i].line);
+    for (int i = 0; i < r->n; i++) free(r->rows[i].line), free(r->rows[i].entries);
     free(r->rows);
     memset(r, 0, sizeof *r);
 }
@@ -229,6 +267,68 @@ bool skv_eval_positions_from_name(const char *s, skv_position_mode *out) {
     return true;
 }
 
+/* The LM metrics every kl row carries (prefill and decode rows). */
+static bool lm_metrics_from_json(const skv_json *o, skv_eval_row *row, const char **field) {
+    long l;
+#define NEED(cond, name)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            *field = name;                                                                         \
+            return false;                                                                          \
+        }                                                                                          \
+    } while (0)
+    NEED(skv_json_get_int(o, "n_tokens", &l) && l >= 1 && l < (1L << 30), "n_tokens");
+    row->n_tokens = (int)l;
+    NEED(skv_json_get_int(o, "same_top", &l) && l >= 0 && l <= row->n_tokens, "same_top");
+    row->n_same_top = (int)l;
+    NEED(skv_json_get_number(o, "kl_mean", &row->kl_mean), "kl_mean");
+    NEED(skv_json_get_number(o, "kl_median", &row->kl_median), "kl_median");
+    NEED(skv_json_get_number(o, "kl_p90", &row->kl_p90), "kl_p90");
+    NEED(skv_json_get_number(o, "kl_p99", &row->kl_p99), "kl_p99");
+    NEED(skv_json_get_number(o, "kl_max", &row->kl_max), "kl_max");
+    NEED(skv_json_get_number(o, "top1", &row->top1), "top1");
+    NEED(skv_json_get_number(o, "nll_ref", &row->nll_ref), "nll_ref");
+    NEED(skv_json_get_number(o, "nll_cmp", &row->nll_cmp), "nll_cmp");
+    NEED(skv_json_get_number(o, "ln_ppl_ratio", &row->ln_ppl_ratio), "ln_ppl_ratio");
+    return true;
+}
+
+/* The rest of a "mode": "decode" row (task lm; policy already read). */
+static bool decode_row_from_json(const skv_json *o, skv_eval_row *row, const char **field) {
+    long l;
+    double d;
+    NEED(row->task == SKV_EVAL_LM, "task");
+    NEED(skv_json_get_int(o, "budget", &l) && l >= 1 && l < (1L << 30), "budget");
+    row->budget = (int)l;
+    NEED(skv_json_get_int(o, "compress_every", &l) && l >= 1 && l < (1L << 30), "compress_every");
+    row->compress_every = (int)l;
+    NEED(skv_json_get_int(o, "cuts", &l) && l >= 0 && l < (1L << 30), "cuts");
+    row->cuts = (int)l;
+    NEED(skv_json_get_int(o, "max_entries", &l) && l >= 0 && l < (1L << 30), "max_entries");
+    row->max_entries = (int)l;
+    /* what the writer puts there: nothing else is ever shown */
+    snprintf(row->protocol, sizeof row->protocol, "engine");
+    snprintf(row->positions, sizeof row->positions, "rerotate");
+    row->keep_frac = 0;
+    if (!lm_metrics_from_json(o, row, field)) return false;
+    const skv_json *e = skv_json_get(o, "entries");
+    NEED(e && e->type == SKV_JSON_ARRAY && e->n >= 1 && e->n <= (1 << 24), "entries");
+    row->entries = malloc((size_t)e->n * sizeof *row->entries);
+    NEED(row->entries, "entries (out of memory)");
+    row->n_entries = e->n;
+    for (int i = 0; i < e->n; i++) {
+        const skv_json *v = &e->items[i];
+        NEED(v->type == SKV_JSON_NUMBER && v->number >= 0 && v->number < (1 << 30) &&
+                 v->number == (int)v->number,
+             "entries");
+        row->entries[i] = (int)v->number;
+    }
+    row->eval_ms = skv_json_get_number(o, "eval_ms", &d) ? d : NAN;
+    row->compress_ms = row->window_ms = row->bytes_before = row->bytes_after = NAN;
+    return true;
+}
+#undef NEED
+
 /* Fills row from a parsed line. On failure names the field in *field and says what is wrong
  * with it in why. Every string kept from the line is checked against the names this program
  * writes (the policy registry, the protocols, the position modes), so nothing else can reach a
@@ -267,6 +367,12 @@ static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **fie
         NEED(false, "policy");
     }
     snprintf(row->policy, sizeof row->policy, "%s", canon);
+    row->decode = false;
+    if ((s = get_str(o, "mode", &len)) || skv_json_get(o, "mode")) {
+        NEED(s && (!strcmp(s, "decode") || !strcmp(s, "prefill")), "mode");
+        row->decode = !strcmp(s, "decode");
+    }
+    if (row->decode) return decode_row_from_json(o, row, field);
     NEED(skv_json_get_number(o, "keep_frac", &row->keep_frac) && row->keep_frac > 0 &&
              row->keep_frac <= 1,
          "keep_frac");
@@ -293,19 +399,7 @@ static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **fie
     NEED(skv_json_get_int(o, "greedy_match", &l) && l >= 0 && l <= row->greedy, "greedy_match");
     row->greedy_match = (int)l;
     if (row->task == SKV_EVAL_LM) {
-        NEED(skv_json_get_int(o, "n_tokens", &l) && l >= 1 && l < (1L << 30), "n_tokens");
-        row->n_tokens = (int)l;
-        NEED(skv_json_get_int(o, "same_top", &l) && l >= 0 && l <= row->n_tokens, "same_top");
-        row->n_same_top = (int)l;
-        NEED(skv_json_get_number(o, "kl_mean", &row->kl_mean), "kl_mean");
-        NEED(skv_json_get_number(o, "kl_median", &row->kl_median), "kl_median");
-        NEED(skv_json_get_number(o, "kl_p90", &row->kl_p90), "kl_p90");
-        NEED(skv_json_get_number(o, "kl_p99", &row->kl_p99), "kl_p99");
-        NEED(skv_json_get_number(o, "kl_max", &row->kl_max), "kl_max");
-        NEED(skv_json_get_number(o, "top1", &row->top1), "top1");
-        NEED(skv_json_get_number(o, "nll_ref", &row->nll_ref), "nll_ref");
-        NEED(skv_json_get_number(o, "nll_cmp", &row->nll_cmp), "nll_cmp");
-        NEED(skv_json_get_number(o, "ln_ppl_ratio", &row->ln_ppl_ratio), "ln_ppl_ratio");
+        if (!lm_metrics_from_json(o, row, field)) return false;
     } else {
         NEED(skv_json_get_number(o, "depth", &row->depth), "depth");
         NEED(get_bool01(o, "correct", &row->correct), "correct");
@@ -373,6 +467,7 @@ skv_status skv_eval_read_results_stream(FILE *f, const char *path, skv_eval_rows
         bool ok = row_from_json(v, row, &field, why, sizeof why);
         skv_json_free(v);
         if (!ok) {
+            free(row->entries);
             if (why[0])
                 st = skv_err_set(err, SKV_ERR_FORMAT, "%s:%d: field '%s': %s", path, lineno, field,
                                  why);
@@ -384,6 +479,7 @@ skv_status skv_eval_read_results_stream(FILE *f, const char *path, skv_eval_rows
         }
         row->line = malloc((size_t)n + 1);
         if (!row->line) {
+            free(row->entries);
             st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory reading %s", path);
             break;
         }
@@ -406,8 +502,9 @@ static int row_cmp(const void *a, const void *b) {
 
 static bool same_config(const skv_eval_row *a, const skv_eval_row *b) {
     return !strcmp(a->policy, b->policy) && a->keep_frac == b->keep_frac &&
-           !strcmp(a->protocol, b->protocol) && !strcmp(a->positions, b->positions) &&
-           a->seed == b->seed && a->greedy == b->greedy;
+           a->decode == b->decode && a->budget == b->budget &&
+           a->compress_every == b->compress_every && !strcmp(a->protocol, b->protocol) &&
+           !strcmp(a->positions, b->positions) && a->seed == b->seed && a->greedy == b->greedy;
 }
 
 /* qsort has no context argument; rows_check sets this before sorting (single-threaded use) */
@@ -430,6 +527,11 @@ skv_status skv_eval_rows_check(skv_eval_rows *rows, skv_err *err) {
                                "%s and %s hold results of different tasks (%s and %s)",
                                rows->rows[0].file, r->file, skv_eval_task_name(rows->rows[0].task),
                                skv_eval_task_name(r->task));
+        if (r->decode != rows->rows[0].decode)
+            return skv_err_set(err, SKV_ERR_FORMAT,
+                               "%s and %s mix decoding-time rows (eval --budget) with rows "
+                               "compressed after the prefill: merge each kind on its own",
+                               rows->rows[0].file, r->file);
         if (i > 0 && row_cmp(r, r - 1) == 0)
             return skv_err_set(err, SKV_ERR_FORMAT,
                                "sample %d (depth %d) config %d appears twice (in %s and %s): "
@@ -781,8 +883,8 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
 
 /* Report files are written to NAME.tmp and renamed into place by close_file, so an interrupted
  * run never leaves half a summary or plot script under the real name. */
-static FILE *open_in(const char *dir, const char *name, char *path, size_t path_size,
-                     skv_err *err) {
+FILE *skv_eval_open_tmp(const char *dir, const char *name, char *path, size_t path_size,
+                        skv_err *err) {
     snprintf(path, path_size, "%s/%s", dir, name);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -791,7 +893,7 @@ static FILE *open_in(const char *dir, const char *name, char *path, size_t path_
     return f;
 }
 
-static skv_status close_file(FILE *f, const char *path, skv_err *err) {
+skv_status skv_eval_close_tmp(FILE *f, const char *path, skv_err *err) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int e = 0;
@@ -915,7 +1017,7 @@ bool skv_eval_label_parse(const char *spec, skv_eval_label *out, char *why, size
     return true;
 }
 
-static const char *label_of(const skv_eval_labels *labels, const char *key) {
+const char *skv_eval_label_of(const skv_eval_labels *labels, const char *key) {
     for (int i = 0; labels && i < labels->n; i++)
         if (!strcmp(labels->items[i].key, key)) return labels->items[i].text;
     return NULL;
@@ -982,7 +1084,7 @@ static int mode_rank(const char *protocol, const char *positions) {
 /* The legend / panel text of a protocol + position mode (labels applied; not escaped). */
 static void mode_label(const skv_eval_labels *labels, int m, char *text, size_t size) {
     const char *proto = m & 1 ? "engine" : "seed", *pos = m & 2 ? "rerotate" : "original";
-    const char *lp = label_of(labels, proto), *lq = label_of(labels, pos);
+    const char *lp = skv_eval_label_of(labels, proto), *lq = skv_eval_label_of(labels, pos);
     if (m & 2)
         snprintf(text, size, "%s, %s", lp ? lp : proto, lq ? lq : pos);
     else if (lp)
@@ -1101,7 +1203,7 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
     if (n_panels == 0) panel_modes[n_panels++] = 0;
 
     /* data */
-    f = open_in(dir, "plot_data.dat", path, sizeof path, err);
+    f = skv_eval_open_tmp(dir, "plot_data.dat", path, sizeof path, err);
     if (!f) {
         st = err ? err->status : SKV_ERR_IO;
         goto done;
@@ -1203,14 +1305,14 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
             fputc('\n', f);
         }
     }
-    if ((st = close_file(f, path, err))) {
+    if ((st = skv_eval_close_tmp(f, path, err))) {
         f = NULL;
         goto done;
     }
     f = NULL;
 
     /* script */
-    f = open_in(dir, "plots.gp", path, sizeof path, err);
+    f = skv_eval_open_tmp(dir, "plots.gp", path, sizeof path, err);
     if (!f) {
         st = err ? err->status : SKV_ERR_IO;
         goto done;
@@ -1412,7 +1514,7 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
                     key_h, key_rows);
             bool any = false;
             for (int pi = 0; pi < n_pols; pi++) {
-                const char *lab = label_of(labels, pols[pi]);
+                const char *lab = skv_eval_label_of(labels, pols[pi]);
                 fprintf(f, "%s  1/0 with linespoints lc rgb '%s' dt 1 pt %d lw 1.5 title ",
                         any ? ", \\\n" : "", skv_eval_policy_colour(pols[pi]), policy_pt(pols[pi]));
                 skv_eval_write_gnuplot_string(f, lab ? lab : pols[pi]);
@@ -1440,7 +1542,7 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
         free(yset);
         fprintf(f, "set output\n");
     }
-    st = close_file(f, path, err);
+    st = skv_eval_close_tmp(f, path, err);
     f = NULL;
 done:
     if (f) fclose(f);
@@ -1517,12 +1619,12 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
     for (int k = 0; k < n_groups; k++) compute_stats(rows, &groups[k], vals, &stats[k]);
     bool lm = rows->rows[0].task == SKV_EVAL_LM;
 
-    if (!(f = open_in(dir, "summary.csv", path, sizeof path, err))) goto fail_io;
+    if (!(f = skv_eval_open_tmp(dir, "summary.csv", path, sizeof path, err))) goto fail_io;
     fputs(lm ? csv_head_lm : csv_head_pk, f);
     for (int k = 0; k < n_groups; k++) write_csv_row(f, &groups[k], &stats[k]);
-    if ((st = close_file(f, path, err))) goto done;
+    if ((st = skv_eval_close_tmp(f, path, err))) goto done;
 
-    if (!(f = open_in(dir, "timing.csv", path, sizeof path, err))) goto fail_io;
+    if (!(f = skv_eval_open_tmp(dir, "timing.csv", path, sizeof path, err))) goto fail_io;
     fprintf(f, "protocol,positions,policy,keep_frac%s,n_rows,compress_ms,window_ms,eval_ms\n",
             lm ? "" : ",depth");
     for (int k = 0; k < n_groups; k++) {
@@ -1537,7 +1639,7 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
         fprintf(f, ",%d,%.4f,%.4f,%.4f\n", stats[k].n_rows, stats[k].compress_ms,
                 stats[k].window_ms, stats[k].eval_ms);
     }
-    if ((st = close_file(f, path, err))) goto done;
+    if ((st = skv_eval_close_tmp(f, path, err))) goto done;
 
     mf = open_memstream(&mdbuf, &mdlen);
     if (!mf) {
@@ -1568,9 +1670,9 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
         goto done;
     }
     mf = NULL;
-    if (!(f = open_in(dir, "summary.md", path, sizeof path, err))) goto fail_io;
+    if (!(f = skv_eval_open_tmp(dir, "summary.md", path, sizeof path, err))) goto fail_io;
     fwrite(mdbuf, 1, mdlen, f);
-    if ((st = close_file(f, path, err))) goto done;
+    if ((st = skv_eval_close_tmp(f, path, err))) goto done;
 
     st = write_plots(rows, groups, stats, n_groups, dir, labels, err);
     goto done;

@@ -48,7 +48,7 @@ static void test_same_spelling(void **state) {
         {"eval --policy nosuch", 2, "unknown policy 'nosuch'"},
         {"eval --protocol nosuch", 2, "unknown protocol 'nosuch'"},
         {"eval --pool nosuch", 2, "bad value for --pool"},
-        {"eval --max-cache 0", 2, "bad value for --max-cache"},
+        {"eval --max-cache 0", 2, "bad budget '0' in --budget"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -677,39 +677,79 @@ static void test_cli_policies(void **state) {
     free(out);
 }
 
-/* eval --budget: decode rows, the bound, and the control (a budget >= the sample: KL 0). */
+/* eval --budget: decode rows in results.jsonl, the bound, the control (a budget >= the sample:
+ * KL 0), a policy that cannot run under a budget refused, and shards that merge into the
+ * summary one run gives. */
 static void test_cli_eval_budget(void **state) {
     (void)state;
-    char cmd[1024], dir[512];
+    char cmd[2048], dir[512];
     int status;
     snprintf(dir, sizeof dir, "%s", test_tmp_path("evaldec"));
     const char *M = test_model_path("stories260K/stories260K.gguf");
     snprintf(cmd, sizeof cmd,
-             "%s eval -m %s -t 1 -q --samples 1 --budget 96 --policies sink_recent,tova,adakv "
-             "--out %s",
+             "%s eval -m %s -t 1 -q --samples 1 --budget 96 --policies sink_recent,adakv "
+             "--out %s 2>&1",
              test_cli(), M, dir);
     char *out = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(out, "adakv does not run under a budget"));
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "%s eval -m %s -t 1 -q --samples 2 --budget 64,96 --policies sink_recent,tova "
+             "--out %s",
+             test_cli(), M, dir);
+    out = test_run(cmd, &status);
     assert_int_equal(status, 0);
-    assert_non_null(strstr(out, "| sink_recent | 1 |"));
-    assert_non_null(strstr(out, "| tova | 1 |"));
-    assert_null(strstr(out, "| adakv |")); /* not a decode policy: skipped */
+    assert_non_null(strstr(out, "| sink_recent | 96 | 32 | 2 |"));
+    assert_non_null(strstr(out, "| tova | 64 | 32 | 2 |"));
     free(out);
     char path[600];
-    snprintf(path, sizeof path, "%s/decode.jsonl", dir);
+    snprintf(path, sizeof path, "%s/results.jsonl", dir);
     size_t n = 0;
     char *j = test_read_file(path, &n);
     assert_non_null(j);
-    assert_non_null(strstr(j, "\"mode\":\"decode\",\"budget\":96"));
+    int rows = 0;
+    for (const char *r = strstr(j, "\"mode\":\"decode\""); r;
+         r = strstr(r + 1, "\"mode\":\"decode\""))
+        rows++;
+    assert_int_equal(rows, 2 * 2 * 2); /* samples x budgets x policies */
     for (const char *m = strstr(j, "\"max_entries\":"); m; m = strstr(m + 1, "\"max_entries\":"))
         assert_true(atoi(m + 14) <= 96 + 32);
     free(j);
+    /* the same run in two shards, merged: the same summary.csv, byte for byte */
+    char sh[2][512], merged[512];
+    for (int k = 0; k < 2; k++) {
+        snprintf(sh[k], sizeof sh[k], "%s", test_tmp_path("evaldec_shard"));
+        snprintf(cmd, sizeof cmd,
+                 "%s eval -m %s -t 1 -q --samples 2 --budget 64,96 --policies sink_recent,tova "
+                 "--shard %d/2 --out %s >/dev/null",
+                 test_cli(), M, k, sh[k]);
+        free(test_run(cmd, &status));
+        assert_int_equal(status, 0);
+    }
+    snprintf(merged, sizeof merged, "%s", test_tmp_path("evaldec_merged"));
+    snprintf(cmd, sizeof cmd, "%s eval-merge %s %s --out %s -q >/dev/null", test_cli(), sh[0],
+             sh[1], merged);
+    free(test_run(cmd, &status));
+    assert_int_equal(status, 0);
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/summary.csv", dir);
+    snprintf(b, sizeof b, "%s/summary.csv", merged);
+    size_t na = 0, nb = 0;
+    char *ta = test_read_file(a, &na), *tb = test_read_file(b, &nb);
+    assert_non_null(ta);
+    assert_non_null(tb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, na);
+    free(ta), free(tb);
+    /* the control */
     snprintf(cmd, sizeof cmd,
              "%s eval -m %s -t 1 -q --samples 1 --budget 480 --policies h2o,streaming --overwrite "
              "--out %s",
              test_cli(), M, dir);
     out = test_run(cmd, &status);
     assert_int_equal(status, 0); /* exit 1 when a control row differs */
-    assert_non_null(strstr(out, "| h2o | 1 | 0 | 1.000 | 0.0 |"));
+    assert_non_null(strstr(out, "| h2o | 480 | 32 | 1 | 0 | 0 | 1.000 | 0 | 0.0 |"));
     free(out);
 }
 

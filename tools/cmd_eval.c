@@ -62,10 +62,11 @@ static void usage(FILE *f) {
         "  --sinks N --kernel N --pooling max|avg --window-keep N   policy parameters\n"
         "                       (refused when no evaluated policy reads them)\n"
         "  --greedy G           greedy tokens decoded under both caches (default 32)\n"
-        "  --budget N           decoding-time mode: teacher-force every sample with every\n"
+        "  --budget LIST        decoding-time mode: teacher-force every sample with every\n"
         "                       kv head bounded at N entries (rerotate), compressing every\n"
         "                       --compress-every K tokens (default 32); decode-capable\n"
-        "                       policies only; writes OUT/decode.jsonl and a summary\n\n"
+        "                       policies only; rows in results.jsonl (\"mode\": \"decode\"),\n"
+        "                       figures kl_vs_budget and entries_vs_step\n\n"
         "run:\n"
         "  -t N                 threads (default: 1 for models under 32 MiB of weights,\n"
         "                       else all cores)\n"
@@ -228,14 +229,18 @@ static void check_degenerate(sink *s, const skv_eval_result *r) {
     }
 }
 
-static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) {
-    sink *s = user;
-    /* one whole line per write, flushed: an interrupted run leaves only complete lines */
+/* Writes one results.jsonl row (prefill result r, else decode result d) as one whole line,
+ * flushed: an interrupted run leaves only complete lines. */
+static skv_status write_row(sink *s, const skv_eval_result *r, const skv_eval_decode_result *d,
+                            skv_err *err) {
     char *line = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&line, &len);
     if (!m) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
-    skv_eval_write_result(m, s->st, r);
+    if (r)
+        skv_eval_write_result(m, s->st, r);
+    else
+        skv_eval_write_decode(m, s->st, d);
     if (fclose(m) != 0) {
         free(line);
         return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
@@ -246,6 +251,13 @@ static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) 
     if (!ok || ferror(s->f))
         return skv_err_set(err, SKV_ERR_IO, "error writing %s: %s", s->path,
                            strerror(errno ? errno : EIO));
+    return SKV_OK;
+}
+
+static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) {
+    sink *s = user;
+    skv_status st = write_row(s, r, NULL, err);
+    if (st) return st;
     check_degenerate(s, r);
     if (r->cfg->keep_frac == 1.0) {
         /* a control only when the policy really kept everything (PyramidKV's rule does not) */
@@ -279,8 +291,9 @@ static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) 
 /* ---- shared with eval-merge ---------------------------------------------------------------- */
 
 /* The figures a run draws (docs/EVAL.md). */
-static const char *const FIGURES[] = {"kl_vs_keep",     "top1_vs_keep",    "ppl_vs_keep",
-                                      "greedy_vs_keep", "passkey_vs_keep", NULL};
+static const char *const FIGURES[] = {
+    "kl_vs_keep",      "top1_vs_keep", "ppl_vs_keep",     "greedy_vs_keep",
+    "passkey_vs_keep", "kl_vs_budget", "entries_vs_step", NULL};
 
 static bool have_gnuplot(void) {
     return system("command -v gnuplot >/dev/null 2>&1") == 0;
@@ -326,7 +339,9 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
                     const skv_eval_labels *labels) {
     skv_err err = {0};
     char *md = NULL;
-    if (skv_eval_write_reports_labeled(rows, out, labels, &md, &err)) {
+    bool decoding = rows->rows[0].decode;
+    if (decoding ? skv_eval_write_decode_reports(rows, out, labels, &md, &err)
+                 : skv_eval_write_reports_labeled(rows, out, labels, &md, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
@@ -339,7 +354,8 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
         fprintf(stderr, "sparsekv %s: gnuplot failed on %s/plots.gp: no plots drawn\n", cmd, out);
     } else if (!quiet) {
         fprintf(stderr, "sparsekv %s: plots in %s (%s.png/.svg)\n", cmd, out,
-                rows->rows[0].task == SKV_EVAL_LM
+                decoding ? "kl_vs_budget, entries_vs_step"
+                : rows->rows[0].task == SKV_EVAL_LM
                     ? "kl_vs_keep, top1_vs_keep, ppl_vs_keep, greedy_vs_keep"
                     : "passkey_vs_keep");
     }
@@ -351,95 +367,20 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
 
 /* ---- decoding-time mode (--budget) ---------------------------------------------------------- */
 
-typedef struct decode_sink {
-    FILE *f;
-    const char *policies[64];
-    int n_policies;
-    double kl[64], top1[64];
-    int n[64], cuts[64], most[64];
-    int controls_bad; /* budget >= the sample, yet KL != 0 */
-} decode_sink;
-
+/* One decoding-time row, written like on_result's: whole, flushed. */
 static skv_status on_decode(void *user, const skv_eval_decode_result *r, skv_err *err) {
-    decode_sink *d = user;
-    skv_eval_write_decode(d->f, r);
-    if (ferror(d->f)) return skv_err_set(err, SKV_ERR_IO, "error writing decode.jsonl");
-    for (int i = 0; i < d->n_policies; i++) {
-        if (strcmp(d->policies[i], r->policy)) continue;
-        d->kl[i] += r->m.kl_mean;
-        d->top1[i] += r->m.top1;
-        d->n[i]++;
-        d->cuts[i] += r->cuts;
-        if (r->max_entries > d->most[i]) d->most[i] = r->max_entries;
+    sink *s = user;
+    skv_status st = write_row(s, NULL, r, err);
+    if (st) return st;
+    /* a budget of at least the sample never cuts: the run must equal the full cache's */
+    const skv_eval_sample *smp = r->sample;
+    if (r->cfg->budget >= smp->n_prefix + smp->n_window + smp->n_cont) {
+        if (r->m.kl_max != 0.0 || r->cuts != 0) s->bad_controls++;
+        if (!(r->m.kl_max <= s->worst_control_kl)) s->worst_control_kl = r->m.kl_max;
     }
-    const skv_eval_sample *s = r->sample;
-    if (r->budget >= s->n_prefix + s->n_window + s->n_cont && r->m.kl_max != 0.0) d->controls_bad++;
+    s->prog->done++;
+    progress_show(s->prog, false, false);
     return SKV_OK;
-}
-
-static int run_decode_eval(const skv_model *model, const skv_eval_dataset *ds,
-                           const char *const *policies, int n_policies, int budget, int every,
-                           const skv_eval_settings *st, const char *out, bool quiet) {
-    decode_sink d;
-    memset(&d, 0, sizeof d);
-    for (int i = 0; i < n_policies && d.n_policies < 64; i++) {
-        skv_policy_about a = {0};
-        for (int k = 0; k < skv_policy_count(); k++)
-            if (!skv_policy_describe(k, &a, NULL) && !strcmp(a.name, policies[i])) break;
-        if (!a.decode) {
-            if (!quiet)
-                fprintf(stderr, "sparsekv eval: %s does not run under a budget: skipped\n",
-                        policies[i]);
-            continue;
-        }
-        d.policies[d.n_policies++] = policies[i];
-    }
-    skv_err err = {0};
-    if (skv_eval_mkdirs(out, &err)) {
-        cli_error(CMD, "%s", err.msg);
-        return 1;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/decode.jsonl", out);
-    d.f = fopen(path, "w");
-    if (!d.f) {
-        cli_error(CMD, "cannot write %s: %s", path, strerror(errno));
-        return 1;
-    }
-    const double t0 = skv_time_ms();
-    for (int i = 0; i < ds->n; i++) {
-        if (skv_eval_decode_sample(model, &ds->samples[i], d.policies, d.n_policies, budget, every,
-                                   st, on_decode, &d, &err)) {
-            fclose(d.f);
-            cli_error(CMD, "sample %d: %s", ds->samples[i].index, err.msg);
-            return err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
-        }
-        if (!quiet) fprintf(stderr, "sparsekv eval: %d/%d samples done\n", i + 1, ds->n);
-    }
-    if (fclose(d.f) != 0) {
-        cli_error(CMD, "error writing %s", path);
-        return 1;
-    }
-    printf("decoding-time evaluation: budget %d entries per kv head, a cut every %d tokens, "
-           "rerotate (%s)\n\n",
-           budget, every, path);
-    printf("| policy | n | KL mean | top-1 | cuts per sample | most entries per head |\n"
-           "|---|---:|---:|---:|---:|---:|\n");
-    for (int i = 0; i < d.n_policies; i++)
-        if (d.n[i])
-            printf("| %s | %d | %.4g | %.3f | %.1f | %d (bound %d) |\n", d.policies[i], d.n[i],
-                   d.kl[i] / d.n[i], d.top1[i] / d.n[i], (double)d.cuts[i] / d.n[i], d.most[i],
-                   budget + every);
-    if (!quiet)
-        fprintf(stderr, "sparsekv eval: decode mode took %.1f s\n", (skv_time_ms() - t0) / 1e3);
-    if (d.controls_bad) {
-        fprintf(stderr,
-                "sparsekv eval: %d control rows (budget >= the sample) differ from the "
-                "full cache: engine bug\n",
-                d.controls_bad);
-        return 1;
-    }
-    return 0;
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -609,7 +550,8 @@ static int eval_main(int argc, char **argv) {
     skv_eval_settings st;
     skv_eval_settings_default(&st);
     long sinks = st.sinks, kernel = st.kernel, window_keep = st.window_keep;
-    long decode_budget = 0, compress_every = 32; /* --budget N --compress-every K */
+    const char *budgets_s = NULL; /* --budget LIST: decoding-time mode */
+    long compress_every = 32;     /* --compress-every K */
 
     enum {
         O_DATA = CLI_LONG,
@@ -758,7 +700,7 @@ static int eval_main(int argc, char **argv) {
             ok = cli_parse_int(v, 0, 1 << 24, &window_keep);
             break;
         case O_BUDGET:
-            ok = cli_parse_int(v, 1, 1 << 24, &decode_budget);
+            budgets_s = v;
             break;
         case O_COMPRESS_EVERY:
             ok = cli_parse_int(v, 1, 1 << 24, &compress_every);
@@ -865,6 +807,57 @@ static int eval_main(int argc, char **argv) {
         for (int k = 0; k < n_policies; k++) dup |= !strcmp(policies[k], c);
         if (!dup) policies[n_policies++] = c;
     }
+    /* --budget LIST: decoding-time mode, over the decode-capable policies */
+    int budgets[MAX_ITEMS], n_budgets = 0;
+    const bool decoding = budgets_s != NULL;
+    if (decoding) {
+        static const int prefill_only[] = {O_KEEP, O_PROTOCOLS, O_POSITIONS, O_GREEDY, O_TASK};
+        for (size_t k = 0; k < sizeof prefill_only / sizeof prefill_only[0]; k++) {
+            if (cli_args_given(&args, prefill_only[k])) {
+                cli_error(CMD,
+                          "%s does not apply to --budget (decoding-time runs teacher-force the "
+                          "lm task with rerotated positions under a fixed budget)",
+                          cli_args_name(&args, prefill_only[k]));
+                return 2;
+            }
+        }
+        n = split_list(budgets_s, copy, sizeof copy, items, MAX_ITEMS);
+        for (int i = 0; i < n; i++) {
+            long b;
+            if (!cli_parse_int(items[i], 1, 1 << 24, &b)) {
+                cli_error(CMD, "bad budget '%s' in --budget: entries per kv head, >= 1", items[i]);
+                return 2;
+            }
+            bool dup = false;
+            for (int k = 0; k < n_budgets; k++) dup |= budgets[k] == (int)b;
+            if (!dup) budgets[n_budgets++] = (int)b;
+        }
+        if (n < 1) {
+            cli_error(CMD, "bad --budget '%s': expected a comma-separated list", budgets_s);
+            return 2;
+        }
+        int kept = 0;
+        for (int i = 0; i < n_policies; i++) {
+            skv_policy_about a = {0};
+            for (int k = 0; k < skv_policy_count(); k++)
+                if (!skv_policy_describe(k, &a, NULL) && !strcmp(a.name, policies[i])) break;
+            if (a.decode) {
+                policies[kept++] = policies[i];
+            } else if (cli_args_given(&args, O_POLICIES)) {
+                cli_error(CMD,
+                          "%s does not run under a budget (`sparsekv policies` lists the decode "
+                          "ones)",
+                          policies[i]);
+                return 2;
+            }
+        }
+        n_policies = kept;
+        if (n_policies == 0) {
+            cli_error(CMD, "no decode-capable policy to run under --budget");
+            return 2;
+        }
+    }
+
     /* a policy parameter that no evaluated policy reads would be ignored */
     static const struct {
         int key;
@@ -975,10 +968,6 @@ static int eval_main(int argc, char **argv) {
             cli_error(CMD, "--resume %s writes into %s: drop --out %s", resume, resume, out);
             return 2;
         }
-        if (decode_budget > 0) {
-            cli_error(CMD, "--resume does not apply to --budget runs");
-            return 2;
-        }
         out = resume;
     } else if (!overwrite && dir_nonempty(out)) {
         cli_error(CMD,
@@ -1020,6 +1009,17 @@ static int eval_main(int argc, char **argv) {
     st.n_threads = (int)threads;
     const skv_hparams *hp = skv_model_hparams(model);
     int n_ctx = hp->n_ctx_train;
+    for (int i = 0; i < n_budgets; i++) {
+        if ((long)budgets[i] + compress_every > n_ctx) {
+            cli_error(CMD,
+                      "--budget %d + --compress-every %ld exceeds the model's context (%d): the "
+                      "cache holds up to budget + every entries per head",
+                      budgets[i], compress_every, n_ctx);
+            skv_model_free(model);
+            skv_eval_runinfo_free(&prev);
+            return 2;
+        }
+    }
     /* Sizes taken from metadata are bounded by what the command needs: a file may claim a
      * context of 2^28 tokens, and the default samples and passkey prompts must not follow it. */
     int n_default = n_ctx < EVAL_DEFAULT_MAX_TOKENS ? n_ctx : EVAL_DEFAULT_MAX_TOKENS;
@@ -1048,7 +1048,11 @@ static int eval_main(int argc, char **argv) {
             rc = 2;
             goto done;
         }
-        char keeps_s[2048] = "", depths_l[2048] = "";
+        char keeps_s[2048] = "", depths_l[2048] = "", budgets_l[2048] = "";
+        for (int i = 0; i < n_budgets; i++) {
+            size_t l = strlen(budgets_l);
+            snprintf(budgets_l + l, sizeof budgets_l - l, "%s%d", i ? "," : "", budgets[i]);
+        }
         for (int i = 0; i < n_keeps; i++) {
             size_t l = strlen(keeps_s);
             snprintf(keeps_s + l, sizeof keeps_s - l, "%s%.17g", i ? "," : "", keeps[i]);
@@ -1104,7 +1108,7 @@ static int eval_main(int argc, char **argv) {
             skv_eval_runinfo_set(&cur, "continuation", &e2, "%.17g", split.cont) ||
             skv_eval_runinfo_set(&cur, "depths", &e2, "%s", depths_l) ||
             skv_eval_runinfo_set(&cur, "passkey_tokens", &e2, "%ld", passkey_tokens) ||
-            skv_eval_runinfo_set(&cur, "budget", &e2, "%ld", decode_budget) ||
+            skv_eval_runinfo_set(&cur, "budget", &e2, "%s", budgets_l) ||
             skv_eval_runinfo_set(&cur, "compress_every", &e2, "%ld", compress_every)) {
             cli_error(CMD, "%s", e2.msg);
             goto done;
@@ -1217,13 +1221,10 @@ static int eval_main(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if (decode_budget > 0) {
-        rc = run_decode_eval(model, &ds, policies, n_policies, (int)decode_budget,
-                             (int)compress_every, &st, out, quiet);
-        goto done;
-    }
-    if (skv_eval_configs(policies, n_policies, keeps, n_keeps, protocols, n_protocols, positions,
-                         n_positions, (int)seeds, &cfgs, &n_cfgs, &err)) {
+    if (decoding ? skv_eval_decode_configs(policies, n_policies, budgets, n_budgets,
+                                           (int)compress_every, &cfgs, &n_cfgs, &err)
+                 : skv_eval_configs(policies, n_policies, keeps, n_keeps, protocols, n_protocols,
+                                    positions, n_positions, (int)seeds, &cfgs, &n_cfgs, &err)) {
         cli_error(CMD, "%s", err.msg);
         rc = 2;
         goto done;
@@ -1266,12 +1267,17 @@ static int eval_main(int argc, char **argv) {
             const skv_eval_config *c = &cfgs[k % n_cfgs];
             skv_protocol pr;
             skv_position_mode pm;
-            if (r->sample != smp->index || r->depth_index != smp->depth_index ||
-                r->config != c->index || strcmp(r->policy, c->policy) ||
-                r->keep_frac != c->keep_frac || r->seed != c->seed ||
-                !skv_eval_protocol_from_name(r->protocol, &pr) || pr != c->protocol ||
-                !skv_eval_positions_from_name(r->positions, &pm) || pm != c->positions ||
-                r->greedy != st.greedy) {
+            bool same = r->sample == smp->index && r->depth_index == smp->depth_index &&
+                        r->config == c->index && !strcmp(r->policy, c->policy) &&
+                        r->decode == decoding;
+            if (same && decoding)
+                same = r->budget == c->budget && r->compress_every == c->compress_every;
+            else if (same)
+                same = r->keep_frac == c->keep_frac && r->seed == c->seed &&
+                       skv_eval_protocol_from_name(r->protocol, &pr) && pr == c->protocol &&
+                       skv_eval_positions_from_name(r->positions, &pm) && pm == c->positions &&
+                       r->greedy == st.greedy;
+            if (!same) {
                 cli_error(CMD,
                           "cannot resume %s: row %d of %s (sample %d, config %d) is not the "
                           "row this run writes there (sample %d, config %d)",
@@ -1315,8 +1321,10 @@ static int eval_main(int argc, char **argv) {
                 ds.n == 1 ? "" : "s", n_cfgs, shard_n > 1 ? " (this shard)" : "");
     for (int i = (int)(done_rows / n_cfgs); i < ds.n; i++) {
         int first = i == (int)(done_rows / n_cfgs) ? (int)(done_rows % n_cfgs) : 0;
-        if (skv_eval_run_sample_from(model, &ds.samples[i], cfgs, n_cfgs, first, &st, on_result,
-                                     &sk, &err)) {
+        if (decoding ? skv_eval_decode_sample(model, &ds.samples[i], cfgs, n_cfgs, first, &st,
+                                              on_decode, &sk, &err)
+                     : skv_eval_run_sample_from(model, &ds.samples[i], cfgs, n_cfgs, first, &st,
+                                                on_result, &sk, &err)) {
             if (prog.tty && !quiet) fputc('\n', stderr);
             cli_error(CMD, "sample %d: %s", ds.samples[i].index, err.msg);
             goto done;
@@ -1372,7 +1380,14 @@ static int eval_main(int argc, char **argv) {
                 "(%d rows; PyramidKV's budget rule clamps layer budgets at T, so they do "
                 "not add up to every entry): those rows are measurements, not controls\n",
                 sk.not_full_policies, sk.not_full);
-    if (sk.bad_controls) {
+    if (sk.bad_controls && decoding) {
+        cli_error(CMD,
+                  "%d control row%s (a budget of at least the sample) differ from the full "
+                  "cache (worst KL %g): a budget that never cuts must leave the logits "
+                  "bit-identical, so this is an engine bug",
+                  sk.bad_controls, sk.bad_controls == 1 ? "" : "s", sk.worst_control_kl);
+        rc = 1;
+    } else if (sk.bad_controls) {
         cli_error(CMD,
                   "%d keep=1.0 control row%s differ from the full cache (worst KL %g): "
                   "compression at keep 1.0 must leave the logits bit-identical, so this is "
