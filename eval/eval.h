@@ -413,6 +413,13 @@ skv_status skv_eval_close_tmp(FILE *f, const char *path, skv_err *err);
 skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *dir,
                                          const skv_eval_labels *labels, char **md, skv_err *err);
 
+/* The retrieval tasks' accuracy against needle depth (eval/report_depth.c): depth_data.dat, and
+ * a section appended to the plots.gp the main report wrote that draws accuracy_vs_depth (a panel
+ * per keep fraction below 1, a line per policy, the full cache dashed; the engine protocol and
+ * original positions when the run has them). Nothing for the lm task or decode rows. */
+skv_status skv_eval_write_depth_figure(const skv_eval_rows *rows, const char *dir,
+                                       const skv_eval_labels *labels, skv_err *err);
+
 /* Parses "KEY=TEXT" into *out (text points into spec). False with a sentence in why when KEY
  * names no policy, protocol or position mode, or TEXT is empty, longer than 64 bytes or holds
  * control characters. */

@@ -291,9 +291,9 @@ static skv_status on_result(void *user, const skv_eval_result *r, skv_err *err) 
 /* ---- shared with eval-merge ---------------------------------------------------------------- */
 
 /* The figures a run draws (docs/EVAL.md). */
-static const char *const FIGURES[] = {
-    "kl_vs_keep",      "top1_vs_keep", "ppl_vs_keep",     "greedy_vs_keep",
-    "passkey_vs_keep", "kl_vs_budget", "entries_vs_step", NULL};
+static const char *const FIGURES[] = {"kl_vs_keep",      "top1_vs_keep",      "ppl_vs_keep",
+                                      "greedy_vs_keep",  "passkey_vs_keep",   "kl_vs_budget",
+                                      "entries_vs_step", "accuracy_vs_depth", NULL};
 
 static bool have_gnuplot(void) {
     return system("command -v gnuplot >/dev/null 2>&1") == 0;
@@ -341,7 +341,8 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
     char *md = NULL;
     bool decoding = rows->rows[0].decode;
     if (decoding ? skv_eval_write_decode_reports(rows, out, labels, &md, &err)
-                 : skv_eval_write_reports_labeled(rows, out, labels, &md, &err)) {
+                 : skv_eval_write_reports_labeled(rows, out, labels, &md, &err) ||
+                       skv_eval_write_depth_figure(rows, out, labels, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
@@ -357,7 +358,7 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
                 decoding ? "kl_vs_budget, entries_vs_step"
                 : rows->rows[0].task == SKV_EVAL_LM
                     ? "kl_vs_keep, top1_vs_keep, ppl_vs_keep, greedy_vs_keep"
-                    : "passkey_vs_keep");
+                    : "passkey_vs_keep, accuracy_vs_depth");
     }
     fputs(md, stdout);
     fflush(stdout);
@@ -404,9 +405,9 @@ static bool dir_nonempty(const char *dir) {
 /* --overwrite: removes what a previous run wrote (only the names eval writes), so no stale
  * summary or figure stays beside the new results. */
 static bool remove_outputs(const char *dir) {
-    static const char *const files[] = {"results.jsonl", "summary.csv",   "summary.md",
-                                        "timing.csv",    "plot_data.dat", "plots.gp",
-                                        "run.json",      "decode.jsonl",  NULL};
+    static const char *const files[] = {
+        "results.jsonl", "summary.csv", "summary.md",   "timing.csv",     "plot_data.dat",
+        "plots.gp",      "run.json",    "decode.jsonl", "depth_data.dat", NULL};
     char p[4200];
     for (int t = 0; t < 2; t++) {
         const char *tmp = t ? ".tmp" : "";
