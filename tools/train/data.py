@@ -20,7 +20,7 @@ Tasks (every prompt starts with BOS; the answer follows the question; see docs/M
             names); the asked one at depth d, the others at random places;
             " What is the magic number for NAME? The magic number for NAME is"; answer " NNNNN."
   text      simple generated stories (plain continuation; no answer span).
-  repeat    "Copy: s |" with a random [a-z0-9]{8,32} string s, repeated to the end (induction).
+  repeat    "Copy: s |" with a random [a-z0-9]{4,16} string s, repeated to the end (induction).
 """
 import random
 
@@ -231,8 +231,10 @@ def make_sample(rng, task, max_len, depth=None, full=False):
     elif task == "repeat":
         # a random block "Copy: s |" repeated to the end: every token after the first block is
         # predictable only by looking back one period (an induction head), the mechanism all
-        # three retrieval tasks build on; trained first, it forms in a few hundred steps
-        k = rng.randint(8, 32)
+        # three retrieval tasks build on. Short blocks (many periods per sample) matter: with
+        # 4-16 characters a 4-layer model formed the head in ~300 steps of 32 x 128 tokens,
+        # with 8-32 it had not after 700
+        k = rng.randint(4, 16)
         s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(k))
         ids = encode(("Copy: " + s + " |") * (target // (k + 8) + 2))
         return ids[: max_len + 1], None
