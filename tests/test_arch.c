@@ -533,8 +533,7 @@ static void test_malformed(void **state) {
     mutation mu = {.base = "qwen2", .drop_tensor = "blk.2.attn_v.bias"};
     const char *path = write_mutated(&mu);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s logits -m %s --tokens 1,2,3 -o /dev/null 2>&1",
-             test_cli(), path);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --tokens 1,2,3 -o /dev/null 2>&1", test_cli(), path);
     int status;
     char *out = test_run(cmd, &status);
     assert_int_equal(status, 2);
@@ -639,8 +638,8 @@ static void test_cli_logits(void **state) {
         char outp[512], gguf[512], cmd[2048];
         snprintf(outp, sizeof outp, "%s", out);
         snprintf(gguf, sizeof gguf, "%s", fixture(ARCHS[a], "gguf")); /* static buffer */
-        snprintf(cmd, sizeof cmd, "%s logits -m %s --tokens-file %s -o %s >/dev/null",
-                 test_cli(), gguf, fixture(ARCHS[a], "ids.json"), outp);
+        snprintf(cmd, sizeof cmd, "%s logits -m %s --tokens-file %s -o %s >/dev/null", test_cli(),
+                 gguf, fixture(ARCHS[a], "ids.json"), outp);
         int status;
         free(test_run(cmd, &status));
         assert_int_equal(status, 0);
