@@ -98,6 +98,9 @@ static void test_refused(void **state) {
         {"generate stray", 2, "unexpected argument 'stray'"},
         {"tokenize --vocab-llama2c tok.bin", 2, "needs FILE N"},
         {"quantize a.gguf b.gguf", 2, "expected IN OUT TYPE"},
+        /* after "--" everything is an operand, even what looks like an option */
+        {"quantize -- -a.gguf -b.gguf", 2, "expected IN OUT TYPE"},
+        {"convert-llama2c -- -x.bin -y.bin", 2, "expected CHECKPOINT.bin TOKENIZER.bin"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }

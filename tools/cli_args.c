@@ -146,15 +146,19 @@ static void unknown_long(const cli_args *a, const char *text) {
 
 int cli_args_next(cli_args *a, const char **value) {
     *value = NULL;
-    int li = -1;
-    int c = getopt_long(a->argc, a->argv, a->optstring, a->longopts, &li);
-    if (c == -1) {
-        /* after "--": the rest are operands */
-        if (optind < a->argc) {
-            *value = a->argv[optind++];
+    if (a->done) { /* after "--": the rest are operands, never parsed again */
+        if (a->rest < a->argc) {
+            *value = a->argv[a->rest++];
             return CLI_OPERAND;
         }
         return CLI_DONE;
+    }
+    int li = -1;
+    int c = getopt_long(a->argc, a->argv, a->optstring, a->longopts, &li);
+    if (c == -1) {
+        a->done = true;
+        a->rest = optind;
+        return cli_args_next(a, value);
     }
     if (c == 1) {
         *value = optarg;

@@ -45,6 +45,8 @@ typedef struct cli_args {
     unsigned char seen[CLI_MAX_OPTS]; /* how many times each option was given */
     const char *last_spelling;        /* the long name the option just returned was given by */
     int last_key;
+    bool done; /* getopt_long has finished ("--" or the end): argv[rest..] are operands */
+    int rest;
 } cli_args;
 
 /* Prepares to parse argv[1..argc-1] of command cmd against up to three tables (each ends with an
