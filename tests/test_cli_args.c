@@ -66,6 +66,9 @@ static void test_did_you_mean(void **state) {
         {"eval --w 3", 2, "is ambiguous"},
         {"policies --zzzzzz", 2, "unknown option '--zzzzzz' (see sparsekv policies --help)"},
         {"generate -Z", 2, "unknown option '-Z'"},
+        {"evl", 2, "unknown command 'evl'; did you mean 'eval'?"},
+        {"gen", 2, "did you mean 'generate'?"},
+        {"frobnicate", 2, "unknown command 'frobnicate'"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -101,6 +101,19 @@ static int distance(const char *s, const char *t) {
     return d[n][m];
 }
 
+const char *cli_closest(const char *word, const char *const *names, int n) {
+    const char *best = NULL;
+    int best_d = 99;
+    size_t len = strlen(word);
+    for (int i = 0; i < n; i++) {
+        /* a unique prefix counts as a match ("gen" for "generate") */
+        int d = len >= 2 && !strncmp(names[i], word, len) ? 0 : distance(word, names[i]);
+        if (d < best_d) best_d = d, best = names[i];
+    }
+    int limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
+    return best_d <= limit ? best : NULL;
+}
+
 static void unknown_long(const cli_args *a, const char *text) {
     char name[64];
     const char *s = text + 2;

@@ -75,6 +75,10 @@ bool cli_args_exclusive(const cli_args *a, int key, int other);
 /* The message for an operand the command does not take; returns CLI_FAIL. */
 int cli_args_extra(const cli_args *a, const char *operand);
 
+/* The name of names[0..n-1] closest to word (a prefix of it, or within a small edit distance),
+ * or NULL: for "did you mean" messages. */
+const char *cli_closest(const char *word, const char *const *names, int n);
+
 /* "-c" for a key with a short letter, else "--name" (static buffer, for messages). */
 const char *cli_args_name(const cli_args *a, int key);
 

@@ -1,5 +1,6 @@
 /* sparsekv.c — the command-line entry: dispatches to tools/cmd_<name>.c. */
 #include "cli.h"
+#include "cli_args.h"
 
 #include <stdio.h>
 #include <errno.h>
@@ -66,7 +67,17 @@ static int run(int argc, char **argv) {
     if (simd_warn) fprintf(stderr, "sparsekv: warning: %s\n", simd_warn);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "sparsekv: unknown command '%s'\n\n", argv[1]);
+    const char *names[sizeof commands / sizeof commands[0]];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) names[i] = commands[i].name;
+    const char *near = cli_closest(argv[1], names, (int)(sizeof names / sizeof names[0]));
+    char shown[256];
+    cli_escape(argv[1], shown, sizeof shown, false);
+    if (near) {
+        fprintf(stderr, "sparsekv: unknown command '%s'; did you mean '%s'? (sparsekv --help)\n",
+                shown, near);
+        return 2;
+    }
+    fprintf(stderr, "sparsekv: unknown command '%s'\n\n", shown);
     usage(stderr);
     return 2;
 }
