@@ -271,9 +271,14 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
                     if (cf[k].budget > bmax) bmax = cf[k].budget;
                 }
                 fprintf(f, "set xrange [%g:%g]\n", bmin / 1.5, bmax * 1.5);
+                double ylo = INFINITY, yhi = 0;
+                for (int k = 0; k < n_cf; k++)
+                    if (ds[k].kl.mean > 0)
+                        ylo = fmin(ylo, ds[k].kl.mean), yhi = fmax(yhi, ds[k].kl.mean);
                 if (any_positive) /* a budget that never cuts has KL 0: off the log axis */
-                    fputs("set ylabel 'mean KL, nats (log)'\nset logscale y\nset yrange [*:*]\n",
-                          f);
+                    fprintf(
+                        f, "set ylabel 'mean KL, nats (log)'\nset logscale y\nset yrange [%g:%g]\n",
+                        ylo / 2, yhi * 2);
                 else
                     fputs("set ylabel 'mean KL, nats'\nunset logscale y\nset yrange [0:0.001]\n",
                           f);
@@ -281,11 +286,11 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
                 fprintf(f,
                         "set title 'entries per kv head while decoding (budget %d, a cut every "
                         "%d tokens)'\nset xlabel 'tokens fed after the prefix'\n"
-                        "set xtics autofreq\nset xrange [*:*]\nset yrange [*:*]\nunset "
+                        "set xtics autofreq\nset xrange [*:*]\nset yrange [%d:%d]\nunset "
                         "logscale\nset ylabel 'most entries of any head "
                         "(mean over "
                         "samples)'\n",
-                        min_budget, every_min);
+                        min_budget, every_min, min_budget / 2, min_budget + every_min + 8);
             }
             fputs("plot ", f);
             for (int p = 0; p < (fig == 1 && same_entries ? 1 : n_pols); p++) {

@@ -90,6 +90,8 @@ static void test_refused(void **state) {
         {"eval --depths 0.5", 2, "--depths only applies with --task"},
         {"eval --task lm --passkey-tokens 64", 2, "apply to --task passkey"},
         {"eval --compress-every 8", 2, "--compress-every only applies with --budget"},
+        {"eval --budget 32 --samples 1 --policies knorm -q", 2,
+         "budget 32 is not larger than the window (32 tokens"},
         {"bench --keep 0.5", 2, "--keep only applies with --policy"},
         {"logits --tokens 1,2 --no-bos -o /tmp/skv_unused.f32", 2, "--no-bos only applies with -p"},
         {"generate -n 2 -n 3", 2, "-n given twice"},

@@ -50,9 +50,9 @@ static void usage(FILE *f) {
         "  --depths LIST        needle depths of the retrieval tasks (default 0.1,0.5,0.9)\n"
         "  --passkey-tokens N   passkey prompt length (default: context - greedy)\n\n"
         "configurations (every combination is run; keep 1.0 is always added as control;\n"
-        "a list may hold one value, and --policy, --protocol, --pool and --max-cache are\n"
-        "the same options as --policies, --protocols, --pooling and --budget, as in\n"
-        "compress and generate):\n"
+        "a list may hold one value; --policy, --protocol and --pool are the same options\n"
+        "as --policies, --protocols and --pooling, as in compress and generate, and\n"
+        "--max-cache is --budget, as in generate):\n"
         "  --policies LIST      default: every policy of `sparsekv policies` (names or\n"
         "                       aliases)\n"
         "  --keep LIST          keep fractions in (0, 1] (default 0.1,0.25,0.5,1.0)\n"
@@ -856,6 +856,16 @@ static int eval_main(int argc, char **argv) {
         if (n_policies == 0) {
             cli_error(CMD, "no decode-capable policy to run under --budget");
             return 2;
+        }
+        for (int i = 0; i < n_budgets; i++) {
+            if (split.window >= 1 && budgets[i] <= split.window) {
+                cli_error(CMD,
+                          "budget %d is not larger than the window (%g tokens, always kept): "
+                          "every policy would keep the same entries; raise --budget or lower "
+                          "--window",
+                          budgets[i], split.window);
+                return 2;
+            }
         }
     }
 

@@ -14,7 +14,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"generate", cmd_generate, "generate text (optionally on a compressed cache)"},
-    {"compress", cmd_compress, "compress a prompt's KV cache and print what was kept (JSON)"},
+    {"compress", cmd_compress, "compress a prompt's KV cache and print what was kept (--json)"},
     {"eval", cmd_eval, "measure each policy's quality cost against the full cache"},
     {"policies", cmd_policies, "list the compression policies (the registry): needs, params"},
     {"eval-merge", cmd_eval_merge, "merge sharded eval outputs into one summary"},
