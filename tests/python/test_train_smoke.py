@@ -99,3 +99,32 @@ def test_smoke_train_export_and_logits(cli_ok, tmp_path):
     got = np.fromfile(lf, dtype="<f4").reshape(len(ids), data.VOCAB_SIZE)
     want = export.torch_logits(m, ids)
     assert np.abs(got - want).max() < 1e-3
+
+
+@pytest.mark.parametrize("task", ["kvq", "mkq", "kvrep"])
+def test_multi_question_samples_answer_what_they_ask(task):
+    # Each answer span (7 tokens: " NNNNN.") must hold the value that the text before it
+    # pairs with the key it asks for, read back from the text itself.
+    import re
+    rng = random.Random(7)
+    n_answers = 0
+    for max_len in (128, 256, 512, 1024):
+        for _ in range(20):
+            ids, starts = data.make_multi_sample(rng, task, max_len)
+            assert len(ids) <= max_len + 1
+            for a in starts:
+                ans = data.decode(ids[a:a + 7])  # decode drops the leading space
+                assert re.fullmatch(r"\d{5}\.", ans), ans
+                before = data.decode(ids[1:a])
+                if task == "kvrep":
+                    key = re.search(r"([a-z]{3}):$", before).group(1)
+                    want = re.search(r"(?:^| )%s: (\d{5})\." % key, before).group(1)
+                else:
+                    noun = "value of" if task == "kvq" else "magic number for"
+                    key = re.search(r"The %s (\w+) is$" % noun, before).group(1)
+                    pat = (r" %s: (\d{5})\." if task == "kvq" else
+                           r"The magic number for %s is (\d{5})\.") % key
+                    want = re.search(pat, before).group(1)
+                assert ans[:5] == want, (task, before[-80:], ans)
+                n_answers += 1
+    assert n_answers >= 100

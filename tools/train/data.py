@@ -21,6 +21,10 @@ Tasks (every prompt starts with BOS; the answer follows the question; see docs/M
             " What is the magic number for NAME? The magic number for NAME is"; answer " NNNNN."
   text      simple generated stories (plain continuation; no answer span).
   repeat    "Copy: s |" with a random [a-z0-9]{4,16} string s, repeated to the end (induction).
+Training-only forms with a target at every lookup (make_multi_sample; stage 2 of the preset):
+  kvq       the kv prompt, then 1-8 questions in a row, each followed by its answer
+  mkq       the multikey prompt, then every needle asked in a random order
+  kvrep     n pairs "abc: NNNNN. ", "Again:", the same pairs in a random order
 """
 import random
 
@@ -248,12 +252,102 @@ def make_sample(rng, task, max_len, depth=None, full=False):
     return ids[: max_len + 1], a
 
 
-def _kv_keys(n, rng=None):
+def _questions_sample(prompt, answers, questions):
+    """ids and answer starts of a prompt that ends with the first question, then answers[0],
+    then each later question with its answer. Every answer is a training target, so one sample
+    teaches the lookup several times (the dense supervision of multi-query associative recall)."""
+    ids = encode(prompt)
+    starts = []
+    for j, q in enumerate(questions):
+        if j > 0:
+            ids += encode_cont(q)
+        starts.append(len(ids))
+        ids += encode_cont(" %s." % answers[j])
+    return ids + [EOS], starts
+
+
+def make_multi_sample(rng, task, max_len):
+    task, _, kl = task.partition(":")
+    return _make_multi_sample(rng, task, max_len, int(kl) if kl else 3)
+
+
+def _make_multi_sample(rng, task, max_len, key_len):
+    """Training-only variants of kv and multikey that ask several questions in a row: "kvq"
+    (1-8 questions over the pairs) and "mkq" (every needle asked, in random order). The first
+    question is asked at a uniform depth and has the evaluation prompt's exact form. "kvrep"
+    lists the pairs twice. A suffix ":N" gives kvq/kvrep keys of N letters (default 3; at most
+    26**N pairs then).
+    Returns (ids, [answer starts]) with len(ids) <= max_len + 1."""
+    budget = max_len + 1
+    if task == "kvq":
+        q = rng.randint(1, 8)
+        per_q = len(encode_cont(" What is the value of abc? The value of abc is 00000."))
+        room = budget - 1 - per_q * q
+        while q > 1 and room < 60:
+            q -= 1
+            room += per_q
+
+        def build(n):
+            keys = _kv_keys(n)
+            return kv_text(keys, ["00000"] * n, 0)
+        n = min(26 ** key_len, max(q, _fit(build, 1, 200, room)))
+        keys = _kv_keys(n, rng, key_len)
+        vals = [_key(rng) for _ in range(n)]
+        first = round_half_even(rng.random() * (n - 1))
+        rest = rng.sample([i for i in range(n) if i != first], min(q - 1, n - 1))
+        asked = [first] + rest
+        qs = [" What is the value of %s? The value of %s is" % (keys[i], keys[i]) for i in asked]
+        ids, starts = _questions_sample(kv_text(keys, vals, first), [vals[i] for i in asked], qs)
+    elif task == "kvrep":
+        # the pairs, then " Again:" and the same pairs in a random order: every repeated value
+        # is found by matching its key and ':' (4 tokens) in the first listing, the associative
+        # recall that kv asks for, with a target in every pair of the second half
+        # (no intro: at 128 tokens it would leave room for 2 pairs)
+        per = len(encode_cont(" abc: 00000."))
+        n = max(2, (budget - 1 - len(encode("Again:"))) // (2 * per))
+        n = min(n, 26 ** key_len)
+        keys = _kv_keys(n, rng, key_len)
+        vals = [_key(rng) for _ in range(n)]
+        ids = encode("".join("%s: %s. " % kv for kv in zip(keys, vals)) + "Again:")
+        starts = []
+        for i in rng.sample(range(n), n):
+            ids += encode_cont(" %s:" % keys[i])
+            starts.append(len(ids))
+            ids += encode_cont(" %s." % vals[i])
+        ids.append(EOS)
+    else:  # mkq
+        k = rng.randint(2, 4)
+        names = rng.sample(MK_NAMES, k)
+        vals = [_key(rng) for _ in range(k)]
+        u = [rng.random() for _ in range(k)]
+
+        def question(i):
+            return " What is the magic number for %s? The magic number for %s is" % (names[i],
+                                                                                   names[i])
+
+        def build(nf):
+            slots = [round_half_even(x * nf) for x in u[:k]]
+            return multikey_text(names[:k], vals, slots, order[0], nf)
+        while k > 1:  # fewer needles when the budget is small
+            order = list(range(k))
+            tail = sum(len(encode_cont(question(i) + " 00000.")) for i in order[1:])
+            if len(encode(build(0))) + 8 + tail <= budget - 1:
+                break
+            k -= 1
+        order = rng.sample(range(k), k)
+        qs = [question(i) for i in order]
+        tail = sum(len(encode_cont(x + " 00000.")) for x in qs[1:])
+        n = _fit(build, 0, 2000, budget - 1 - 8 - tail)
+        ids, starts = _questions_sample(build(n), [vals[i] for i in order], qs)
+    return ids[:budget], [a for a in starts if a + 6 < budget]
+
+
+def _kv_keys(n, rng=None, key_len=3):
     if rng is None:
         return ["abc"] * n  # all keys have 3 letters: the length only depends on n
     seen, keys = set(), []
     while len(keys) < n:
-        k = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        k = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(key_len))
         if k not in seen:
             seen.add(k)
             keys.append(k)
@@ -264,10 +358,23 @@ def _kv_keys(n, rng=None):
 MIXES = {
     "repeat": (["repeat"], [1.0]),
     "tasks": (["passkey", "kv", "multikey", "text", "repeat"], [0.25, 0.25, 0.2, 0.1, 0.2]),
+    "recall": (["kvq", "mkq", "passkey", "text", "repeat"], [0.45, 0.25, 0.1, 0.1, 0.1]),
+    "recall2": (["kvrep", "kvq", "mkq", "passkey", "text"], [0.3, 0.3, 0.2, 0.1, 0.1]),
+    "induct": (["repeat", "kvrep"], [0.5, 0.5]),
+    "recall4": (["kvrep", "kvq", "mkq", "passkey", "text", "repeat"],
+                [0.25, 0.25, 0.15, 0.2, 0.1, 0.05]),
+    "recall_k1": (["kvrep:1", "kvq:1", "passkey", "text", "repeat"], [0.4, 0.3, 0.1, 0.1, 0.1]),
+    "recall_k2": (["kvrep:2", "kvq:2", "mkq", "passkey", "text"], [0.4, 0.3, 0.1, 0.1, 0.1]),
 }
 
 
 def make_batch(rng, batch, max_len, mix="tasks"):
-    """Lists of (ids, answer_start) samples, tasks drawn from the named mixture."""
+    """Lists of (ids, answer_start or [answer starts]) samples, tasks drawn from the named
+    mixture."""
     tasks, weights = MIXES[mix]
-    return [make_sample(rng, rng.choices(tasks, weights)[0], max_len) for _ in range(batch)]
+    out = []
+    for _ in range(batch):
+        t = rng.choices(tasks, weights)[0]
+        out.append(make_multi_sample(rng, t, max_len) if t.split(":")[0] in ("kvq", "mkq", "kvrep")
+                   else make_sample(rng, t, max_len))
+    return out

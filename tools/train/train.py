@@ -30,19 +30,34 @@ import model  # noqa: E402
 # by step 700 with 8-32), where the task mixture alone showed none after 600 steps of 16 x 256
 # (lr 3e-3). The retrieval tasks then only have to use it. The learning rate stays at its peak
 # through the repeat phase and decays by a cosine over the task phases.
+#
+# A preset is a list of stages, each with its own learning-rate schedule (warmup, then a cosine
+# to 10% of its peak; the leading "repeat" phases stay at the peak when const_repeat is set), so
+# that a stage appended to a preset (or tried with --then on a --resume'd checkpoint) leaves
+# every step before it unchanged. Stage 1 of "full" was model v1 (passkey only). Stage 2 teaches
+# lookups by content: the "recall2" mixture asks several questions per sample and lists pairs
+# twice (kvq, mkq, kvrep in data.py), where stage 1's one question per prompt left kv and
+# multikey at 0% (measured; what else was tried: docs/MODEL_retrieval.md).
 PRESETS = {
-    "full": dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
-                 phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
-                         (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-                 const_repeat=True),
-    "smoke": dict(cfg=dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden=64,
-                           max_seq_len=256),
-                  phases=[(64, 2, 3, "repeat"), (256, 2, 3, "tasks")], lr=3e-3, warmup=1),
+    "full": [
+        dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
+             phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
+                     (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
+             const_repeat=True),
+        dict(phases=[(256, 16, 500, "recall2"), (512, 8, 200, "recall2"),
+                     (1024, 4, 100, "recall2")], lr=1e-3, warmup=20),
+    ],
+    "smoke": [
+        dict(cfg=dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden=64, max_seq_len=256),
+             phases=[(64, 2, 3, "repeat"), (256, 2, 3, "tasks")], lr=3e-3, warmup=1),
+        dict(phases=[(256, 2, 2, "recall2")], lr=3e-3, warmup=1),
+    ],
 }
 ANSWER_WEIGHT = 4.0  # extra weight of the answer tokens in the loss
 
 
 def collate(samples):
+    """samples: (ids, answer start | [answer starts] | None)."""
     T = max(len(s[0]) for s in samples) - 1
     x = torch.zeros(len(samples), T, dtype=torch.long)
     y = torch.full((len(samples), T), -100, dtype=torch.long)
@@ -52,8 +67,11 @@ def collate(samples):
         x[i, :n] = torch.tensor(ids[:-1])
         y[i, :n] = torch.tensor(ids[1:])
         w[i, :n] = 1.0
-        if a is not None:
-            w[i, a - 1:n] += ANSWER_WEIGHT  # targets a.. are the answer
+        if isinstance(a, int):
+            w[i, a - 1:n] += ANSWER_WEIGHT  # targets a.. are the answer (and EOS)
+        elif a is not None:
+            for s in a:  # several answers: targets s..s+6 are " NNNNN."
+                w[i, s - 1:min(n, s + 6)] += ANSWER_WEIGHT
     return x, y, w
 
 
@@ -101,28 +119,31 @@ def main():
     ap.add_argument("--save-every", type=int, default=25)
     ap.add_argument("--eval-n", type=int, default=20)
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--phases", help="JSON list overriding the preset's phases")
+    ap.add_argument("--phases", help="JSON list overriding the last stage's phases")
     ap.add_argument("--cfg", help="JSON dict overriding the preset's model config")
-    ap.add_argument("--lr", type=float, help="peak learning rate (default: the preset's)")
+    ap.add_argument("--then", help="JSON list of phases: a stage appended after the preset's "
+                    "(its own warmup and cosine; with --resume, an experiment on a finished run)")
+    ap.add_argument("--lr", type=float, help="peak learning rate of the last stage")
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also evaluate every N steps at the phase's length (0: after phases)")
     args = ap.parse_args()
-    P = dict(PRESETS[args.preset])
+    stages = [dict(st) for st in PRESETS[args.preset]]
     if args.phases:
-        P["phases"] = [tuple(p) for p in json.loads(args.phases)]
-    if args.cfg:
-        P["cfg"] = dict(P["cfg"], **json.loads(args.cfg))
+        stages[-1]["phases"] = [tuple(p) for p in json.loads(args.phases)]
+    if args.then:
+        stages.append(dict(phases=[tuple(p) for p in json.loads(args.then)],
+                           lr=stages[-1]["lr"], warmup=20))
     if args.lr:
-        P["lr"] = args.lr
+        stages[-1]["lr"] = args.lr
+    if args.cfg:
+        stages[0]["cfg"] = dict(stages[0]["cfg"], **json.loads(args.cfg))
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
-    cfg = model.Config(**P["cfg"])
+    cfg = model.Config(**stages[0]["cfg"])
     m = model.Transformer(cfg)
-    opt = torch.optim.AdamW(m.parameters(), lr=P["lr"], betas=(0.9, 0.95), weight_decay=0.01)
-    total = sum(p[2] for p in P["phases"])
-    # steps at the constant peak rate (the leading repeat phases, when the preset asks)
-    n_const = sum(p[2] for p in P["phases"] if p[3] == "repeat") if P.get("const_repeat") else 0
+    opt = torch.optim.AdamW(m.parameters(), lr=stages[0]["lr"], betas=(0.9, 0.95),
+                            weight_decay=0.01)
     rng = random.Random(args.seed)
     step = 0
     logf = open(os.path.join(args.out, "log.txt"), "a")
@@ -145,46 +166,58 @@ def main():
         rng.setstate(ck["rng"])
         torch.set_rng_state(ck["torch_rng"])
         start_step = ck["step"]
-    log("config %s params %d phases %s" % (json.dumps(cfg.__dict__),
-                                          sum(p.numel() for p in m.parameters()), P["phases"]))
+    log("config %s params %d stages %s" % (
+        json.dumps(cfg.__dict__), sum(p.numel() for p in m.parameters()),
+        [(st["lr"], st["phases"]) for st in stages]))
     t0 = time.time()
     losses = []
-    for phase in P["phases"]:
-        max_len, batch, steps, mix = phase
-        for _ in range(steps):
-            if step < start_step:  # replay the data stream on resume
+    stage_start = 0
+    for st in stages:
+        total = sum(p[2] for p in st["phases"])
+        # steps at the constant peak rate (the leading repeat phases, when the stage asks)
+        n_const = (sum(p[2] for p in st["phases"] if p[3] == "repeat")
+                   if st.get("const_repeat") else 0)
+        for phase in st["phases"]:
+            max_len, batch, steps, mix = phase
+            for _ in range(steps):
+                if step < start_step:  # replay the data stream on resume
+                    step += 1
+                    continue
+                local = step - stage_start
+                lr = st["lr"] * min(1.0, (local + 1) / st["warmup"])
+                if local >= n_const:  # cosine to 10% over the rest
+                    t = (local - n_const) / max(1, total - n_const)
+                    lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                x, y, w = collate(data.make_batch(rng, batch, max_len, mix))
+                loss = loss_fn(m, x, y, w)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                opt.step()
                 step += 1
-                continue
-            lr = P["lr"] * min(1.0, (step + 1) / P["warmup"])
-            if not (n_const and mix == "repeat"):  # cosine to 10% over the rest
-                t = (step - n_const) / max(1, total - n_const)
-                lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
-            for g in opt.param_groups:
-                g["lr"] = lr
-            x, y, w = collate(data.make_batch(rng, batch, max_len, mix))
-            loss = loss_fn(m, x, y, w)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-            opt.step()
-            step += 1
-            losses.append(loss.item())
-            if step % 5 == 0 or step == 1:
-                log("step %d len %d loss %.4f lr %.2e t %.0fs" % (step, max_len, loss.item(), lr,
-                                                                  time.time() - t0))
-            if step % args.save_every == 0:
-                save()
-            if args.eval_every and step % args.eval_every == 0:
-                m.eval()
+                losses.append(loss.item())
+                if step % 5 == 0 or step == 1:
+                    log("step %d len %d loss %.4f lr %.2e t %.0fs" % (
+                        step, max_len, loss.item(), lr, time.time() - t0))
+                if step % args.save_every == 0:
+                    save()
+                if args.eval_every and step % args.eval_every == 0:
+                    m.eval()
+                    log("eval at len %d step %d: %s (t %.0fs)" % (
+                        max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
+                        time.time() - t0))
+                    m.train()
+            if step <= start_step:
+                continue  # a phase the checkpoint had finished
+            save()
+            save("ckpt_len%d.pt" % max_len)
+            if args.eval_n > 0:
                 log("eval at len %d step %d: %s (t %.0fs)" % (
                     max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
                     time.time() - t0))
-                m.train()
-        save()
-        save("ckpt_len%d.pt" % max_len)
-        if args.eval_n > 0:
-            log("eval at len %d step %d: %s (t %.0fs)" % (
-                max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)), time.time() - t0))
+        stage_start += total
     log("done step %d t %.0fs first-loss %.4f last-loss %.4f" % (
         step, time.time() - t0, losses[0] if losses else float("nan"),
         losses[-1] if losses else float("nan")))
