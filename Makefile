@@ -141,8 +141,9 @@ BENCH_BIN := $(BUILD)/bench_mem_compress
 $(BUILD)/bench_%: bench/%.c $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
 
+# make bench LLAMA_BENCH=/path/to/llama-bench adds llama.cpp side by side (bench/vs_llama.sh)
 bench: $(CLI) $(BENCH_BIN)
-	bench/run.sh $(abspath $(CLI))
+	LLAMA_BENCH="$(LLAMA_BENCH)" bench/run.sh $(abspath $(CLI))
 
 # The .pc file puts an rpath to PREFIX/lib into Libs, so programs built with pkg-config find the
 # shared library without LD_LIBRARY_PATH or ldconfig (for a system prefix, run ldconfig anyway).

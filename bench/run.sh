@@ -193,5 +193,31 @@ if [ -s "$MEM_OUT" ]; then
     } >>"$OUT"
 fi
 
+# Side by side with llama.cpp (make bench LLAMA_BENCH=path/to/llama-bench): the same files, the
+# two programs alternating; SKV_VS_* choose the presets and types (bench/vs_llama.sh).
+if [ -n "${LLAMA_BENCH:-}" ]; then
+    VS_OUT="$DIR/vs_llama.md"
+    SKV_VS_THREADS=$TMAX bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" >"$VS_OUT"
+    {
+        echo
+        echo "## Side by side with llama.cpp ($LLAMA_BENCH)"
+        echo
+        echo "Synthetic models of the presets' real shapes, $TMAX threads, f16 KV cache on both"
+        echo "sides; llama-bench and sparsekv bench alternate, ${SKV_VS_ROUNDS:-3} rounds each, medians"
+        echo "(min..max). llama.cpp was built for this machine (GGML_NATIVE): at SKV_SIMD below the"
+        echo "CPU's level the two do not use the same instructions."
+        echo
+        cat "$VS_OUT"
+        echo
+        echo "| target | goal | met |"
+        echo "|---|---:|---|"
+        awk -F'|' '/^\| [a-z]/ && $7 ~ /x/ {
+            r = $7 + 0; t = $4; gsub(/ /, "", t); m = $2 $3; gsub(/^ +| +$/, "", m)
+            gsub(/  +/, " ", m); goal = (t ~ /^pp/) ? 1.1 : 1.2
+            printf "| %s %s: sparsekv / llama.cpp = %.2fx | >= %.1fx | %s |\n", m, t, r, goal,
+                (r >= goal) ? "yes" : "**no**" }' "$VS_OUT"
+    } >>"$OUT"
+fi
+
 cat "$OUT"
 echo "bench/run.sh: wrote $OUT (raw results: $JSON)" >&2

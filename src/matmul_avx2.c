@@ -11,7 +11,7 @@
  *     quarters of the thread's rows (4 long sequential streams).
  *   - many x rows: 3x3 register tiles (3 x rows . 3 W rows: 9 accumulators, 6 loads per 9
  *     FMAs). The 3 W rows are converted to f32 once per block of up to 2048 columns (F32 is
- *     used in place) and serve every tile of a block of x rows sized to stay in L2.
+ *     used in place) and serve every tile of a block of x rows of up to X_BLOCK_BYTES.
  * Quantized weights: x is first quantized to 8-bit blocks (matmul.c). Integer products with
  *   maddubs (u8 x s8 -> s16 pairs) and madd (s16 -> s32), scaled per block in float.
  *   - one or two x rows: straight over the raw blocks.
@@ -155,11 +155,15 @@ INLINE void gemv1_float(const skv_mm *mm, int r0, int r1, skv_type t) {
     }
 }
 
-#define MRF            3           /* x rows per tile */
-#define NRF            3           /* W rows per tile: 9 accumulators + 3 + 3 registers */
-#define KCF            2048        /* columns per panel block (a multiple of 8) */
-#define L2_BLOCK_BYTES (384 << 10) /* x rows per pass: this many bytes of x stay in L2 */
-#define MCF_MAX        240         /* and at most this many (a multiple of MRF) */
+#define MRF 3    /* x rows per tile */
+#define NRF 3    /* W rows per tile: 9 accumulators + 3 + 3 registers */
+#define KCF 2048 /* columns per panel block (a multiple of 8) */
+/* x rows per pass: about this many bytes of x (in L2 and L3). Each pass streams the whole W
+ * panel again, from memory once W outgrows the caches, so a pass takes as many rows as fit:
+ * with 384 KB (L2-sized) a 512-token prefill read llama-3.2-1b's W 11-21 times and ran ~10%
+ * slower (pp512 f16, 2 threads, AMD EPYC; qwen2.5-0.5b alike; smollm2-135m within noise). */
+#define X_BLOCK_BYTES (4096 << 10)
+#define MCF_MAX       510 /* and at most this many (a multiple of MRF) */
 
 /* acc[i][j] += x_i[0, len) . b_j[0, len) lane-wise, len a multiple of 8. */
 INLINE void tile_f(int mr, const float *const *x, const float *const *b, int len,
@@ -206,14 +210,14 @@ static inline __attribute__((always_inline)) void tile_f_step(int mr, const skv_
     }
 }
 
-/* Many x rows: blocks of x rows that stay in L2; for each 3 W rows, each block of up to KCF
- * columns is converted to f32 once (F32 is used in place) and serves every 3-row tile. */
+/* Many x rows: blocks of x rows (X_BLOCK_BYTES: in L2 and L3); for each 3 W rows, each block of up
+ * to KCF columns is converted to f32 once (F32 is used in place) and serves every 3-row tile. */
 INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     float bp[NRF][KCF] ALIGNED32;
     __m256 save[MCF_MAX * NRF] ALIGNED32; /* the lanes between column blocks */
     const int n = mm->n_in, n8 = n & ~7, nkb = (n8 + KCF - 1) / KCF;
     const size_t es = elem_size(t);
-    int mc = (int)(L2_BLOCK_BYTES / (4 * (size_t)n)) / MRF * MRF;
+    int mc = (int)(X_BLOCK_BYTES / (4 * (size_t)n)) / MRF * MRF;
     mc = mc < 8 * MRF ? 8 * MRF : mc > MCF_MAX ? MCF_MAX : mc;
     for (int mc0 = i0; mc0 < i1; mc0 += mc) {
         int mc1 = i1 - mc0 < mc ? i1 : mc0 + mc;

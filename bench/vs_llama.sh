@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# bench/vs_llama.sh — sparsekv against llama.cpp's llama-bench, side by side on the same GGUF
+# files, the two programs alternating (so that a machine getting busier or cooler hurts both):
+#
+#   bench/vs_llama.sh LLAMA_BENCH [PATH/TO/sparsekv] > table.md
+#
+# For each preset x type (synthetic models of real shapes, generated with `sparsekv synth-model`
+# into $SKV_BENCH_DIR and reused), ROUNDS rounds of: llama-bench -p PP -n TG -r 1 and
+# sparsekv bench -p PP -n TG -r 1 (each does one warm-up first), in alternating order. Both use
+# an f16 KV cache (llama-bench's default) and THREADS threads. The table gives each side's median
+# t/s over the rounds (min..max) and the ratio of the medians.
+#
+# Environment: SKV_VS_PRESETS (default "smollm2-135m qwen2.5-0.5b llama-3.2-1b"),
+# SKV_VS_TYPES (default "f16 q8_0 q4_k"), SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512),
+# SKV_VS_TG (128), SKV_BENCH_DIR. Progress goes to stderr, the markdown table to stdout.
+set -euo pipefail
+
+LLAMA=${1:?usage: bench/vs_llama.sh LLAMA_BENCH [sparsekv]}
+CLI=${2:-build/sparsekv}
+DIR=${SKV_BENCH_DIR:-${TMPDIR:-/tmp}/sparsekv-bench}
+PRESETS=${SKV_VS_PRESETS:-smollm2-135m qwen2.5-0.5b llama-3.2-1b}
+TYPES=${SKV_VS_TYPES:-f16 q8_0 q4_k}
+ROUNDS=${SKV_VS_ROUNDS:-3}
+T=${SKV_VS_THREADS:-2}
+PP=${SKV_VS_PP:-512}
+TG=${SKV_VS_TG:-128}
+[ -x "$LLAMA" ] || { echo "bench/vs_llama.sh: no llama-bench at $LLAMA" >&2; exit 1; }
+[ -x "$CLI" ] || { echo "bench/vs_llama.sh: no sparsekv at $CLI (run make first)" >&2; exit 1; }
+mkdir -p "$DIR"
+
+# t/s of one test from one JSON line per test: llama-bench's jsonl ("n_prompt", "n_gen",
+# "avg_ts") or sparsekv's ("test": "ppN"/"tgN", "tps_median").
+llama_tps() { # file test(pp|tg)
+    awk -v want="$2" '
+        { np = $0; sub(/.*"n_prompt": */, "", np); sub(/[^0-9].*/, "", np)
+          ng = $0; sub(/.*"n_gen": */, "", ng); sub(/[^0-9].*/, "", ng)
+          ts = $0; sub(/.*"avg_ts": */, "", ts); sub(/[^0-9.eE+-].*/, "", ts)
+          if ((want == "pp" && np > 0 && ng == 0) || (want == "tg" && ng > 0 && np == 0)) print ts }' "$1"
+}
+skv_tps() { # file test(pp|tg)
+    awk -v want="$2" '/"record":"test"/ {
+          t = $0; sub(/.*"test":"/, "", t); sub(/".*/, "", t)
+          ts = $0; sub(/.*"tps_median":/, "", ts); sub(/[^0-9.eE+-].*/, "", ts)
+          if (substr(t, 1, 2) == want) print ts }' "$1"
+}
+
+stats() { # values on stdin -> "median min max" (or "- - -")
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "- - -"; exit }
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "%.2f %.2f %.2f\n", m, v[1], v[NR] }'
+}
+
+echo "| model | type | test | llama.cpp t/s | sparsekv t/s | sparsekv / llama.cpp |"
+echo "|---|---|---|---:|---:|---:|"
+for preset in $PRESETS; do
+    for type in $TYPES; do
+        f="$DIR/$preset-$type.gguf"
+        if [ ! -s "$f" ] || [ "$CLI" -nt "$f" ]; then
+            echo "generating $f" >&2
+            "$CLI" synth-model --preset "$preset" --type "$type" --seed 1 -o "$f" >&2
+        fi
+        lj="$DIR/vs-llama.jsonl" sj="$DIR/vs-skv.jsonl"
+        : >"$lj"
+        : >"$sj"
+        for r in $(seq 1 "$ROUNDS"); do
+            echo "vs llama.cpp: $preset $type round $r/$ROUNDS" >&2
+            l() { "$LLAMA" -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 -o jsonl >>"$lj" 2>/dev/null ||
+                echo "llama-bench failed on $f" >&2; }
+            s() { "$CLI" bench -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 --kv-type f16 --json >>"$sj"; }
+            if [ $((r % 2)) = 1 ]; then l; s; else s; l; fi
+        done
+        for test in pp tg; do
+            n=$([ $test = pp ] && echo "$PP" || echo "$TG")
+            read -r lm lmin lmax < <(llama_tps "$lj" $test | stats)
+            read -r sm smin smax < <(skv_tps "$sj" $test | stats)
+            ratio=$(awk -v a="$sm" -v b="$lm" 'BEGIN { print (a == "-" || b == "-" || b == 0) ? "-" : sprintf("%.2fx", a / b) }')
+            echo "| $preset | $type | $test$n | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio |"
+        done
+    done
+done
