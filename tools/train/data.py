@@ -266,8 +266,13 @@ def _questions_sample(prompt, answers, questions):
     return ids + [EOS], starts
 
 
+MULTI_TASKS = ("kvq", "mkq", "kvrep")  # the tasks of make_multi_sample (with an optional ":N")
+
+
 def make_multi_sample(rng, task, max_len):
     task, _, kl = task.partition(":")
+    if task not in MULTI_TASKS:
+        raise ValueError("not a multi-question task: %r" % task)
     return _make_multi_sample(rng, task, max_len, int(kl) if kl else 3)
 
 
@@ -315,7 +320,7 @@ def _make_multi_sample(rng, task, max_len, key_len):
             starts.append(len(ids))
             ids += encode_cont(" %s." % vals[i])
         ids.append(EOS)
-    else:  # mkq
+    else:  # mkq (make_multi_sample checked the name)
         k = rng.randint(2, 4)
         names = rng.sample(MK_NAMES, k)
         vals = [_key(rng) for _ in range(k)]
@@ -375,6 +380,6 @@ def make_batch(rng, batch, max_len, mix="tasks"):
     out = []
     for _ in range(batch):
         t = rng.choices(tasks, weights)[0]
-        out.append(make_multi_sample(rng, t, max_len) if t.split(":")[0] in ("kvq", "mkq", "kvrep")
+        out.append(make_multi_sample(rng, t, max_len) if t.split(":")[0] in MULTI_TASKS
                    else make_sample(rng, t, max_len))
     return out
