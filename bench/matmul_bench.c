@@ -4,7 +4,8 @@
  * 576x1536, 49152x576; rows x columns of W) plus one that K-quants can use (16384x1536):
  * prefill (m = 512) in GFLOP/s as a percentage of the measured FMA peak, and decode (m = 1)
  * in GB/s of weights read as a percentage of the measured read bandwidth. Decode rotates
- * through copies of W so that it streams from memory, as a model's weights do; the small
+ * through copies of W so that it streams from memory, as a model's weights do (float W in panels,
+ * as a loaded model holds it); the small
  * matrices still finish in microseconds, so their decode figures are noisy.
  *
  *   build: cc -O2 -mavx2 -mfma -Iinclude -Isrc bench/matmul_bench.c build/libsparsekv.a \
@@ -134,13 +135,22 @@ static double read_bw(skv_pool *pool, const char *buf, size_t bytes) {
     return best;
 }
 
+/* Float weights as a loaded model holds them (panels), others as stored. */
+static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
+               int n_out, int n_in, void *work) {
+    if (skv_panels_bytes(t, n_out, n_in))
+        skv_matmul_panels(pool, y, x, m, w, t, n_out, n_in);
+    else
+        skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
+}
+
 static double best_ms(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
                       int n_out, int n_in, void *work, double budget_ms) {
     double best = 1e30, spent = 0;
     int reps = 0;
     while (reps < 3 || (spent < budget_ms && reps < 200)) {
         tstart();
-        skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
+        mm(pool, y, x, m, w, t, n_out, n_in, work);
         double dt = tstop();
         best = dt < best ? dt : best;
         spent += dt;
@@ -203,10 +213,17 @@ int main(int argc, char **argv) {
             }
             /* Decode reads each matrix once per token from memory, not from cache: rotate
              * through enough copies to overflow the last-level cache. */
-            size_t wb = rb * n_out;
+            size_t wb = rb * n_out, pb = skv_panels_bytes(t, n_out, n_in);
             int copies = (int)(((size_t)256 << 20) / wb) + 1;
-            uint8_t *w = malloc(wb * copies);
+            uint8_t *w = malloc((pb ? pb : wb) * copies);
             for (int r = 0; r < n_out; r++) skv_quantize_row(t, row, w + rb * r, n_in);
+            if (pb) { /* panels: packed from a copy of the rows */
+                uint8_t *rows = malloc(wb);
+                memcpy(rows, w, wb);
+                skv_panels_pack(t, rows, n_out, n_in, w);
+                free(rows);
+                wb = pb;
+            }
             for (int c = 1; c < copies; c++) memcpy(w + wb * c, w, wb);
             size_t ws = skv_matmul_work_size(t, M, n_in);
             void *work = ws ? malloc(ws) : NULL;
@@ -217,7 +234,7 @@ int main(int argc, char **argv) {
             for (int rep = 0; rep < 3 * do_decode; rep++)
                 for (int c = 0; c < copies; c++) {
                     tstart();
-                    skv_matmul(pool, y, x, 1, w + wb * c, t, n_out, n_in, work);
+                    mm(pool, y, x, 1, w + wb * c, t, n_out, n_in, work);
                     double dt = tstop();
                     ms1 = dt < ms1 ? dt : ms1;
                 }

@@ -222,6 +222,15 @@ static void per_token(tok_task *t, tok_op op, const float *norm, const float *bi
 
 /* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
  * in ctx->x. qcap_skip: tokens of this batch before the capture window. */
+/* y[n, n_out] = x[n, n_in] . W^T, from W's panels when the model holds them. */
+static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_weight *w, int n_out,
+                 int n_in) {
+    if (w->panels)
+        skv_matmul_panels(ctx->pool, y, x, n, w->panels, w->type, n_out, n_in);
+    else
+        skv_matmul(ctx->pool, y, x, n, w->data, w->type, n_out, n_in, ctx->work);
+}
+
 static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qcap_skip,
                           int qcap_slot0, int qcap_total) {
     const skv_model *m = ctx->model;
@@ -247,12 +256,11 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         /* attention block (the previous layer's feed-forward residual is added here) */
         per_token(&tt, l == 0 ? TOK_NORM : TOK_ADD_NORM, L->attn_norm.data, NULL);
         if (L->wqkv.data) {
-            skv_matmul(ctx->pool, ctx->qkv, xb, n, L->wqkv.data, L->wqkv.type, dq + 2 * dkv, d,
-                       ctx->work);
+            mm_w(ctx, ctx->qkv, xb, n, &L->wqkv, dq + 2 * dkv, d);
         } else {
-            skv_matmul(ctx->pool, ctx->q, xb, n, L->wq.data, L->wq.type, dq, d, ctx->work);
-            skv_matmul(ctx->pool, ctx->k, xb, n, L->wk.data, L->wk.type, dkv, d, ctx->work);
-            skv_matmul(ctx->pool, ctx->v, xb, n, L->wv.data, L->wv.type, dkv, d, ctx->work);
+            mm_w(ctx, ctx->q, xb, n, &L->wq, dq, d);
+            mm_w(ctx, ctx->k, xb, n, &L->wk, dkv, d);
+            mm_w(ctx, ctx->v, xb, n, &L->wv, dkv, d);
         }
         per_token(&tt, TOK_ROPE_STORE, NULL, NULL);
         skv_cache_commit(cache, l, n);
@@ -264,19 +272,18 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         skv_pool_run(ctx->pool, attn_worker, &at);
         if (n_split > 1) attn_merge(ctx, ctx->att, n_split);
         if (ctx->pstate) skv_pstate_layer(ctx, l, n, pos0); /* h2o sums, budget window */
-        skv_matmul(ctx->pool, xb, ctx->att, n, L->wo.data, L->wo.type, d, dq, ctx->work);
+        mm_w(ctx, xb, ctx->att, n, &L->wo, d, dq);
 
         /* feed-forward block (SwiGLU) */
         per_token(&tt, TOK_ADD_NORM, L->ffn_norm.data, L->bo.data);
         if (L->w_gate.data) {
-            skv_matmul(ctx->pool, ctx->hb, xb, n, L->w_gate.data, L->w_gate.type, ff, d, ctx->work);
-            skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, ff, d, ctx->work);
+            mm_w(ctx, ctx->hb, xb, n, &L->w_gate, ff, d);
+            mm_w(ctx, ctx->hb2, xb, n, &L->w_up, ff, d);
         } else { /* fused [gate | up] */
-            skv_matmul(ctx->pool, ctx->hb2, xb, n, L->w_up.data, L->w_up.type, 2 * ff, d,
-                       ctx->work);
+            mm_w(ctx, ctx->hb2, xb, n, &L->w_up, 2 * ff, d);
         }
         per_token(&tt, TOK_SWIGLU, NULL, NULL);
-        skv_matmul(ctx->pool, xb, ctx->hb, n, L->w_down.data, L->w_down.type, d, ff, ctx->work);
+        mm_w(ctx, xb, ctx->hb, n, &L->w_down, d, ff);
     }
     per_token(&tt, TOK_ADD, NULL, NULL); /* the last feed-forward residual */
     cache->n_past += n;
@@ -289,8 +296,7 @@ static void forward_logits(skv_context *ctx, int n, int rows, float *logits) {
     for (int i = n - rows; i < n; i++)
         skv_rmsnorm(ctx->xb + (size_t)i * d, ctx->x + (size_t)i * d, m->output_norm.data, d,
                     m->hp.norm_eps);
-    skv_matmul(ctx->pool, logits, ctx->xb + (size_t)(n - rows) * d, rows, m->output.data,
-               m->output.type, m->hp.n_vocab, d, ctx->work);
+    mm_w(ctx, logits, ctx->xb + (size_t)(n - rows) * d, rows, &m->output, m->hp.n_vocab, d);
 }
 
 skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,

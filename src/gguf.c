@@ -686,6 +686,17 @@ skv_gguf *skv_gguf_open(const char *path, skv_err *err) {
     return g;
 }
 
+void skv_gguf_release(const skv_gguf *g, const void *p, size_t n) {
+    if (!g || !g->map || !p) return;
+    uintptr_t lo = (uintptr_t)g->map, hi = lo + g->map_size, a = (uintptr_t)p;
+    if (a < lo || a > hi || n > hi - a) return;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return;
+    uintptr_t s = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t e = (a + n) & ~((uintptr_t)page - 1);
+    if (e > s) madvise((void *)s, e - s, MADV_DONTNEED); /* advice only: failure is harmless */
+}
+
 void skv_gguf_close(skv_gguf *g) {
     if (!g) return;
     for (int64_t i = 0; i < g->n_kv; i++) gval_free(&g->kv[i].v);

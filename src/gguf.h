@@ -49,6 +49,10 @@ skv_gguf *skv_gguf_open(const char *path, skv_err *err);
 /* Same on a caller-owned buffer that must outlive the reader (tests, fuzzing). */
 skv_gguf *skv_gguf_open_memory(const void *data, size_t size, skv_err *err);
 void skv_gguf_close(skv_gguf *g);
+/* Tells the system that bytes [p, p + n) of a mapped file will not be read for a while (their
+ * pages leave the process's memory and come back from the file if read again). Nothing
+ * happens for a GGUF opened from memory or for a range outside the mapping. */
+void skv_gguf_release(const skv_gguf *g, const void *p, size_t n);
 
 uint32_t skv_gguf_version(const skv_gguf *g);
 uint64_t skv_gguf_alignment(const skv_gguf *g);

@@ -56,6 +56,16 @@ void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n)
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);
+/* Float W (F32/F16/BF16) in panels: rows in groups of SKV_MM_PANEL, each group stored column by
+ * column (element (r, k) at index (r / 16 * n_in + k) * 16 + r % 16), the last group padded
+ * with zero rows. The fast kernels read it front to back in decode and in prefill (raw rows
+ * need a transpose), so a loaded model keeps its float matrices this way. Results are the same
+ * bits as from the raw rows. skv_panels_bytes is 0 for other types, SIZE_MAX on overflow. */
+#define SKV_MM_PANEL 16
+size_t skv_panels_bytes(skv_type wt, int n_out, int n_in);
+void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
+void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
+                       skv_type wt, int n_out, int n_in);
 /* Reference: dequantize each row, float64 accumulation. Single thread. */
 void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
                     int n_in);
@@ -85,11 +95,12 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n);
 typedef struct skv_mm {
     float *y;       /* [m, n_out] */
     const float *x; /* [m, n_in] */
-    const void *w;  /* [n_out] rows of w_stride bytes */
+    const void *w;  /* [n_out] rows of w_stride bytes, or panels (w_panels) */
     uint8_t *xq;    /* [m] activation rows of xq_stride bytes (quantized W only) */
     size_t w_stride, xq_stride;
     skv_type wt;
     int m, n_out, n_in;
+    bool w_panels; /* float W in panels (skv_panels_pack) */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */

@@ -59,14 +59,22 @@ void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt,
 static void scalar_float_block(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     enum { CH = 256 };
     float buf[CH];
-    size_t rb = skv_row_bytes(mm->wt, mm->n_in);
+    const size_t rb = skv_row_bytes(mm->wt, mm->n_in), es = mm->wt == SKV_TYPE_F32 ? 4 : 2;
     for (int r = r0; r < r1; r++) {
         const uint8_t *wr = (const uint8_t *)mm->w + (size_t)r * rb;
         for (int i = i0; i < i1; i++) mm->y[(size_t)i * mm->n_out + r] = 0.0f;
         for (int k0 = 0; k0 < mm->n_in; k0 += CH) {
             int len = mm->n_in - k0 < CH ? mm->n_in - k0 : CH;
-            size_t esz = mm->wt == SKV_TYPE_F32 ? 4 : 2;
-            skv_dequantize_row(mm->wt, wr + (size_t)k0 * esz, buf, len);
+            if (mm->w_panels) {
+                const uint8_t *p = (const uint8_t *)mm->w +
+                                   ((size_t)(r / SKV_MM_PANEL) * (size_t)mm->n_in + (size_t)k0) *
+                                       SKV_MM_PANEL * es +
+                                   (size_t)(r % SKV_MM_PANEL) * es;
+                for (int k = 0; k < len; k++)
+                    skv_dequantize_row(mm->wt, p + (size_t)k * SKV_MM_PANEL * es, buf + k, 1);
+            } else {
+                skv_dequantize_row(mm->wt, wr + (size_t)k0 * es, buf, len);
+            }
             for (int i = i0; i < i1; i++) {
                 const float *xi = mm->x + (size_t)i * mm->n_in + k0;
                 float s = 0.0f;
@@ -151,11 +159,58 @@ static void quant_worker(void *arg, int ith, int nth) {
     }
 }
 
+size_t skv_panels_bytes(skv_type wt, int n_out, int n_in) {
+    if (skv_act_block(wt) || skv_row_bytes(wt, 1) == 0 || n_out <= 0 || n_in <= 0) return 0;
+    uint64_t groups = ((uint64_t)n_out + SKV_MM_PANEL - 1) / SKV_MM_PANEL, total;
+    if (!skv_mul_ok(groups * SKV_MM_PANEL, skv_row_bytes(wt, n_in), &total) || total > SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)total;
+}
+
+/* One group of up to 16 rows, column by column; T is the element type (2 or 4 bytes). */
+#define PACK_GROUP(T)                                                                              \
+    do {                                                                                           \
+        const T *src = (const T *)w + (size_t)r0 * n_in;                                           \
+        T *out = (T *)d;                                                                           \
+        for (int k = 0; k < n_in; k++, out += SKV_MM_PANEL) {                                      \
+            int j = 0;                                                                             \
+            for (; j < nr; j++) memcpy(out + j, src + (size_t)j * n_in + k, sizeof(T));            \
+            for (; j < SKV_MM_PANEL; j++) memset(out + j, 0, sizeof(T));                           \
+        }                                                                                          \
+    } while (0)
+
+void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
+    const size_t es = skv_row_bytes(wt, 1);
+    uint8_t *d = dst;
+    for (int r0 = 0; r0 < n_out; r0 += SKV_MM_PANEL, d += es * SKV_MM_PANEL * (size_t)n_in) {
+        const int nr = n_out - r0 < SKV_MM_PANEL ? n_out - r0 : SKV_MM_PANEL;
+        if (es == 2)
+            PACK_GROUP(uint16_t);
+        else
+            PACK_GROUP(uint32_t);
+    }
+}
+
+static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
+                       bool panels, int n_out, int n_in, void *work);
+
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work) {
+    matmul_run(pool, y, x, m, w, wt, false, n_out, n_in, work);
+}
+
+void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
+                       skv_type wt, int n_out, int n_in) {
+    if (skv_act_block(wt)) return; /* float types only */
+    matmul_run(pool, y, x, m, panels, wt, true, n_out, n_in, NULL);
+}
+
+static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
+                       bool panels, int n_out, int n_in, void *work) {
     if (m <= 0 || n_out <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     mm_task t;
     memset(&t, 0, sizeof t);
+    t.mm.w_panels = panels;
     t.mm.y = y;
     t.mm.x = x;
     t.mm.w = w;

@@ -1,17 +1,17 @@
 /* matmul_avx2.c — the AVX2/FMA/F16C matrix products (built with -mavx2 -mfma -mf16c; matmul.c
  * calls them only when the CPU has those extensions).
  *
- * One rule for every path: an output is its x row . W row accumulated in 8 float lanes in
- * column (block) order, then the lanes are summed. The one-row kernels (decode) and the tiled
- * kernels (prefill) do exactly the same operations per output, so the result of a row is the
- * same bits whether it is multiplied alone or with 511 others, and whatever the thread split.
+ * Every output's sum is done one way only, whichever path computes it, so the result of a row
+ * is the same bits whether it is multiplied alone (decode) or with 511 others (prefill), and
+ * whatever the thread split.
  *
- * Float weights (F32/F16/BF16):
- *   - one x row: W streams once, converted on the fly; 4 FMA chains on rows from the 4
- *     quarters of the thread's rows (4 long sequential streams).
- *   - many x rows: 3x3 register tiles (3 x rows . 3 W rows: 9 accumulators, 6 loads per 9
- *     FMAs). The 3 W rows are converted to f32 once per block of up to 2048 columns (F32 is
- *     used in place) and serve every tile of a block of x rows of up to X_BLOCK_BYTES.
+ * Float weights (F32/F16/BF16): one FMA chain per output over k in order (x[k] broadcast, 16
+ * outputs in two vectors). W is best stored in panels (skv_panels_pack: 16 rows k-major; what
+ * a loaded model holds), raw rows also work.
+ *   - one x row from panels: 4 long runs of panels stream at once (8 chains).
+ *   - otherwise (prefill; raw rows also for one x row): blocks of MC x rows and KC columns; each
+ *     16-row panel is made floats once per block (in L1; raw rows transposed 8x8) and serves
+ *     6x16 register tiles (12 accumulators, 2 loads and 6 broadcasts per 12 FMAs).
  * Quantized weights: x is first quantized to 8-bit blocks (matmul.c). Integer products with
  *   maddubs (u8 x s8 -> s16 pairs) and madd (s16 -> s32), scaled per block in float.
  *   - one or two x rows: straight over the raw blocks.
@@ -86,10 +86,17 @@ void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs) {
 }
 
 /* ---- float weights -------------------------------------------------------------------------
- * Every output is its x row . W row summed one way only: 8 lanes (k mod 8) accumulated in k
- * order by FMA, the lanes added by hsum, then the n % 8 tail in order. The one-row path
- * (decode) and the tiled path (prefill) both do exactly this, so a row's result does not
- * depend on how many rows are multiplied together, nor on the split over threads. */
+ * Every output is one float FMA chain over its columns in order: y = fma(x[k], w[k], y) for
+ * k = 0 .. n_in - 1, starting from 0. The kernels keep 16 outputs (16 W rows) in two vectors
+ * and broadcast x[k], so nothing else is ever summed; decode and prefill, raw rows and panels,
+ * any thread split: the same operations per output, the same bits. */
+
+#define PANEL SKV_MM_PANEL
+#define MR    6   /* x rows per prefill tile: 6 x 2 accumulators + 2 W vectors + 1 broadcast */
+#define KC    512 /* at most this many columns per block (16 W rows x KC floats: 32 KB) */
+#define MC    192 /* x rows per block: MC x KC floats (384 KB) stay in L2 over all W panels */
+
+_Static_assert(SKV_MM_ROW_ALIGN % PANEL == 0, "threads must get whole panels");
 
 static inline size_t elem_size(skv_type t) {
     return t == SKV_TYPE_F32 ? 4 : 2;
@@ -113,164 +120,219 @@ INLINE float load_w1(const uint8_t *p, skv_type t) {
     return t == SKV_TYPE_F16 ? _cvtsh_ss(h) : skv_bf16_to_f32(h);
 }
 
-/* The end of every float dot product: lanes, then the tail columns [n8, n) in order. */
-INLINE float finish_dot(__m256 acc, const float *x, const uint8_t *w, int n8, int n, skv_type t) {
-    float s = hsum(acc);
-    const size_t es = elem_size(t);
-    for (int k = n8; k < n; k++) s = fmaf(x[k], load_w1(w + k * es, t), s);
-    return s;
+/* In-place transpose of 8 vectors (v[j] lane i <-> v[i] lane j). */
+INLINE void transpose8(__m256 v[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* One x row (decode): W streamed once, one FMA chain per row. */
-INLINE void gemv1_float(const skv_mm *mm, int r0, int r1, skv_type t) {
-    const int n = mm->n_in, n8 = n & ~7;
+/* bp[k - k0][16] = W rows [r, r + nr) at columns [k0, k1) as floats, rows from nr on zero.
+ * Raw rows: 8x8 blocks transposed in registers. */
+INLINE void pack_rows(float *bp, const skv_mm *mm, int r, int nr, int k0, int k1, skv_type t) {
     const size_t es = elem_size(t), st = mm->w_stride;
-    const float *x = mm->x;
-    /* 4 FMA chains from the 4 quarters of the rows, each quarter read front to back: 4 long
-     * sequential streams keep more misses in flight than one, and far more than 4 rows side by
-     * side (short streams that the prefetchers keep losing). */
-    const int q = (r1 - r0) / 4;
-    for (int r = r0; r < r0 + q; r++) {
-        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * st;
-        const size_t qs = (size_t)q * st;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int k = 0; k < n8; k += 8) {
-            __m256 xv = _mm256_loadu_ps(x + k);
-            a0 = _mm256_fmadd_ps(xv, load_w8(w + k * es, t), a0);
-            a1 = _mm256_fmadd_ps(xv, load_w8(w + qs + k * es, t), a1);
-            a2 = _mm256_fmadd_ps(xv, load_w8(w + 2 * qs + k * es, t), a2);
-            a3 = _mm256_fmadd_ps(xv, load_w8(w + 3 * qs + k * es, t), a3);
+    const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * st;
+    const int len = k1 - k0, len8 = len & ~7;
+    for (int h = 0; h < PANEL; h += 8) {
+        for (int k = 0; k < len8; k += 8) {
+            __m256 v[8];
+            for (int j = 0; j < 8; j++)
+                v[j] = h + j < nr ? load_w8(w + (size_t)(h + j) * st + (size_t)(k0 + k) * es, t)
+                                  : _mm256_setzero_ps();
+            transpose8(v);
+            for (int j = 0; j < 8; j++) _mm256_store_ps(bp + (size_t)(k + j) * PANEL + h, v[j]);
         }
-        mm->y[r] = finish_dot(a0, x, w, n8, n, t);
-        mm->y[r + q] = finish_dot(a1, x, w + qs, n8, n, t);
-        mm->y[r + 2 * q] = finish_dot(a2, x, w + 2 * qs, n8, n, t);
-        mm->y[r + 3 * q] = finish_dot(a3, x, w + 3 * qs, n8, n, t);
-    }
-    for (int r = r0 + 4 * q; r < r1; r++) {
-        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * st;
-        __m256 a0 = _mm256_setzero_ps();
-        for (int k = 0; k < n8; k += 8)
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load_w8(w + k * es, t), a0);
-        mm->y[r] = finish_dot(a0, x, w, n8, n, t);
+        for (int k = len8; k < len; k++)
+            for (int j = 0; j < 8; j++)
+                bp[(size_t)k * PANEL + h + j] =
+                    h + j < nr ? load_w1(w + (size_t)(h + j) * st + (size_t)(k0 + k) * es, t)
+                               : 0.0f;
     }
 }
 
-#define MRF 3    /* x rows per tile */
-#define NRF 3    /* W rows per tile: 9 accumulators + 3 + 3 registers */
-#define KCF 2048 /* columns per panel block (a multiple of 8) */
-/* x rows per pass: about this many bytes of x (in L2 and L3). Each pass streams the whole W
- * panel again, from memory once W outgrows the caches, so a pass takes as many rows as fit:
- * with 384 KB (L2-sized) a 512-token prefill read llama-3.2-1b's W 11-21 times and ran ~10%
- * slower (pp512 f16, 2 threads, AMD EPYC; qwen2.5-0.5b alike; smollm2-135m within noise). */
-#define X_BLOCK_BYTES (4096 << 10)
-#define MCF_MAX       510 /* and at most this many (a multiple of MRF) */
-
-/* acc[i][j] += x_i[0, len) . b_j[0, len) lane-wise, len a multiple of 8. */
-INLINE void tile_f(int mr, const float *const *x, const float *const *b, int len,
-                   __m256 acc[MRF][NRF]) {
-    for (int k = 0; k < len; k += 8) {
-        __m256 b0 = _mm256_loadu_ps(b[0] + k), b1 = _mm256_loadu_ps(b[1] + k);
-        __m256 b2 = _mm256_loadu_ps(b[2] + k);
-#pragma GCC unroll 3
-        for (int i = 0; i < mr; i++) {
-            __m256 xv = _mm256_loadu_ps(x[i] + k);
-            acc[i][0] = _mm256_fmadd_ps(xv, b0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(xv, b1, acc[i][1]);
-            acc[i][2] = _mm256_fmadd_ps(xv, b2, acc[i][2]);
-        }
-    }
-}
-
-/* Runs an mr-row tile over columns [k0, k1) of a panel block, continuing from (or starting)
- * the saved lanes, and finishes the dot products after the last block. */
-static inline __attribute__((always_inline)) void tile_f_step(int mr, const skv_mm *mm, int i,
-                                                              int r, int nr, const float *const *b,
-                                                              int k0, int k1, int first, int last,
-                                                              __m256 *save, skv_type t) {
-    const int n = mm->n_in, n8 = n & ~7;
-    __m256 acc[MRF][NRF];
-    const float *x[MRF];
-#pragma GCC unroll 3
-    for (int ii = 0; ii < mr; ii++) {
-        x[ii] = mm->x + (size_t)(i + ii) * n + k0;
-#pragma GCC unroll 3
-        for (int j = 0; j < NRF; j++) acc[ii][j] = first ? _mm256_setzero_ps() : save[ii * NRF + j];
-    }
-    tile_f(mr, x, b, k1 - k0, acc);
-    for (int ii = 0; ii < mr; ii++) {
-        if (!last) {
-            for (int j = 0; j < NRF; j++) save[ii * NRF + j] = acc[ii][j];
-            continue;
-        }
-        const float *xi = mm->x + (size_t)(i + ii) * n;
-        for (int j = 0; j < nr; j++) {
-            const uint8_t *w = (const uint8_t *)mm->w + (size_t)(r + j) * mm->w_stride;
-            mm->y[(size_t)(i + ii) * mm->n_out + r + j] = finish_dot(acc[ii][j], xi, w, n8, n, t);
-        }
-    }
-}
-
-/* Many x rows: blocks of x rows (X_BLOCK_BYTES: in L2 and L3); for each 3 W rows, each block of up
- * to KCF columns is converted to f32 once (F32 is used in place) and serves every 3-row tile. */
-INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    float bp[NRF][KCF] ALIGNED32;
-    __m256 save[MCF_MAX * NRF] ALIGNED32; /* the lanes between column blocks */
-    const int n = mm->n_in, n8 = n & ~7, nkb = (n8 + KCF - 1) / KCF;
+/* The same from a panel (already k-major, zero-padded): a conversion, or F32 used in place. */
+INLINE const float *pack_panel(float *bp, const skv_mm *mm, int r, int k0, int k1, skv_type t) {
     const size_t es = elem_size(t);
-    int mc = (int)(X_BLOCK_BYTES / (4 * (size_t)n)) / MRF * MRF;
-    mc = mc < 8 * MRF ? 8 * MRF : mc > MCF_MAX ? MCF_MAX : mc;
-    for (int mc0 = i0; mc0 < i1; mc0 += mc) {
-        int mc1 = i1 - mc0 < mc ? i1 : mc0 + mc;
-        for (int r = r0; r < r1; r += NRF) {
-            int nr = r1 - r < NRF ? r1 - r : NRF;
-            for (int kb = 0; kb < (nkb > 0 ? nkb : 1); kb++) {
-                int k0 = kb * KCF, k1 = k0 + KCF < n8 ? k0 + KCF : n8;
-                const float *b[NRF];
-                for (int j = 0; j < NRF; j++) {
-                    const uint8_t *w =
-                        (const uint8_t *)mm->w + (size_t)(r + (j < nr ? j : nr - 1)) * mm->w_stride;
-                    if (t == SKV_TYPE_F32) {
-                        b[j] = (const float *)w + k0;
+    const uint8_t *p = (const uint8_t *)mm->w + (size_t)r * mm->n_in * es; /* r % PANEL == 0 */
+    if (t == SKV_TYPE_F32) return (const float *)p + (size_t)k0 * PANEL;
+    for (int k = k0; k < k1; k++) {
+        _mm256_store_ps(bp + (size_t)(k - k0) * PANEL, load_w8(p + (size_t)k * PANEL * es, t));
+        _mm256_store_ps(bp + (size_t)(k - k0) * PANEL + 8,
+                        load_w8(p + ((size_t)k * PANEL + 8) * es, t));
+    }
+    return bp;
+}
+
+/* y[i][0, 16) (row stride ldy) over mr <= MR x rows: continues each chain from y (or from 0
+ * when first) through columns [0, len) of x (row stride ldx) and bp. Named accumulators: an
+ * array of them ends up on the stack. */
+#define ACC_INIT(i)                                                                                \
+    __m256 a##i##0 = _mm256_setzero_ps(), a##i##1 = a##i##0;                                       \
+    if (i < mr && !first) {                                                                        \
+        a##i##0 = _mm256_loadu_ps(y + (size_t)i * ldy);                                            \
+        a##i##1 = _mm256_loadu_ps(y + (size_t)i * ldy + 8);                                        \
+    }
+#define ACC_FMA(i)                                                                                 \
+    if (i < mr) {                                                                                  \
+        __m256 xb = _mm256_broadcast_ss(x + (size_t)i * ldx + k);                                  \
+        a##i##0 = _mm256_fmadd_ps(xb, b0, a##i##0);                                                \
+        a##i##1 = _mm256_fmadd_ps(xb, b1, a##i##1);                                                \
+    }
+#define ACC_STORE(i)                                                                               \
+    if (i < mr) {                                                                                  \
+        _mm256_storeu_ps(y + (size_t)i * ldy, a##i##0);                                            \
+        _mm256_storeu_ps(y + (size_t)i * ldy + 8, a##i##1);                                        \
+    }
+
+INLINE void tile_f(int mr, const float *x, size_t ldx, const float *bp, int len, float *y,
+                   size_t ldy, int first) {
+    ACC_INIT(0)
+    ACC_INIT(1) ACC_INIT(2) ACC_INIT(3) ACC_INIT(4) ACC_INIT(5) for (int k = 0; k < len; k++) {
+        __m256 b0 = _mm256_loadu_ps(bp + (size_t)k * PANEL);
+        __m256 b1 = _mm256_loadu_ps(bp + (size_t)k * PANEL + 8);
+        ACC_FMA(0) ACC_FMA(1) ACC_FMA(2) ACC_FMA(3) ACC_FMA(4) ACC_FMA(5)
+    }
+    ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
+}
+
+/* tile_f for a row count known only at run time: one instantiation per count. */
+static void tile_any(int mr, const float *x, size_t ldx, const float *bp, int len, float *y,
+                     size_t ldy, int first) {
+#define TILE_CASE(c)                                                                               \
+    case c:                                                                                        \
+        tile_f(c, x, ldx, bp, len, y, ldy, first);                                                 \
+        return;
+    switch (mr) {
+        TILE_CASE(6)
+        TILE_CASE(5)
+        TILE_CASE(4)
+        TILE_CASE(3)
+        TILE_CASE(2)
+    default:
+        tile_f(1, x, ldx, bp, len, y, ldy, first);
+    }
+#undef TILE_CASE
+}
+
+/* Outputs of x rows [i0, i1) and W rows [r0, r1): blocks of MC x rows, each in column blocks of
+ * up to KC; each 16-row W panel of a column block is made floats in bp once (in L1) and serves
+ * every MR-row tile of the x block (in L2). Panels that end past r1 (the last rows of W) go
+ * through a 16-wide scratch copy of y. */
+INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    float bp[KC * PANEL] ALIGNED32;
+    float ys[MR * PANEL];
+    const int n = mm->n_in, nkb = (n + KC - 1) / KC, kc = (n + nkb - 1) / nkb;
+    const size_t ldy = (size_t)mm->n_out;
+    for (int mc0 = i0; mc0 < i1; mc0 += MC) {
+        const int mc1 = i1 - mc0 < MC ? i1 : mc0 + MC;
+        for (int k0 = 0; k0 < n; k0 += kc) {
+            const int k1 = n - k0 < kc ? n : k0 + kc, first = k0 == 0;
+            for (int r = r0; r < r1; r += PANEL) {
+                const int nr = r1 - r < PANEL ? r1 - r : PANEL;
+                const float *b = mm->w_panels ? pack_panel(bp, mm, r, k0, k1, t)
+                                              : (pack_rows(bp, mm, r, nr, k0, k1, t), bp);
+                for (int i = mc0; i < mc1; i += MR) {
+                    const int mr = mc1 - i < MR ? mc1 - i : MR;
+                    const float *x = mm->x + (size_t)i * n + k0;
+                    float *y = mm->y + (size_t)i * ldy + r;
+                    if (nr == PANEL) {
+                        if (mr == MR)
+                            tile_f(MR, x, (size_t)n, b, k1 - k0, y, ldy, first);
+                        else
+                            tile_any(mr, x, (size_t)n, b, k1 - k0, y, ldy, first);
                         continue;
                     }
-                    for (int k = k0; k < k1; k += 8)
-                        _mm256_store_ps(&bp[j][k - k0], load_w8(w + k * es, t));
-                    b[j] = bp[j];
+                    for (int ii = 0; ii < mr; ii++)
+                        for (int j = 0; j < PANEL; j++)
+                            ys[ii * PANEL + j] = j < nr && !first ? y[(size_t)ii * ldy + j] : 0.0f;
+                    tile_any(mr, x, (size_t)n, b, k1 - k0, ys, PANEL, first);
+                    for (int ii = 0; ii < mr; ii++)
+                        memcpy(y + (size_t)ii * ldy, ys + ii * PANEL, sizeof(float) * (size_t)nr);
                 }
-                int first = kb == 0, last = kb >= nkb - 1;
-                int i = mc0;
-                for (; i + MRF <= mc1; i += MRF)
-                    tile_f_step(MRF, mm, i, r, nr, b, k0, k1, first, last, save + (i - mc0) * NRF,
-                                t);
-                for (; i < mc1; i++)
-                    tile_f_step(1, mm, i, r, nr, b, k0, k1, first, last, save + (i - mc0) * NRF, t);
             }
         }
     }
 }
 
-/* x rows from which the tiled path is used (both give the same bits; this is speed only). */
-#define GEMM_MIN_M 2
+/* y[r, r + 16) of one x row from the panel at p, clipped to r1. */
+INLINE void store_panel(const skv_mm *mm, int r, int r1, __m256 a0, __m256 a1) {
+    float out[PANEL];
+    _mm256_storeu_ps(out, a0);
+    _mm256_storeu_ps(out + 8, a1);
+    memcpy(mm->y + r, out, sizeof(float) * (size_t)(r1 - r < PANEL ? r1 - r : PANEL));
+}
+
+/* One x row from panels (decode): the thread's panels in 4 quarters, one panel of each at a
+ * time, so W streams as 4 long sequential runs (panels are contiguous); 8 FMA chains. */
+INLINE void gemv_panels(const skv_mm *mm, int r0, int r1, skv_type t) {
+    const int n = mm->n_in, np = (r1 - r0 + PANEL - 1) / PANEL, q = np / 4;
+    const size_t es = elem_size(t), ps = (size_t)PANEL * n * es;
+    const float *x = mm->x;
+    const uint8_t *w0 = (const uint8_t *)mm->w + (size_t)r0 * n * es;
+    for (int j = 0; j < q; j++) {
+        const uint8_t *p = w0 + (size_t)j * ps;
+        const size_t qs = (size_t)q * ps;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+               a7 = a0;
+        for (int k = 0; k < n; k++) {
+            const __m256 xb = _mm256_broadcast_ss(x + k);
+            const uint8_t *e = p + (size_t)k * PANEL * es;
+            a0 = _mm256_fmadd_ps(xb, load_w8(e, t), a0);
+            a1 = _mm256_fmadd_ps(xb, load_w8(e + 8 * es, t), a1);
+            a2 = _mm256_fmadd_ps(xb, load_w8(e + qs, t), a2);
+            a3 = _mm256_fmadd_ps(xb, load_w8(e + qs + 8 * es, t), a3);
+            a4 = _mm256_fmadd_ps(xb, load_w8(e + 2 * qs, t), a4);
+            a5 = _mm256_fmadd_ps(xb, load_w8(e + 2 * qs + 8 * es, t), a5);
+            a6 = _mm256_fmadd_ps(xb, load_w8(e + 3 * qs, t), a6);
+            a7 = _mm256_fmadd_ps(xb, load_w8(e + 3 * qs + 8 * es, t), a7);
+        }
+        store_panel(mm, r0 + j * PANEL, r1, a0, a1);
+        store_panel(mm, r0 + (q + j) * PANEL, r1, a2, a3);
+        store_panel(mm, r0 + (2 * q + j) * PANEL, r1, a4, a5);
+        store_panel(mm, r0 + (3 * q + j) * PANEL, r1, a6, a7);
+    }
+    for (int j = 4 * q; j < np; j++) {
+        const uint8_t *p = w0 + (size_t)j * ps;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int k = 0; k < n; k++) {
+            const __m256 xb = _mm256_broadcast_ss(x + k);
+            a0 = _mm256_fmadd_ps(xb, load_w8(p + (size_t)k * PANEL * es, t), a0);
+            a1 = _mm256_fmadd_ps(xb, load_w8(p + ((size_t)k * PANEL + 8) * es, t), a1);
+        }
+        store_panel(mm, r0 + j * PANEL, r1, a0, a1);
+    }
+}
+
+INLINE void matmul_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    if (mm->m == 1 && mm->w_panels)
+        gemv_panels(mm, r0, r1, t);
+    else
+        gemm_float(mm, i0, i1, r0, r1, t);
+}
 
 static void matmul_f32(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->m >= GEMM_MIN_M)
-        gemm_float(mm, i0, i1, r0, r1, SKV_TYPE_F32);
-    else
-        gemv1_float(mm, r0, r1, SKV_TYPE_F32);
+    matmul_float(mm, i0, i1, r0, r1, SKV_TYPE_F32);
 }
 
 static void matmul_f16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->m >= GEMM_MIN_M)
-        gemm_float(mm, i0, i1, r0, r1, SKV_TYPE_F16);
-    else
-        gemv1_float(mm, r0, r1, SKV_TYPE_F16);
+    matmul_float(mm, i0, i1, r0, r1, SKV_TYPE_F16);
 }
 
 static void matmul_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->m >= GEMM_MIN_M)
-        gemm_float(mm, i0, i1, r0, r1, SKV_TYPE_BF16);
-    else
-        gemv1_float(mm, r0, r1, SKV_TYPE_BF16);
+    matmul_float(mm, i0, i1, r0, r1, SKV_TYPE_BF16);
 }
 
 /* ---- quantized weights: helpers ----------------------------------------------------------- */

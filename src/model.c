@@ -130,8 +130,12 @@ void skv_model_free(skv_model *m) {
                                    L->bk.data,        L->bv.data,       L->bo.data,
                                    L->q_norm.data,    L->k_norm.data};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free((void *)owned[i]);
+            skv_weight *mats[] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
+                                  &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) free(mats[i]->panels);
         }
     }
+    free(m->output.panels);
     free((void *)m->output_norm.data);
     free(m->rope_factors);
     free(m->layers);
@@ -402,6 +406,35 @@ static bool load_tensors(loader *ld, skv_err *err) {
     return true;
 }
 
+/* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
+ * (kernels.h); the mapped rows stay for the token embedding (the tied output reads panels). */
+static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
+    if (!w->data) return true;
+    size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
+    if (bytes == 0) return true; /* quantized: used block by block as stored */
+    w->panels = bytes == SIZE_MAX ? NULL : malloc(bytes);
+    if (!w->panels) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", bytes);
+        return false;
+    }
+    skv_panels_pack(w->type, w->data, (int)w->rows, (int)w->cols, w->panels);
+    /* The mapped rows leave memory (only a tied token embedding is read again, a few rows per
+     * token, which come back from the file). */
+    skv_gguf_release(m->gguf, w->data, skv_row_bytes(w->type, w->cols) * (size_t)w->rows);
+    return true;
+}
+
+static bool pack_matrices(skv_model *m, skv_err *err) {
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        skv_layer_weights *L = &m->layers[l];
+        skv_weight *mats[] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
+                              &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (!pack_matrix(m, mats[i], err)) return false;
+    }
+    return pack_matrix(m, &m->output, err);
+}
+
 static skv_model *load(const char *path, bool with_vocab, skv_err *err) {
     skv_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -416,7 +449,7 @@ static skv_model *load(const char *path, bool with_vocab, skv_err *err) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (!load_hparams(&ld, err) || !load_tensors(&ld, err)) goto fail;
+    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) || !pack_matrices(m, err)) goto fail;
     free(ld.used);
     ld.used = NULL;
     if (!with_vocab) return m;

@@ -13,6 +13,7 @@ typedef struct skv_weight {
     const void *data;
     skv_type type;
     int64_t rows, cols;
+    void *panels; /* owned: a float matrix in 16-row panels (skv_panels_pack), or NULL */
 } skv_weight;
 
 typedef struct skv_layer_weights {

@@ -100,6 +100,13 @@ static void run_case(const mm_case *c, skv_pool *pools[3]) {
             boundq[(size_t)i * n_out + r] = TOL_QACT * aq + 1e-30;
         }
     }
+    size_t pb = skv_panels_bytes(c->t, n_out, n_in);
+    assert_true(bs ? pb == 0 : pb == skv_row_bytes(c->t, n_in) * (size_t)((n_out + 15) / 16 * 16));
+    void *panels = pb ? malloc(pb) : NULL;
+    if (pb) {
+        assert_non_null(panels);
+        skv_panels_pack(c->t, w, n_out, n_in, panels);
+    }
     size_t ws = skv_matmul_work_size(c->t, m, n_in);
     uint8_t *work_mem = malloc(ws + 1);
     assert_non_null(work_mem);
@@ -130,9 +137,18 @@ static void run_case(const mm_case *c, skv_pool *pools[3]) {
                 memcpy(y0, y, sizeof(float) * m * n_out);
             else
                 assert_memory_equal(y0, y, sizeof(float) * m * n_out);
+            /* Nor do panels (what a loaded model holds) instead of raw rows. */
+            if (panels) {
+                for (int i = 0; i < m * n_out; i++) y[i] = NAN;
+                skv_matmul_panels(pools[p], y, x, m, panels, c->t, n_out, n_in);
+                if (memcmp(y0, y, sizeof(float) * m * n_out) != 0)
+                    fail_msg("%s m=%d n_out=%d n_in=%d simd=%d pool=%d: panels differ from rows",
+                             skv_type_name(c->t), m, n_out, n_in, simd, p);
+            }
         }
     }
     skv_kernels_force_ref(false);
+    free(panels);
     free(work_mem);
     free(act);
     free(xq);
@@ -176,6 +192,10 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     /* Many x rows: several tiles, more than one row block, ragged edges. */
     mm_case big = {t, 301, 19, n_ins[n_n_in > 1 ? 1 : 0]};
     run_case(&big, pools);
+    if (!skv_act_block(t)) { /* float: three column blocks, panels ending inside a thread */
+        mm_case wide = {t, 13, 37, 1100};
+        run_case(&wide, pools);
+    }
 }
 
 static const int n_in_float[] = {5, 32, 288, 600};
@@ -291,6 +311,42 @@ static void test_nonfinite_x(void **s) {
     }
 }
 
+/* The order the SIMD float kernels document: each output one FMA chain over k in order. An
+ * independent scalar loop with fmaf must give the same bits, for one x row and for many. */
+static void test_float_order(void **s) {
+    (void)s;
+    if (!skv_kernels_use_simd()) skip();
+    const skv_type ts[] = {SKV_TYPE_F32, SKV_TYPE_F16, SKV_TYPE_BF16};
+    enum { M = 14, N_OUT = 37, N_IN = 1100 };
+    float *x = malloc(sizeof(float) * M * N_IN), *wf = malloc(sizeof(float) * N_OUT * N_IN);
+    float *wd = malloc(sizeof(float) * N_IN), y[M * N_OUT];
+    uint8_t *w = malloc(4 * N_OUT * N_IN);
+    assert_true(x && wf && wd && w);
+    fill_x(x, M, N_IN);
+    fill_w(wf, N_OUT, N_IN);
+    for (int ti = 0; ti < 3; ti++) {
+        size_t rb = skv_row_bytes(ts[ti], N_IN);
+        for (int r = 0; r < N_OUT; r++) skv_quantize_row(ts[ti], wf + r * N_IN, w + r * rb, N_IN);
+        for (int m = 1; m <= M; m += M - 1) {
+            skv_matmul(pools[2], y, x, m, w, ts[ti], N_OUT, N_IN, NULL);
+            for (int r = 0; r < N_OUT; r++) {
+                skv_dequantize_row(ts[ti], w + r * rb, wd, N_IN);
+                for (int i = 0; i < m; i++) {
+                    float a = 0.0f;
+                    for (int k = 0; k < N_IN; k++) a = fmaf(x[i * N_IN + k], wd[k], a);
+                    if (memcmp(&a, &y[i * N_OUT + r], sizeof a) != 0)
+                        fail_msg("%s m=%d y[%d][%d] = %.9g, the fmaf chain gives %.9g",
+                                 skv_type_name(ts[ti]), m, i, r, y[i * N_OUT + r], a);
+                }
+            }
+        }
+    }
+    free(x);
+    free(wf);
+    free(wd);
+    free(w);
+}
+
 /* The reference itself against a hand-computed product. */
 static void test_ref_hand(void **s) {
     (void)s;
@@ -318,6 +374,7 @@ int main(void) {
         cmocka_unit_test(test_ref_hand),
         cmocka_unit_test(test_work_size),
         cmocka_unit_test(test_rows_independent),
+        cmocka_unit_test(test_float_order),
         cmocka_unit_test(test_nonfinite_x),
         cmocka_unit_test(test_f32),
         cmocka_unit_test(test_f16),
