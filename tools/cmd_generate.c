@@ -37,8 +37,7 @@ static void usage(FILE *f) {
         "                tokenizer.chat_template) and generate the assistant's reply\n"
         "  --system TEXT a system message before the user message (with --chat)\n"
         "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
-        "                has no tokenizer.chat_template (or to override it)\n\n"
-        "Compression:\n",
+        "                has no tokenizer.chat_template (or to override it)\n\n",
         SKV_DEFAULT_MODEL);
     cli_policy_usage(f);
     cli_policy_budget_usage(f);
