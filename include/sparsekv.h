@@ -532,6 +532,17 @@ SKV_API uint64_t skv_rng_below(skv_rng *rng, uint64_t n);
 /* llama2.c checkpoint (v0 or v1) + tokenizer.bin -> GGUF v3 (F32, tokenizer embedded). */
 SKV_API skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenizer_path,
                                        const char *out_path, skv_err *err);
+/* What a llama2.c checkpoint does not record, for models trained with other values. */
+typedef struct skv_llama2c_params {
+    float rope_theta; /* RoPE base frequency written as llama.rope.freq_base (default 10000,
+                         what llama2.c's run.c uses) */
+} skv_llama2c_params;
+SKV_API skv_llama2c_params skv_llama2c_default_params(void);
+/* skv_convert_llama2c with params (NULL: the defaults). SKV_ERR_INVALID_ARG also when
+ * rope_theta is not a finite number > 0. */
+SKV_API skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const char *tokenizer_path,
+                                          const char *out_path, const skv_llama2c_params *params,
+                                          skv_err *err);
 
 /* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32). */
 SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,

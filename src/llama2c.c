@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -380,10 +381,25 @@ static skv_status add_layer_tensor(skv_gguf_writer *w, int layer, const char *wh
                                       base + (size_t)layer * (size_t)(ne0 * ne1));
 }
 
+skv_llama2c_params skv_llama2c_default_params(void) {
+    skv_llama2c_params p = {.rope_theta = 10000.0f};
+    return p;
+}
+
 skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenizer_path,
                                const char *out_path, skv_err *err) {
+    return skv_convert_llama2c_ex(checkpoint_path, tokenizer_path, out_path, NULL, err);
+}
+
+skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const char *tokenizer_path,
+                                  const char *out_path, const skv_llama2c_params *params,
+                                  skv_err *err) {
     if (!checkpoint_path || !tokenizer_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "convert-llama2c: NULL path");
+    const skv_llama2c_params p = params ? *params : skv_llama2c_default_params();
+    if (!(p.rope_theta > 0.0f) || !isfinite(p.rope_theta))
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "convert-llama2c: the RoPE base frequency must be a finite number > 0");
     mapped m = {0};
     vocab_out v = {0};
     skv_gguf_writer *w = NULL;
@@ -422,8 +438,8 @@ skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenize
     skv_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)c.n_heads);
     skv_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c.n_kv_heads);
     skv_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)head);
-    /* llama2.c hard-codes theta 10000 and RMSNorm eps 1e-5 in run.c */
-    skv_gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    /* llama2.c hard-codes theta 10000 (the default) and RMSNorm eps 1e-5 in run.c */
+    skv_gguf_writer_set_f32(w, "llama.rope.freq_base", p.rope_theta);
     skv_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     skv_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c.vocab);
     skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");

@@ -11,6 +11,7 @@
 #include "support.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -123,6 +124,35 @@ static void test_stories260k_matches_reference(void **state) {
     skv_gguf_close(g);
     skv_gguf_close(ref);
     unlink(out);
+}
+
+/* --rope-theta: the one value a checkpoint does not record is written as given; nonsense is
+ * refused before anything is written. */
+static void test_rope_theta(void **state) {
+    (void)state;
+    if (!have_models()) skip();
+    char out[4096];
+    snprintf(out, sizeof out, "%s", test_tmp_path("_theta.gguf"));
+    skv_err err = {0};
+    skv_llama2c_params p = skv_llama2c_default_params();
+    assert_true(p.rope_theta == 10000.0f);
+    p.rope_theta = 500000.0f;
+    assert_int_equal(skv_convert_llama2c_ex(ck_path, tok_path, out, &p, &err), SKV_OK);
+    skv_gguf *g = skv_gguf_open(out, &err);
+    assert_non_null(g);
+    double v = 0;
+    assert_true(skv_gguf_kv_float(g, skv_gguf_find_key(g, "llama.rope.freq_base"), &v));
+    assert_true(v == 500000.0);
+    skv_gguf_close(g);
+    unlink(out);
+    const float bad[] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        p.rope_theta = bad[i];
+        assert_int_equal(skv_convert_llama2c_ex(ck_path, tok_path, out, &p, &err),
+                         SKV_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "RoPE base frequency"));
+        assert_int_equal(access(out, F_OK), -1);
+    }
 }
 
 /* Section offsets (in floats, after the 256-byte header) of the v1 file. */
@@ -384,6 +414,7 @@ static void test_cli_command(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k_matches_reference),
+        cmocka_unit_test(test_rope_theta),
         cmocka_unit_test(test_v0_and_unshared),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_cli_command),

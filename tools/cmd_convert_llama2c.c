@@ -8,7 +8,7 @@
 #define CMD "convert-llama2c"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sparsekv " CMD " CHECKPOINT.bin TOKENIZER.bin OUT.gguf\n\n"
+    fprintf(f, "usage: sparsekv " CMD " [--rope-theta F] CHECKPOINT.bin TOKENIZER.bin OUT.gguf\n\n"
                "Converts a llama2.c checkpoint (legacy v0 or v1 \"ak42\" float32 format) and its\n"
                "tokenizer.bin into a GGUF v3 model: F32 weights, llama architecture metadata and\n"
                "the tokenizer embedded (tokenizer.ggml.model = llama). OUT.gguf is written\n"
@@ -17,14 +17,18 @@ static void usage(FILE *f) {
                "  sparsekv " CMD " ../shared/models/stories260K/stories260K.bin \\\n"
                "      ../shared/models/stories260K/tok512.bin stories260K.gguf\n\n"
                "options:\n"
-               "  -h, --help   show this help\n\n"
+               "  --rope-theta F   the RoPE base frequency the model was trained with (a llama2.c\n"
+               "                   checkpoint does not record it; default 10000, llama2.c's)\n"
+               "  -h, --help       show this help\n\n"
                "exit status: 0 ok, 1 conversion failed, 2 usage error\n");
 }
 
 int cmd_convert_llama2c(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
-    static const cli_opt opts[] = {{"help", 'h', false, NULL, false}, {0}};
+    static const cli_opt opts[] = {
+        {"help", 'h', false, NULL, false}, {"rope-theta", CLI_LONG + 1, true, NULL, false}, {0}};
+    skv_llama2c_params params = skv_llama2c_default_params();
     cli_args args;
     if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
     const char *v;
@@ -33,6 +37,15 @@ int cmd_convert_llama2c(int argc, char **argv) {
         if (key == 'h') {
             usage(stdout);
             return 0;
+        }
+        if (key == CLI_LONG + 1) {
+            double th;
+            if (!cli_parse_double(v, 1e-6, 1e12, &th)) {
+                cli_error(CMD, "invalid value '%s' for --rope-theta (a number > 0)", v);
+                return 2;
+            }
+            params.rope_theta = (float)th;
+            continue;
         }
         if (n_pos == 3) {
             cli_error(CMD, "too many arguments: expected CHECKPOINT.bin TOKENIZER.bin OUT.gguf");
@@ -46,7 +59,7 @@ int cmd_convert_llama2c(int argc, char **argv) {
         return 2;
     }
     skv_err err = {0};
-    if (skv_convert_llama2c(pos[0], pos[1], pos[2], &err) != SKV_OK) {
+    if (skv_convert_llama2c_ex(pos[0], pos[1], pos[2], &params, &err) != SKV_OK) {
         cli_error(CMD, "%s", err.msg);
         return 1;
     }

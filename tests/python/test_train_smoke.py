@@ -101,6 +101,28 @@ def test_smoke_train_export_and_logits(cli_ok, tmp_path):
     assert np.abs(got - want).max() < 1e-3
 
 
+def test_export_records_rope_theta(cli_ok, tmp_path):
+    # A model trained with another RoPE theta (llama2.c files cannot say) is exported with it:
+    # at positions up to 300 the rotations differ enough that a wrong theta shows in the logits.
+    import model
+    torch.manual_seed(3)
+    cfg = model.Config(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden=64, max_seq_len=512,
+                       theta=500000.0)
+    m = model.Transformer(cfg)
+    ck = str(tmp_path / "ck.pt")
+    torch.save({"model": m.state_dict(), "cfg": cfg.__dict__}, ck)
+    m, _, _, gguf = export.export(ck, str(tmp_path / "exp"), CLI, "theta")
+    info = cli("info", gguf).decode()
+    assert "500000" in info, info
+    prompt = data.passkey_text("12345", 0.5, 40)
+    ids = data.encode(prompt)
+    assert len(ids) > 300
+    lf = str(tmp_path / "logits.f32")
+    cli("logits", "-m", gguf, "-p", prompt, "-o", lf)
+    got = np.fromfile(lf, dtype="<f4").reshape(len(ids), data.VOCAB_SIZE)
+    assert np.abs(got - export.torch_logits(m, ids)).max() < 1e-3
+
+
 @pytest.mark.parametrize("task", ["kvq", "mkq", "kvrep"])
 def test_multi_question_samples_answer_what_they_ask(task):
     # Each answer span (7 tokens: " NNNNN.") must hold the value that the text before it

@@ -5,7 +5,8 @@ project's own converter, `sparsekv convert-llama2c`).
 
 writes OUTDIR/NAME.bin (llama2.c v1: magic "ak42", version 1, 7 int32, shared-classifier byte,
 zero pad to 256 bytes, float32 weights rms_att, rms_ffn, rms_final, tok_embeddings, wq, wk, wv,
-wo, w1, w2, w3), OUTDIR/tokenizer.bin (llama2.c tokenizer format: i32 max_token_length, then
+wo, w1, w2, w3; the RoPE theta, which llama2.c does not record, goes to the converter's
+--rope-theta), OUTDIR/tokenizer.bin (llama2.c tokenizer format: i32 max_token_length, then
 per token f32 score, i32 length, bytes) and, with --cli, OUTDIR/NAME.gguf."""
 import argparse
 import os
@@ -71,7 +72,8 @@ def export(ckpt, outdir, cli=None, name="model"):
     gguf = None
     if cli:
         gguf = os.path.join(outdir, name + ".gguf")
-        subprocess.run([cli, "convert-llama2c", bin_path, tok_path, gguf], check=True,
+        theta = ["--rope-theta", repr(m.cfg.theta)] if m.cfg.theta != 10000.0 else []
+        subprocess.run([cli, "convert-llama2c", *theta, bin_path, tok_path, gguf], check=True,
                        stdout=subprocess.DEVNULL)
     return m, bin_path, tok_path, gguf
 
