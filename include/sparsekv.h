@@ -92,7 +92,7 @@ SKV_API const char *skv_type_name(skv_type t);
 SKV_API bool skv_type_from_name(const char *name, skv_type *out);
 
 /* ---------------------------------------------------------------------------------------------
- * Model: read-only weights (mmap), shareable between contexts and threads
+ * Model: read-only weights, shareable between contexts and threads
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct skv_model skv_model;
@@ -126,7 +126,9 @@ typedef struct skv_hparams {
 } skv_hparams;
 
 /* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
- * Returns NULL and fills err on failure. */
+ * The file is mapped; quantized matrices are used from the mapping as stored, float ones
+ * (F32/F16/BF16) are copied once into the layout the kernels stream (16-row panels), so they
+ * take their size in memory. Returns NULL and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 

@@ -220,8 +220,6 @@ static void per_token(tok_task *t, tok_op op, const float *norm, const float *bi
         skv_pool_run(t->ctx->pool, tok_worker, t);
 }
 
-/* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
- * in ctx->x. qcap_skip: tokens of this batch before the capture window. */
 /* y[n, n_out] = x[n, n_in] . W^T, from W's panels when the model holds them. */
 static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_weight *w, int n_out,
                  int n_in) {
@@ -231,6 +229,8 @@ static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_we
         skv_matmul(ctx->pool, y, x, n, w->data, w->type, n_out, n_in, ctx->work);
 }
 
+/* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
+ * in ctx->x. qcap_skip: tokens of this batch before the capture window. */
 static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qcap_skip,
                           int qcap_slot0, int qcap_total) {
     const skv_model *m = ctx->model;

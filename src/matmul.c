@@ -54,6 +54,19 @@ void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt,
 
 /* ---- scalar path -------------------------------------------------------------------------- */
 
+/* buf[k] = element k * 16 of a panel from p: one row's columns (float types). */
+static void panel_column(skv_type wt, const uint8_t *p, int len, float *buf) {
+    const size_t st = SKV_MM_PANEL * (wt == SKV_TYPE_F32 ? 4 : 2);
+    for (int k = 0; k < len; k++, p += st) {
+        if (wt == SKV_TYPE_F32) {
+            memcpy(buf + k, p, 4);
+            continue;
+        }
+        uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+        buf[k] = wt == SKV_TYPE_F16 ? skv_f16_to_f32(h) : skv_bf16_to_f32(h);
+    }
+}
+
 /* Float weights: W row chunks converted once and used for every x row; float accumulation
  * per chunk of CH values (the same order for every thread split). */
 static void scalar_float_block(const skv_mm *mm, int i0, int i1, int r0, int r1) {
@@ -70,8 +83,7 @@ static void scalar_float_block(const skv_mm *mm, int i0, int i1, int r0, int r1)
                                    ((size_t)(r / SKV_MM_PANEL) * (size_t)mm->n_in + (size_t)k0) *
                                        SKV_MM_PANEL * es +
                                    (size_t)(r % SKV_MM_PANEL) * es;
-                for (int k = 0; k < len; k++)
-                    skv_dequantize_row(mm->wt, p + (size_t)k * SKV_MM_PANEL * es, buf + k, 1);
+                panel_column(mm->wt, p, len, buf);
             } else {
                 skv_dequantize_row(mm->wt, wr + (size_t)k0 * es, buf, len);
             }

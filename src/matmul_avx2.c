@@ -204,8 +204,9 @@ INLINE const float *pack_panel(float *bp, const skv_mm *mm, int r, int k0, int k
 INLINE void tile_f(int mr, const float *x, size_t ldx, const float *bp, int len, float *y,
                    size_t ldy, int first) {
     /* one pointer per x row: base + 4k addressing in the loop, no multiplies */
-    const float *x0 = x, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx, *x4 = x3 + ldx,
-                *x5 = x4 + ldx;
+    const float *x0 = x, *x1 = mr > 1 ? x0 + ldx : x0, *x2 = mr > 2 ? x1 + ldx : x0,
+                *x3 = mr > 3 ? x2 + ldx : x0, *x4 = mr > 4 ? x3 + ldx : x0,
+                *x5 = mr > 5 ? x4 + ldx : x0; /* rows past mr: never read, never past x */
     (void)x1, (void)x2, (void)x3, (void)x4, (void)x5;
     // clang-format off
     ACC_INIT(0) ACC_INIT(1) ACC_INIT(2) ACC_INIT(3) ACC_INIT(4) ACC_INIT(5)
@@ -262,7 +263,7 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
                     if (!first && i + 2 * MR <= mc1)
                         for (int ii = MR; ii < 2 * MR; ii++) {
                             _mm_prefetch((const char *)(y + (size_t)ii * ldy), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(y + (size_t)ii * ldy + PANEL - 1),
+                            _mm_prefetch((const char *)(y + (size_t)ii * ldy + nr - 1),
                                          _MM_HINT_T0);
                         }
                     if (nr == PANEL) {

@@ -192,9 +192,16 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     /* Many x rows: several tiles, more than one row block, ragged edges. */
     mm_case big = {t, 301, 19, n_ins[n_n_in > 1 ? 1 : 0]};
     run_case(&big, pools);
-    if (!skv_act_block(t)) { /* float: three column blocks, panels ending inside a thread */
-        mm_case wide = {t, 13, 37, 1100};
-        run_case(&wide, pools);
+    if (!skv_act_block(t)) {
+        /* float: two column blocks, panels ending inside a thread; then two x blocks (MC = 192
+         * rows) times two column blocks; then decode over many panels per thread (4 quarters
+         * with a tail and a partial last panel) */
+        const mm_case more[] = {{t, 13, 37, 1100},
+                                {t, 200, 37, 1300},
+                                {t, 1, 150, 288},
+                                {t, 1, 63, 600},
+                                {t, 1, 80, 288}};
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&more[i], pools);
     }
 }
 
@@ -327,19 +334,29 @@ static void test_float_order(void **s) {
     for (int ti = 0; ti < 3; ti++) {
         size_t rb = skv_row_bytes(ts[ti], N_IN);
         for (int r = 0; r < N_OUT; r++) skv_quantize_row(ts[ti], wf + r * N_IN, w + r * rb, N_IN);
-        for (int m = 1; m <= M; m += M - 1) {
-            skv_matmul(pools[2], y, x, m, w, ts[ti], N_OUT, N_IN, NULL);
+        size_t pb = skv_panels_bytes(ts[ti], N_OUT, N_IN);
+        void *panels = malloc(pb);
+        assert_non_null(panels);
+        skv_panels_pack(ts[ti], w, N_OUT, N_IN, panels);
+        for (int run = 0; run < 4; run++) {
+            const int m = run % 2 ? M : 1; /* rows, then panels; one x row and many */
+            if (run < 2)
+                skv_matmul(pools[2], y, x, m, w, ts[ti], N_OUT, N_IN, NULL);
+            else
+                skv_matmul_panels(pools[2], y, x, m, panels, ts[ti], N_OUT, N_IN);
             for (int r = 0; r < N_OUT; r++) {
                 skv_dequantize_row(ts[ti], w + r * rb, wd, N_IN);
                 for (int i = 0; i < m; i++) {
                     float a = 0.0f;
                     for (int k = 0; k < N_IN; k++) a = fmaf(x[i * N_IN + k], wd[k], a);
                     if (memcmp(&a, &y[i * N_OUT + r], sizeof a) != 0)
-                        fail_msg("%s m=%d y[%d][%d] = %.9g, the fmaf chain gives %.9g",
-                                 skv_type_name(ts[ti]), m, i, r, y[i * N_OUT + r], a);
+                        fail_msg("%s %s m=%d y[%d][%d] = %.9g, the fmaf chain gives %.9g",
+                                 skv_type_name(ts[ti]), run < 2 ? "rows" : "panels", m, i, r,
+                                 y[i * N_OUT + r], a);
                 }
             }
         }
+        free(panels);
     }
     free(x);
     free(wf);

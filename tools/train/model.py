@@ -1,6 +1,7 @@
 """model.py -- a Llama-architecture transformer in PyTorch, arithmetic as sparsekv/llama.cpp
 "llama": RMSNorm (eps 1e-5, weight * x / rms), RoPE on adjacent pairs (2i, 2i+1) of each head
-with theta 10000 (what convert-llama2c writes), grouped-query attention, SwiGLU
+with theta cfg.theta (10000, llama2.c's; export passes another to convert-llama2c --rope-theta),
+grouped-query attention, SwiGLU
 (w2(silu(w1 x) * w3 x)), no biases, output tied to the token embedding."""
 import math
 from dataclasses import dataclass
