@@ -204,20 +204,6 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
 }
 
 static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
-                       bool panels, int n_out, int n_in, void *work);
-
-void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
-                int n_out, int n_in, void *work) {
-    matmul_run(pool, y, x, m, w, wt, false, n_out, n_in, work);
-}
-
-void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
-                       skv_type wt, int n_out, int n_in) {
-    if (skv_act_block(wt)) return; /* float types only */
-    matmul_run(pool, y, x, m, panels, wt, true, n_out, n_in, NULL);
-}
-
-static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                        bool panels, int n_out, int n_in, void *work) {
     if (m <= 0 || n_out <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     mm_task t;
@@ -245,4 +231,15 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
             skv_pool_run(pool, quant_worker, &t);
     }
     skv_pool_run(pool, mm_worker, &t);
+}
+
+void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
+                int n_out, int n_in, void *work) {
+    matmul_run(pool, y, x, m, w, wt, false, n_out, n_in, work);
+}
+
+void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
+                       skv_type wt, int n_out, int n_in) {
+    if (skv_act_block(wt)) return; /* float types only */
+    matmul_run(pool, y, x, m, panels, wt, true, n_out, n_in, NULL);
 }

@@ -121,6 +121,14 @@ static uint64_t weight_bytes(const skv_weight *w) {
     return w->data ? (uint64_t)skv_row_bytes(w->type, w->cols) * (uint64_t)w->rows : 0;
 }
 
+/* The matrices of a layer (absent ones have data NULL), in one list for every loop over them. */
+enum { N_LAYER_MATRICES = 8 };
+static void layer_matrices(skv_layer_weights *L, skv_weight *out[N_LAYER_MATRICES]) {
+    skv_weight *all[N_LAYER_MATRICES] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
+                                         &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    memcpy(out, all, sizeof all);
+}
+
 void skv_model_free(skv_model *m) {
     if (!m) return;
     if (m->layers) {
@@ -130,9 +138,9 @@ void skv_model_free(skv_model *m) {
                                    L->bk.data,        L->bv.data,       L->bo.data,
                                    L->q_norm.data,    L->k_norm.data};
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free((void *)owned[i]);
-            skv_weight *mats[] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
-                                  &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) free(mats[i]->panels);
+            skv_weight *mats[N_LAYER_MATRICES];
+            layer_matrices(L, mats);
+            for (int i = 0; i < N_LAYER_MATRICES; i++) free(mats[i]->panels);
         }
     }
     free(m->output.panels);
@@ -391,10 +399,9 @@ static bool load_tensors(loader *ld, skv_err *err) {
     uint64_t total = weight_bytes(&m->output) + (uint64_t)d * 4 * (1 + 2 * (uint64_t)hp->n_layer);
     uint64_t by_type[SKV_TYPE_COUNT] = {0};
     for (int l = 0; l < hp->n_layer; l++) {
-        const skv_layer_weights *L = &m->layers[l];
-        const skv_weight *ws[] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
-                                  &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
+        skv_weight *ws[N_LAYER_MATRICES];
+        layer_matrices(&m->layers[l], ws);
+        for (int k = 0; k < N_LAYER_MATRICES; k++) {
             total += weight_bytes(ws[k]);
             if (ws[k]->data) by_type[ws[k]->type] += weight_bytes(ws[k]);
         }
@@ -407,7 +414,7 @@ static bool load_tensors(loader *ld, skv_err *err) {
 }
 
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
- * (kernels.h); the mapped rows stay for the token embedding (the tied output reads panels). */
+ * (kernels.h); the token embedding keeps its mapped rows (a tied output gets its own panels). */
 static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
@@ -426,10 +433,9 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
 
 static bool pack_matrices(skv_model *m, skv_err *err) {
     for (int l = 0; l < m->hp.n_layer; l++) {
-        skv_layer_weights *L = &m->layers[l];
-        skv_weight *mats[] = {&L->wq, &L->wk,     &L->wv,   &L->wqkv,
-                              &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        skv_weight *mats[N_LAYER_MATRICES];
+        layer_matrices(&m->layers[l], mats);
+        for (int i = 0; i < N_LAYER_MATRICES; i++)
             if (!pack_matrix(m, mats[i], err)) return false;
     }
     return pack_matrix(m, &m->output, err);
