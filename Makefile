@@ -16,6 +16,8 @@ LDLIBS   += -lpcre2-8 -lm
 # The *_avx2.c files alone are built for AVX2/FMA/F16C; the dispatcher picks it only when the CPU has
 # them, so the library still runs on any x86-64 (and builds elsewhere without that file's SIMD).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
+# The *_avx512.c files: AVX-512 F/BW/VL/DQ and VNNI on top (picked only when the CPU has them).
+AVX512_FLAGS := $(SIMD_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
 LIB_SRC  := $(sort $(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -56,6 +58,10 @@ $(BUILD)/src/%_avx2.o: src/%_avx2.c $(wildcard include/*.h src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
 
+$(BUILD)/src/%_avx512.o: src/%_avx512.c $(wildcard include/*.h src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -77,8 +83,13 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC)
 	$(CC) -o $@ $< $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC) $(LDFLAGS) -lcmocka $(LDLIBS)
 
 # Tests find the CLI through SKV_CLI and the shared models through SKV_MODELS.
+# The kernel tests once more at the AVX2 level: on an AVX-512 machine the first run tests the
+# AVX-512 code, this one the AVX2 code (elsewhere it repeats the first).
+SIMD_TESTS := $(patsubst %,$(BUILD)/tests/%,test_matmul test_kernels test_attn_prefill test_quant)
 test: $(TEST_BIN) $(CLI)
 	@SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(TEST_BIN)
+	@echo "again with SKV_SIMD=avx2:"
+	@SKV_SIMD=avx2 SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(SIMD_TESTS)
 
 # The Python bindings (python/sparsekv, ctypes over $(SHARED)) under pytest, checked against
 # the CLI of the same build. PYTHON3: the first of python3, /usr/bin/python3 with numpy + pytest.

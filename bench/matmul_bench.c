@@ -13,6 +13,7 @@
  *   usage: matmul_bench [threads] [--decode | --prefill] [--wall] [type ...]
  *          (default: 2 threads, both, per-thread CPU time, all types) */
 #include "kernels.h"
+#include "roofline.h"
 
 #include <immintrin.h>
 #include <stdio.h>
@@ -54,39 +55,6 @@ static double tstop(void) {
     for (int i = 0; i < skv_pool_size(g_pool); i++)
         m = g_t[i] - t_before[i] > m ? g_t[i] - t_before[i] : m;
     return m;
-}
-
-/* FMA peak: 12 independent chains of 8-float FMAs per thread. */
-typedef struct fma_arg {
-    long iters;
-    float sink[64];
-} fma_arg;
-
-static void fma_task(void *p, int ith, int nth) {
-    fma_arg *a = p;
-    __m256 acc[12];
-    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
-    for (int j = 0; j < 12; j++) acc[j] = _mm256_set1_ps(1.0f + 0.001f * j);
-    for (long i = 0; i < a->iters; i++) {
-#pragma GCC unroll 12
-        for (int j = 0; j < 12; j++) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
-    }
-    __m256 s = acc[0];
-    for (int j = 1; j < 12; j++) s = _mm256_add_ps(s, acc[j]);
-    a->sink[ith % 64] = _mm256_cvtss_f32(s);
-}
-
-static double fma_peak(skv_pool *pool, int nth) {
-    fma_arg a = {.iters = 200000};
-    double best = 0;
-    for (int rep = 0; rep < 200; rep++) {
-        tstart();
-        skv_pool_run(pool, fma_task, &a);
-        double dt = tstop();
-        double gf = (double)a.iters * 12 * 16 * nth / (dt * 1e6);
-        best = gf > best ? gf : best;
-    }
-    return best;
 }
 
 typedef struct read_arg {
@@ -182,15 +150,16 @@ int main(int argc, char **argv) {
     }
     skv_pool *pool = nth > 1 ? skv_pool_new(nth) : NULL;
     g_pool = pool;
-    double peak = fma_peak(pool, nth);
+    double peak = skv_roofline_fma_gflops(pool, 100); /* the widest registers the CPU has */
     size_t bw_bytes = (size_t)512 << 20;
     char *bw_buf = aligned_alloc(64, bw_bytes);
     if (!bw_buf) return 1;
     memset(bw_buf, 1, bw_bytes);
     double bw = read_bw(pool, bw_buf, bw_bytes);
     free(bw_buf);
-    printf("threads %d  impl %s  timing %s  FMA peak %.1f GFLOP/s  read bandwidth %.1f GB/s\n", nth,
-           skv_kernels_impl(), g_wall ? "wall" : "thread-cpu", peak, bw);
+    printf("threads %d  simd %s  timing %s  FMA peak (%s) %.1f GFLOP/s  read bandwidth %.1f GB/s\n",
+           nth, skv_kernels_use_simd() ? skv_simd_name(skv_simd_active_id()) : "scalar",
+           g_wall ? "wall" : "thread-cpu", skv_roofline_impl(), peak, bw);
 
     /* smollm2-135m's four matrix shapes, and a large one that K-quants can use too */
     const int shapes[5][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {16384, 1536}};

@@ -75,15 +75,15 @@ uint16_t skv_f32_to_bf16(float f) {
 #include <cpuid.h>
 #endif
 
-/* The widest level this build has kernels for. The CPU may offer more (an AVX-512 machine runs
- * the AVX2 paths until AVX-512 kernels exist); raise this when they do. */
-#define SIMD_BUILT SKV_SIMD_AVX2
+/* The widest level this build has kernels for. */
+#define SIMD_BUILT SKV_SIMD_AVX512
 
 static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
 static skv_simd_id simd_cpu = SKV_SIMD_SCALAR;    /* widest level the CPU (and OS) support */
 static skv_simd_id simd_active = SKV_SIMD_SCALAR; /* what the dispatchers use */
 static char simd_features[160];                   /* "sse4.2 avx avx2 fma f16c ..." */
 static char simd_warning[200];                    /* why SKV_SIMD was not honoured, or "" */
+static bool simd_vnni = false;                    /* AVX-512 VNNI (with F/BW/VL) */
 static atomic_bool forced_ref = false;
 
 static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
@@ -165,6 +165,7 @@ static void simd_detect(void) {
     feature(vbmi, "avx512vbmi");
     if (avx2 && fma && f16c) simd_cpu = SKV_SIMD_AVX2;
     if (simd_cpu == SKV_SIMD_AVX2 && f && bw && vl) simd_cpu = SKV_SIMD_AVX512;
+    simd_vnni = simd_cpu == SKV_SIMD_AVX512 && vnni;
 #endif
     if (!simd_features[0]) snprintf(simd_features, sizeof simd_features, "(none)");
 }
@@ -227,13 +228,20 @@ const char *skv_simd_warning(void) {
     return simd_warning[0] ? simd_warning : NULL;
 }
 
+bool skv_simd_has_vnni(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_vnni;
+}
+
 bool skv_kernels_use_simd(void) {
     return skv_simd_active_id() >= SKV_SIMD_AVX2 &&
            !atomic_load_explicit(&forced_ref, memory_order_relaxed);
 }
 
 const char *skv_kernels_impl(void) {
-    return skv_kernels_use_simd() ? "avx2+fma+f16c" : "scalar";
+    if (!skv_kernels_use_simd()) return "scalar";
+    if (skv_simd_active_id() < SKV_SIMD_AVX512) return "avx2+fma+f16c";
+    return skv_simd_has_vnni() ? "avx512+vnni" : "avx512";
 }
 
 void skv_kernels_force_ref(bool on) {

@@ -113,6 +113,9 @@ typedef struct skv_mm {
 void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1);
 /* Same bytes as skv_quantize_act_row. */
 void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs);
+/* matmul_avx512.c: the same with AVX-512 (F/BW/VL; quantized W with VNNI, else the AVX2 code).
+ * Only when the CPU has them. Float results are the same bits as skv_matmul_avx2's. */
+void skv_matmul_avx512(const skv_mm *mm, int i0, int i1, int r0, int r1);
 #endif
 
 /* ---- vector kernels (dispatching; each has a _ref twin) ------------------------------------ */
@@ -186,9 +189,14 @@ skv_simd_id skv_simd_cpu_id(void);
  * lowered by SKV_SIMD / SKV_FORCE_SCALAR; chosen once per process. */
 skv_simd_id skv_simd_active_id(void);
 
+/* Whether the CPU has AVX-512 VNNI (vpdpbusd / vpdpwssd), which the AVX-512 integer products
+ * need. */
+bool skv_simd_has_vnni(void);
+
 /* True when the AVX2/FMA/F16C paths are in use (level >= avx2 and not forced off). */
 bool skv_kernels_use_simd(void);
-/* Which implementation the dispatchers chose ("avx2+fma+f16c" or "scalar"). */
+/* Which implementation the dispatchers chose: "avx512+vnni", "avx512" (the matmuls; the other
+ * kernels run their AVX2 code at that level), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);

@@ -111,7 +111,8 @@ static void scalar_quant_block(const skv_mm *mm, int i0, int i1, int r0, int r1)
 
 typedef struct mm_task {
     skv_mm mm;
-    bool simd;
+    bool simd;   /* the AVX2 kernels (activation quantization, and the products below) */
+    bool avx512; /* the AVX-512 products */
 } mm_task;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
@@ -142,6 +143,10 @@ static void mm_worker(void *arg, int ith, int nth) {
     mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
     if (i0 >= i1 || r0 >= r1) return;
 #ifdef SKV_HAVE_MATMUL_AVX2
+    if (t->avx512) {
+        skv_matmul_avx512(&t->mm, i0, i1, r0, r1);
+        return;
+    }
     if (t->simd) {
         skv_matmul_avx2(&t->mm, i0, i1, r0, r1);
         return;
@@ -219,6 +224,7 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
     t.mm.w_stride = skv_row_bytes(wt, n_in);
 #ifdef SKV_HAVE_MATMUL_AVX2
     t.simd = skv_kernels_use_simd();
+    t.avx512 = t.simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
 #endif
     int bs = skv_act_block(wt);
     if (bs) {

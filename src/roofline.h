@@ -2,8 +2,9 @@
  * bandwidth (GB/s), on a given number of threads. The benchmark divides what the engine achieves
  * by these to show how close to the machine's limits it runs.
  *
- * The FMA loop uses the same instruction set the kernels use (AVX2 + FMA, 8 floats per
- * instruction, 2 FLOPs per lane); on a CPU without them both measures fall back to scalar loops. */
+ * The FMA loop uses the widest registers the CPU has (AVX-512: 16 floats per instruction; AVX2 +
+ * FMA: 8; 2 FLOPs per lane), whatever level the kernels were told to run at, so percentages are
+ * of the machine's real ceiling; on a CPU without AVX2 both measures fall back to scalar loops. */
 #ifndef SKV_ROOFLINE_H
 #define SKV_ROOFLINE_H
 
@@ -12,7 +13,7 @@
 
 #include <stddef.h>
 
-/* "avx2+fma" or "scalar": which loops the measures below run. */
+/* "avx512f", "avx2+fma" or "scalar": which FMA loop the peak below runs. */
 const char *skv_roofline_impl(void);
 
 /* Peak FMA GFLOP/s of all of pool's threads running at once (pool NULL = one thread): the best

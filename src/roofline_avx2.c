@@ -1,8 +1,10 @@
 /* roofline_avx2.c — measured FMA peak and memory read bandwidth (see roofline.h).
  *
  * This file is compiled with -mavx2 -mfma -mf16c, but only the *_avx2 loops may use those
- * instructions: everything else is marked PLAIN (no AVX at all) so that a CPU without AVX2 can
- * call in, find out, and run the scalar loops. */
+ * instructions (and only the *_avx512 loop, marked with its own target, AVX-512): everything
+ * else is marked PLAIN (no AVX at all) so that a CPU without AVX2 can call in, find out, and run
+ * the scalar loops. The FMA peak is measured with the widest registers the CPU has, whatever
+ * SKV_SIMD says: the ceiling is the machine's. */
 #include "roofline.h"
 
 #include "kernels.h"
@@ -32,8 +34,17 @@ PLAIN static int cpu_has_avx2_fma(void) {
 #endif
 }
 
+/* AVX-512 F as well: the FMA peak is then measured with 512-bit registers. */
+PLAIN static int cpu_has_avx512(void) {
+#if HAVE_AVX2_PATH
+    return skv_simd_cpu_id() >= SKV_SIMD_AVX512;
+#else
+    return 0;
+#endif
+}
+
 PLAIN const char *skv_roofline_impl(void) {
-    return cpu_has_avx2_fma() ? "avx2+fma" : "scalar";
+    return cpu_has_avx512() ? "avx512f" : cpu_has_avx2_fma() ? "avx2+fma" : "scalar";
 }
 
 /* ---- FMA peak ------------------------------------------------------------------------------
@@ -68,6 +79,31 @@ static float fma_loop_avx2(int64_t iters, float m_in, float c_in) {
     _mm256_storeu_ps(out, s);
     return out[0] + out[7];
 }
+
+/* The same 12 chains in 512-bit registers (this function alone may use AVX-512). */
+__attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters, float m_in,
+                                                                float c_in) {
+    const __m512 m = _mm512_set1_ps(m_in), c = _mm512_set1_ps(c_in);
+    __m512 a[FMA_CHAINS];
+    for (int j = 0; j < FMA_CHAINS; j++) a[j] = _mm512_set1_ps(1.0f + 0.001f * (float)j);
+    for (int64_t i = 0; i < iters; i++) {
+        a[0] = _mm512_fmadd_ps(a[0], m, c);
+        a[1] = _mm512_fmadd_ps(a[1], m, c);
+        a[2] = _mm512_fmadd_ps(a[2], m, c);
+        a[3] = _mm512_fmadd_ps(a[3], m, c);
+        a[4] = _mm512_fmadd_ps(a[4], m, c);
+        a[5] = _mm512_fmadd_ps(a[5], m, c);
+        a[6] = _mm512_fmadd_ps(a[6], m, c);
+        a[7] = _mm512_fmadd_ps(a[7], m, c);
+        a[8] = _mm512_fmadd_ps(a[8], m, c);
+        a[9] = _mm512_fmadd_ps(a[9], m, c);
+        a[10] = _mm512_fmadd_ps(a[10], m, c);
+        a[11] = _mm512_fmadd_ps(a[11], m, c);
+    }
+    __m512 s = a[0];
+    for (int j = 1; j < FMA_CHAINS; j++) s = _mm512_add_ps(s, a[j]);
+    return _mm512_reduce_add_ps(s);
+}
 #endif
 
 /* Scalar: a separate multiply and add (what the scalar kernels can do), 2 FLOPs per step. */
@@ -91,7 +127,9 @@ PLAIN static void fma_task(void *arg, int ith, int nth) {
     fma_job *j = arg;
     float r;
 #if HAVE_AVX2_PATH
-    if (cpu_has_avx2_fma())
+    if (cpu_has_avx512())
+        r = fma_loop_avx512(j->iters, j->m, j->c);
+    else if (cpu_has_avx2_fma())
         r = fma_loop_avx2(j->iters, j->m, j->c);
     else
 #endif
@@ -101,7 +139,9 @@ PLAIN static void fma_task(void *arg, int ith, int nth) {
 
 /* FLOPs one thread does per loop iteration. */
 PLAIN static double fma_flops_per_iter(void) {
-    return cpu_has_avx2_fma() ? FMA_CHAINS * 8.0 * 2.0 : FMA_CHAINS * 2.0;
+    return cpu_has_avx512()     ? FMA_CHAINS * 16.0 * 2.0
+           : cpu_has_avx2_fma() ? FMA_CHAINS * 8.0 * 2.0
+                                : FMA_CHAINS * 2.0;
 }
 
 PLAIN double skv_roofline_fma_gflops(skv_pool *pool, double run_ms) {

@@ -164,7 +164,11 @@ static void test_bf16(void **state) {
 static void test_dispatch_switch(void **state) {
     (void)state;
     bool on = skv_kernels_use_simd();
-    assert_string_equal(skv_kernels_impl(), on ? "avx2+fma+f16c" : "scalar");
+    const char *want = !on                                      ? "scalar"
+                       : skv_simd_active_id() < SKV_SIMD_AVX512 ? "avx2+fma+f16c"
+                       : skv_simd_has_vnni()                    ? "avx512+vnni"
+                                                                : "avx512";
+    assert_string_equal(skv_kernels_impl(), want);
     skv_kernels_force_ref(true);
     assert_false(skv_kernels_use_simd());
     assert_string_equal(skv_kernels_impl(), "scalar");

@@ -248,11 +248,12 @@ static void test_rows_independent(void **s) {
     (void)s;
     const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
                            SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    const int n_ins[] = {7, 64, 600, 2304, 256, 2560}; /* float: any; quantized: blocks */
+    const int n_ins[] = {7,   64,   600, 2304,
+                         256, 2560, 288, 2080}; /* float: any; quantized: blocks (odd counts too) */
     enum { M = 13, N_OUT = 11 };
     for (int ti = 0; ti < 8; ti++) {
         skv_type t = ts[ti];
-        for (int ni = 0; ni < 6; ni++) {
+        for (int ni = 0; ni < 8; ni++) {
             int n_in = n_ins[ni];
             size_t rb = skv_row_bytes(t, n_in);
             if (rb == 0) continue;

@@ -67,7 +67,7 @@ static void test_levels(void **s) {
     bool avx2 = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
     bool avx512 =
         avx2 && cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") && cpuinfo_has("avx512vl");
-    const char *best = avx2 ? "avx2" : "scalar"; /* no AVX-512 kernels in this build yet */
+    const char *best = avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
     char *err;
     char *js = system_json("", &err);
     char want[64];
@@ -84,9 +84,9 @@ static void test_levels(void **s) {
     expect("SKV_SIMD=SCALAR", "scalar", false); /* case-insensitive */
     expect("SKV_FORCE_SCALAR=1", "scalar", false);
     expect("SKV_FORCE_SCALAR=0", best, false);
-    expect("SKV_SIMD=avx2", best, !avx2);  /* without AVX2: falls back, with a note */
-    expect("SKV_SIMD=avx512", best, true); /* CPU without it, or a build without kernels */
-    expect("SKV_SIMD=sse9", best, true);   /* unknown: ignored, with a note */
+    expect("SKV_SIMD=avx2", avx2 ? "avx2" : best, !avx2); /* without AVX2: falls back, noted */
+    expect("SKV_SIMD=avx512", best, !avx512);             /* likewise without AVX-512 */
+    expect("SKV_SIMD=sse9", best, true);                  /* unknown: ignored, with a note */
     /* The library's own answer in this process agrees with the CLI's default. */
     if (!getenv("SKV_SIMD") && !getenv("SKV_FORCE_SCALAR"))
         assert_string_equal(skv_simd_level(), best);
