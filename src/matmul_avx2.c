@@ -480,13 +480,16 @@ INLINE void tile_q8(int mr, const act_row *a, int b0, const prep_row *const *p, 
     for (int b = 0; b < nb; b++) {
         __m256i w[NRQ];
         __m256 dw[NRQ];
+#pragma GCC unroll 4
         for (int j = 0; j < NRQ; j++) {
             w[j] = _mm256_load_si256((const __m256i *)(p[j]->q + 32 * b));
             dw[j] = _mm256_broadcast_ss(&p[j]->d[b]);
         }
+#pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             __m256i x = _mm256_load_si256((const __m256i *)(a[i].q + 32 * (b0 + b)));
             __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
+#pragma GCC unroll 4
             for (int j = 0; j < NRQ; j++)
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(w[j], x)),
                                             _mm256_mul_ps(dx, dw[j]), acc[i][j]);
@@ -499,26 +502,33 @@ INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, 
                    __m256 acc[MRQ][NRQ], __m256 cor[MRQ][NRQ]) {
     for (int s = 0; s < nsb; s++) {
         __m256i ia[MRQ][NRQ];
+#pragma GCC unroll 4
         for (int i = 0; i < MRQ; i++)
+#pragma GCC unroll 4
             for (int j = 0; j < NRQ; j++) ia[i][j] = _mm256_setzero_si256();
         const int xo = 256 * (sb0 + s);
         for (int c = 0; c < 8; c++) {
             __m256i w[NRQ], sv[NRQ];
+#pragma GCC unroll 4
             for (int j = 0; j < NRQ; j++) {
                 w[j] = _mm256_load_si256((const __m256i *)(p[j]->q + 256 * s + 32 * c));
                 sv[j] = _mm256_load_si256((const __m256i *)(p[j]->sv + 128 * s + 16 * c));
             }
+#pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 __m256i x = _mm256_load_si256((const __m256i *)(a[i].q + xo + 32 * c));
+#pragma GCC unroll 4
                 for (int j = 0; j < NRQ; j++)
                     ia[i][j] = _mm256_add_epi32(
                         ia[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], x), sv[j]));
             }
         }
+#pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             __m256 dx = _mm256_broadcast_ss(&a[i].d[sb0 + s]);
             const float *xs = a[i].s + 16 * (sb0 + s);
             __m256 s0 = _mm256_loadu_ps(xs), s1 = _mm256_loadu_ps(xs + 8);
+#pragma GCC unroll 4
             for (int j = 0; j < NRQ; j++) {
                 acc[i][j] =
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][j]),
