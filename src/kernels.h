@@ -116,6 +116,10 @@ void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs);
 /* matmul_avx512.c: the same with AVX-512 (F/BW/VL; quantized W with VNNI, else the AVX2 code).
  * Only when the CPU has them. Float results are the same bits as skv_matmul_avx2's. */
 void skv_matmul_avx512(const skv_mm *mm, int i0, int i1, int r0, int r1);
+/* The order the AVX-512 Q4_K/Q5_K products read an activation row's codes in (the q part of a
+ * row of n values; d and s stay): in every 128 values, values [32, 64) and [64, 96) swapped, as a
+ * 64-byte load of the weights' nibbles holds them. */
+void skv_act_rows_k_order(uint8_t *q, int64_t n);
 #endif
 
 /* ---- vector kernels (dispatching; each has a _ref twin) ------------------------------------ */

@@ -169,6 +169,9 @@ static void quant_worker(void *arg, int ith, int nth) {
 #ifdef SKV_HAVE_MATMUL_AVX2
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
+            if (t->avx512 && skv_simd_has_vnni() &&
+                (mm->wt == SKV_TYPE_Q4_K || mm->wt == SKV_TYPE_Q5_K))
+                skv_act_rows_k_order(dst, mm->n_in);
             continue;
         }
 #endif

@@ -259,93 +259,209 @@ static inline __m512i raw_q8_pair(const uint8_t *w, int b, int two, int q4, floa
     return join(lo, hi);
 }
 
-/* Raw Q4_K/Q5_K super-block: 4 code registers (64 values each), the 4 matching int16 scale
- * registers, and the 16 min coefficients -dmin * m[g / 2]. */
-static inline void raw_k45(const uint8_t *b, int q5, __m512i code[4], __m512i sv[4], __m512 *wc) {
-    __m128i sc, mn;
-    k4_scales(b + 4, &sc, &mn);
-    const __m256i scb = _mm256_broadcastsi128_si256(sc);
-    const __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        __m256i lo, hi;
-        k45_codes(b + (q5 ? 48 : 16), hb, c, q5, &lo, &hi);
-        code[c] = join(lo, hi);
-        sv[c] = join(bcast_i16(scb, 2 * c), bcast_i16(scb, 2 * c + 1));
-    }
-    const float dmin = _cvtsh_ss((unsigned short)(b[2] | b[3] << 8));
-    const __m512 m8 = _mm512_castps256_ps512(
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(mn)), _mm256_set1_ps(-dmin)));
-    *wc = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
-                                m8);
+/* A K-quant super-block unpacked for vpdpbusd: code[c] = 64 unsigned codes; ds[c] = per dpbusd
+ * lane (4 values) d times the scale of the sub-block those values are in; wc = per 16 values the
+ * coefficient of x's group sum (-dmin * m for Q4_K/Q5_K, -32 d sc for Q6_K's offset). Both
+ * d * scale products are exact in float.
+ * Which values code[c] holds is what 512-bit loads of the block give most cheaply:
+ *   Q6_K: values [64c, 64c + 64) in order.
+ *   Q4_K/Q5_K: a 64-byte load of qs holds 4 sub-blocks' nibbles, so code[c] holds values
+ *   [32q, 32q + 32) ++ [32q + 64, 32q + 96) with q = 4 (c / 2) + c % 2 (the low nibbles of
+ *   chunks c and c + 1, or their high nibbles). x is reordered to match
+ *   (skv_act_rows_k_order). */
+typedef struct kblock {
+    __m512i code[4];
+    __m512 ds[4];
+    __m512 wc;
+} kblock;
+
+/* Lanes 0-7 from element e of v, lanes 8-15 from element f. */
+static inline __m512 two_elems(__m512 v, int e, int f) {
+    return _mm512_permutexvar_ps(
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(e)), _mm256_set1_epi32(f), 1), v);
 }
 
-/* Raw Q6_K super-block: the same, with the -32 offset's coefficients -32 d sc[g]. */
-static inline void raw_q6k(const uint8_t *b, __m512i code[4], __m512i sv[4], __m512 *wc) {
-    const int8_t *sc = (const int8_t *)(b + 192);
-    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+/* Q4_K/Q5_K's 12 packed scale bytes s (16 may be read) as 16 bytes: the 8 six-bit scales, then
+ * the 8 mins. j < 4: scale s[j] & 63, min s[j + 4] & 63; j >= 4: the low 4 bits from the
+ * nibbles of s[j + 4] (scales low, mins high), the top 2 from the top bits of s[j - 4] / s[j]. */
+static inline __m128i k4_scales16(const uint8_t *s) {
+    const __m128i u = _mm_loadu_si128((const __m128i *)s);
+    const __m128i lo = _mm_shuffle_epi8(u, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i low = _mm_or_si128(
+        _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
+        _mm_and_si128(_mm_srli_epi16(lo, 4),
+                      _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
+    const __m128i top = _mm_shuffle_epi8(u, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+}
+
+INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    if (t == SKV_TYPE_Q6_K) {
+        const __m512i m3 = _mm512_set1_epi8(3);
+        const int8_t *sc = (const int8_t *)(b + 192);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            /* ql: low nibbles values [0, 64) of the half, high nibbles [64, 128); qh: 2 bits per
+             * value, at shift 0/2 for the first 64 (by 32s) and 4/6 for the next 64 */
+            const __m512i l = _mm512_loadu_si512(b + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+            const __m512i s_lo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+            const __m512i s_hi = _mm512_add_epi16(s_lo, _mm512_set1_epi16(4));
+            const __m512i h_lo = _mm512_and_si512(_mm512_srlv_epi16(qh, s_lo), m3);
+            const __m512i h_hi = _mm512_and_si512(_mm512_srlv_epi16(qh, s_hi), m3);
+            k->code[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(h_lo, 4));
+            k->code[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                                 _mm512_slli_epi16(h_hi, 4));
+        }
+        const float d = _cvtsh_ss((unsigned short)(b[208] | b[209] << 8));
+        const __m512 scf =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
+        const __m512 dsc = _mm512_mul_ps(_mm512_set1_ps(d), scf);
+        /* groups of 16 values: 4 lanes each */
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            k->ds[c] = _mm512_permutexvar_ps(
+                _mm512_add_epi32(_mm512_set1_epi32(4 * c),
+                                 _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
+                dsc);
+        k->wc = _mm512_mul_ps(_mm512_set1_ps(-32.0f * d), scf);
+        return;
+    }
+    const int q5 = t == SKV_TYPE_Q5_K;
+    const uint8_t *qs = b + (q5 ? 48 : 16);
+    const __m512i hb = q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)))
+                          : _mm512_setzero_si512();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        __m256i c4[4];
-        q6_codes(b + 64 * h, b + 128 + 32 * h, c4);
-        code[2 * h] = join(c4[0], c4[1]);
-        code[2 * h + 1] = join(c4[2], c4[3]);
+        const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (q5) { /* bit j of qh byte i is the 5th bit of value 32 j + i */
+            const __m512i one = _mm512_set1_epi8(1);
+            const __m512i s_lo = _mm512_add_epi16(
+                _mm512_set1_epi16((short)(4 * h)),
+                _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+            const __m512i s_hi = _mm512_add_epi16(s_lo, _mm512_set1_epi16(1));
+            lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, s_lo), one), 4));
+            hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, s_hi), one), 4));
+        }
+        k->code[2 * h] = lo;
+        k->code[2 * h + 1] = hi;
     }
+    const float d = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
+    const float dmin = _cvtsh_ss((unsigned short)(b[2] | b[3] << 8));
+    /* the 8 scales and 8 mins as floats in 16 lanes: sc = F[0..8), m = F[8..16) */
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales16(b + 4)));
+    const __m512 dsc = _mm512_mul_ps(_mm512_set1_ps(d), f);
+    /* sub-blocks of 32 values: 8 lanes each; code[c] holds sub-blocks q and q + 2 */
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++)
-        sv[c] = join(q6_chunk_scales(s16, 2 * c), q6_chunk_scales(s16, 2 * c + 1));
-    const float d = _cvtsh_ss((unsigned short)(b[208] | b[209] << 8));
-    *wc = _mm512_mul_ps(_mm512_set1_ps(-32.0f * d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                        _mm_loadu_si128((const __m128i *)sc))));
+        k->ds[c] = two_elems(dsc, 4 * (c / 2) + c % 2, 4 * (c / 2) + c % 2 + 2);
+    k->wc = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+        _mm512_mul_ps(_mm512_set1_ps(-dmin), f));
 }
 
-/* One super-block's integer dot: sum over 4 x 64 values of code * x * scale. */
-static inline __m512i k_dot(const __m512i code[4], const __m512i sv[4], const int8_t *xq) {
-    __m512i isum = _mm512_setzero_si512();
-    for (int c = 0; c < 4; c++)
-        isum = _mm512_dpwssd_epi32(
-            isum, _mm512_maddubs_epi16(code[c], _mm512_loadu_si512(xq + 64 * c)), sv[c]);
-    return isum;
+void skv_act_rows_k_order(uint8_t *q, int64_t n) {
+    for (int64_t o = 0; o + 128 <= n; o += 128) { /* swap values [32, 64) and [64, 96) */
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(q + o + 32));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(q + o + 64));
+        _mm256_storeu_si256((__m256i *)(q + o + 32), c);
+        _mm256_storeu_si256((__m256i *)(q + o + 64), a);
+    }
 }
 
-/* A raw row (nb blocks of the weight type) . one activation row. */
-static float dot_raw(skv_type t, const uint8_t *w, act_row a, int nb) {
-    __m512 acc = _mm512_setzero_ps(), cor = _mm512_setzero_ps();
+/* Every K-quant output, per super-block: t = float(codes . x) * ds over its 4 x 64 values
+ * (a multiply, then 3 FMAs), then acc = fma(t, dx, acc): the chain through acc is one FMA per
+ * super-block, so consecutive super-blocks overlap. */
+static inline __m512 k_part(__m512i code, __m512i x) {
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code, x));
+}
+
+/* NW raw rows w[] (nb blocks of the weight type each) . one activation row, side by side (each
+ * row's sums exactly as alone: NW only changes how many streams of W are read at once). */
+#define NW 2
+INLINE void dot_raw(skv_type t, int nw, const uint8_t *const *w, act_row a, int nb, float *y) {
+    __m512 acc[NW], cor[NW];
+    for (int k = 0; k < NW; k++) acc[k] = cor[k] = _mm512_setzero_ps();
     if (t == SKV_TYPE_Q8_0 || t == SKV_TYPE_Q4_0) {
         const int q4 = t == SKV_TYPE_Q4_0;
         for (int b = 0; b < nb; b += 2) {
             const int two = b + 1 < nb;
-            float dw[2];
-            const __m512i wv = raw_q8_pair(w, b, two, q4, dw);
-            const __m512i dp = _mm512_dpbusd_epi32(neg_bias(wv), x_unsigned(a.q + 32 * b, two), wv);
-            const __m512 s = _mm512_mul_ps(pair_scale(a.d + b, two), pair_scale(dw, two));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc);
+            const __m512i xu = x_unsigned(a.q + 32 * b, two);
+            const __m512 dx = pair_scale(a.d + b, two);
+#pragma GCC unroll 2
+            for (int k = 0; k < nw; k++) {
+                float dw[2];
+                const __m512i wv = raw_q8_pair(w[k], b, two, q4, dw);
+                const __m512i dp = _mm512_dpbusd_epi32(neg_bias(wv), xu, wv);
+                const __m512 s = _mm512_mul_ps(dx, pair_scale(dw, two));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[k]);
+            }
         }
-        return _mm512_reduce_add_ps(acc);
+        for (int k = 0; k < nw; k++) y[k] = _mm512_reduce_add_ps(acc[k]);
+        return;
     }
     const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
     for (int s = 0; s < nb; s++) {
-        const uint8_t *b = w + (size_t)s * bb;
-        __m512i code[4], sv[4];
-        __m512 wc;
-        float d;
-        if (t == SKV_TYPE_Q6_K) {
-            raw_q6k(b, code, sv, &wc);
-            d = _cvtsh_ss((unsigned short)(b[208] | b[209] << 8));
-        } else {
-            raw_k45(b, t == SKV_TYPE_Q5_K, code, sv, &wc);
-            d = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
+        const int8_t *xq = a.q + 256 * s;
+        const __m512 dx = _mm512_set1_ps(a.d[s]), xs = _mm512_loadu_ps(a.s + 16 * s);
+#pragma GCC unroll 2
+        for (int k = 0; k < nw; k++) {
+            kblock kb;
+            unpack_k(w[k] + (size_t)s * bb, t, &kb);
+            __m512 u = _mm512_mul_ps(k_part(kb.code[0], _mm512_loadu_si512(xq)), kb.ds[0]);
+#pragma GCC unroll 4
+            for (int c = 1; c < 4; c++)
+                u = _mm512_fmadd_ps(k_part(kb.code[c], _mm512_loadu_si512(xq + 64 * c)), kb.ds[c],
+                                    u);
+            acc[k] = _mm512_fmadd_ps(u, dx, acc[k]);
+            cor[k] = _mm512_fmadd_ps(kb.wc, xs, cor[k]);
         }
-        const __m512i isum = k_dot(code, sv, a.q + 256 * s);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a.d[s] * d), acc);
-        cor = _mm512_fmadd_ps(wc, _mm512_loadu_ps(a.s + 16 * s), cor);
     }
-    return _mm512_reduce_add_ps(acc) + _mm512_reduce_add_ps(cor);
+    for (int k = 0; k < nw; k++) y[k] = _mm512_reduce_add_ps(acc[k]) + _mm512_reduce_add_ps(cor[k]);
+}
+
+/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks, in NW streams (rows j, j + h, ...);
+ * t is a constant after inlining. */
+INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    const int bs = skv_act_block(t), nb = mm->n_in / bs, h = (r1 - r0) / NW;
+    const uint8_t *w0 = (const uint8_t *)mm->w;
+    const size_t st = mm->w_stride;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, bs);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int j = 0; j < h; j++) {
+            const uint8_t *w[NW];
+            float v[NW];
+            for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r0 + j + k * h) * st;
+            dot_raw(t, NW, w, a, nb, v);
+            for (int k = 0; k < NW; k++) y[r0 + j + k * h] = v[k];
+        }
+        for (int r = r0 + NW * h; r < r1; r++) {
+            const uint8_t *w[NW] = {w0 + (size_t)r * st};
+            dot_raw(t, 1, w, a, nb, y + r);
+        }
+    }
 }
 
 static void gemv_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    const int bs = skv_act_block(mm->wt), nb = mm->n_in / bs;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * mm->w_stride;
-        for (int i = i0; i < i1; i++)
-            mm->y[(size_t)i * mm->n_out + r] = dot_raw(mm->wt, w, act_at(mm, i, bs), nb);
+    switch (mm->wt) {
+    case SKV_TYPE_Q8_0:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q8_0);
+        break;
+    case SKV_TYPE_Q4_0:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_0);
+        break;
+    case SKV_TYPE_Q4_K:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
+        break;
+    case SKV_TYPE_Q5_K:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
+        break;
+    default:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q6_K);
+        break;
     }
 }
 
@@ -360,6 +476,26 @@ typedef struct prep_q8x {
     int32_t bias[KQ / 4] ALIGNED64;
     float dw[KQ / 4] ALIGNED64;
 } prep_q8x;
+
+/* A prepared K-quant row: the kblock of each super-block, stored. */
+typedef struct prep_kx {
+    uint8_t q[KQ] ALIGNED64;
+    float ds[KQ / 4] ALIGNED64;
+    float wc[KQ / 16] ALIGNED64;
+} prep_kx;
+
+static void prep_kx_fill(prep_kx *p, const uint8_t *w, skv_type t, int sb0, int nsb) {
+    const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
+    for (int s = 0; s < nsb; s++) {
+        kblock k;
+        unpack_k(w + (size_t)(sb0 + s) * bb, t, &k);
+        for (int c = 0; c < 4; c++) {
+            _mm512_store_si512(p->q + 256 * s + 64 * c, k.code[c]);
+            _mm512_store_ps(p->ds + 64 * s + 16 * c, k.ds[c]);
+        }
+        _mm512_store_ps(p->wc + 16 * s, k.wc);
+    }
+}
 
 static void prep_q8x_fill(prep_q8x *p, const uint8_t *w, int q4, int b0, int nb) {
     for (int b = 0; b < nb; b += 2) {
@@ -402,41 +538,43 @@ INLINE void tile_q8(int mr, const act_row *a, int b0, const prep_q8x *const *p, 
     if (b < nb) q8_step(mr, 0, a, b0 + b, p, b, acc);
 }
 
-/* K-quant tile over super-blocks [sb0, sb0 + nsb) of x; cor gets the min / offset terms. */
-INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, int nsb,
+/* K-quant tile over super-blocks [sb0, sb0 + nsb) of x: acc as dot_raw, then cor (a separate
+ * sum, so the order of the two loops does not matter). */
+INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_kx *const *p, int nsb,
                    __m512 acc[MRQ][NRQ], __m512 cor[MRQ][NRQ]) {
     for (int s = 0; s < nsb; s++) {
-        __m512i ia[MRQ][NRQ];
-#pragma GCC unroll 4
-        for (int i = 0; i < MRQ; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) ia[i][j] = _mm512_setzero_si512();
         const int xo = 256 * (sb0 + s);
-        for (int c = 0; c < 4; c++) {
-            __m512i w[NRQ], sv[NRQ];
+        __m512 t[MRQ][NRQ];
 #pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) {
-                w[j] = _mm512_loadu_si512(p[j]->q + 256 * s + 64 * c);
-                sv[j] = _mm512_loadu_si512(p[j]->sv + 128 * s + 32 * c);
-            }
+        for (int c = 0; c < 4; c++) {
+            __m512i w[NRQ];
+#pragma GCC unroll 4
+            for (int j = 0; j < NRQ; j++) w[j] = _mm512_load_si512(p[j]->q + 256 * s + 64 * c);
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 const __m512i x = _mm512_loadu_si512(a[i].q + xo + 64 * c);
 #pragma GCC unroll 4
-                for (int j = 0; j < NRQ; j++)
-                    ia[i][j] = _mm512_dpwssd_epi32(ia[i][j], _mm512_maddubs_epi16(w[j], x), sv[j]);
+                for (int j = 0; j < NRQ; j++) {
+                    const __m512 ds = _mm512_load_ps(p[j]->ds + 64 * s + 16 * c);
+                    t[i][j] = c == 0 ? _mm512_mul_ps(k_part(w[j], x), ds)
+                                     : _mm512_fmadd_ps(k_part(w[j], x), ds, t[i][j]);
+                }
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
+            const __m512 dx = _mm512_set1_ps(a[i].d[sb0 + s]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NRQ; j++) acc[i][j] = _mm512_fmadd_ps(t[i][j], dx, acc[i][j]);
+        }
+    }
+    for (int s = 0; s < nsb; s++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
             const __m512 xs = _mm512_loadu_ps(a[i].s + 16 * (sb0 + s));
 #pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) {
-                acc[i][j] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[i][j]),
-                                    _mm512_set1_ps(a[i].d[sb0 + s] * p[j]->d[s]), acc[i][j]);
-                cor[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(p[j]->wc + 16 * s), xs, cor[i][j]);
-            }
+            for (int j = 0; j < NRQ; j++)
+                cor[i][j] = _mm512_fmadd_ps(_mm512_load_ps(p[j]->wc + 16 * s), xs, cor[i][j]);
         }
     }
 }
@@ -444,7 +582,7 @@ INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, 
 /* Runs an mr-row tile over one column block, continuing from (or starting) the saved lanes,
  * and writes y after the last block. save: [mr][NRQ][2] (acc, cor). */
 INLINE void tile_q_step(int mr, int kq, const skv_mm *mm, int i, int r, int nr,
-                        const prep_row *const *p, const prep_q8x *const *p8, int b0, int nb,
+                        const prep_kx *const *p, const prep_q8x *const *p8, int b0, int nb,
                         int first, int last, __m512 *save) {
     __m512 acc[MRQ][NRQ], cor[MRQ][NRQ];
     act_row a[MRQ];
@@ -476,7 +614,7 @@ INLINE void tile_q_step(int mr, int kq, const skv_mm *mm, int i, int r, int nr,
 /* Blocks of MCQ x rows; for each NRQ W rows and each block of up to KQ columns, the W rows are
  * prepared once and serve every tile of the x block. */
 static void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    prep_row prep[NRQ];         /* K-quants: ~5 KB each, in L1 */
+    prep_kx prep[NRQ];          /* K-quants: 4.6 KB each, in L1 */
     prep_q8x prep8[NRQ];        /* Q8_0/Q4_0: 6 KB each */
     __m512 save[MCQ * NRQ * 2]; /* 48 KB */
     const skv_type t = mm->wt;
@@ -488,7 +626,7 @@ static void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         const int mc1 = i1 - mc0 < MCQ ? i1 : mc0 + MCQ;
         for (int r = r0; r < r1; r += NRQ) {
             const int nr = r1 - r < NRQ ? r1 - r : NRQ;
-            const prep_row *p[NRQ];
+            const prep_kx *p[NRQ];
             const prep_q8x *p8[NRQ];
             for (int j = 0; j < NRQ; j++) {
                 p[j] = &prep[j < nr ? j : nr - 1];
@@ -499,7 +637,7 @@ static void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 for (int j = 0; j < nr; j++) {
                     const uint8_t *w = (const uint8_t *)mm->w + (size_t)(r + j) * mm->w_stride;
                     if (kq)
-                        prep_k(&prep[j], w, t, b0, b1 - b0);
+                        prep_kx_fill(&prep[j], w, t, b0, b1 - b0);
                     else
                         prep_q8x_fill(&prep8[j], w, t == SKV_TYPE_Q4_0, b0, b1 - b0);
                 }
