@@ -98,6 +98,11 @@ bool skv_attn_prefill(float *out, size_t out_stride, const float *q, size_t q_st
 #if defined(__x86_64__) || defined(__i386__)
     if (skv_kernels_use_simd() && hd % 8 == 0) {
         void *w = (void *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+        if (skv_simd_active_id() >= SKV_SIMD_AVX512 && hd % 16 == 0) {
+            skv_attn_prefill_avx512(out, out_stride, q, q_stride, n, g, hd, k, v, kv_type, n_vis,
+                                    scale, w);
+            return true;
+        }
         skv_attn_prefill_avx2(out, out_stride, q, q_stride, n, g, hd, k, v, kv_type, n_vis, scale,
                               w);
         return true;

@@ -32,8 +32,8 @@ bool skv_attn_prefill_ref(float *out, size_t out_stride, const float *q, size_t 
                           int g, int hd, const void *k, const void *v, skv_type kv_type,
                           const int *n_vis, float scale, void *work);
 
-/* Blocking of the AVX2 path, shared with the work size: query rows per block (a multiple of 24,
- * the micro-kernel's rows) and keys per chunk. */
+/* Blocking of the SIMD paths, shared with the work size: query rows per block (a multiple of
+ * 24 and 48, the micro-kernels' rows at 8 and 16 lanes) and keys per chunk. */
 #define SKV_AP_ROWS 48
 #define SKV_AP_KEYS 128
 
@@ -43,6 +43,11 @@ bool skv_attn_prefill_ref(float *out, size_t out_stride, const float *q, size_t 
 void skv_attn_prefill_avx2(float *out, size_t out_stride, const float *q, size_t q_stride, int n,
                            int g, int hd, const void *k, const void *v, skv_type kv_type,
                            const int *n_vis, float scale, void *work);
+/* attn_prefill_avx512.c: the same with 16 rows per vector (the same bits); only at the AVX-512
+ * level and when hd % 16 == 0. */
+void skv_attn_prefill_avx512(float *out, size_t out_stride, const float *q, size_t q_stride, int n,
+                             int g, int hd, const void *k, const void *v, skv_type kv_type,
+                             const int *n_vis, float scale, void *work);
 #endif
 
 #endif

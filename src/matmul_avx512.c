@@ -278,7 +278,8 @@ typedef struct kblock {
 /* Lanes 0-7 from element e of v, lanes 8-15 from element f. */
 static inline __m512 two_elems(__m512 v, int e, int f) {
     return _mm512_permutexvar_ps(
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(e)), _mm256_set1_epi32(f), 1), v);
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(e)), _mm256_set1_epi32(f), 1),
+        v);
 }
 
 /* Q4_K/Q5_K's 12 packed scale bytes s (16 may be read) as 16 bytes: the 8 six-bit scales, then
@@ -286,12 +287,15 @@ static inline __m512 two_elems(__m512 v, int e, int f) {
  * nibbles of s[j + 4] (scales low, mins high), the top 2 from the top bits of s[j - 4] / s[j]. */
 static inline __m128i k4_scales16(const uint8_t *s) {
     const __m128i u = _mm_loadu_si128((const __m128i *)s);
-    const __m128i lo = _mm_shuffle_epi8(u, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i lo =
+        _mm_shuffle_epi8(u, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
     const __m128i low = _mm_or_si128(
-        _mm_and_si128(lo, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
+        _mm_and_si128(lo,
+                      _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
         _mm_and_si128(_mm_srli_epi16(lo, 4),
                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
-    const __m128i top = _mm_shuffle_epi8(u, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i top =
+        _mm_shuffle_epi8(u, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
     return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
 }
 
@@ -305,8 +309,10 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
             /* ql: low nibbles values [0, 64) of the half, high nibbles [64, 128); qh: 2 bits per
              * value, at shift 0/2 for the first 64 (by 32s) and 4/6 for the next 64 */
             const __m512i l = _mm512_loadu_si512(b + 64 * h);
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
-            const __m512i s_lo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+            const __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+            const __m512i s_lo =
+                _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
             const __m512i s_hi = _mm512_add_epi16(s_lo, _mm512_set1_epi16(4));
             const __m512i h_lo = _mm512_and_si512(_mm512_srlv_epi16(qh, s_lo), m3);
             const __m512i h_hi = _mm512_and_si512(_mm512_srlv_epi16(qh, s_hi), m3);
@@ -342,8 +348,10 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
                 _mm512_set1_epi16((short)(4 * h)),
                 _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
             const __m512i s_hi = _mm512_add_epi16(s_lo, _mm512_set1_epi16(1));
-            lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, s_lo), one), 4));
-            hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, s_hi), one), 4));
+            lo = _mm512_or_si512(
+                lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, s_lo), one), 4));
+            hi = _mm512_or_si512(
+                hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, s_hi), one), 4));
         }
         k->code[2 * h] = lo;
         k->code[2 * h + 1] = hi;

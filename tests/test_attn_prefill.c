@@ -295,6 +295,50 @@ static void test_edges(void **state) {
 }
 
 /* The work size covers the reference path's per-head state too; 0 only for no heads. */
+/* The AVX-512 body is the AVX2 one at 16 lanes: every row's operations are the same, so the
+ * outputs must be the same bits (odd counts, partial blocks, F32 and F16, causal and jumping
+ * visibility). Only on a CPU with AVX-512. */
+static void test_widths_same_bits(void **state) {
+    (void)state;
+#if defined(__x86_64__) || defined(__i386__)
+    if (skv_simd_cpu_id() < SKV_SIMD_AVX512) skip();
+    static const int gs[] = {1, 3, 4}, hds[] = {16, 64, 128}, ns[] = {1, 13, 50, 100};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 4; c++)
+                for (int t = 0; t < 2; t++) {
+                    const int g = gs[a], hd = hds[b], n = ns[c], entries = n + 300 + 37 * c;
+                    const skv_type kt = t ? SKV_TYPE_F16 : SKV_TYPE_F32;
+                    double *vals = malloc(sizeof(double) * (size_t)entries * hd);
+                    float *q = malloc(sizeof(float) * (size_t)n * g * hd);
+                    float *o2 = malloc(sizeof(float) * (size_t)n * g * hd);
+                    float *o5 = malloc(sizeof(float) * (size_t)n * g * hd);
+                    int *vis = malloc(sizeof(int) * (size_t)n);
+                    assert_true(vals && q && o2 && o5 && vis);
+                    void *k = make_kv(kt, entries, hd, vals, -1.0f, 1.0f);
+                    void *v = make_kv(kt, entries, hd, vals, -1.0f, 1.0f);
+                    for (int i = 0; i < n * g * hd; i++) q[i] = rnd_uni(-1.0f, 1.0f);
+                    for (int i = 0; i < n; i++)
+                        vis[i] = c % 2 ? entries - n + i + 1 : rnd_int(entries + 1);
+                    size_t ws = skv_attn_prefill_work_size(n, g, hd) + 64;
+                    uint8_t *work = malloc(ws);
+                    assert_non_null(work);
+                    void *w = (void *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    const size_t st = (size_t)g * hd;
+                    skv_attn_prefill_avx2(o2, st, q, st, n, g, hd, k, v, kt, vis, scale, w);
+                    skv_attn_prefill_avx512(o5, st, q, st, n, g, hd, k, v, kt, vis, scale, w);
+                    if (memcmp(o2, o5, sizeof(float) * (size_t)n * st) != 0)
+                        fail_msg("g=%d hd=%d n=%d %s: AVX2 and AVX-512 outputs differ", g, hd, n,
+                                 skv_type_name(kt));
+                    free(work), free(k), free(v), free(vals), free(q), free(o2), free(o5),
+                        free(vis);
+                }
+#else
+    skip();
+#endif
+}
+
 static void test_work_size(void **state) {
     (void)state;
     size_t a = skv_attn_prefill_work_size(1, 3, 64), b = skv_attn_prefill_work_size(512, 3, 64);
@@ -305,9 +349,13 @@ static void test_work_size(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_shapes), cmocka_unit_test(test_long_context),
-        cmocka_unit_test(test_odd_head_size), cmocka_unit_test(test_rising_scores),
-        cmocka_unit_test(test_edges),         cmocka_unit_test(test_work_size),
+        cmocka_unit_test(test_random_shapes),
+        cmocka_unit_test(test_long_context),
+        cmocka_unit_test(test_odd_head_size),
+        cmocka_unit_test(test_rising_scores),
+        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_work_size),
+        cmocka_unit_test(test_widths_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

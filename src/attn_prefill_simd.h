@@ -1,0 +1,255 @@
+/* attn_prefill_simd.h — the body of the blocked prefill attention (see attn_prefill.h), written
+ * once over a vector of VL floats: included by attn_prefill_avx2.c (VL = 8) and
+ * attn_prefill_avx512.c (VL = 16), which define the V_* / VI_* operations and SKV_AP_FN.
+ *
+ * Query rows (token-major, the g heads of a token adjacent) go in blocks of SKV_AP_ROWS, keys in
+ * chunks of SKV_AP_KEYS. Rows live in vector lanes throughout, so nothing is ever summed
+ * horizontally, and every lane does the same operations whatever VL is: both widths give the
+ * same bits.
+ *   Q^T [hd][ROWS]  the block's queries, transposed, pre-scaled by scale * log2(e)
+ *   S^T [KEYS][ROWS] = K_chunk · Q^T: tiles of 4 keys x 3 row vectors (12 accumulators; per head
+ *                    dimension 3 row loads and 4 key broadcasts feed 12 FMAs)
+ *   online softmax per row in base 2, vectorized over VL rows: running max, sum, and the
+ *                    factor that rescales what earlier chunks accumulated
+ *   O^T [hd][ROWS]  = O^T * alpha + V_chunk^T · P^T: tiles of 4 value columns x 3 row vectors
+ * and finally out = O / sum, transposed back. A causal row only sees n_vis of its token: each
+ * tile runs to the largest count among its rows and masks the rest. */
+#include "attn_prefill.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#ifdef __clang__
+#define UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+enum {
+    MB = SKV_AP_ROWS, /* rows per block; the stride of the transposed buffers */
+    KC = SKV_AP_KEYS, /* keys per chunk */
+    TV = 3,           /* row vectors (of VL rows) per micro-tile */
+    TK = 4,           /* keys per score tile, value columns per output tile */
+};
+_Static_assert(MB % (VL * TV) == 0 && KC % TK == 0, "blocking");
+
+/* 2^x for x <= 0. x = k + f with |f| <= 1/2; 2^f from the Taylor series of e^(f ln 2) to degree
+ * 6 (relative error below 1.3e-7); 2^k built in the exponent field. Inputs below -125 (also
+ * -inf) give 2^-125: negligible beside the row maximum's weight of exactly 1, and never NaN. */
+AI V exp2_neg(V x) {
+    x = V_MAX(x, V_SET1(-125.0f));
+    V kf = V_ROUND(x);
+    V f = V_SUB(x, kf);
+    V p = V_SET1(1.5403530393381609e-4f);
+    p = V_FMA(p, f, V_SET1(1.3333558146428443e-3f));
+    p = V_FMA(p, f, V_SET1(9.6181291076284772e-3f));
+    p = V_FMA(p, f, V_SET1(5.5504108664821580e-2f));
+    p = V_FMA(p, f, V_SET1(2.4022650695910071e-1f));
+    p = V_FMA(p, f, V_SET1(6.9314718055994531e-1f));
+    p = V_FMA(p, f, V_SET1(1.0f));
+    VI e = VI_SLLI(VI_ADD(V_CVTI(kf), VI_SET1(127)), 23);
+    return V_MUL(p, VI_AS_V(e));
+}
+
+typedef struct ap_ctx {
+    float *out;
+    const float *q;
+    size_t out_stride, q_stride, rb;
+    const uint8_t *k, *v;
+    const int *n_vis;
+    skv_type t;
+    int g, hd;
+    float qscale;
+    /* work regions (64-byte aligned) */
+    float *qt;    /* [hd][MB] */
+    float *st;    /* [KC][MB] */
+    float *ot;    /* [hd][MB] */
+    float *mx;    /* [MB] running max (base 2) */
+    float *sum;   /* [MB] running sum */
+    float *alpha; /* [MB] this chunk's rescale of earlier sums and outputs */
+    int32_t *cnt; /* [MB] visible entries of each row */
+    float *kc;    /* [KC][hd] F16 keys converted */
+    float *vc;    /* [KC][hd] F16 values converted */
+} ap_ctx;
+
+/* st[j][r] = sum_c K[j][c] qt[c][r] for keys j < lim (rounded up to TK; the extra keys repeat
+ * key lim-1, so nothing past it is read) and the tile's rv row vectors. */
+AI void qk_tile(int rv, const float *qt, float *st, const float *kb, int hd, int lim) {
+    for (int j = 0; j < lim; j += TK) {
+        const float *kr[TK];
+        UNROLL for (int x = 0; x < TK; x++) kr[x] = kb + (size_t)SKV_MIN(j + x, lim - 1) * hd;
+        V acc[TK][TV];
+        UNROLL for (int x = 0; x < TK; x++) UNROLL for (int w = 0; w < rv; w++) acc[x][w] =
+            V_ZERO();
+        for (int c = 0; c < hd; c++) {
+            V a[TV];
+            UNROLL for (int w = 0; w < rv; w++) a[w] = V_LOAD(qt + (size_t)c * MB + VL * w);
+            UNROLL for (int x = 0; x < TK; x++) {
+                V b = V_SET1(kr[x][c]);
+                UNROLL for (int w = 0; w < rv; w++) acc[x][w] = V_FMA(a[w], b, acc[x][w]);
+            }
+        }
+        UNROLL for (int x = 0; x < TK; x++) UNROLL for (int w = 0; w < rv; w++)
+            V_STORE(st + (size_t)(j + x) * MB + VL * w, acc[x][w]);
+    }
+}
+
+/* Online softmax of VL rows over this chunk's keys j < lim: scores of keys a row does not see
+ * (j >= cnt - j0) count as -inf; st receives the weights 2^(s - max). */
+AI void softmax_rows(const ap_ctx *a, int r, int j0, int lim) {
+    const V ninf = V_SET1(-INFINITY);
+    const VI cv = VI_SUB(VI_LOAD(a->cnt + r), VI_SET1(j0)), one = VI_SET1(1);
+    float *s = a->st + r;
+    V cm = ninf;
+    VI jv = VI_ZERO();
+    for (int j = 0; j < lim; j++, jv = VI_ADD(jv, one))
+        cm = V_MAX(cm, V_SEL(VI_GT(cv, jv), V_LOAD(s + (size_t)j * MB), ninf));
+    const V mold = V_LOAD(a->mx + r), mnew = V_MAX(mold, cm);
+    /* A row that has seen nothing yet keeps max -inf; subtracting 0 then keeps things finite. */
+    const V muse = V_SEL(V_NE(mnew, ninf), mnew, V_ZERO());
+    const V al = exp2_neg(V_SUB(mold, muse));
+    V tot = V_ZERO();
+    jv = VI_ZERO();
+    for (int j = 0; j < lim; j++, jv = VI_ADD(jv, one)) {
+        const V p =
+            V_SEL(VI_GT(cv, jv), exp2_neg(V_SUB(V_LOAD(s + (size_t)j * MB), muse)), V_ZERO());
+        V_STORE(s + (size_t)j * MB, p);
+        tot = V_ADD(tot, p);
+    }
+    V_STORE(a->sum + r, V_FMA(V_LOAD(a->sum + r), al, tot));
+    V_STORE(a->mx + r, mnew);
+    V_STORE(a->alpha + r, al);
+}
+
+/* ot[c][r] = ot[c][r] * alpha[r] + sum_{j < lim} st[j][r] V[j][c] for the tile's rv row
+ * vectors, TK value columns at a time. */
+AI void pv_tile(int rv, const float *st, const float *vb, int hd, int lim, float *ot,
+                const float *alpha) {
+    V al[TV];
+    UNROLL for (int w = 0; w < rv; w++) al[w] = V_LOAD(alpha + VL * w);
+    for (int c0 = 0; c0 < hd; c0 += TK) {
+        V acc[TK][TV];
+        UNROLL for (int x = 0; x < TK; x++) UNROLL for (int w = 0; w < rv; w++) acc[x][w] =
+            V_ZERO();
+        const float *vr = vb + c0;
+        for (int j = 0; j < lim; j++, vr += hd) {
+            V p[TV];
+            UNROLL for (int w = 0; w < rv; w++) p[w] = V_LOAD(st + (size_t)j * MB + VL * w);
+            UNROLL for (int x = 0; x < TK; x++) {
+                const V b = V_SET1(vr[x]);
+                UNROLL for (int w = 0; w < rv; w++) acc[x][w] = V_FMA(p[w], b, acc[x][w]);
+            }
+        }
+        UNROLL for (int x = 0; x < TK; x++) UNROLL for (int w = 0; w < rv; w++) {
+            float *o = ot + (size_t)(c0 + x) * MB + VL * w;
+            V_STORE(o, V_FMA(V_LOAD(o), al[w], acc[x][w]));
+        }
+    }
+}
+
+/* Scores, softmax and values of one tile of rv row vectors starting at row vector w0. */
+AI void tile(int rv, const ap_ctx *a, int w0, const float *kb, const float *vb, int j0, int lim) {
+    int r = VL * w0;
+    qk_tile(rv, a->qt + r, a->st + r, kb, a->hd, lim);
+    for (int w = 0; w < rv; w++) softmax_rows(a, r + VL * w, j0, lim);
+    pv_tile(rv, a->st + r, vb, a->hd, lim, a->ot + r, a->alpha + r);
+}
+
+/* Rows j0 .. j0+nk-1 of an F16 K or V into floats. */
+static void f16_rows(float *dst, const uint8_t *src, size_t rb, int j0, int nk, int hd) {
+    for (int j = 0; j < nk; j++) {
+        const uint8_t *s = src + (size_t)(j0 + j) * rb;
+        float *d = dst + (size_t)j * hd;
+        for (int c = 0; c < hd; c += VL) V_STORE(d + c, V_LOAD_F16(s + 2 * c));
+    }
+}
+
+/* Rows [r0, r0 + nr) of the flattened (token, head) rows, nr <= MB. */
+static void block(ap_ctx *a, int64_t r0, int nr) {
+    const int hd = a->hd, g = a->g;
+    int nw = (nr + VL - 1) / VL; /* row vectors */
+    int maxcnt = 0;
+    for (int r = 0; r < VL * nw; r++) {
+        float *qt = a->qt + r;
+        if (r < nr) {
+            int64_t row = r0 + r, i = row / g;
+            const float *qr = a->q + (size_t)i * a->q_stride + (size_t)(row % g) * hd;
+            a->cnt[r] = a->n_vis[i] > 0 ? a->n_vis[i] : 0;
+            for (int c = 0; c < hd; c++) qt[(size_t)c * MB] = qr[c] * a->qscale;
+        } else { /* padding rows: zero queries, counts as the last real row (harmless) */
+            a->cnt[r] = a->cnt[nr - 1];
+            for (int c = 0; c < hd; c++) qt[(size_t)c * MB] = 0.0f;
+        }
+        maxcnt = SKV_MAX(maxcnt, a->cnt[r]);
+        a->mx[r] = -INFINITY, a->sum[r] = 0.0f;
+    }
+    for (int c = 0; c < hd; c++) memset(a->ot + (size_t)c * MB, 0, sizeof(float) * VL * nw);
+
+    for (int j0 = 0; j0 < maxcnt; j0 += KC) {
+        int nk = SKV_MIN(KC, maxcnt - j0);
+        const float *kb, *vb;
+        if (a->t == SKV_TYPE_F16) {
+            f16_rows(a->kc, a->k, a->rb, j0, nk, hd);
+            f16_rows(a->vc, a->v, a->rb, j0, nk, hd);
+            kb = a->kc, vb = a->vc;
+        } else {
+            kb = (const float *)(a->k + (size_t)j0 * a->rb);
+            vb = (const float *)(a->v + (size_t)j0 * a->rb);
+        }
+        for (int w0 = 0; w0 < nw; w0 += TV) {
+            int rv = SKV_MIN(TV, nw - w0), tmax = 0;
+            for (int r = VL * w0; r < VL * (w0 + rv); r++) tmax = SKV_MAX(tmax, a->cnt[r]);
+            int lim = SKV_MIN(nk, tmax - j0);
+            if (lim <= 0) continue; /* no row of the tile sees this chunk */
+            if (rv == 3)
+                tile(3, a, w0, kb, vb, j0, lim);
+            else if (rv == 2)
+                tile(2, a, w0, kb, vb, j0, lim);
+            else
+                tile(1, a, w0, kb, vb, j0, lim);
+        }
+    }
+
+    for (int r = 0; r < nr; r++) {
+        int64_t row = r0 + r, i = row / g;
+        float *o = a->out + (size_t)i * a->out_stride + (size_t)(row % g) * hd;
+        float inv = a->sum[r] > 0.0f ? 1.0f / a->sum[r] : 0.0f;
+        const float *ot = a->ot + r;
+        for (int c = 0; c < hd; c++) o[c] = ot[(size_t)c * MB] * inv;
+    }
+}
+
+void SKV_AP_FN(float *out, size_t out_stride, const float *q, size_t q_stride, int n, int g, int hd,
+               const void *k, const void *v, skv_type kv_type, const int *n_vis, float scale,
+               void *work) {
+    ap_ctx a = {
+        .out = out,
+        .q = q,
+        .out_stride = out_stride,
+        .q_stride = q_stride,
+        .rb = skv_row_bytes(kv_type, hd),
+        .k = k,
+        .v = v,
+        .n_vis = n_vis,
+        .t = kv_type,
+        .g = g,
+        .hd = hd,
+        .qscale = scale * 1.44269504088896341f,
+    };
+    /* The regions in the order and sizes of avx2_floats() in attn_prefill.c. */
+    size_t dr = ((size_t)hd * MB + 15) & ~(size_t)15, sr = (size_t)KC * MB, mr = (MB + 15) & ~15;
+    float *w = work;
+    a.qt = w, w += dr;
+    a.st = w, w += sr;
+    a.ot = w, w += dr;
+    a.mx = w, w += mr;
+    a.sum = w, w += mr;
+    a.alpha = w, w += mr;
+    a.cnt = (int32_t *)w, w += mr;
+    a.kc = w, w += ((size_t)KC * hd + 15) & ~(size_t)15;
+    a.vc = w;
+    int64_t rows = (int64_t)n * g;
+    for (int64_t r0 = 0; r0 < rows; r0 += MB) block(&a, r0, (int)SKV_MIN((int64_t)MB, rows - r0));
+}
