@@ -217,6 +217,19 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
             printf "| %s %s: sparsekv / llama.cpp = %.2fx | >= %.1fx | %s |\n", m, t, r, goal,
                 (r >= goal) ? "yes" : "**no**" }' "$VS_OUT"
     } >>"$OUT"
+    # On an AVX-512 machine, the AVX2 level too (what an AVX2-only machine would run), on the
+    # smallest preset; llama.cpp stays built for the wider one.
+    if [ "${cpu_simd:-}" = avx512 ] && [ -z "${SKV_SIMD:-}" ] && [ -z "${SKV_BENCH_QUICK:-}" ]; then
+        VS2_OUT="$DIR/vs_llama_avx2.md"
+        SKV_SIMD=avx2 SKV_VS_PRESETS=smollm2-135m SKV_VS_THREADS=$TMAX \
+            bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" >"$VS2_OUT"
+        {
+            echo
+            echo "### The same at SKV_SIMD=avx2 (sparsekv's AVX2 kernels; llama.cpp still AVX-512)"
+            echo
+            cat "$VS2_OUT"
+        } >>"$OUT"
+    fi
 fi
 
 cat "$OUT"
