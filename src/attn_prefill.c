@@ -1,19 +1,20 @@
 /* attn_prefill.c — dispatch and the portable reference of the blocked prefill attention (the
- * AVX2 kernel is in attn_prefill_avx2.c). */
+ * SIMD kernel is attn_prefill_simd.h, built at 8 lanes in attn_prefill_avx2.c and at 16 in
+ * attn_prefill_avx512.c). */
 #include "attn_prefill.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-/* Floats of each AVX2 work region, in this order (each rounded up to 16 floats so every region
+/* Floats of each SIMD work region (either width), in this order (each rounded up to 16 floats so every region
  * stays 64-byte aligned): packed Q^T [hd][ROWS], scores [KEYS][ROWS], O^T [hd][ROWS],
  * row max / sum / rescale / count [ROWS] each, converted K and V chunks [KEYS][hd] each. */
 static size_t round16(size_t x) {
     return (x + 15) & ~(size_t)15;
 }
 
-static size_t avx2_floats(int hd) {
+static size_t simd_floats(int hd) {
     size_t r = SKV_AP_ROWS, d = (size_t)hd;
     return round16(d * r) * 2 + round16((size_t)SKV_AP_KEYS * r) + round16(r) * 4 +
            round16((size_t)SKV_AP_KEYS * d) * 2;
@@ -27,7 +28,7 @@ static size_t ref_floats(int g, int hd) {
 size_t skv_attn_prefill_work_size(int n, int g, int hd) {
     (void)n; /* blocks of rows and chunks of keys are fixed */
     if (g <= 0 || hd <= 0) return 0;
-    size_t a = avx2_floats(hd), b = ref_floats(g, hd);
+    size_t a = simd_floats(hd), b = ref_floats(g, hd);
     return sizeof(float) * (a > b ? a : b) + 64; /* + 64: room to align */
 }
 

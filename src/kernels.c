@@ -83,7 +83,7 @@ static skv_simd_id simd_cpu = SKV_SIMD_SCALAR;    /* widest level the CPU (and O
 static skv_simd_id simd_active = SKV_SIMD_SCALAR; /* what the dispatchers use */
 static char simd_features[160];                   /* "sse4.2 avx avx2 fma f16c ..." */
 static char simd_warning[200];                    /* why SKV_SIMD was not honoured, or "" */
-static bool simd_vnni = false;                    /* AVX-512 VNNI (with F/BW/VL) */
+static bool simd_vnni = false;                    /* AVX-512 VNNI (at the AVX-512 level) */
 static atomic_bool forced_ref = false;
 
 static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
@@ -164,7 +164,7 @@ static void simd_detect(void) {
     feature(bf16, "avx512bf16");
     feature(vbmi, "avx512vbmi");
     if (avx2 && fma && f16c) simd_cpu = SKV_SIMD_AVX2;
-    if (simd_cpu == SKV_SIMD_AVX2 && f && bw && vl) simd_cpu = SKV_SIMD_AVX512;
+    if (simd_cpu == SKV_SIMD_AVX2 && f && bw && vl && dq) simd_cpu = SKV_SIMD_AVX512;
     simd_vnni = simd_cpu == SKV_SIMD_AVX512 && vnni;
 #endif
     if (!simd_features[0]) snprintf(simd_features, sizeof simd_features, "(none)");
@@ -466,6 +466,36 @@ void skv_swiglu(float *out, const float *gate, const float *up, int n) {
     }
 #endif
     skv_swiglu_ref(out, gate, up, n);
+}
+
+void skv_f16_row_from_f32(void *dst, const float *src, int64_t n) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) {
+        skv_f16_row_from_f32_avx2(dst, src, n);
+        return;
+    }
+#endif
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = skv_f32_to_f16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+
+void skv_f16_row_to_f32(float *dst, const void *src, int64_t n) {
+#ifdef SKV_HAVE_X86
+    if (SIMD_ON()) {
+        skv_f16_row_to_f32_avx2(dst, src, n);
+        return;
+    }
+#endif
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) h |= 0x200u; /* NaN: quiet, as F16C */
+        dst[i] = skv_f16_to_f32(h);
+    }
 }
 
 float skv_dot_f32(const float *a, const float *b, int n) {

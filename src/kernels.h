@@ -2,8 +2,9 @@
  * norms, RoPE, softmax, attention.
  *
  * Every kernel has a plain C reference (suffix _ref, in kernels.c / quant.c / matmul.c: the truth
- * the tests compare against) and a fast path (vec_avx2.c, matmul_avx2.c) picked at run time by
- * CPU detection.
+ * the tests compare against) and fast paths (vec_avx2.c, matmul_avx2.c, attn_prefill_avx2.c; the
+ * matrix products and prefill attention also at AVX-512: matmul_avx512.c, attn_prefill_avx512.c)
+ * picked at run time by CPU detection.
  * Unsuffixed names dispatch. Results do not depend on the thread count beyond float rounding. */
 #ifndef SKV_KERNELS_H
 #define SKV_KERNELS_H
@@ -37,6 +38,13 @@ float skv_f16_to_f32(uint16_t h);
 uint16_t skv_f32_to_f16(float f); /* round to nearest even */
 float skv_bf16_to_f32(uint16_t h);
 uint16_t skv_f32_to_bf16(float f); /* round to nearest even */
+
+/* Rows of F16 (little-endian halves at any alignment) from and to floats: the same values as
+ * skv_f32_to_f16 / skv_f16_to_f32 element by element (round to nearest even), except that a
+ * signalling NaN half comes out as a quiet NaN float (as F16C gives it); F16C where the CPU has
+ * it. */
+void skv_f16_row_from_f32(void *dst, const float *src, int64_t n);
+void skv_f16_row_to_f32(float *dst, const void *src, int64_t n);
 
 /* n must be a multiple of the type's block size. Q4_K/Q5_K/Q6_K blocks are searched for the
  * scales and mins of least importance-weighted rounding error (quant.c); skv_quantize_row_simple
@@ -113,12 +121,17 @@ typedef struct skv_mm {
 void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1);
 /* Same bytes as skv_quantize_act_row. */
 void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs);
-/* matmul_avx512.c: the same with AVX-512 (F/BW/VL; quantized W with VNNI, else the AVX2 code).
- * Only when the CPU has them. Float results are the same bits as skv_matmul_avx2's. */
+/* matmul_avx512.c: the same with AVX-512 (F/BW/VL/DQ) for float W; quantized W goes to
+ * skv_matmul_avx512_vnni when the CPU has VNNI, else to the AVX2 code. Only when the CPU has
+ * AVX-512. Float results are the same bits as skv_matmul_avx2's. */
 void skv_matmul_avx512(const skv_mm *mm, int i0, int i1, int r0, int r1);
-/* The order the AVX-512 Q4_K/Q5_K products read an activation row's codes in (the q part of a
- * row of n values; d and s stay): in every 128 values, values [32, 64) and [64, 96) swapped, as a
- * 64-byte load of the weights' nibbles holds them. */
+/* matmul_avx512vnni.c: quantized W with VNNI (vpdpbusd); other bits than the AVX2 code's (float
+ * rounding), the same for any m and thread split. */
+void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1);
+/* Whether the AVX-512 level reads activation rows for weights of type wt in "K order": in every
+ * 128 values, values [32, 64) and [64, 96) swapped (as a 64-byte load of Q4_K/Q5_K nibbles holds
+ * them); skv_act_rows_k_order puts the codes (the q part of a row of n values) in that order. */
+bool skv_act_k_order(skv_type wt);
 void skv_act_rows_k_order(uint8_t *q, int64_t n);
 #endif
 
@@ -176,6 +189,8 @@ void skv_rope_apply_avx2(float *x, int n_rot, int neox, const float *cs);
 void skv_softmax_avx2(float *x, int n);
 void skv_swiglu_avx2(float *out, const float *gate, const float *up, int n);
 float skv_dot_f32_avx2(const float *a, const float *b, int n);
+void skv_f16_row_from_f32_avx2(void *dst, const float *src, int64_t n);
+void skv_f16_row_to_f32_avx2(float *dst, const void *src, int64_t n);
 void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, const void *k,
                          const void *v, skv_type kv_type, int n, float scale);
 
@@ -183,7 +198,7 @@ void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, c
 typedef enum skv_simd_id {
     SKV_SIMD_SCALAR = 0, /* the plain C references */
     SKV_SIMD_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    SKV_SIMD_AVX512 = 2, /* AVX-512 F + BW + VL (VNNI, BF16 where present) */
+    SKV_SIMD_AVX512 = 2, /* AVX-512 F + BW + VL + DQ (VNNI where present) */
 } skv_simd_id;
 /* "scalar", "avx2", "avx512". */
 const char *skv_simd_name(skv_simd_id id);

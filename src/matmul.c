@@ -1,5 +1,6 @@
 /* matmul.c — y[m, n_out] = x[m, n_in] · W^T: the reference, the work size, the split over the
- * pool, and the portable scalar path. The fast kernels are in matmul_avx2.c.
+ * pool, and the portable scalar path. The fast kernels are in matmul_avx2.c, matmul_avx512.c and
+ * matmul_avx512vnni.c.
  *
  * Threads split W's rows (each streams its own weights) in chunks of SKV_MM_ROW_ALIGN rows;
  * when there are fewer chunks than threads and m is large, the rows of x are split too. Every
@@ -169,9 +170,7 @@ static void quant_worker(void *arg, int ith, int nth) {
 #ifdef SKV_HAVE_MATMUL_AVX2
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
-            if (t->avx512 && skv_simd_has_vnni() &&
-                (mm->wt == SKV_TYPE_Q4_K || mm->wt == SKV_TYPE_Q5_K))
-                skv_act_rows_k_order(dst, mm->n_in);
+            if (t->avx512 && skv_act_k_order(mm->wt)) skv_act_rows_k_order(dst, mm->n_in);
             continue;
         }
 #endif

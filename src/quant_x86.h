@@ -1,14 +1,14 @@
 /* quant_x86.h — unpacking the quantized weight blocks with AVX2 (256-bit) instructions, shared
  * by the AVX2 and AVX-512 matmuls (include only from files compiled with at least
- * -mavx2 -mfma -mf16c), and the "prepared" rows that the tiled products read.
+ * -mavx2 -mfma -mf16c), and the "prepared" rows that the AVX2 tiled products read (the AVX-512
+ * ones prepare their own: matmul_avx512vnni.c).
  *
  * A prepared W row covers up to KQ columns:
  *   Q8_0/Q4_0: q = signed codes, d = one scale per 32.
  *   K-quants:  q = unsigned codes 0..63, sv = per 32 values 16 int16 multipliers (lanes 0-7 for
  *              the first 16 values, 8-15 for the next 16: maddubs leaves them in that order),
  *              d = super-block scale, wc = per 16 values the coefficient of x's group sum
- *              (-dmin*m for Q4_K/Q5_K, -32*d*sc for Q6_K).
- * The layout of 64 consecutive values is what a 512-bit load wants too (two chunks of 32). */
+ *              (-dmin*m for Q4_K/Q5_K, -32*d*sc for Q6_K). */
 #ifndef SKV_QUANT_X86_H
 #define SKV_QUANT_X86_H
 

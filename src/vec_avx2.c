@@ -85,6 +85,30 @@ void skv_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float e
     }
 }
 
+void skv_f16_row_from_f32_avx2(void *dst, const float *src, int64_t n) {
+    uint8_t *d = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        uint16_t h = skv_f32_to_f16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+
+void skv_f16_row_to_f32_avx2(float *dst, const void *src, int64_t n) {
+    const uint8_t *s = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        dst[i] = _cvtsh_ss(h);
+    }
+}
+
 float skv_dot_f32_avx2(const float *a, const float *b, int n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;

@@ -66,7 +66,8 @@ static void test_levels(void **s) {
     (void)s;
     bool avx2 = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
     bool avx512 =
-        avx2 && cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") && cpuinfo_has("avx512vl");
+        avx2 && cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") && cpuinfo_has("avx512vl") &&
+        cpuinfo_has("avx512dq");
     const char *best = avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
     char *err;
     char *js = system_json("", &err);

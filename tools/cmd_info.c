@@ -14,7 +14,8 @@ static void usage(FILE *f) {
                "Prints the model's hyperparameters, every tensor with its type, shape and size,\n"
                "and vocabulary facts. --json prints one JSON document instead.\n"
                "--system prints the CPU features seen and the SIMD level the kernels use (the\n"
-               "CPU's widest, lowered by SKV_SIMD=scalar|avx2); with a MODEL, then the model.\n");
+               "CPU's widest, lowered by SKV_SIMD=scalar|avx2|avx512); with a MODEL, then the\n"
+               "model.\n");
 }
 
 /* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
