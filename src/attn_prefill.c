@@ -7,9 +7,10 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Floats of each SIMD work region (either width), in this order (each rounded up to 16 floats so every region
- * stays 64-byte aligned): packed Q^T [hd][ROWS], scores [KEYS][ROWS], O^T [hd][ROWS],
- * row max / sum / rescale / count [ROWS] each, converted K and V chunks [KEYS][hd] each. */
+/* Floats of each SIMD work region (either width), in this order (each rounded up to 16 floats
+ * so every region stays 64-byte aligned): packed Q^T [hd][ROWS], scores [KEYS][ROWS], O^T
+ * [hd][ROWS], row max / sum / rescale / count [ROWS] each, converted K and V chunks [KEYS][hd]
+ * each. */
 static size_t round16(size_t x) {
     return (x + 15) & ~(size_t)15;
 }

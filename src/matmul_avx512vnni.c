@@ -432,7 +432,7 @@ INLINE void tile_q_step(int mr, int kquant, const skv_mm *mm, int i, int r, int 
             } else if (j < nr) { /* as dot_raw ends */
                 const float v =
                     kquant ? _mm512_reduce_add_ps(acc[ii][j]) + _mm512_reduce_add_ps(cor[ii][j])
-                       : _mm512_reduce_add_ps(acc[ii][j]);
+                           : _mm512_reduce_add_ps(acc[ii][j]);
                 mm->y[(size_t)(i + ii) * mm->n_out + r + j] = v;
             }
         }
@@ -442,9 +442,9 @@ INLINE void tile_q_step(int mr, int kquant, const skv_mm *mm, int i, int r, int 
  * prepared once and serve every tile of the x block. */
 /* Not inlined: its ~70 KB frame stays apart from the caller's. */
 static __attribute__((noinline)) void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    union { /* one or the other, in L1 */
-        prep_kx k[NRQ];         /* K-quants: 4.6 KB each */
-        prep_q8x q8[NRQ];       /* Q8_0/Q4_0: 6 KB each */
+    union {               /* one or the other, in L1 */
+        prep_kx k[NRQ];   /* K-quants: 4.6 KB each */
+        prep_q8x q8[NRQ]; /* Q8_0/Q4_0: 6 KB each */
     } prep;
     __m512 save[MCQ * NRQ * 2]; /* 48 KB */
     const skv_type t = mm->wt;

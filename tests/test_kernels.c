@@ -162,8 +162,9 @@ static void test_bf16(void **state) {
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 /* The F16 row conversions (F16C at the SIMD levels) against the scalar converters, bit for bit:
- * every half to float (a signalling NaN comes out quiet), and floats over every exponent with mantissas at and around the rounding
- * ties, NaN payloads, infinities, subnormals, plus random patterns; odd lengths for the tails. */
+ * every half to float (a signalling NaN comes out quiet), and floats over every exponent with
+ * mantissas at and around the rounding ties, NaN payloads, infinities, subnormals, plus random
+ * patterns; odd lengths for the tails. */
 static void test_f16_rows(void **state) {
     (void)state;
     enum { NH = 65536 };
@@ -176,10 +177,9 @@ static void test_f16_rows(void **state) {
         float want = skv_f16_to_f32(h[i]);
         if (isnan(want)) want = bitsf(fbits(want) | 0x00400000u); /* rows give quiet NaNs */
         if (memcmp(&want, &f[i], 4) != 0)
-            fail_msg("half 0x%04x: row gives 0x%08x, scalar 0x%08x", i, fbits(f[i]),
-                     fbits(want));
+            fail_msg("half 0x%04x: row gives 0x%08x, scalar 0x%08x", i, fbits(f[i]), fbits(want));
     }
-    static const uint32_t mants[] = {0,        1,        0xfff,    0x1000,   0x1001,  0x2000,
+    static const uint32_t mants[] = {0,        1,        0xfff,    0x1000,   0x1001,   0x2000,
                                      0x3000,   0x5000,   0x7ff000, 0x7fe000, 0x7fffff, 0x400000,
                                      0x401000, 0x3ff000, 0x000fff, 0x100000};
     int n = 0;

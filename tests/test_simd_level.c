@@ -65,9 +65,8 @@ static void expect(const char *env, const char *level, bool warn) {
 static void test_levels(void **s) {
     (void)s;
     bool avx2 = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
-    bool avx512 =
-        avx2 && cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") && cpuinfo_has("avx512vl") &&
-        cpuinfo_has("avx512dq");
+    bool avx512 = avx2 && cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") &&
+                  cpuinfo_has("avx512vl") && cpuinfo_has("avx512dq");
     const char *best = avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
     char *err;
     char *js = system_json("", &err);
