@@ -102,6 +102,13 @@ static void test_refused(void **state) {
         {"policies extra", 2, "unexpected argument 'extra'"},
         {"generate stray", 2, "unexpected argument 'stray'"},
         {"tokenize --vocab-llama2c tok.bin", 2, "needs FILE N"},
+        /* a vocabulary that does not open is bad input, as a model that does not load */
+        {"tokenize --vocab-llama2c /nonexistent/tok.bin 512 -p hi", 2, "cannot open"},
+        {"generate --chat --chat-template bogus -n 1", 2,
+         "invalid value 'bogus' for --chat-template (llama3, chatml or phi3)"},
+        /* a label for what the run does not evaluate: a note (the run then fails on its data) */
+        {"eval --policies knorm --keep 0.5 --label random=Rand --data /nonexistent.jsonl", 2,
+         "note: --label random: this run does not evaluate 'random'"},
         {"quantize a.gguf b.gguf", 2, "expected IN OUT TYPE"},
         /* after "--" everything is an operand, even what looks like an option */
         {"quantize -- -a.gguf -b.gguf", 2, "expected IN OUT TYPE"},

@@ -954,6 +954,21 @@ static int eval_main(int argc, char **argv) {
         cli_error(CMD, "bad --positions '%s': expected original, rerotate or both", positions_s);
         return 2;
     }
+    /* A label for something this run does not evaluate changes nothing: say so. */
+    for (int l = 0; l < n_labels; l++) {
+        const char *key = label_items[l].key;
+        bool used = false;
+        for (int k = 0; k < n_policies; k++) {
+            const char *canon = skv_policy_canonical(policies[k]);
+            used |= !strcmp(key, canon ? canon : policies[k]);
+        }
+        for (int k = 0; k < n_protocols; k++) used |= !strcmp(key, cli_protocol_name(protocols[k]));
+        for (int k = 0; k < n_positions; k++)
+            used |= !strcmp(key, cli_positions_name(positions[k]));
+        if (!used)
+            fprintf(stderr, "sparsekv %s: note: --label %s: this run does not evaluate '%s'\n", CMD,
+                    key, key);
+    }
     double depths[MAX_ITEMS];
     int n_depths = 0;
     if (passkey) {

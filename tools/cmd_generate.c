@@ -214,6 +214,13 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "--system and --chat-template need --chat");
         return 2;
     }
+    /* A name, not a template's text: check it here, before the model loads. */
+    if (chat_template && strcmp(chat_template, "llama3") && strcmp(chat_template, "chatml") &&
+        strcmp(chat_template, "phi3")) {
+        cli_error("generate", "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
+                  chat_template);
+        return 2;
+    }
     if ((chat || special) && po.window_text) {
         cli_error("generate", "--window-text cannot be combined with --chat or --special");
         return 2;

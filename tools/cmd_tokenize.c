@@ -162,7 +162,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (!own_vocab) {
         cli_error("tokenize", "%s", err.msg);
-        rc = err.status == SKV_ERR_NOMEM || err.status == SKV_ERR_IO ? 1 : 2;
+        rc = err.status == SKV_ERR_NOMEM ? 1 : 2; /* as a model that does not load */
         goto done;
     }
     v = own_vocab;
