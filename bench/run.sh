@@ -45,10 +45,11 @@ run() { # label, then bench arguments
     echo "bench: $label" >&2
     "$CLI" bench --json -r "$REPS" "$@" | tee -a "$JSON" >/dev/null
 }
+# An f16 KV cache, as llama.cpp's default and the side-by-side below.
 run "smollm2-135m f16: pp$PP, tg$TG at $THREADS threads" -m "$F16" -p $PP -n $TG -t "$THREADS" \
-    --roofline
+    --kv-type f16 --roofline
 run "smollm2-135m q8_0: pp$PP, tg$TG at $THREADS threads" -m "$Q80" -p $PP -n $TG -t "$THREADS" \
-    --roofline
+    --kv-type f16 --roofline
 run "snapkv compression of a $D1-token cache" -m "$F16" -p 0 -n 16 -t "$TMAX" --depth $D1 \
     --policy snapkv --keep 0.1 --window 32
 run "decode at depth $D2, snapkv keep 0.1 vs dense" -m "$F16" -p 0 -n $TGD -t "$TMAX" \
@@ -135,7 +136,8 @@ END {
     print ""
     print "Models: synthetic SmolLM2-135M (`sparsekv synth-model --preset smollm2-135m`): the real"
     print "model'"'"'s exact shapes (30 layers, dim 576, 9/3 heads, ffn 1536, vocab 49152, tied output),"
-    print "random weights. Each test: median of " reps " runs after a warm-up (min..max in brackets)."
+    print "random weights. Each test: median of " reps " runs after a warm-up (min..max in brackets);"
+    print "prefill and decode with an f16 KV cache (the depth and compression rows: f32)."
     print "pp: GFLOP/s = (2 x matrix params x tokens + causal attention FLOPs) / time, against the FMA"
     print "peak. tg: GB/s = (weight bytes + KV bytes read per token) / time per token, against the"
     print "read bandwidth."
