@@ -188,8 +188,6 @@ skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err) {
 static void row_store(skv_type t, uint8_t *dst, const float *src, int n) {
     if (t == SKV_TYPE_F32)
         memcpy(dst, src, (size_t)n * sizeof(float));
-    else if (t == SKV_TYPE_F16)
-        skv_f16_row_from_f32(dst, src, n);
     else
         skv_quantize_row(t, src, dst, n);
 }
@@ -197,8 +195,6 @@ static void row_store(skv_type t, uint8_t *dst, const float *src, int n) {
 static void row_load(skv_type t, const uint8_t *src, float *dst, int n) {
     if (t == SKV_TYPE_F32)
         memcpy(dst, src, (size_t)n * sizeof(float));
-    else if (t == SKV_TYPE_F16)
-        skv_f16_row_to_f32(dst, src, n);
     else
         skv_dequantize_row(t, src, dst, n);
 }

@@ -49,7 +49,7 @@ void skv_f16_row_to_f32(float *dst, const void *src, int64_t n);
 /* n must be a multiple of the type's block size. Q4_K/Q5_K/Q6_K blocks are searched for the
  * scales and mins of least importance-weighted rounding error (quant.c); skv_quantize_row_simple
  * writes them with the plain min/max scales instead (faster; the yardstick). Other types: the
- * same bytes from both. */
+ * same bytes from both. F16 rows go through skv_f16_row_from_f32 / skv_f16_row_to_f32. */
 void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n);
 void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n);
 void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n);

@@ -112,8 +112,9 @@ static void scalar_quant_block(const skv_mm *mm, int i0, int i1, int r0, int r1)
 
 typedef struct mm_task {
     skv_mm mm;
-    bool simd;   /* the AVX2 kernels (activation quantization, and the products below) */
-    bool avx512; /* the AVX-512 products */
+    bool simd;    /* the AVX2 kernels (activation quantization, and the products below) */
+    bool avx512;  /* the AVX-512 products */
+    bool k_order; /* activation codes in the AVX-512 K-quant order (skv_act_k_order) */
 } mm_task;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
@@ -170,7 +171,7 @@ static void quant_worker(void *arg, int ith, int nth) {
 #ifdef SKV_HAVE_MATMUL_AVX2
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
-            if (t->avx512 && skv_act_k_order(mm->wt)) skv_act_rows_k_order(dst, mm->n_in);
+            if (t->k_order) skv_act_rows_k_order(dst, mm->n_in);
             continue;
         }
 #endif
@@ -227,6 +228,7 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
 #ifdef SKV_HAVE_MATMUL_AVX2
     t.simd = skv_kernels_use_simd();
     t.avx512 = t.simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
+    t.k_order = t.avx512 && skv_act_k_order(wt);
 #endif
     int bs = skv_act_block(wt);
     if (bs) {

@@ -144,7 +144,7 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
     case SKV_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = ld_f16(b + 2 * i);
+        skv_f16_row_to_f32(dst, b, n);
         break;
     case SKV_TYPE_BF16:
         for (int64_t i = 0; i < n; i++)
@@ -675,7 +675,7 @@ static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, boo
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;
     case SKV_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) st_f16(b + 2 * i, skv_f32_to_f16(src[i]));
+        skv_f16_row_from_f32(b, src, n);
         break;
     case SKV_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) st_f16(b + 2 * i, skv_f32_to_bf16(src[i]));
