@@ -238,6 +238,11 @@ bool skv_kernels_use_simd(void) {
            !atomic_load_explicit(&forced_ref, memory_order_relaxed);
 }
 
+bool skv_kernels_use_avx512(void) {
+    return skv_simd_active_id() >= SKV_SIMD_AVX512 &&
+           !atomic_load_explicit(&forced_ref, memory_order_relaxed);
+}
+
 const char *skv_kernels_impl(void) {
     if (!skv_kernels_use_simd()) return "scalar";
     if (skv_simd_active_id() < SKV_SIMD_AVX512) return "avx2+fma+f16c";
@@ -249,9 +254,11 @@ void skv_kernels_force_ref(bool on) {
 }
 
 #ifdef SKV_HAVE_X86
-#define SIMD_ON() skv_kernels_use_simd()
+#define SIMD_ON()   skv_kernels_use_simd()
+#define AVX512_ON() skv_kernels_use_avx512()
 #else
-#define SIMD_ON() false
+#define SIMD_ON()   false
+#define AVX512_ON() false
 #endif
 
 /* ---- references -------------------------------------------------------------------------- */
@@ -430,6 +437,10 @@ static void attn_group_scalar(float *out, float *lse, const float *q, int g, int
 
 void skv_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
 #ifdef SKV_HAVE_X86
+    if (AVX512_ON()) {
+        skv_rmsnorm_avx512(out, x, w, n, eps);
+        return;
+    }
     if (SIMD_ON()) {
         skv_rmsnorm_avx2(out, x, w, n, eps);
         return;
@@ -450,6 +461,10 @@ void skv_rope(float *x, int head_dim, int n_rot, double pos, float theta) {
 
 void skv_softmax(float *x, int n) {
 #ifdef SKV_HAVE_X86
+    if (AVX512_ON()) {
+        skv_softmax_avx512(x, n);
+        return;
+    }
     if (SIMD_ON()) {
         skv_softmax_avx2(x, n);
         return;
@@ -460,6 +475,10 @@ void skv_softmax(float *x, int n) {
 
 void skv_swiglu(float *out, const float *gate, const float *up, int n) {
 #ifdef SKV_HAVE_X86
+    if (AVX512_ON()) {
+        skv_swiglu_avx512(out, gate, up, n);
+        return;
+    }
     if (SIMD_ON()) {
         skv_swiglu_avx2(out, gate, up, n);
         return;
@@ -518,6 +537,10 @@ void skv_attn_group_lse(float *out, float *lse, const float *q, int g, int d, co
         return;
     }
 #ifdef SKV_HAVE_X86
+    if (AVX512_ON() && d % 16 == 0) {
+        skv_attn_group_avx512(out, lse, q, g, d, k, v, kv_type, n, scale);
+        return;
+    }
     if (SIMD_ON() && d % 8 == 0) {
         skv_attn_group_avx2(out, lse, q, g, d, k, v, kv_type, n, scale);
         return;

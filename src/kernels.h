@@ -194,6 +194,15 @@ void skv_f16_row_to_f32_avx2(float *dst, const void *src, int64_t n);
 void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, const void *k,
                          const void *v, skv_type kv_type, int n, float scale);
 
+/* AVX-512 paths (vec_avx512.c), at the avx512 level only; the same contracts as the AVX2 ones,
+ * attention with d % 16 == 0. */
+void skv_rmsnorm_avx512(float *out, const float *x, const float *w, int n, float eps);
+void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs);
+void skv_softmax_avx512(float *x, int n);
+void skv_swiglu_avx512(float *out, const float *gate, const float *up, int n);
+void skv_attn_group_avx512(float *out, float *lse, const float *q, int g, int d, const void *k,
+                           const void *v, skv_type kv_type, int n, float scale);
+
 /* SIMD levels, in order. The public names are skv_simd_level() & co. in sparsekv.h. */
 typedef enum skv_simd_id {
     SKV_SIMD_SCALAR = 0, /* the plain C references */
@@ -214,8 +223,10 @@ bool skv_simd_has_vnni(void);
 
 /* True when the AVX2/FMA/F16C paths are in use (level >= avx2 and not forced off). */
 bool skv_kernels_use_simd(void);
-/* Which implementation the dispatchers chose: "avx512+vnni", "avx512" (the matmuls; the other
- * kernels run their AVX2 code at that level), "avx2+fma+f16c" or "scalar". */
+/* True when the AVX-512 paths are in use (level avx512 and not forced off). */
+bool skv_kernels_use_avx512(void);
+/* Which implementation the dispatchers chose: "avx512+vnni", "avx512", "avx2+fma+f16c" or
+ * "scalar". */
 const char *skv_kernels_impl(void);
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);

@@ -44,6 +44,10 @@ void skv_rope_apply_table_ref(const skv_rope_spec *r, float *x, const float *cs)
 
 void skv_rope_apply_table(const skv_rope_spec *r, float *x, const float *cs) {
 #if defined(__x86_64__) || defined(__i386__)
+    if (skv_kernels_use_avx512()) {
+        skv_rope_apply_avx512(x, r->n_rot, r->mode == SKV_ROPE_NEOX, cs);
+        return;
+    }
     if (skv_kernels_use_simd()) {
         skv_rope_apply_avx2(x, r->n_rot, r->mode == SKV_ROPE_NEOX, cs);
         return;

@@ -60,6 +60,25 @@ static int have_simd(void) {
     return skv_kernels_use_simd();
 }
 
+/* The vector kernels of one SIMD level, called directly (whatever the dispatchers chose), so
+ * that every level the CPU has is tested in one run. */
+typedef struct simd_level {
+    const char *name;
+    void (*rmsnorm)(float *, const float *, const float *, int, float);
+    void (*softmax)(float *, int);
+    void (*swiglu)(float *, const float *, const float *, int);
+    void (*rope_apply)(float *, int, int, const float *);
+} simd_level;
+static const simd_level levels[] = {
+    {"avx2", skv_rmsnorm_avx2, skv_softmax_avx2, skv_swiglu_avx2, skv_rope_apply_avx2},
+    {"avx512", skv_rmsnorm_avx512, skv_softmax_avx512, skv_swiglu_avx512, skv_rope_apply_avx512},
+};
+/* Levels [0, n) of levels[] that this CPU runs (SKV_SIMD lowers it). */
+static int n_levels(void) {
+    if (!have_simd()) return 0;
+    return skv_simd_active_id() >= SKV_SIMD_AVX512 ? 2 : 1;
+}
+
 /* ---- conversions --------------------------------------------------------------------------- */
 
 static void test_f16_all_values(void **state) {
@@ -296,9 +315,7 @@ static int close_rel(double got, double want, double rel, double abs_tol) {
     return got == want || fabs(got - want) <= rel * fabs(want) + abs_tol; /* == for infinities */
 }
 
-static void test_simd_vs_ref(void **state) {
-    (void)state;
-    if (!have_simd()) skip();
+static void simd_vs_ref(const simd_level *lv) {
     for (int si = 0; si < N_SIZES; si++) {
         int n = sizes[si];
         float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
@@ -307,17 +324,17 @@ static void test_simd_vs_ref(void **state) {
 
         fill(x, n, -2, 2), fill(w, n, -1.5f, 1.5f);
         skv_rmsnorm_ref(a, x, w, n, 1e-5f);
-        skv_rmsnorm_avx2(b, x, w, n, 1e-5f);
+        lv->rmsnorm(b, x, w, n, 1e-5f);
         for (int i = 0; i < n; i++) assert_true(close_rel(b[i], a[i], TOL_RMSNORM, 1e-30));
         memcpy(b, x, sizeof(float) * n); /* in place */
-        skv_rmsnorm_avx2(b, b, w, n, 1e-5f);
+        lv->rmsnorm(b, b, w, n, 1e-5f);
         for (int i = 0; i < n; i++) assert_true(close_rel(b[i], a[i], TOL_RMSNORM, 1e-30));
 
         fill(x, n, -30, 30);
         if (n > 3) x[n / 2] = -INFINITY; /* a masked score */
         memcpy(a, x, sizeof(float) * n), memcpy(b, x, sizeof(float) * n);
         skv_softmax_ref(a, n);
-        skv_softmax_avx2(b, n);
+        lv->softmax(b, n);
         double tot = 0;
         for (int i = 0; i < n; i++) {
             assert_true(close_rel(b[i], a[i], TOL_SOFTMAX, 1e-9));
@@ -327,12 +344,51 @@ static void test_simd_vs_ref(void **state) {
 
         fill(x, n, -12, 12), fill(w, n, -3, 3);
         skv_swiglu_ref(a, x, w, n);
-        skv_swiglu_avx2(b, x, w, n);
+        lv->swiglu(b, x, w, n);
         for (int i = 0; i < n; i++) assert_true(close_rel(b[i], a[i], TOL_SWIGLU, 1e-7));
         memcpy(b, x, sizeof(float) * n);
-        skv_swiglu_avx2(b, b, w, n); /* out aliases gate */
+        lv->swiglu(b, b, w, n); /* out aliases gate */
         for (int i = 0; i < n; i++) assert_true(close_rel(b[i], a[i], TOL_SWIGLU, 1e-7));
 
+        /* a rope table on head_dim n, both layouts, full and partial rotation (values past
+         * n_rot untouched) */
+        for (int neox = 0; neox < 2; neox++) {
+            for (int n_rot = n - n % 2; n_rot >= 2; n_rot = n_rot > 2 ? (n_rot / 2) & ~1 : 0) {
+                float *cs = malloc(sizeof(float) * n_rot);
+                assert_non_null(cs);
+                for (int i = 0; i < n_rot / 2; i++) {
+                    double ang = 123.0 * pow(10000.0, -2.0 * i / n_rot);
+                    cs[neox ? i : 2 * i] = (float)cos(ang);
+                    cs[neox ? n_rot / 2 + i : 2 * i + 1] = (float)sin(ang);
+                }
+                fill(x, n, -1, 1);
+                memcpy(b, x, sizeof(float) * n);
+                lv->rope_apply(b, n_rot, neox, cs);
+                for (int i = 0; i < n_rot / 2; i++) {
+                    int i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+                    double c = cs[neox ? i : 2 * i], sn = cs[neox ? n_rot / 2 + i : 2 * i + 1];
+                    assert_float_equal(b[i0], x[i0] * c - x[i1] * sn, TOL_ROPE);
+                    assert_float_equal(b[i1], x[i0] * sn + x[i1] * c, TOL_ROPE);
+                }
+                for (int i = n_rot; i < n; i++) assert_true(b[i] == x[i]);
+                free(cs);
+            }
+        }
+        free(x), free(w), free(a), free(b);
+    }
+}
+
+static void test_simd_vs_ref(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    for (int l = 0; l < n_levels(); l++) simd_vs_ref(&levels[l]);
+
+    /* the AVX2-only kernels: dot and the direct RoPE */
+    for (int si = 0; si < N_SIZES; si++) {
+        int n = sizes[si];
+        float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n);
+        float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+        assert_non_null(x && w && a && b);
         fill(x, n, -1, 1), fill(w, n, -1, 1);
         double mag = 0;
         for (int i = 0; i < n; i++) mag += fabs((double)x[i] * w[i]);
@@ -357,13 +413,11 @@ static void test_simd_vs_ref(void **state) {
 }
 
 /* Extreme inputs of the vector exp: overflow, underflow, nan. */
-static void test_simd_extremes(void **state) {
-    (void)state;
-    if (!have_simd()) skip();
+static void simd_extremes(const simd_level *lv) {
     float g[9] = {-200, -100, -88.5f, 88.5f, 100, INFINITY, -INFINITY, 0, NAN};
     float u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, a[9], b[9];
     skv_swiglu_ref(a, g, u, 9);
-    skv_swiglu_avx2(b, g, u, 9);
+    lv->swiglu(b, g, u, 9);
     for (int i = 0; i < 8; i++) {
         if (isnan(a[i])) { /* silu(-inf) = -inf/inf */
             assert_true(isnan(b[i]) || b[i] == 0.0f);
@@ -373,10 +427,16 @@ static void test_simd_extremes(void **state) {
     }
     assert_true(isnan(b[8]));
     float s[4] = {1000, -1000, 999, 0};
-    skv_softmax_avx2(s, 4);
+    lv->softmax(s, 4);
     assert_float_equal(s[0], 1 / (1 + exp(-1.0)), 1e-6);
     assert_float_equal(s[2], exp(-1.0) / (1 + exp(-1.0)), 1e-6);
     assert_true(s[1] == 0.0f && s[3] == 0.0f);
+}
+
+static void test_simd_extremes(void **state) {
+    (void)state;
+    if (!have_simd()) skip();
+    for (int l = 0; l < n_levels(); l++) simd_extremes(&levels[l]);
 }
 
 static void rope_composition(int use_ref) {
