@@ -107,7 +107,7 @@ static double read_bw(skv_pool *pool, const char *buf, size_t bytes) {
 static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
                int n_out, int n_in, void *work) {
     if (skv_panels_bytes(t, n_out, n_in))
-        skv_matmul_panels(pool, y, x, m, w, t, n_out, n_in);
+        skv_matmul_panels(pool, y, x, m, w, t, n_out, n_in, work);
     else
         skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
 }

@@ -224,7 +224,7 @@ static void per_token(tok_task *t, tok_op op, const float *norm, const float *bi
 static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_weight *w, int n_out,
                  int n_in) {
     if (w->panels)
-        skv_matmul_panels(ctx->pool, y, x, n, w->panels, w->type, n_out, n_in);
+        skv_matmul_panels(ctx->pool, y, x, n, w->panels, w->type, n_out, n_in, ctx->work);
     else
         skv_matmul(ctx->pool, y, x, n, w->data, w->type, n_out, n_in, ctx->work);
 }

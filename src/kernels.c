@@ -84,6 +84,8 @@ static skv_simd_id simd_active = SKV_SIMD_SCALAR; /* what the dispatchers use */
 static char simd_features[160];                   /* "sse4.2 avx avx2 fma f16c ..." */
 static char simd_warning[200];                    /* why SKV_SIMD was not honoured, or "" */
 static bool simd_vnni = false;                    /* AVX-512 VNNI (at the AVX-512 level) */
+static bool simd_bf16 = false;                    /* AVX512_BF16 (at the AVX-512 level) */
+static atomic_bool bf16_dot_off = false;
 static atomic_bool forced_ref = false;
 
 static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
@@ -166,6 +168,7 @@ static void simd_detect(void) {
     if (avx2 && fma && f16c) simd_cpu = SKV_SIMD_AVX2;
     if (simd_cpu == SKV_SIMD_AVX2 && f && bw && vl && dq) simd_cpu = SKV_SIMD_AVX512;
     simd_vnni = simd_cpu == SKV_SIMD_AVX512 && vnni;
+    simd_bf16 = simd_cpu == SKV_SIMD_AVX512 && bf16;
 #endif
     if (!simd_features[0]) snprintf(simd_features, sizeof simd_features, "(none)");
 }
@@ -233,6 +236,20 @@ bool skv_simd_has_vnni(void) {
     return simd_vnni;
 }
 
+bool skv_simd_has_bf16(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_bf16;
+}
+
+bool skv_kernels_use_bf16(void) {
+    return skv_kernels_use_avx512() && skv_simd_has_bf16() &&
+           !atomic_load_explicit(&bf16_dot_off, memory_order_relaxed);
+}
+
+void skv_kernels_bf16_dot(bool on) {
+    atomic_store_explicit(&bf16_dot_off, !on, memory_order_relaxed);
+}
+
 bool skv_kernels_use_simd(void) {
     return skv_simd_active_id() >= SKV_SIMD_AVX2 &&
            !atomic_load_explicit(&forced_ref, memory_order_relaxed);
@@ -246,7 +263,8 @@ bool skv_kernels_use_avx512(void) {
 const char *skv_kernels_impl(void) {
     if (!skv_kernels_use_simd()) return "scalar";
     if (skv_simd_active_id() < SKV_SIMD_AVX512) return "avx2+fma+f16c";
-    return skv_simd_has_vnni() ? "avx512+vnni" : "avx512";
+    if (skv_simd_has_vnni()) return skv_simd_has_bf16() ? "avx512+vnni+bf16" : "avx512+vnni";
+    return skv_simd_has_bf16() ? "avx512+bf16" : "avx512";
 }
 
 void skv_kernels_force_ref(bool on) {

@@ -2,9 +2,9 @@
  * norms, RoPE, softmax, attention.
  *
  * Every kernel has a plain C reference (suffix _ref, in kernels.c / quant.c / matmul.c: the truth
- * the tests compare against) and fast paths (vec_avx2.c, matmul_avx2.c, attn_prefill_avx2.c; the
- * matrix products and prefill attention also at AVX-512: matmul_avx512.c, attn_prefill_avx512.c)
- * picked at run time by CPU detection.
+ * the tests compare against) and fast paths at AVX2 (vec_avx2.c, matmul_avx2.c,
+ * attn_prefill_avx2.c) and AVX-512 (vec_avx512.c, matmul_avx512.c, matmul_avx512vnni.c,
+ * matmul_avx512bf16.c, attn_prefill_avx512.c) picked at run time by CPU detection.
  * Unsuffixed names dispatch. Results do not depend on the thread count beyond float rounding. */
 #ifndef SKV_KERNELS_H
 #define SKV_KERNELS_H
@@ -58,9 +58,10 @@ void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n)
  * y[m, n_out] = x[m, n_in] · W^T, W[n_out, n_in] rows stored in type wt (a GGUF tensor with
  * ne[0] = n_in, ne[1] = n_out). Quantized W is used block by block (activations quantized to
  * 8 bits, integer dot products); it is never dequantized whole. work must hold
- * skv_matmul_work_size(wt, m, n_in) bytes (any alignment; 0 bytes for float weights, then work
- * may be NULL). Parallel over pool (may be NULL). The result of each row of x is the same bits
- * whatever m (batched prefill == token-by-token decode) and whatever the thread count. */
+ * skv_matmul_work_size(wt, m, n_in) bytes (any alignment; 0 bytes for F32 and F16 weights, then
+ * work may be NULL; BF16: the activations rounded to bf16 for vdpbf16ps, used by the panels).
+ * Parallel over pool (may be NULL). The result of each row of x is the same bits whatever m
+ * (batched prefill == token-by-token decode) and whatever the thread count. */
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);
@@ -68,12 +69,15 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
  * column (element (r, k) at index (r / 16 * n_in + k) * 16 + r % 16), the last group padded
  * with zero rows. The fast kernels read it front to back in decode and in prefill (raw rows
  * need a transpose), so a loaded model keeps its float matrices this way. Results are the same
- * bits as from the raw rows. skv_panels_bytes is 0 for other types, SIZE_MAX on overflow. */
+ * bits as from the raw rows, except for BF16 where the CPU has AVX512_BF16 (and
+ * skv_kernels_use_bf16): panels then take vdpbf16ps on x rounded to bf16 (work as for
+ * skv_matmul; without work, the float path). skv_panels_bytes is 0 for other types, SIZE_MAX
+ * on overflow. */
 #define SKV_MM_PANEL 16
 size_t skv_panels_bytes(skv_type wt, int n_out, int n_in);
 void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
-                       skv_type wt, int n_out, int n_in);
+                       skv_type wt, int n_out, int n_in, void *work);
 /* Reference: dequantize each row, float64 accumulation. Single thread. */
 void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
                     int n_in);
@@ -95,6 +99,9 @@ static inline size_t skv_act_row_bytes(int64_t n, int bs) {
     return skv_act_off_s(n, bs) + ((4 * ((size_t)n / 16) + 31) & ~(size_t)31);
 }
 void skv_quantize_act_row(const float *x, void *dst, int64_t n, int bs);
+/* Bytes of one activation row of n values rounded to bf16 for the vdpbf16ps products (pairs in
+ * 32-bit words, an odd n padded; a multiple of 64). */
+size_t skv_act_bf16_row_bytes(int n);
 /* Scalar dot of weight row w (type wt, n values) with an activation row quantized with
  * bs = skv_act_block(wt): integer sums per block, scaled in float. */
 float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n);
@@ -128,6 +135,11 @@ void skv_matmul_avx512(const skv_mm *mm, int i0, int i1, int r0, int r1);
 /* matmul_avx512vnni.c: quantized W with VNNI (vpdpbusd); other bits than the AVX2 code's (float
  * rounding), the same for any m and thread split. */
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1);
+/* matmul_avx512bf16.c: BF16 W in panels with vdpbf16ps, x rows already rounded to bf16 in xq
+ * (skv_act_rows_bf16, rows of skv_act_bf16_row_bytes). Other bits than the float path (x is
+ * rounded), the same for any m and thread split. */
+void skv_matmul_avx512_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1);
+void skv_act_rows_bf16(const float *x, void *dst, int n);
 /* Whether the AVX-512 level reads activation rows for weights of type wt in "K order": in every
  * 128 values, values [32, 64) and [64, 96) swapped (as a 64-byte load of Q4_K/Q5_K nibbles holds
  * them); skv_act_rows_k_order puts the codes (the q part of a row of n values) in that order. */
@@ -220,13 +232,19 @@ skv_simd_id skv_simd_active_id(void);
 /* Whether the CPU has AVX-512 VNNI (vpdpbusd / vpdpwssd), which the AVX-512 integer products
  * need. */
 bool skv_simd_has_vnni(void);
+/* Whether the CPU has AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16). */
+bool skv_simd_has_bf16(void);
+/* True when BF16 panels take vdpbf16ps: the avx512 level, a CPU with AVX512_BF16, and not
+ * switched off by skv_kernels_bf16_dot(false) (tests: to reach the float path too). */
+bool skv_kernels_use_bf16(void);
+void skv_kernels_bf16_dot(bool on);
 
 /* True when the AVX2/FMA/F16C paths are in use (level >= avx2 and not forced off). */
 bool skv_kernels_use_simd(void);
 /* True when the AVX-512 paths are in use (level avx512 and not forced off). */
 bool skv_kernels_use_avx512(void);
-/* Which implementation the dispatchers chose: "avx512+vnni", "avx512", "avx2+fma+f16c" or
- * "scalar". */
+/* Which implementation the dispatchers chose: "avx512" with "+vnni" and/or "+bf16" where the
+ * CPU has them, "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);

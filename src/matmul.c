@@ -18,12 +18,18 @@ static uint8_t *align_work(void *work) {
     return (uint8_t *)((p + WORK_ALIGN - 1) & ~(uintptr_t)(WORK_ALIGN - 1));
 }
 
+size_t skv_act_bf16_row_bytes(int n) {
+    return ((size_t)(n + 1) / 2 * 4 + 63) & ~(size_t)63;
+}
+
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in) {
     int bs = skv_act_block(wt);
-    if (bs == 0 || m <= 0 || n_in <= 0 || n_in % bs) return 0;
+    if (m <= 0 || n_in <= 0) return 0;
+    if (wt != SKV_TYPE_BF16 && (bs == 0 || n_in % bs)) return 0;
+    size_t row = wt == SKV_TYPE_BF16 ? skv_act_bf16_row_bytes(n_in) : skv_act_row_bytes(n_in, bs);
     uint64_t total;
-    if (!skv_mul_ok((uint64_t)m, skv_act_row_bytes(n_in, bs), &total) ||
-        !skv_add_ok(total, WORK_ALIGN, &total) || total > SIZE_MAX)
+    if (!skv_mul_ok((uint64_t)m, row, &total) || !skv_add_ok(total, WORK_ALIGN, &total) ||
+        total > SIZE_MAX)
         return SIZE_MAX; /* the caller's allocation fails cleanly */
     return (size_t)total;
 }
@@ -115,6 +121,7 @@ typedef struct mm_task {
     bool simd;    /* the AVX2 kernels (activation quantization, and the products below) */
     bool avx512;  /* the AVX-512 products */
     bool k_order; /* activation codes in the AVX-512 K-quant order (skv_act_k_order) */
+    bool bf16;    /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
 } mm_task;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
@@ -145,6 +152,10 @@ static void mm_worker(void *arg, int ith, int nth) {
     mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
     if (i0 >= i1 || r0 >= r1) return;
 #ifdef SKV_HAVE_MATMUL_AVX2
+    if (t->bf16) {
+        skv_matmul_avx512_bf16(&t->mm, i0, i1, r0, r1);
+        return;
+    }
     if (t->avx512) {
         skv_matmul_avx512(&t->mm, i0, i1, r0, r1);
         return;
@@ -169,6 +180,10 @@ static void quant_worker(void *arg, int ith, int nth) {
         const float *xi = mm->x + (size_t)i * mm->n_in;
         uint8_t *dst = (uint8_t *)mm->xq + (size_t)i * mm->xq_stride;
 #ifdef SKV_HAVE_MATMUL_AVX2
+        if (t->bf16) {
+            skv_act_rows_bf16(xi, dst, mm->n_in);
+            continue;
+        }
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
             if (t->k_order) skv_act_rows_k_order(dst, mm->n_in);
@@ -229,11 +244,12 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
     t.simd = skv_kernels_use_simd();
     t.avx512 = t.simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
     t.k_order = t.avx512 && skv_act_k_order(wt);
+    t.bf16 = panels && wt == SKV_TYPE_BF16 && work && skv_kernels_use_bf16();
 #endif
     int bs = skv_act_block(wt);
-    if (bs) {
+    if (bs || t.bf16) {
         t.mm.xq = align_work(work);
-        t.mm.xq_stride = skv_act_row_bytes(n_in, bs);
+        t.mm.xq_stride = t.bf16 ? skv_act_bf16_row_bytes(n_in) : skv_act_row_bytes(n_in, bs);
         /* One row is quickest on the caller; many rows are quantized in parallel. */
         if (m < 2 * skv_pool_size(pool))
             quant_worker(&t, 0, 1);
@@ -249,7 +265,7 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
 }
 
 void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
-                       skv_type wt, int n_out, int n_in) {
+                       skv_type wt, int n_out, int n_in, void *work) {
     if (skv_act_block(wt)) return; /* float types only */
-    matmul_run(pool, y, x, m, panels, wt, true, n_out, n_in, NULL);
+    matmul_run(pool, y, x, m, panels, wt, true, n_out, n_in, work);
 }

@@ -10,6 +10,7 @@
 #include "support.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,10 +227,13 @@ static void test_f16_rows(void **state) {
 static void test_dispatch_switch(void **state) {
     (void)state;
     bool on = skv_kernels_use_simd();
-    const char *want = !on                                      ? "scalar"
-                       : skv_simd_active_id() < SKV_SIMD_AVX512 ? "avx2+fma+f16c"
-                       : skv_simd_has_vnni()                    ? "avx512+vnni"
-                                                                : "avx512";
+    char want[40];
+    snprintf(want, sizeof want, "%s%s%s",
+             !on                                      ? "scalar"
+             : skv_simd_active_id() < SKV_SIMD_AVX512 ? "avx2+fma+f16c"
+                                                      : "avx512",
+             on && skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_vnni() ? "+vnni" : "",
+             on && skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_bf16() ? "+bf16" : "");
     assert_string_equal(skv_kernels_impl(), want);
     skv_kernels_force_ref(true);
     assert_false(skv_kernels_use_simd());

@@ -137,10 +137,14 @@ static void run_case(const mm_case *c, skv_pool *pools[3]) {
                 memcpy(y0, y, sizeof(float) * m * n_out);
             else
                 assert_memory_equal(y0, y, sizeof(float) * m * n_out);
-            /* Nor do panels (what a loaded model holds) instead of raw rows. */
+            /* Nor do panels (what a loaded model holds) instead of raw rows (BF16 panels with
+             * vdpbf16ps have their own test: test_bf16_dot). */
             if (panels) {
                 for (int i = 0; i < m * n_out; i++) y[i] = NAN;
-                skv_matmul_panels(pools[p], y, x, m, panels, c->t, n_out, n_in);
+                skv_kernels_bf16_dot(false);
+                skv_matmul_panels(pools[p], y, x, m, panels, c->t, n_out, n_in,
+                                  ws ? work_mem + 1 : NULL);
+                skv_kernels_bf16_dot(true);
                 if (memcmp(y0, y, sizeof(float) * m * n_out) != 0)
                     fail_msg("%s m=%d n_out=%d n_in=%d simd=%d pool=%d: panels differ from rows",
                              skv_type_name(c->t), m, n_out, n_in, simd, p);
@@ -320,7 +324,8 @@ static void test_nonfinite_x(void **s) {
 }
 
 /* The order the SIMD float kernels document: each output one FMA chain over k in order. An
- * independent scalar loop with fmaf must give the same bits, for one x row and for many. */
+ * independent scalar loop with fmaf must give the same bits, for one x row and for many. (BF16
+ * panels without work take this path even where the CPU has vdpbf16ps.) */
 static void test_float_order(void **s) {
     (void)s;
     if (!skv_kernels_use_simd()) skip();
@@ -344,7 +349,7 @@ static void test_float_order(void **s) {
             if (run < 2)
                 skv_matmul(pools[2], y, x, m, w, ts[ti], N_OUT, N_IN, NULL);
             else
-                skv_matmul_panels(pools[2], y, x, m, panels, ts[ti], N_OUT, N_IN);
+                skv_matmul_panels(pools[2], y, x, m, panels, ts[ti], N_OUT, N_IN, NULL);
             for (int r = 0; r < N_OUT; r++) {
                 skv_dequantize_row(ts[ti], w + r * rb, wd, N_IN);
                 for (int i = 0; i < m; i++) {
@@ -365,6 +370,80 @@ static void test_float_order(void **s) {
     free(w);
 }
 
+/* x rounded to bf16 (nearest even), independently of the library's converter. */
+static double bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+/* BF16 panels with vdpbf16ps (where the CPU has AVX512_BF16): the product of x rounded to bf16
+ * with the weights, within float accumulation error of a float64 loop; each row the same bits
+ * alone or in a batch, on any thread count; NaN in x stays in its row. Sizes: odd n_in (a padded
+ * pair), several column blocks (320 pairs each), more than one row block (192 rows). */
+static void test_bf16_dot(void **s) {
+    (void)s;
+    if (!skv_kernels_use_bf16()) skip();
+    const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 200};
+    enum { N_OUT = 37 };
+    for (int ni = 0; ni < 4; ni++)
+        for (int mi = 0; mi < 2; mi++) {
+            const int n_in = n_ins[ni], m = ms[mi];
+            size_t rb = skv_row_bytes(SKV_TYPE_BF16, n_in), pb;
+            float *x = malloc(sizeof(float) * m * n_in), *wf = malloc(sizeof(float) * n_in);
+            float *wd = malloc(sizeof(float) * N_OUT * n_in);
+            float *y = malloc(sizeof(float) * m * N_OUT), *y1 = malloc(sizeof(float) * N_OUT);
+            float *y2 = malloc(sizeof(float) * m * N_OUT);
+            uint8_t *w = malloc(rb * N_OUT);
+            pb = skv_panels_bytes(SKV_TYPE_BF16, N_OUT, n_in);
+            void *panels = malloc(pb);
+            size_t ws = skv_matmul_work_size(SKV_TYPE_BF16, m, n_in);
+            uint8_t *work = malloc(ws + 1);
+            assert_true(x && wf && wd && y && y1 && y2 && w && panels && work && ws > 0);
+            fill_x(x, m, n_in);
+            for (int r = 0; r < N_OUT; r++) {
+                fill_w(wf, 1, n_in);
+                skv_quantize_row(SKV_TYPE_BF16, wf, w + r * rb, n_in);
+                skv_dequantize_row(SKV_TYPE_BF16, w + r * rb, wd + (size_t)r * n_in, n_in);
+            }
+            skv_panels_pack(SKV_TYPE_BF16, w, N_OUT, n_in, panels);
+            x[(size_t)(m - 1) * n_in + n_in / 2] = NAN;
+            skv_matmul_panels(pools[0], y, x, m, panels, SKV_TYPE_BF16, N_OUT, n_in, work + 1);
+            for (int i = 0; i < m; i++)
+                for (int r = 0; r < N_OUT; r++) {
+                    double ref = 0, mag = 0;
+                    for (int k = 0; k < n_in; k++) {
+                        double p = bf16_round(x[(size_t)i * n_in + k]) * wd[(size_t)r * n_in + k];
+                        ref += p, mag += fabs(p);
+                    }
+                    float got = y[i * N_OUT + r];
+                    if (i == m - 1) {
+                        assert_true(isnan(got));
+                        continue;
+                    }
+                    if (!(fabs(got - ref) <= TOL_ACCUM * mag + 1e-30))
+                        fail_msg("bf16 dot n_in=%d m=%d y[%d][%d] = %.9g, bf16-x ref %.9g", n_in, m,
+                                 i, r, got, ref);
+                }
+            for (int p = 1; p < 3; p++) { /* threads */
+                skv_matmul_panels(pools[p], y2, x, m, panels, SKV_TYPE_BF16, N_OUT, n_in, work);
+                assert_true(memcmp(y, y2, sizeof(float) * (m - 1) * N_OUT) == 0);
+            }
+            for (int i = 0; i < m; i += 7) { /* decode: one row */
+                skv_matmul_panels(pools[1], y1, x + (size_t)i * n_in, 1, panels, SKV_TYPE_BF16,
+                                  N_OUT, n_in, work);
+                if (i < m - 1 && memcmp(y1, y + i * N_OUT, sizeof(float) * N_OUT) != 0)
+                    fail_msg("bf16 dot n_in=%d: row %d alone differs from row %d of %d", n_in, i, i,
+                             m);
+            }
+            free(x), free(wf), free(wd), free(y), free(y1), free(y2), free(w), free(panels);
+            free(work);
+        }
+}
+
 /* The reference itself against a hand-computed product. */
 static void test_ref_hand(void **s) {
     (void)s;
@@ -382,6 +461,8 @@ static void test_ref_hand(void **s) {
 static void test_work_size(void **s) {
     (void)s;
     assert_int_equal(skv_matmul_work_size(SKV_TYPE_F16, 512, 576), 0);
+    /* BF16: x rounded to bf16 for the vdpbf16ps panels, in pairs (odd n padded) */
+    assert_true(skv_matmul_work_size(SKV_TYPE_BF16, 3, 7) >= 3 * 4 * 4);
     assert_true(skv_matmul_work_size(SKV_TYPE_Q8_0, 3, 64) >= 3 * skv_act_row_bytes(64, 32));
     assert_true(skv_matmul_work_size(SKV_TYPE_Q4_K, 2, 512) >= 2 * skv_act_row_bytes(512, 256));
     assert_int_equal(skv_matmul_work_size(SKV_TYPE_Q8_0, 1, 33), 0); /* not whole blocks */
@@ -393,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_work_size),
         cmocka_unit_test(test_rows_independent),
         cmocka_unit_test(test_float_order),
+        cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_nonfinite_x),
         cmocka_unit_test(test_f32),
         cmocka_unit_test(test_f16),
