@@ -163,9 +163,10 @@ BENCH_BIN := $(BUILD)/bench_mem_compress
 $(BUILD)/bench_%: bench/%.c $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
 
-# make bench LLAMA_BENCH=/path/to/llama-bench adds llama.cpp side by side (bench/vs_llama.sh)
+# make bench LLAMA_BENCH=/path/to/llama-bench adds llama.cpp side by side (bench/vs_llama.sh);
+# LLAMA_BENCH_AVX2=/path/to/a/llama-bench built without AVX-512 compares the AVX2 levels too.
 bench: $(CLI) $(BENCH_BIN)
-	LLAMA_BENCH="$(LLAMA_BENCH)" bench/run.sh $(abspath $(CLI))
+	LLAMA_BENCH="$(LLAMA_BENCH)" LLAMA_BENCH_AVX2="$(LLAMA_BENCH_AVX2)" bench/run.sh $(abspath $(CLI))
 
 # The .pc file puts an rpath to PREFIX/lib into Libs, so programs built with pkg-config find the
 # shared library without LD_LIBRARY_PATH or ldconfig (for a system prefix, run ldconfig anyway).

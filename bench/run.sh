@@ -200,6 +200,11 @@ fi
 if [ -n "${LLAMA_BENCH:-}" ]; then
     VS_OUT="$DIR/vs_llama.md"
     SKV_VS_THREADS=$TMAX bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" >"$VS_OUT"
+    # BF16 weights on the smallest preset (vdpbf16ps on both sides where the CPU has it)
+    if [ -z "${SKV_BENCH_QUICK:-}" ]; then
+        SKV_VS_THREADS=$TMAX SKV_VS_PRESETS=smollm2-135m SKV_VS_TYPES=bf16 \
+            bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" | tail -n +3 >>"$VS_OUT"
+    fi
     {
         echo
         echo "## Side by side with llama.cpp ($LLAMA_BENCH)"
@@ -219,17 +224,36 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
             printf "| %s %s: sparsekv / llama.cpp = %.2fx | >= %.1fx | %s |\n", m, t, r, goal,
                 (r >= goal) ? "yes" : "**no**" }' "$VS_OUT"
     } >>"$OUT"
-    # On an AVX-512 machine, the AVX2 level too (what an AVX2-only machine would run), on the
-    # smallest preset; llama.cpp stays built for the wider one.
+    # On an AVX-512 machine, the AVX2 level too (what an AVX2-only machine would run): against a
+    # llama-bench built without AVX-512 (LLAMA_BENCH_AVX2: cmake -DGGML_NATIVE=OFF -DGGML_AVX2=ON
+    # -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF), every preset; without one, against the
+    # AVX-512 llama.cpp on the smallest preset.
     if [ "${cpu_simd:-}" = avx512 ] && [ -z "${SKV_SIMD:-}" ] && [ -z "${SKV_BENCH_QUICK:-}" ]; then
         VS2_OUT="$DIR/vs_llama_avx2.md"
-        SKV_SIMD=avx2 SKV_VS_PRESETS=smollm2-135m SKV_VS_THREADS=$TMAX \
-            bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" >"$VS2_OUT"
+        if [ -n "${LLAMA_BENCH_AVX2:-}" ]; then
+            SKV_SIMD=avx2 SKV_VS_THREADS=$TMAX \
+                bench/vs_llama.sh "$LLAMA_BENCH_AVX2" "$CLI" >"$VS2_OUT"
+            title="### The AVX2 levels: SKV_SIMD=avx2 against llama.cpp built without AVX-512 ($LLAMA_BENCH_AVX2)"
+        else
+            SKV_SIMD=avx2 SKV_VS_PRESETS=smollm2-135m SKV_VS_THREADS=$TMAX \
+                bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" >"$VS2_OUT"
+            title="### The same at SKV_SIMD=avx2 (sparsekv's AVX2 kernels; llama.cpp still AVX-512)"
+        fi
         {
             echo
-            echo "### The same at SKV_SIMD=avx2 (sparsekv's AVX2 kernels; llama.cpp still AVX-512)"
+            echo "$title"
             echo
             cat "$VS2_OUT"
+            if [ -n "${LLAMA_BENCH_AVX2:-}" ]; then
+                echo
+                echo "| target | goal | met |"
+                echo "|---|---:|---|"
+                awk -F'|' '/^\| [a-z]/ && $7 ~ /x/ {
+                    r = $7 + 0; t = $4; gsub(/ /, "", t); m = $2 $3; gsub(/^ +| +$/, "", m)
+                    gsub(/  +/, " ", m); goal = (t ~ /^pp/) ? 1.1 : 1.2
+                    printf "| avx2: %s %s = %.2fx | >= %.1fx | %s |\n", m, t, r, goal,
+                        (r >= goal) ? "yes" : "**no**" }' "$VS2_OUT"
+            fi
         } >>"$OUT"
     fi
 fi
