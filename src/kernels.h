@@ -111,7 +111,8 @@ typedef struct skv_mm {
     float *y;       /* [m, n_out] */
     const float *x; /* [m, n_in] */
     const void *w;  /* [n_out] rows of w_stride bytes, or panels (w_panels) */
-    uint8_t *xq;    /* [m] activation rows of xq_stride bytes (quantized W only) */
+    uint8_t *xq;    /* [m] activation rows of xq_stride bytes (quantized W, and BF16 panels with
+                     * vdpbf16ps: x rounded to bf16) */
     size_t w_stride, xq_stride;
     skv_type wt;
     int m, n_out, n_in;

@@ -1,6 +1,6 @@
 /* matmul.c — y[m, n_out] = x[m, n_in] · W^T: the reference, the work size, the split over the
- * pool, and the portable scalar path. The fast kernels are in matmul_avx2.c, matmul_avx512.c and
- * matmul_avx512vnni.c.
+ * pool, and the portable scalar path. The fast kernels are in matmul_avx2.c, matmul_avx512.c,
+ * matmul_avx512vnni.c and matmul_avx512bf16.c.
  *
  * Threads split W's rows (each streams its own weights) in chunks of SKV_MM_ROW_ALIGN rows;
  * when there are fewer chunks than threads and m is large, the rows of x are split too. Every

@@ -2,6 +2,8 @@
  * pairs of bf16 values and adds both products to a float lane: twice the products of an FMA per
  * instruction. The activations are rounded to bf16 once per matrix product (skv_act_rows_bf16,
  * round to nearest even, as llama.cpp does for BF16 weights); the weights are bf16 already.
+ * Both instructions flush subnormals to zero (activations below 2^-126 become 0, products and
+ * sums too): far below anything a forward pass depends on.
  *
  * Lane r of an accumulator is output row r of a 16-row panel; it sums the pairs (x[2p], x[2p+1])
  * . (w[r][2p], w[r][2p+1]) in the order p = 0, 1, ...: one chain per output, continued through y
@@ -24,8 +26,8 @@
 
 _Static_assert(PANEL == 16, "a panel is one 512-bit register of floats");
 
-/* x[n] as bf16 in order (round to nearest even; an odd n padded with +0): 32-bit word p holds
- * the pair (x[2p], x[2p + 1]) as vdpbf16ps reads it. */
+/* x[n] as bf16 in order (round to nearest even, subnormals to zero; an odd n padded with +0):
+ * 32-bit word p holds the pair (x[2p], x[2p + 1]) as vdpbf16ps reads it. */
 void skv_act_rows_bf16(const float *x, void *dst, int n) {
     uint16_t *d = dst;
     for (int k = 0; k < n; k += 32) {

@@ -2,8 +2,9 @@
  * Built with the AVX-512 flags; kernels.c and rope.c call these only at the avx512 level.
  *
  * RMSNorm, SwiGLU, softmax and the RoPE table application work element by element as their
- * AVX2 twins do (SwiGLU and RoPE: the same operations, so the same bits; RMSNorm and softmax sum
- * in another order). The decode attention is its own design, below. */
+ * AVX2 twins do (SwiGLU: the same operations, so the same bits; RoPE: the same for the vector
+ * part, while the AVX2 code rounds its tail pairs in scalar code; RMSNorm and softmax sum in
+ * another order). The decode attention is its own design, below. */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__)
@@ -114,9 +115,9 @@ void skv_softmax_avx512(float *x, int n) {
     }
 }
 
-/* A rope.h table applied to one head vector, as skv_rope_apply_avx2 (same operations per pair,
- * so the same bits): neox 0 turns adjacent pairs with interleaved cos/sin, 1 turns
- * (x[i], x[i + n_rot/2]) with the cosines first, then the sines. */
+/* A rope.h table applied to one head vector, as skv_rope_apply_avx2 (the same vector operations
+ * per pair; masked tails instead of its scalar ones): neox 0 turns adjacent pairs with interleaved
+ * cos/sin, 1 turns (x[i], x[i + n_rot/2]) with the cosines first, then the sines. */
 void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs) {
     const int h = n_rot / 2;
     if (neox) {
@@ -152,6 +153,11 @@ void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs) {
  * accumulators in registers per 16 keys. */
 
 enum { TILE = 16, GCHUNK = 64, HB = 4 /* heads per register block */, PF_TILES = 1 };
+
+/* What the padded rows of a partial last tile read as V: zeros (weight 0 times a value must be
+ * 0, and 0 x inf in row n-1 would be NaN). F32 rows of up to 2048 values, Q8_0 zeros included
+ * (scale 0); longer rows repeat row n-1 instead. */
+static const uint8_t zero_row[8192] __attribute__((aligned(64)));
 
 /* Scale of the Q8_0 block holding value c0 (1 for the float types). */
 AI __m512 kv_scale(skv_type t, const uint8_t *row, int c0) {
@@ -299,13 +305,14 @@ AI void attn_typed(skv_type t, float *out, float *lse, const float *q, int g, in
         float *oc = out + (size_t)i0 * d;
         for (int i = 0; i < gn; i++) mx[i] = -INFINITY, sum[i] = 0.0f;
         for (int j = 0; j < n; j += TILE) {
-            /* A partial last tile repeats row n-1; its extra scores are masked to -inf, so
-             * those rows get weight 0 and nothing past the end is read. */
+            /* A partial last tile repeats K row n-1 (its extra scores are masked to -inf, so
+             * those rows get weight 0) and reads zero V rows: nothing past the end is read. */
             int nt = SKV_MIN(TILE, n - j);
             const uint8_t *kr[TILE], *vr[TILE];
             for (int k = 0; k < TILE; k++) {
                 size_t row = (size_t)(j + SKV_MIN(k, nt - 1));
                 kr[k] = kb + row * rb, vr[k] = vb + row * rb;
+                if (k >= nt && rb <= sizeof zero_row) vr[k] = zero_row;
             }
             if (j + (PF_TILES + 1) * TILE <= n) {
                 const char *pk = (const char *)(kb + (size_t)(j + PF_TILES * TILE) * rb);

@@ -621,6 +621,36 @@ static void test_attention_shapes(void **state) {
     attn_case(SKV_TYPE_F16, 7, 128, 300, 0);
 }
 
+/* An infinite value in the last V row stays +inf in the output at every level and tile tail
+ * (the padded rows of a partial last tile weigh 0 and must not turn it into 0 x inf = NaN). */
+static void test_attention_inf_tail(void **state) {
+    (void)state;
+    enum { G = 2, D = 64 };
+    const int ns[] = {1, 5, 8, 20, 37};
+    for (int ni = 0; ni < 5; ni++) {
+        const int n = ns[ni];
+        float q[G * D], out[G * D];
+        float *k = malloc(sizeof(float) * n * D), *v = malloc(sizeof(float) * n * D);
+        assert_true(k && v);
+        fill(q, G * D, -1, 1), fill(k, n * D, -1, 1), fill(v, n * D, -1, 1);
+        v[(size_t)(n - 1) * D + 3] = INFINITY;
+        for (int lv = 0; lv < 3; lv++) {
+            if (lv == 1 && !have_simd()) continue;
+            if (lv == 2 && skv_simd_active_id() < SKV_SIMD_AVX512) continue;
+            if (lv == 0)
+                skv_attn_group_ref(out, q, G, D, k, v, SKV_TYPE_F32, n, 0.125f);
+            else if (lv == 1)
+                skv_attn_group_avx2(out, NULL, q, G, D, k, v, SKV_TYPE_F32, n, 0.125f);
+            else
+                skv_attn_group_avx512(out, NULL, q, G, D, k, v, SKV_TYPE_F32, n, 0.125f);
+            for (int i = 0; i < G * D; i++)
+                if (i % D == 3 ? !(out[i] == INFINITY) : !isfinite(out[i]))
+                    fail_msg("level %d n %d: out[%d] = %g", lv, n, i, out[i]);
+        }
+        free(k), free(v);
+    }
+}
+
 /* Invalid kv shapes write zeros rather than read out of bounds. */
 static void test_attention_invalid(void **state) {
     (void)state;
@@ -712,6 +742,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_shapes),
         cmocka_unit_test(test_attention_invalid),
+        cmocka_unit_test(test_attention_inf_tail),
         cmocka_unit_test(test_attention_split_lse),
         cmocka_unit_test(test_rope_two_step),
     };

@@ -383,15 +383,17 @@ static double bf16_round(float f) {
 /* BF16 panels with vdpbf16ps (where the CPU has AVX512_BF16): the product of x rounded to bf16
  * with the weights, within float accumulation error of a float64 loop; each row the same bits
  * alone or in a batch, on any thread count; NaN in x stays in its row. Sizes: odd n_in (a padded
- * pair), several column blocks (320 pairs each), more than one row block (192 rows). */
+ * pair), several column blocks (320 pairs each), more than one row block (192 rows), enough
+ * panels for decode's 4 streams per thread. */
 static void test_bf16_dot(void **s) {
     (void)s;
     if (!skv_kernels_use_bf16()) skip();
-    const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 200};
-    enum { N_OUT = 37 };
+    /* n_out 130: 9 panels, so that decode streams 4 quarters per thread */
+    const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 200}, n_outs[] = {37, 130};
     for (int ni = 0; ni < 4; ni++)
-        for (int mi = 0; mi < 2; mi++) {
-            const int n_in = n_ins[ni], m = ms[mi];
+        for (int mi = 0; mi < 4; mi++) {
+            const int n_in = n_ins[ni], m = ms[mi % 2], N_OUT = n_outs[mi / 2];
+            if (N_OUT > 37 && (n_in > 601 || m > 13)) continue; /* keep the test quick */
             size_t rb = skv_row_bytes(SKV_TYPE_BF16, n_in), pb;
             float *x = malloc(sizeof(float) * m * n_in), *wf = malloc(sizeof(float) * n_in);
             float *wd = malloc(sizeof(float) * N_OUT * n_in);
@@ -461,8 +463,12 @@ static void test_ref_hand(void **s) {
 static void test_work_size(void **s) {
     (void)s;
     assert_int_equal(skv_matmul_work_size(SKV_TYPE_F16, 512, 576), 0);
-    /* BF16: x rounded to bf16 for the vdpbf16ps panels, in pairs (odd n padded) */
-    assert_true(skv_matmul_work_size(SKV_TYPE_BF16, 3, 7) >= 3 * 4 * 4);
+    /* BF16: x rounded to bf16 for the vdpbf16ps panels, in pairs (odd n padded), rows of 64
+     * bytes or more */
+    assert_int_equal(skv_act_bf16_row_bytes(7), 64);
+    assert_int_equal(skv_act_bf16_row_bytes(33), 128);
+    assert_true(skv_matmul_work_size(SKV_TYPE_BF16, 3, 7) >= 3 * 64);
+    assert_true(skv_matmul_work_size(SKV_TYPE_BF16, 5, 1301) >= 5 * skv_act_bf16_row_bytes(1301));
     assert_true(skv_matmul_work_size(SKV_TYPE_Q8_0, 3, 64) >= 3 * skv_act_row_bytes(64, 32));
     assert_true(skv_matmul_work_size(SKV_TYPE_Q4_K, 2, 512) >= 2 * skv_act_row_bytes(512, 256));
     assert_int_equal(skv_matmul_work_size(SKV_TYPE_Q8_0, 1, 33), 0); /* not whole blocks */
