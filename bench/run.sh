@@ -195,6 +195,15 @@ if [ -s "$MEM_OUT" ]; then
     } >>"$OUT"
 fi
 
+# The targets of a vs_llama.sh table: pp >= 1.1x, tg >= 1.2x (PREFIX names the level).
+vs_targets() { # prefix table
+    awk -F'|' -v pre="$1" '/^\| [a-z]/ && $7 ~ /x/ {
+        r = $7 + 0; t = $4; gsub(/ /, "", t); m = $2 $3; gsub(/^ +| +$/, "", m)
+        gsub(/  +/, " ", m); goal = (t ~ /^pp/) ? 1.1 : 1.2
+        printf "| %s%s %s: sparsekv / llama.cpp = %.2fx | >= %.1fx | %s |\n", pre, m, t, r, goal,
+            (r >= goal) ? "yes" : "**no**" }' "$2"
+}
+
 # Side by side with llama.cpp (make bench LLAMA_BENCH=path/to/llama-bench): the same files, the
 # two programs alternating; SKV_VS_* choose the presets and types (bench/vs_llama.sh).
 if [ -n "${LLAMA_BENCH:-}" ]; then
@@ -218,11 +227,7 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
         echo
         echo "| target | goal | met |"
         echo "|---|---:|---|"
-        awk -F'|' '/^\| [a-z]/ && $7 ~ /x/ {
-            r = $7 + 0; t = $4; gsub(/ /, "", t); m = $2 $3; gsub(/^ +| +$/, "", m)
-            gsub(/  +/, " ", m); goal = (t ~ /^pp/) ? 1.1 : 1.2
-            printf "| %s %s: sparsekv / llama.cpp = %.2fx | >= %.1fx | %s |\n", m, t, r, goal,
-                (r >= goal) ? "yes" : "**no**" }' "$VS_OUT"
+        vs_targets "" "$VS_OUT"
     } >>"$OUT"
     # On an AVX-512 machine, the AVX2 level too (what an AVX2-only machine would run): against a
     # llama-bench built without AVX-512 (LLAMA_BENCH_AVX2: cmake -DGGML_NATIVE=OFF -DGGML_AVX2=ON
@@ -248,11 +253,7 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
                 echo
                 echo "| target | goal | met |"
                 echo "|---|---:|---|"
-                awk -F'|' '/^\| [a-z]/ && $7 ~ /x/ {
-                    r = $7 + 0; t = $4; gsub(/ /, "", t); m = $2 $3; gsub(/^ +| +$/, "", m)
-                    gsub(/  +/, " ", m); goal = (t ~ /^pp/) ? 1.1 : 1.2
-                    printf "| avx2: %s %s = %.2fx | >= %.1fx | %s |\n", m, t, r, goal,
-                        (r >= goal) ? "yes" : "**no**" }' "$VS2_OUT"
+                vs_targets "avx2: " "$VS2_OUT"
             fi
         } >>"$OUT"
     fi

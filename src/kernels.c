@@ -279,6 +279,8 @@ void skv_kernels_force_ref(bool on) {
 #define AVX512_ON() false
 #endif
 
+const uint8_t skv_zero_row[8192] __attribute__((aligned(64)));
+
 /* ---- references -------------------------------------------------------------------------- */
 
 void skv_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps) {

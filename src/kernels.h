@@ -193,6 +193,11 @@ void skv_attn_group(float *out, const float *q, int g, int d, const void *k, con
 void skv_attn_group_ref(float *out, const float *q, int g, int d, const void *k, const void *v,
                         skv_type kv_type, int n, float scale);
 
+/* What the padded rows of a partial last decode-attention tile read as V: zeros (weight 0 times
+ * a value must be 0, and 0 x inf in row n-1 would be NaN). F32 rows of up to 2048 values, Q8_0
+ * zeros included (scale 0); the SIMD paths repeat row n-1 for longer rows. */
+extern const uint8_t skv_zero_row[8192];
+
 /* AVX2/FMA/F16C paths (vec_avx2.c). Only call when the CPU has them (the dispatchers above
  * check); attention needs d % 8 == 0, n >= 1 and kv_type F32, F16 or Q8_0 (d % 32 == 0). */
 void skv_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);

@@ -15,6 +15,7 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \
     defined(__AVX512DQ__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+#include "avx512_util.h"
 #include <immintrin.h>
 #include <string.h>
 
@@ -39,11 +40,6 @@ INLINE __m512 load_w16(const uint8_t *p, skv_type t) {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
     if (t == SKV_TYPE_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* The first n of 16 lanes. */
-static inline __mmask16 lanes(int n) {
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
 /* Panel r's columns [k0, k1) as floats in bp (F32: used in place). */

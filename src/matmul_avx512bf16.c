@@ -14,6 +14,7 @@
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
 
+#include "avx512_util.h"
 #include <immintrin.h>
 #include <string.h>
 
@@ -60,10 +61,6 @@ INLINE __m512i load_pair(const uint16_t *pw, int p, int n) {
 
 INLINE __m512 dot2(__m512 acc, __m512i x, __m512i w) {
     return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
-}
-
-static inline __mmask16 lanes(int n) {
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
 /* y[0, 16 np) of mr <= MR x rows (bf16 pair words, row stride ldx words) over pairs [0, len) of

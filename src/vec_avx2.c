@@ -304,11 +304,6 @@ void skv_rope_apply_avx2(float *x, int n_rot, int neox, const float *cs) {
 
 enum { TILE = 8, GCHUNK = 64, HB = 4 /* heads per register block */ };
 
-/* What the padded rows of a partial last tile read as V: zeros (weight 0 times a value must be
- * 0, and 0 x inf in row n-1 would be NaN). F32 rows of up to 2048 values, Q8_0 zeros included
- * (scale 0); longer rows repeat row n-1 instead. */
-static const uint8_t zero_row[8192] __attribute__((aligned(32)));
-
 /* Scale of the Q8_0 block holding value c0 (1 for the float types). */
 AI __m256 kv_scale(skv_type t, const uint8_t *row, int c0) {
     if (t != SKV_TYPE_Q8_0) return _mm256_set1_ps(1.0f);
@@ -466,7 +461,7 @@ AI void attn_typed(skv_type t, float *out, float *lse, const float *q, int g, in
             for (int k = 0; k < TILE; k++) {
                 size_t row = (size_t)(j + SKV_MIN(k, nt - 1));
                 kr[k] = kb + row * rb, vr[k] = vb + row * rb;
-                if (k >= nt && rb <= sizeof zero_row) vr[k] = zero_row;
+                if (k >= nt && rb <= sizeof skv_zero_row) vr[k] = skv_zero_row;
             }
             if (j + (PF_TILES + 1) * TILE <= n) {
                 const char *pk = (const char *)(kb + (size_t)(j + PF_TILES * TILE) * rb);

@@ -9,6 +9,7 @@
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__)
 
+#include "avx512_util.h"
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -19,11 +20,6 @@
 #else
 #define UNROLL _Pragma("GCC unroll 16")
 #endif
-
-/* Lanes [0, rem) on (0 <= rem <= 16). */
-AI __mmask16 lanes(int rem) {
-    return (__mmask16)((1u << rem) - 1u);
-}
 
 /* e^x on 16 floats: the AVX2 code's vexp (vec_avx2.c) lane for lane: x = k ln2 + r, e^r by the
  * degree-7 Taylor polynomial, 2^k applied in two halves so that both stay normal. */
@@ -153,11 +149,6 @@ void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs) {
  * accumulators in registers per 16 keys. */
 
 enum { TILE = 16, GCHUNK = 64, HB = 4 /* heads per register block */, PF_TILES = 1 };
-
-/* What the padded rows of a partial last tile read as V: zeros (weight 0 times a value must be
- * 0, and 0 x inf in row n-1 would be NaN). F32 rows of up to 2048 values, Q8_0 zeros included
- * (scale 0); longer rows repeat row n-1 instead. */
-static const uint8_t zero_row[8192] __attribute__((aligned(64)));
 
 /* Scale of the Q8_0 block holding value c0 (1 for the float types). */
 AI __m512 kv_scale(skv_type t, const uint8_t *row, int c0) {
@@ -312,7 +303,7 @@ AI void attn_typed(skv_type t, float *out, float *lse, const float *q, int g, in
             for (int k = 0; k < TILE; k++) {
                 size_t row = (size_t)(j + SKV_MIN(k, nt - 1));
                 kr[k] = kb + row * rb, vr[k] = vb + row * rb;
-                if (k >= nt && rb <= sizeof zero_row) vr[k] = zero_row;
+                if (k >= nt && rb <= sizeof skv_zero_row) vr[k] = skv_zero_row;
             }
             if (j + (PF_TILES + 1) * TILE <= n) {
                 const char *pk = (const char *)(kb + (size_t)(j + PF_TILES * TILE) * rb);
