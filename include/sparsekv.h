@@ -226,7 +226,8 @@ typedef struct skv_chat_message {
 
 /* Name of the built-in format ("llama3", "chatml", "phi3") that tmpl selects: tmpl is a format
  * name, or a template's text (Jinja, recognised by its markers), or NULL for the vocabulary's
- * tokenizer.chat_template. NULL (err filled) when there is no template or it is not recognised. */
+ * tokenizer.chat_template. NULL (err filled) when there is no template or it is not recognised.
+ * vocab may be NULL when tmpl is given (to check a name before a model is loaded). */
 SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *tmpl, skv_err *err);
 
 /* Formats a conversation as the template (tmpl as above) does, ending with the assistant's

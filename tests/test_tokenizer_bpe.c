@@ -587,6 +587,13 @@ static void test_chat_templates(void **state) {
     /* unknown template, unknown role, bad arguments */
     assert_null(skv_chat_template_name(l, "{% for m in messages %}[INST]{% endfor %}", &err));
     assert_non_null(strstr(err.msg, "not recognised"));
+    /* without a vocabulary: a name or a text is checked, nothing else can be */
+    assert_string_equal(skv_chat_template_name(NULL, "phi3", NULL), "phi3");
+    assert_string_equal(skv_chat_template_name(NULL, "<|im_start|>{{ role }}", NULL), "chatml");
+    assert_null(skv_chat_template_name(NULL, "vicuna", &err));
+    assert_non_null(strstr(err.msg, "not recognised"));
+    assert_null(skv_chat_template_name(NULL, NULL, &err));
+    assert_int_equal(err.status, SKV_ERR_INVALID_ARG);
     const skv_chat_message bad_role[] = {{"tool", "x"}};
     assert_int_equal(skv_chat_format(q, NULL, bad_role, 1, true, NULL, 0, &err), INT_MIN);
     assert_non_null(strstr(err.msg, "role 'tool'"));

@@ -214,12 +214,14 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "--system and --chat-template need --chat");
         return 2;
     }
-    /* A name, not a template's text: check it here, before the model loads. */
-    if (chat_template && strcmp(chat_template, "llama3") && strcmp(chat_template, "chatml") &&
-        strcmp(chat_template, "phi3")) {
-        cli_error("generate", "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
-                  chat_template);
-        return 2;
+    /* Checked here, before the model loads (the library knows the formats). */
+    if (chat_template) {
+        skv_err cerr = {0};
+        if (!skv_chat_template_name(NULL, chat_template, &cerr)) {
+            cli_error("generate", "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
+                      chat_template);
+            return 2;
+        }
     }
     if ((chat || special) && po.window_text) {
         cli_error("generate", "--window-text cannot be combined with --chat or --special");

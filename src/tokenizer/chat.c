@@ -57,8 +57,8 @@ static chat_kind resolve(const skv_vocab *v, const char *tmpl, skv_err *err) {
 }
 
 const char *skv_chat_template_name(const skv_vocab *v, const char *tmpl, skv_err *err) {
-    if (!v) {
-        skv_err_set(err, SKV_ERR_INVALID_ARG, "no vocabulary given");
+    if (!v && !tmpl) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "no vocabulary and no template given");
         return NULL;
     }
     switch (resolve(v, tmpl, err)) {
