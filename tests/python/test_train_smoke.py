@@ -150,3 +150,31 @@ def test_multi_question_samples_answer_what_they_ask(task):
                 assert ans[:5] == want, (task, before[-80:], ans)
                 n_answers += 1
     assert n_answers >= 100
+
+
+def test_blocked_attention_equals_full_matrix():
+    """model.attention (queries in blocks of ATTN_CHUNK rows, GQA without copying k/v) against
+    softmax over the whole causal [T, T] score matrix per head with k/v repeated per group, in
+    float64: values and gradients, for T below, at and across block boundaries."""
+    import math
+
+    import model
+
+    torch.manual_seed(3)
+    B, H, KV, hd = 2, 4, 2, 8
+    for T in (5, model.ATTN_CHUNK, model.ATTN_CHUNK + 3, 2 * model.ATTN_CHUNK + 70):
+        q = torch.randn(B, H, T, hd, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(B, KV, T, hd, dtype=torch.float64, requires_grad=True)
+        v = torch.randn(B, KV, T, hd, dtype=torch.float64, requires_grad=True)
+        g = torch.randn(B, H, T, hd, dtype=torch.float64)
+        mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+        o = model.attention(q, k, v, mask).reshape(B, H, T, hd)
+        grads = torch.autograd.grad((o * g).sum(), (q, k, v))
+        kk = k.repeat_interleave(H // KV, dim=1)  # query head j reads kv head j // 2
+        vv = v.repeat_interleave(H // KV, dim=1)
+        s = q @ kk.transpose(-1, -2) / math.sqrt(hd) + mask
+        ref = torch.softmax(s, dim=-1) @ vv
+        ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
+        assert torch.allclose(o, ref, atol=1e-12), T
+        for a, b in zip(grads, ref_grads):
+            assert torch.allclose(a, b, atol=1e-10), T
