@@ -50,18 +50,25 @@ def apply_rope(x, cos, sin):
     return torch.stack((y0, y1), dim=-1).flatten(-2)
 
 
-ATTN_CHUNK = 256  # query rows per block of causal attention
+# Query rows per block of causal attention; 0: the whole [T, T] score matrix of every head at
+# once, the arithmetic (and so the float rounding) that trained models/retrieval.gguf v1/v2:
+# train.py's preset "full" sets 0 so that it still reproduces that run step for step.
+ATTN_CHUNK = 256
 
 
 def attention(q, k, v, mask):
     """Causal grouped-query attention. q [B, H, T, hd], k and v [B, KV, T, hd]; query head j
     uses kv head j // (H / KV) (llama.cpp's grouping). The queries go in blocks of ATTN_CHUNK
-    rows against the keys up to the block's end: the [T, T] scores of every head at once (what
-    this did before) made a step at 4 x 1,024 tokens 10x slower than 16 x 256 (softmax and its
-    backward over 64 MB tensors); in blocks it costs about the same. Returns [B, KV, rep, T, hd]."""
+    rows against the keys up to the block's end: the [T, T] scores of every head at once made a
+    step at 4 x 1,024 tokens 10x slower than 16 x 256 (softmax and its backward over 64 MB
+    tensors); in blocks it costs about the same. Returns [B, KV, rep, T, hd]."""
     B, H, T, hd = q.shape
     KV = k.shape[1]
     rep = H // KV
+    if ATTN_CHUNK <= 0:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        att = torch.softmax((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hd)) + mask, dim=-1)
+        return (att @ v).view(B, KV, rep, T, hd)
     qg = (q * (1.0 / math.sqrt(hd))).view(B, KV, rep, T, hd)
     outs = []
     for s in range(0, T, ATTN_CHUNK):

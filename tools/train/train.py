@@ -43,7 +43,7 @@ PRESETS = {
         dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
              phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
                      (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True),
+             const_repeat=True, attn_chunk=0),
         dict(phases=[(256, 16, 500, "recall2"), (512, 8, 200, "recall2"),
                      (1024, 4, 100, "recall2")], lr=1e-3, warmup=20),
     ],
@@ -124,6 +124,9 @@ def main():
     ap.add_argument("--then", help="JSON list of phases: a stage appended after the preset's "
                     "(its own warmup and cosine; with --resume, an experiment on a finished run)")
     ap.add_argument("--lr", type=float, help="peak learning rate of the last stage")
+    ap.add_argument("--attn-chunk", type=int,
+                    help="query rows per attention block (0: whole matrix; default: the preset's, "
+                    "else %d)" % model.ATTN_CHUNK)
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also evaluate every N steps at the phase's length (0: after phases)")
     args = ap.parse_args()
@@ -137,6 +140,12 @@ def main():
         stages[-1]["lr"] = args.lr
     if args.cfg:
         stages[0]["cfg"] = dict(stages[0]["cfg"], **json.loads(args.cfg))
+    # the attention's arithmetic is the run's (model.ATTN_CHUNK): with the blocked attention's
+    # rounding the "full" preset did not form passkey retrieval by step 1,900 (it did at ~1,300)
+    if args.attn_chunk is not None:
+        model.ATTN_CHUNK = args.attn_chunk
+    else:
+        model.ATTN_CHUNK = stages[0].get("attn_chunk", model.ATTN_CHUNK)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
