@@ -214,10 +214,12 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "--system and --chat-template need --chat");
         return 2;
     }
-    /* Checked here, before the model loads (the library knows the formats). */
+    /* A format name (not a template's text), checked before the model loads; the library
+     * knows the names. */
     if (chat_template) {
         skv_err cerr = {0};
-        if (!skv_chat_template_name(NULL, chat_template, &cerr)) {
+        const char *name = skv_chat_template_name(NULL, chat_template, &cerr);
+        if (!name || strcmp(name, chat_template) != 0) {
             cli_error("generate", "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
                       chat_template);
             return 2;

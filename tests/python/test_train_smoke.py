@@ -152,7 +152,7 @@ def test_multi_question_samples_answer_what_they_ask(task):
     assert n_answers >= 100
 
 
-def test_blocked_attention_equals_full_matrix():
+def test_blocked_attention_equals_full_matrix(monkeypatch):
     """model.attention (queries in blocks of ATTN_CHUNK rows, GQA without copying k/v) against
     softmax over the whole causal [T, T] score matrix per head with k/v repeated per group, in
     float64: values and gradients, for T below, at and across block boundaries."""
@@ -160,9 +160,11 @@ def test_blocked_attention_equals_full_matrix():
 
     import model
 
+    C = 16
+    monkeypatch.setattr(model, "ATTN_CHUNK", C)
     torch.manual_seed(3)
     B, H, KV, hd = 2, 4, 2, 8
-    for T in (5, model.ATTN_CHUNK, model.ATTN_CHUNK + 3, 2 * model.ATTN_CHUNK + 70):
+    for T in (5, C, C + 3, 2 * C + 7, 9 * C):
         q = torch.randn(B, H, T, hd, dtype=torch.float64, requires_grad=True)
         k = torch.randn(B, KV, T, hd, dtype=torch.float64, requires_grad=True)
         v = torch.randn(B, KV, T, hd, dtype=torch.float64, requires_grad=True)

@@ -39,7 +39,7 @@ import model  # noqa: E402
 # twice (kvq, mkq, kvrep in data.py), where stage 1's one question per prompt left kv and
 # multikey at 0% (measured; what else was tried: docs/MODEL_retrieval.md). The lookups over
 # 1,024 tokens come from stage 2's long last phase: 100 steps at 1,024 (v2) left kv at 2% and
-# multikey at 49%, 1,500 steps (v3, "full") 67% and 96%.
+# multikey at 49%, 1,500 steps (v3, "full") 67% and 100% (sparsekv's eval, dense cache).
 #
 # The attention's arithmetic is part of a run: whole_attn_upto keeps the whole-matrix attention
 # (model.ATTN_CHUNK 0, what v1/v2 trained with) for the phases up to that length, so that the
@@ -140,8 +140,9 @@ def main():
                     "(its own warmup and cosine; with --resume, an experiment on a finished run)")
     ap.add_argument("--lr", type=float, help="peak learning rate of the last stage")
     ap.add_argument("--attn-chunk", type=int,
-                    help="query rows per attention block in every stage (0: whole matrix; "
-                    "default: each stage's attn_chunk, else %d)" % model.ATTN_CHUNK)
+                    help="query rows per attention block in every phase (0: whole matrix), "
+                    "overriding the stages' attn_chunk and whole_attn_upto (default: those, "
+                    "else %d)" % model.ATTN_CHUNK)
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also evaluate every N steps at the phase's length (0: after phases)")
     args = ap.parse_args()
@@ -193,7 +194,7 @@ def main():
     default_chunk = model.ATTN_CHUNK
     for st in stages:
         # the attention's arithmetic is the stage's (model.ATTN_CHUNK): with the blocked
-        # attention's rounding everywhere, stage 1 of v2 formed no passkey retrieval by step
+        # attention's rounding everywhere, the v2 preset formed no passkey retrieval by step
         # 2,200 (the whole-matrix run had it at ~1,300): the runs are that sensitive to rounding
         chunk = (args.attn_chunk if args.attn_chunk is not None
                  else st.get("attn_chunk", default_chunk))
