@@ -52,7 +52,7 @@ def apply_rope(x, cos, sin):
 
 # Query rows per block of causal attention; 0: the whole [T, T] score matrix of every head at
 # once, the arithmetic (and so the float rounding) that trained models/retrieval.gguf v1/v2.
-# train.py sets it per phase (presets' attn_chunk / whole_attn_upto) so that runs reproduce.
+# train.py sets it per phase (a stage's whole_attn_upto, --attn-chunk) so that runs reproduce.
 ATTN_CHUNK = 256
 
 

@@ -58,9 +58,9 @@ PRESETS = {
         dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
              phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
                      (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True, attn_chunk=0),
+             const_repeat=True, whole_attn_upto=1024),
         dict(phases=[(256, 16, 500, "recall2"), (512, 8, 200, "recall2"),
-                     (1024, 4, 100, "recall2")], lr=1e-3, warmup=20, attn_chunk=0),
+                     (1024, 4, 100, "recall2")], lr=1e-3, warmup=20, whole_attn_upto=1024),
     ],
     "smoke": [
         dict(cfg=dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden=64, max_seq_len=256),
@@ -141,8 +141,8 @@ def main():
     ap.add_argument("--lr", type=float, help="peak learning rate of the last stage")
     ap.add_argument("--attn-chunk", type=int,
                     help="query rows per attention block in every phase (0: whole matrix), "
-                    "overriding the stages' attn_chunk and whole_attn_upto (default: those, "
-                    "else %d)" % model.ATTN_CHUNK)
+                    "overriding the stages' whole_attn_upto (default: whole matrix up to that "
+                    "length, blocks of %d above)" % model.ATTN_CHUNK)
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also evaluate every N steps at the phase's length (0: after phases)")
     args = ap.parse_args()
@@ -193,20 +193,20 @@ def main():
     stage_start = 0
     default_chunk = model.ATTN_CHUNK
     for st in stages:
-        # the attention's arithmetic is the stage's (model.ATTN_CHUNK): with the blocked
-        # attention's rounding everywhere, the v2 preset formed no passkey retrieval by step
-        # 2,200 (the whole-matrix run had it at ~1,300): the runs are that sensitive to rounding
-        chunk = (args.attn_chunk if args.attn_chunk is not None
-                 else st.get("attn_chunk", default_chunk))
         total = sum(p[2] for p in st["phases"])
         # steps at the constant peak rate (the leading repeat phases, when the stage asks)
         n_const = (sum(p[2] for p in st["phases"] if p[3] == "repeat")
                    if st.get("const_repeat") else 0)
         for phase in st["phases"]:
             max_len, batch, steps, mix = phase
-            # whole_attn_upto: phases up to this length keep the whole-matrix attention
-            model.ATTN_CHUNK = (0 if args.attn_chunk is None
-                                and max_len <= st.get("whole_attn_upto", 0) else chunk)
+            # the attention's arithmetic is the phase's: a stage's phases up to whole_attn_upto
+            # tokens keep the whole matrix (model.ATTN_CHUNK 0). With the blocked attention's
+            # rounding everywhere, the v2 preset formed no passkey retrieval by step 2,200 (the
+            # whole-matrix run had it at ~1,300): runs are that sensitive to rounding
+            if args.attn_chunk is not None:
+                model.ATTN_CHUNK = args.attn_chunk
+            else:
+                model.ATTN_CHUNK = 0 if max_len <= st.get("whole_attn_upto", 0) else default_chunk
             for _ in range(steps):
                 if step < start_step:  # replay the data stream on resume
                     step += 1
