@@ -180,3 +180,23 @@ def test_blocked_attention_equals_full_matrix(monkeypatch):
         assert torch.allclose(o, ref, atol=1e-12), T
         for a, b in zip(grads, ref_grads):
             assert torch.allclose(a, b, atol=1e-10), T
+
+
+def test_stage_learning_rates():
+    """train.stage_lr at hand-derived points: the warmup, the constant repeat phase, the
+    cosine's midpoint (55% of the peak) and its end (10%); and the shipped preset's stage 1 has
+    v2's phases and learning rates (so that its first 1,500 steps, whole-matrix attention, are
+    v2's)."""
+    import train
+
+    st = dict(phases=[(128, 32, 100, "repeat"), (256, 16, 200, "tasks")], lr=1e-3, warmup=10,
+              const_repeat=True)
+    assert train.stage_lr(st, 0) == pytest.approx(1e-4)
+    assert train.stage_lr(st, 99) == pytest.approx(1e-3)
+    assert train.stage_lr(st, 150) == pytest.approx(1e-3 * (0.1 + 0.45 * (1 + 0.5 ** 0.5)))
+    assert train.stage_lr(st, 200) == pytest.approx(0.55e-3)
+    assert train.stage_lr(st, 300) == pytest.approx(1e-4)
+    assert train.stage_lr(dict(st, const_repeat=False), 150) == pytest.approx(0.55e-3)
+    v2, full = train.PRESETS["v2"][0], train.PRESETS["full"][0]
+    assert v2["phases"] == full["phases"] and full["whole_attn_upto"] >= 256
+    assert all(train.stage_lr(full, i) == train.stage_lr(v2, i) for i in range(2050))

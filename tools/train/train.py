@@ -34,25 +34,38 @@ import model  # noqa: E402
 # A preset is a list of stages, each with its own learning-rate schedule (warmup, then a cosine
 # to 10% of its peak; the leading "repeat" phases stay at the peak when const_repeat is set), so
 # that a stage appended to a preset (or tried with --then on a --resume'd checkpoint) leaves
-# every step before it unchanged. Stage 1 of "full" was model v1 (passkey only). Stage 2 teaches
+# every step before it unchanged. Stage 1 of v2 was model v1 (passkey only). Stage 2 teaches
 # lookups by content: the "recall2" mixture asks several questions per sample and lists pairs
 # twice (kvq, mkq, kvrep in data.py), where stage 1's one question per prompt left kv and
 # multikey at 0% (measured; what else was tried: docs/MODEL_retrieval.md). The lookups over
-# 1,024 tokens come from stage 2's long last phase: 100 steps at 1,024 (v2) left kv at 2% and
-# multikey at 49%, 1,500 steps (v3, "full") 67% and 100% (sparsekv's eval, dense cache).
+# 1,024 tokens come from steps at 1,024 tokens: 100 (v2) left kv at 2% and multikey at 49%,
+# 1,500 (v3) 67% and 100% (sparsekv's eval, dense cache); "full" (v4) adds a third stage of
+# 700 more at half the peak rate: kv 82%, multikey 96%.
 #
 # The attention's arithmetic is part of a run: whole_attn_upto keeps the whole-matrix attention
 # (model.ATTN_CHUNK 0, what v1/v2 trained with) for the phases up to that length, so that the
-# first 1,800 steps of "full" are v2's step for step; longer phases use blocks (10x faster at
-# 1,024 tokens).
+# first 1,500 steps of "full" are v2's step for step; longer phases use blocks of attn_block
+# rows (default model.ATTN_CHUNK; 10x faster than the whole matrix at 1,024 tokens).
 PRESETS = {
-    "full": [  # models/retrieval.gguf v3
+    "full": [  # models/retrieval.gguf v4
+        # stage 1: v2's phases; its first 1,500 steps exactly v2's (whole matrix up to 256
+        # tokens: passkey retrieval forms by step ~1,300), the longer phases in blocks; stage 3:
+        # more lookups at 1,024 tokens, a second cosine from half the peak
         dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
              phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
                      (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True, whole_attn_upto=512),
+             const_repeat=True, whole_attn_upto=256),
         dict(phases=[(256, 16, 500, "recall2"), (512, 8, 250, "recall2"),
                      (1024, 4, 1500, "recall2")], lr=1e-3, warmup=20),
+        dict(phases=[(1024, 4, 700, "recall2")], lr=5e-4, warmup=20),
+    ],
+    "v3": [  # models/retrieval.gguf v3 (2026-12-01, evening)
+        dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
+             phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
+                     (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
+             const_repeat=True, whole_attn_upto=512, attn_block=256),
+        dict(phases=[(256, 16, 500, "recall2"), (512, 8, 250, "recall2"),
+                     (1024, 4, 1500, "recall2")], lr=1e-3, warmup=20, attn_block=256),
     ],
     "v2": [  # models/retrieval.gguf v2 (2026-12-01), whole-matrix attention throughout
         dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
@@ -69,6 +82,19 @@ PRESETS = {
     ],
 }
 ANSWER_WEIGHT = 4.0  # extra weight of the answer tokens in the loss
+
+
+def stage_lr(st, local):
+    """Learning rate of a stage's step local (0-based): linear warmup, the leading repeat phases
+    at the peak when const_repeat is set, then a cosine to 10% of the peak over the rest."""
+    total = sum(p[2] for p in st["phases"])
+    n_const = (sum(p[2] for p in st["phases"] if p[3] == "repeat")
+               if st.get("const_repeat") else 0)
+    lr = st["lr"] * min(1.0, (local + 1) / st["warmup"])
+    if local >= n_const:
+        t = (local - n_const) / max(1, total - n_const)
+        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+    return lr
 
 
 def collate(samples):
@@ -141,8 +167,9 @@ def main():
     ap.add_argument("--lr", type=float, help="peak learning rate of the last stage")
     ap.add_argument("--attn-chunk", type=int,
                     help="query rows per attention block in every phase (0: whole matrix), "
-                    "overriding the stages' whole_attn_upto (default: whole matrix up to that "
-                    "length, blocks of %d above)" % model.ATTN_CHUNK)
+                    "overriding the stages' whole_attn_upto and attn_block (default: whole "
+                    "matrix up to that length, blocks of attn_block rows above, %d unless the "
+                    "stage sets it)" % model.ATTN_CHUNK)
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also evaluate every N steps at the phase's length (0: after phases)")
     args = ap.parse_args()
@@ -193,10 +220,7 @@ def main():
     stage_start = 0
     default_chunk = model.ATTN_CHUNK
     for st in stages:
-        total = sum(p[2] for p in st["phases"])
-        # steps at the constant peak rate (the leading repeat phases, when the stage asks)
-        n_const = (sum(p[2] for p in st["phases"] if p[3] == "repeat")
-                   if st.get("const_repeat") else 0)
+        n_steps = sum(p[2] for p in st["phases"])
         for phase in st["phases"]:
             max_len, batch, steps, mix = phase
             # the attention's arithmetic is the phase's: a stage's phases up to whole_attn_upto
@@ -206,16 +230,13 @@ def main():
             if args.attn_chunk is not None:
                 model.ATTN_CHUNK = args.attn_chunk
             else:
-                model.ATTN_CHUNK = 0 if max_len <= st.get("whole_attn_upto", 0) else default_chunk
+                model.ATTN_CHUNK = (0 if max_len <= st.get("whole_attn_upto", 0)
+                                    else st.get("attn_block", default_chunk))
             for _ in range(steps):
                 if step < start_step:  # replay the data stream on resume
                     step += 1
                     continue
-                local = step - stage_start
-                lr = st["lr"] * min(1.0, (local + 1) / st["warmup"])
-                if local >= n_const:  # cosine to 10% over the rest
-                    t = (local - n_const) / max(1, total - n_const)
-                    lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+                lr = stage_lr(st, step - stage_start)
                 for g in opt.param_groups:
                     g["lr"] = lr
                 x, y, w = collate(data.make_batch(rng, batch, max_len, mix))
@@ -245,7 +266,7 @@ def main():
                 log("eval at len %d step %d: %s (t %.0fs)" % (
                     max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
                     time.time() - t0))
-        stage_start += total
+        stage_start += n_steps
     log("done step %d t %.0fs first-loss %.4f last-loss %.4f" % (
         step, time.time() - t0, losses[0] if losses else float("nan"),
         losses[-1] if losses else float("nan")))
