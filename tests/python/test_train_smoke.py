@@ -198,5 +198,22 @@ def test_stage_learning_rates():
     assert train.stage_lr(st, 300) == pytest.approx(1e-4)
     assert train.stage_lr(dict(st, const_repeat=False), 150) == pytest.approx(0.55e-3)
     v2, full = train.PRESETS["v2"][0], train.PRESETS["full"][0]
-    assert v2["phases"] == full["phases"] and full["whole_attn_upto"] >= 256
+    assert v2["cfg"] == full["cfg"] and v2["phases"] == full["phases"]
     assert all(train.stage_lr(full, i) == train.stage_lr(v2, i) for i in range(2050))
+
+
+def test_presets_name_their_attention():
+    """The attention's arithmetic of every phase of the shipped and the older presets (what
+    makes them reproduce: whole matrix = 0, else rows per block), and --attn-chunk overrides."""
+    import train
+
+    def chunks(preset):
+        return [[train.phase_attn_chunk(st, p[0]) for p in st["phases"]]
+                for st in train.PRESETS[preset]]
+
+    # v4: steps 1-1,500 (128 and 256 tokens) whole-matrix like v2's, blocks of 128 after
+    assert chunks("full") == [[0, 0, 128, 128], [128, 128, 128], [128]]
+    assert chunks("v3") == [[0, 0, 0, 256], [256, 256, 256]]
+    assert chunks("v2") == [[0, 0, 0, 0], [0, 0, 0]]
+    assert train.phase_attn_chunk(train.PRESETS["v2"][0], 512, override=64) == 64
+    assert train.phase_attn_chunk(train.PRESETS["full"][0], 1024, override=0) == 0

@@ -3,7 +3,8 @@
   /usr/bin/python3 tools/train/train.py --out /tmp/skvtrain            # the full run
   /usr/bin/python3 tools/train/train.py --preset smoke --out DIR         # a few steps (tests)
 
-Writes DIR/ckpt.pt (state dict + config + step) after every phase and every --save-every steps,
+Writes DIR/ckpt.pt (state dict + config + step) after every phase and every --save-every steps
+(and DIR/ckpt_stepN.pt at the end of each phase, N its last step),
 and DIR/log.txt. The data stream depends only on --seed; eval prompts use seeds >= 10**6
 (never used in training)."""
 import argparse
@@ -54,10 +55,10 @@ PRESETS = {
         dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
              phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
                      (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True, whole_attn_upto=256),
+             const_repeat=True, whole_attn_upto=256, attn_block=128),
         dict(phases=[(256, 16, 500, "recall2"), (512, 8, 250, "recall2"),
-                     (1024, 4, 1500, "recall2")], lr=1e-3, warmup=20),
-        dict(phases=[(1024, 4, 700, "recall2")], lr=5e-4, warmup=20),
+                     (1024, 4, 1500, "recall2")], lr=1e-3, warmup=20, attn_block=128),
+        dict(phases=[(1024, 4, 700, "recall2")], lr=5e-4, warmup=20, attn_block=128),
     ],
     "v3": [  # models/retrieval.gguf v3 (2026-12-01, evening)
         dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
@@ -82,6 +83,7 @@ PRESETS = {
     ],
 }
 ANSWER_WEIGHT = 4.0  # extra weight of the answer tokens in the loss
+DEFAULT_ATTN_CHUNK = model.ATTN_CHUNK  # model.py's default, before train.py sets it per phase
 
 
 def stage_lr(st, local):
@@ -95,6 +97,19 @@ def stage_lr(st, local):
         t = (local - n_const) / max(1, total - n_const)
         lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
     return lr
+
+
+def phase_attn_chunk(st, max_len, override=None):
+    """model.ATTN_CHUNK for a phase of max_len tokens in stage st: the whole matrix (0) up to the
+    stage's whole_attn_upto, blocks of its attn_block rows (default model.ATTN_CHUNK as loaded)
+    above; override (--attn-chunk) wins. With the blocked attention's rounding everywhere, the v2
+    preset formed no passkey retrieval by step 2,200 (the whole-matrix run had it at ~1,300):
+    runs are that sensitive to rounding, so a preset names its arithmetic."""
+    if override is not None:
+        return override
+    if max_len <= st.get("whole_attn_upto", 0):
+        return 0
+    return st.get("attn_block", DEFAULT_ATTN_CHUNK)
 
 
 def collate(samples):
@@ -177,8 +192,12 @@ def main():
     if args.phases:
         stages[-1]["phases"] = [tuple(p) for p in json.loads(args.phases)]
     if args.then:
+        # the appended stage keeps the last stage's attention arithmetic (v3's blocks of 256,
+        # v2's whole matrix), so that an experiment on a finished run continues it
         stages.append(dict(phases=[tuple(p) for p in json.loads(args.then)],
-                           lr=stages[-1]["lr"], warmup=20))
+                           lr=stages[-1]["lr"], warmup=20,
+                           **{k: stages[-1][k] for k in ("whole_attn_upto", "attn_block")
+                              if k in stages[-1]}))
     if args.lr:
         stages[-1]["lr"] = args.lr
     if args.cfg:
@@ -218,20 +237,11 @@ def main():
     t0 = time.time()
     losses = []
     stage_start = 0
-    default_chunk = model.ATTN_CHUNK
     for st in stages:
         n_steps = sum(p[2] for p in st["phases"])
         for phase in st["phases"]:
             max_len, batch, steps, mix = phase
-            # the attention's arithmetic is the phase's: a stage's phases up to whole_attn_upto
-            # tokens keep the whole matrix (model.ATTN_CHUNK 0). With the blocked attention's
-            # rounding everywhere, the v2 preset formed no passkey retrieval by step 2,200 (the
-            # whole-matrix run had it at ~1,300): runs are that sensitive to rounding
-            if args.attn_chunk is not None:
-                model.ATTN_CHUNK = args.attn_chunk
-            else:
-                model.ATTN_CHUNK = (0 if max_len <= st.get("whole_attn_upto", 0)
-                                    else st.get("attn_block", default_chunk))
+            model.ATTN_CHUNK = phase_attn_chunk(st, max_len, args.attn_chunk)
             for _ in range(steps):
                 if step < start_step:  # replay the data stream on resume
                     step += 1
@@ -261,7 +271,7 @@ def main():
             if step <= start_step:
                 continue  # a phase the checkpoint had finished
             save()
-            save("ckpt_len%d.pt" % max_len)
+            save("ckpt_step%d.pt" % step)  # each phase's end kept: resume points for experiments
             if args.eval_n > 0:
                 log("eval at len %d step %d: %s (t %.0fs)" % (
                     max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
