@@ -47,32 +47,30 @@ import model  # noqa: E402
 # (model.ATTN_CHUNK 0, what v1/v2 trained with) for the phases up to that length, so that the
 # first 1,500 steps of "full" are v2's step for step; longer phases use blocks of attn_block
 # rows (default model.ATTN_CHUNK; 10x faster than the whole matrix at 1,024 tokens).
+# The shape and the stage-1 curriculum every shipped version shares (v1 was stage 1 alone), and
+# the stage 2 of v3 and v4; a preset never mutates them (main copies what it overrides).
+MODEL_CFG = dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352)
+STAGE1_PHASES = [(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"), (512, 8, 300, "tasks"),
+                 (1024, 4, 250, "tasks")]
+STAGE2_PHASES = [(256, 16, 500, "recall2"), (512, 8, 250, "recall2"), (1024, 4, 1500, "recall2")]
 PRESETS = {
     "full": [  # models/retrieval.gguf v4
-        # stage 1: v2's phases; its first 1,500 steps exactly v2's (whole matrix up to 256
-        # tokens: passkey retrieval forms by step ~1,300), the longer phases in blocks; stage 3:
-        # more lookups at 1,024 tokens, a second cosine from half the peak
-        dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
-             phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
-                     (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True, whole_attn_upto=256, attn_block=128),
-        dict(phases=[(256, 16, 500, "recall2"), (512, 8, 250, "recall2"),
-                     (1024, 4, 1500, "recall2")], lr=1e-3, warmup=20, attn_block=128),
+        # stage 1: v2's; its first 1,500 steps exactly v2's (whole matrix up to 256 tokens:
+        # passkey retrieval forms by step ~1,300), the longer phases in blocks; stage 3: more
+        # lookups at 1,024 tokens, a second cosine from half the peak
+        dict(cfg=MODEL_CFG, phases=STAGE1_PHASES, lr=1e-3, warmup=20, const_repeat=True,
+             whole_attn_upto=256, attn_block=128),
+        dict(phases=STAGE2_PHASES, lr=1e-3, warmup=20, attn_block=128),
         dict(phases=[(1024, 4, 700, "recall2")], lr=5e-4, warmup=20, attn_block=128),
     ],
     "v3": [  # models/retrieval.gguf v3 (2026-12-01, evening)
-        dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
-             phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
-                     (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True, whole_attn_upto=512, attn_block=256),
-        dict(phases=[(256, 16, 500, "recall2"), (512, 8, 250, "recall2"),
-                     (1024, 4, 1500, "recall2")], lr=1e-3, warmup=20, attn_block=256),
+        dict(cfg=MODEL_CFG, phases=STAGE1_PHASES, lr=1e-3, warmup=20, const_repeat=True,
+             whole_attn_upto=512, attn_block=256),
+        dict(phases=STAGE2_PHASES, lr=1e-3, warmup=20, attn_block=256),
     ],
     "v2": [  # models/retrieval.gguf v2 (2026-12-01), whole-matrix attention throughout
-        dict(cfg=dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden=352),
-             phases=[(128, 32, 500, "repeat"), (256, 16, 1000, "tasks"),
-                     (512, 8, 300, "tasks"), (1024, 4, 250, "tasks")], lr=1e-3, warmup=20,
-             const_repeat=True, whole_attn_upto=1024),
+        dict(cfg=MODEL_CFG, phases=STAGE1_PHASES, lr=1e-3, warmup=20, const_repeat=True,
+             whole_attn_upto=1024),
         dict(phases=[(256, 16, 500, "recall2"), (512, 8, 200, "recall2"),
                      (1024, 4, 100, "recall2")], lr=1e-3, warmup=20, whole_attn_upto=1024),
     ],
