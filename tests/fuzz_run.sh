@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuzz_run.sh BINARY [SECONDS] — a bounded libFuzzer run of the GGUF reader (tests/fuzz_gguf.c).
-# Seeds a temporary corpus with small valid GGUF files (plus the shared stories260K.gguf when
+# Seeds a temporary corpus with small valid GGUF files (plus the repository's stories260K.gguf when
 # present), fuzzes for SECONDS (default 30) with a memory limit, and exits nonzero when the
 # fuzzer finds a crash, leak, timeout or out-of-memory (reproducers are copied to
 # build/fuzz-artifacts/). Run from the repo root.
@@ -51,7 +51,7 @@ files = {
 for name, blob in files.items():
     open(os.path.join(out, name), 'wb').write(blob)
 PY
-model=../shared/models/stories260K/stories260K.gguf
+model=models/stories260K.gguf  # the embedded default (also ../shared/models/stories260K/)
 [ -f "$model" ] && cp "$model" "$work/corpus/"
 
 echo "fuzz_run.sh: fuzzing $bin for ${secs}s ($(ls "$work/corpus" | wc -l) seeds)"

@@ -6,20 +6,26 @@ set -u
 TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/skv_tests.XXXXXX")
 export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
-passed=0; failed=0; crashed=()
+passed=0; failed=0; skipped=0; crashed=()
 for t in "$@"; do
     name=$(basename "$t")
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out" | grep -E '^\[  (FAILED|  ERROR  )|^\[ +(ERROR|FAILED) +\]' | sed "s/^/$name: /"
     p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
-    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+    k=$(printf '%s\n' "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' | tail -1)
+    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0})); skipped=$((skipped + ${k:-0}))
     if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
         crashed+=("$name (exit $rc)"); failed=$((failed + 1))
         printf '%s\n' "$out" | tail -20 | sed "s/^/$name: /"
     fi
-    printf '%-28s %3s passed %3s failed\n' "$name" "${p:-0}" "${f:-0}"
+    printf '%-28s %3s passed %3s failed%s\n' "$name" "${p:-0}" "${f:-0}" \
+        "$([ "${k:-0}" -gt 0 ] && echo " ${k} skipped")"
 done
 [ ${#crashed[@]} -gt 0 ] && echo "crashed: ${crashed[*]}"
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+    echo "$passed passed, $failed failed, $skipped skipped (absent fixtures or CPU features)"
+else
+    echo "$passed passed, $failed failed"
+fi
 [ "$failed" -eq 0 ]

@@ -8,9 +8,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Directory of the shared models: $SKV_MODELS or ../shared/models (tests run from the repo
- * root). Returns a path joined with rel in a static buffer. */
+/* A fixture from the shared models: $SKV_MODELS or ../shared/models (tests run from the repo
+ * root), rel joined to it in a static buffer. A plain clone has no ../shared: there the
+ * repository's models/stories260K.gguf (the same file) stands in for
+ * "stories260K/stories260K.gguf", and test_model_path skips the calling test (cmocka's skip(),
+ * with a line naming the file) when the fixture is absent; call it inside a test only, before
+ * allocating. test_fixture_path returns NULL instead (for group setups). */
 const char *test_model_path(const char *rel);
+const char *test_fixture_path(const char *rel);
 /* Whole file into a malloc'd buffer (caller frees); NULL when missing. */
 void *test_read_file(const char *path, size_t *size);
 /* A fresh temporary file path under $TMPDIR with the given suffix (static buffer). */

@@ -4,6 +4,7 @@ set -eu
 cli=${1:?usage: valgrind_generate.sh CLI}
 if ! command -v valgrind >/dev/null; then echo "valgrind not installed"; exit 1; fi
 model=${SKV_MODELS:-../shared/models}/stories260K/stories260K.gguf
+[ -f "$model" ] || model=models/stories260K.gguf  # a plain clone: the repository's copy
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # -t 2: the thread pool is part of what must tear down cleanly.

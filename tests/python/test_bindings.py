@@ -14,7 +14,7 @@ import pytest
 
 import sparsekv
 
-from skvtest import CLI, MODELS, REPO, STORIES
+from skvtest import CLI, REPO, STORIES, fixture
 
 PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
           "the park with her friends. One day, she saw a big red ball under a tree. She ran to "
@@ -63,7 +63,7 @@ def test_default_model_is_stories260k():
 
 
 def test_logits_match_float64_reference(model):
-    ref_dir = os.path.join(MODELS, "stories260K")
+    ref_dir = os.path.dirname(fixture("stories260K", "reference_logits.json"))
     meta = json.load(open(os.path.join(ref_dir, "reference_logits.json")))
     ref = np.fromfile(os.path.join(ref_dir, meta["file"]), dtype=np.float32)
     ref = ref.reshape(meta["n_tokens"], meta["n_vocab"])

@@ -4,7 +4,6 @@ the metric functions against hand-derived values."""
 
 import json
 import math
-import os
 import subprocess
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 import sparsekv
 
-from skvtest import CLI, MODELS, STORIES
+from skvtest import CLI, STORIES, reference_tokens
 
 TEXT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
         "park with her friends. One day, she saw a big red ball under a tree. She ran to the "
@@ -41,8 +40,7 @@ def test_compare_logits_hand_values():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("eval")
-    meta = json.load(open(os.path.join(MODELS, "stories260K", "reference_logits.json")))
-    samples = [meta["tokens"][:120], TEXT]
+    samples = [reference_tokens()[:120], TEXT]
     with open(d / "data.jsonl", "w") as f:
         f.write(json.dumps({"tokens": samples[0]}) + "\n")
         f.write(json.dumps({"text": samples[1]}) + "\n")
