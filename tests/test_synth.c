@@ -498,12 +498,12 @@ static void test_real_vocab(void **state) {
     const skv_synth_shape s = {"vocab-small", "test", 300, 64, 64, 64, 1, 4, 2, 64,
                                1e6f,          1e-6f,  true};
     skv_synth_arch a = {.arch = "qwen2", .qkv_bias = true};
+    char vocab[4096];
+    snprintf(vocab, sizeof vocab, "%s", test_model_path("vocab/ggml-vocab-qwen2.gguf"));
     char *path = strdup(test_tmp_path(".gguf"));
     skv_synth_params p = {SKV_TYPE_Q8_0, 5, 0, 2};
     skv_err err = {0};
-    assert_int_equal(
-        skv_synth_write_ex(&s, &a, &p, test_model_path("vocab/ggml-vocab-qwen2.gguf"), path, &err),
-        SKV_OK);
+    assert_int_equal(skv_synth_write_ex(&s, &a, &p, vocab, path, &err), SKV_OK);
     skv_model *m = skv_model_load(path, &err);
     if (!m) fprintf(stderr, "%s\n", err.msg);
     assert_non_null(m);
