@@ -6,13 +6,13 @@
  *     (xor 0x80) and the 128 * sum(w) this adds is taken off first (the accumulator starts at
  *     minus it: one more vpdpbusd per W block, shared by all x rows). Two blocks per register,
  *     each 8 lanes scaled by its own dx * dw.
- *   - K-quants: the codes are unsigned already: vpdpbusd per 64 values, each lane scaled in float
- *     by d x its sub-block's scale; the min / offset terms as x's group sums times 16
- *     coefficients (one FMA per super-block).
+ *   - K-quants: the codes are unsigned already: vpmaddubsw per 64 values, then vpdpwssd with
+ *     the sub-blocks' 16-bit scales, summed over the super-block in integers and scaled in float
+ *     once (d_w x d_x); the min / offset terms as x's group sums times 16 coefficients (one FMA
+ *     per super-block).
  *   One or two x rows read the raw blocks, more read prepared rows; both do the same float
  *   operations per output in the same order, so a row's result does not depend on m or the
- *   thread split. (They differ from the AVX2 path's bits by rounding: it sums 8 lanes, not 16,
- *   and scales K-quants in integers.) */
+ *   thread split. (They differ from the AVX2 path's bits by rounding: it sums 8 lanes, not 16.) */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \
@@ -29,8 +29,8 @@
 /* Per output, in order over the row:
  *   Q8_0/Q4_0: acc = fma(float(int dot of blocks b, b + 1), [dx*dw of b] x 8 ++ [of b + 1] x 8,
  *              acc) for b = 0, 2, 4 ... (an odd last block with zeros in the high half);
- *   K-quants:  per super-block u = sum over its 4 x 64 values of float(int dot) * ds (a multiply,
- *              then 3 FMAs), acc = fma(u, dx, acc); and separately
+ *   K-quants:  per super-block u = integer sum over its 4 x 64 values of code x x x scale,
+ *              acc = fma(float(u), [d_w x d_x], acc); and separately
  *              cor = fma(coefficients[16], x group sums[16], cor).
  * The result is the 16-lane sum of acc (plus that of cor). Column blocks of KQ values carry acc
  * and cor from one to the next. */
@@ -78,10 +78,11 @@ static inline __m512i raw_q8_pair(const uint8_t *w, int b, int two, int q4, floa
     return join(lo, hi);
 }
 
-/* A K-quant super-block unpacked for vpdpbusd: code[c] = 64 unsigned codes; ds[c] = per dpbusd
- * lane (4 values) d times the scale of the sub-block those values are in; wc = per 16 values the
- * coefficient of x's group sum (-dmin * m for Q4_K/Q5_K, -32 d sc for Q6_K's offset). Both
- * d * scale products are exact in float.
+/* A K-quant super-block unpacked for integer dots: code[c] = 64 unsigned codes; sc[c] = per pair
+ * of values (one 16-bit lane of vpmaddubsw's result) the integer scale of the sub-block (Q6_K:
+ * group of 16) those values are in; d = the super-block's scale; wc = per 16 values the
+ * coefficient of x's group sum (-dmin * m for Q4_K/Q5_K, -32 d sc for Q6_K's offset, products
+ * exact in float).
  * Which values code[c] holds is what 512-bit loads of the block give most cheaply:
  *   Q6_K: values [64c, 64c + 64) in order.
  *   Q4_K/Q5_K: a 64-byte load of qs holds 4 sub-blocks' nibbles, so code[c] holds values
@@ -90,15 +91,18 @@ static inline __m512i raw_q8_pair(const uint8_t *w, int b, int two, int q4, floa
  *   (skv_act_rows_k_order). */
 typedef struct kblock {
     __m512i code[4];
-    __m512 ds[4];
+    __m512i sc[4];
+    float d;
     __m512 wc;
 } kblock;
 
-/* Lanes 0-7 from element e of v, lanes 8-15 from element f. */
-static inline __m512 two_elems(__m512 v, int e, int f) {
-    return _mm512_permutexvar_ps(
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(e)), _mm256_set1_epi32(f), 1),
-        v);
+/* The 16-bit scales of chunk c: words 0-15 get element e of s16, words 16-31 element f (a
+ * Q4_K/Q5_K chunk holds two sub-blocks of 32 values). */
+static inline __m512i two_words(__m256i s16, int e, int f) {
+    return _mm512_permutexvar_epi16(
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)e)),
+                           _mm256_set1_epi16((short)f), 1),
+        _mm512_castsi256_si512(s16));
 }
 
 /* Q4_K/Q5_K's 12 packed scale bytes s (16 may be read) as 16 bytes: the 8 six-bit scales, then
@@ -140,17 +144,20 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
                                                  _mm512_slli_epi16(h_hi, 4));
         }
         const float d = ld_f16(b + 208);
-        const __m512 scf =
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
-        const __m512 dsc = _mm512_mul_ps(_mm512_set1_ps(d), scf);
-        /* groups of 16 values: 4 lanes each */
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
+        /* groups of 16 values: 8 words each */
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
-            k->ds[c] = _mm512_permutexvar_ps(
-                _mm512_add_epi32(_mm512_set1_epi32(4 * c),
-                                 _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
-                dsc);
-        k->wc = _mm512_mul_ps(_mm512_set1_ps(-32.0f * d), scf);
+            k->sc[c] = _mm512_permutexvar_epi16(
+                _mm512_add_epi16(_mm512_set1_epi16((short)(4 * c)),
+                                 _mm512_setr_epi64(0, 0, 0x0001000100010001ll, 0x0001000100010001ll,
+                                                   0x0002000200020002ll, 0x0002000200020002ll,
+                                                   0x0003000300030003ll, 0x0003000300030003ll)),
+                _mm512_castsi256_si512(s16));
+        k->d = d;
+        k->wc = _mm512_mul_ps(_mm512_set1_ps(-32.0f * d),
+                              _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
         return;
     }
     const int q5 = t == SKV_TYPE_Q5_K;
@@ -175,15 +182,16 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
         k->code[2 * h] = lo;
         k->code[2 * h + 1] = hi;
     }
-    const float d = ld_f16(b);
     const float dmin = ld_f16(b + 2);
-    /* the 8 scales and 8 mins as floats in 16 lanes: sc = F[0..8), m = F[8..16) */
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales16(b + 4)));
-    const __m512 dsc = _mm512_mul_ps(_mm512_set1_ps(d), f);
-    /* sub-blocks of 32 values: 8 lanes each; code[c] holds sub-blocks q and q + 2 */
+    /* the 8 scales and 8 mins, sc = [0..8), m = [8..16) */
+    const __m128i sm = k4_scales16(b + 4);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
+    const __m256i s16 = _mm256_cvtepu8_epi16(sm);
+    /* sub-blocks of 32 values: 16 words each; code[c] holds sub-blocks q and q + 2 */
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++)
-        k->ds[c] = two_elems(dsc, 4 * (c / 2) + c % 2, 4 * (c / 2) + c % 2 + 2);
+        k->sc[c] = two_words(s16, 4 * (c / 2) + c % 2, 4 * (c / 2) + c % 2 + 2);
+    k->d = ld_f16(b);
     k->wc = _mm512_permutexvar_ps(
         _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
         _mm512_mul_ps(_mm512_set1_ps(-dmin), f));
@@ -198,11 +206,12 @@ void skv_act_rows_k_order(uint8_t *q, int64_t n) {
     }
 }
 
-/* Every K-quant output, per super-block: t = float(codes . x) * ds over its 4 x 64 values
- * (a multiply, then 3 FMAs), then acc = fma(t, dx, acc): the chain through acc is one FMA per
- * super-block, so consecutive super-blocks overlap. */
-static inline __m512 k_part(__m512i code, __m512i x) {
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), code, x));
+/* Every K-quant output, per super-block: u = sum over its 4 x 64 values of (codes . x per pair
+ * of values, vpmaddubsw) x the 16-bit scale (vpdpwssd), exact in 32-bit integers (at most
+ * 4 x 2 x 2 x 63 x 127 x 128 in a lane); then acc = fma(float(u), d_w x d_x, acc). One convert
+ * and one FMA per super-block where scaling each 64 values in float took 4 of each. */
+INLINE __m512i k_dot(__m512i u, __m512i code, __m512i x, __m512i sc) {
+    return _mm512_dpwssd_epi32(u, _mm512_maddubs_epi16(code, x), sc);
 }
 
 /* NW raw rows w[] (nb blocks of the weight type each) . one activation row, side by side (each
@@ -232,17 +241,17 @@ INLINE void dot_raw(skv_type t, int nw, const uint8_t *const *w, act_row a, int 
     const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
     for (int s = 0; s < nb; s++) {
         const int8_t *xq = a.q + 256 * s;
-        const __m512 dx = _mm512_set1_ps(a.d[s]), xs = _mm512_loadu_ps(a.s + 16 * s);
+        const float dx = a.d[s];
+        const __m512 xs = _mm512_loadu_ps(a.s + 16 * s);
 #pragma GCC unroll 2
         for (int k = 0; k < nw; k++) {
             kblock kb;
             unpack_k(w[k] + (size_t)s * bb, t, &kb);
-            __m512 u = _mm512_mul_ps(k_part(kb.code[0], _mm512_loadu_si512(xq)), kb.ds[0]);
+            __m512i u = _mm512_setzero_si512();
 #pragma GCC unroll 4
-            for (int c = 1; c < 4; c++)
-                u = _mm512_fmadd_ps(k_part(kb.code[c], _mm512_loadu_si512(xq + 64 * c)), kb.ds[c],
-                                    u);
-            acc[k] = _mm512_fmadd_ps(u, dx, acc[k]);
+            for (int c = 0; c < 4; c++)
+                u = k_dot(u, kb.code[c], _mm512_loadu_si512(xq + 64 * c), kb.sc[c]);
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_set1_ps(kb.d * dx), acc[k]);
             cor[k] = _mm512_fmadd_ps(kb.wc, xs, cor[k]);
         }
     }
@@ -307,8 +316,9 @@ typedef struct prep_q8x {
 /* A prepared K-quant row: the kblock of each super-block, stored. */
 typedef struct prep_kx {
     uint8_t q[KQ] ALIGNED64;
-    float ds[KQ / 4] ALIGNED64;
+    int16_t sc[KQ / 2] ALIGNED64;
     float wc[KQ / 16] ALIGNED64;
+    float d[KQ / 256];
 } prep_kx;
 
 static void prep_kx_fill(prep_kx *p, const uint8_t *w, skv_type t, int sb0, int nsb) {
@@ -318,9 +328,10 @@ static void prep_kx_fill(prep_kx *p, const uint8_t *w, skv_type t, int sb0, int 
         unpack_k(w + (size_t)(sb0 + s) * bb, t, &k);
         for (int c = 0; c < 4; c++) {
             _mm512_store_si512(p->q + 256 * s + 64 * c, k.code[c]);
-            _mm512_store_ps(p->ds + 64 * s + 16 * c, k.ds[c]);
+            _mm512_store_si512(p->sc + 128 * s + 32 * c, k.sc[c]);
         }
         _mm512_store_ps(p->wc + 16 * s, k.wc);
+        p->d[s] = k.d;
     }
 }
 
@@ -371,7 +382,11 @@ INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_kx *const *p, i
                    __m512 acc[MRQ][NRQ], __m512 cor[MRQ][NRQ]) {
     for (int s = 0; s < nsb; s++) {
         const int xo = 256 * (sb0 + s);
-        __m512 t[MRQ][NRQ];
+        __m512i t[MRQ][NRQ];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NRQ; j++) t[i][j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i w[NRQ];
@@ -381,18 +396,18 @@ INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_kx *const *p, i
             for (int i = 0; i < mr; i++) {
                 const __m512i x = _mm512_loadu_si512(a[i].q + xo + 64 * c);
 #pragma GCC unroll 4
-                for (int j = 0; j < NRQ; j++) {
-                    const __m512 ds = _mm512_load_ps(p[j]->ds + 64 * s + 16 * c);
-                    t[i][j] = c == 0 ? _mm512_mul_ps(k_part(w[j], x), ds)
-                                     : _mm512_fmadd_ps(k_part(w[j], x), ds, t[i][j]);
-                }
+                for (int j = 0; j < NRQ; j++)
+                    t[i][j] =
+                        k_dot(t[i][j], w[j], x, _mm512_load_si512(p[j]->sc + 128 * s + 32 * c));
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            const __m512 dx = _mm512_set1_ps(a[i].d[sb0 + s]);
+            const float dx = a[i].d[sb0 + s];
 #pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) acc[i][j] = _mm512_fmadd_ps(t[i][j], dx, acc[i][j]);
+            for (int j = 0; j < NRQ; j++)
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[i][j]),
+                                            _mm512_set1_ps(p[j]->d[s] * dx), acc[i][j]);
         }
     }
     for (int s = 0; s < nsb; s++) {
