@@ -370,6 +370,8 @@ MIXES = {
                 [0.25, 0.25, 0.15, 0.2, 0.1, 0.05]),
     "recall_k1": (["kvrep:1", "kvq:1", "passkey", "text", "repeat"], [0.4, 0.3, 0.1, 0.1, 0.1]),
     "recall_k2": (["kvrep:2", "kvq:2", "mkq", "passkey", "text"], [0.4, 0.3, 0.1, 0.1, 0.1]),
+    "recall_kv": (["kvrep", "kvq", "mkq", "passkey", "text"], [0.4, 0.4, 0.1, 0.05, 0.05]),
+    "recall_kvq": (["kvrep", "kvq", "mkq", "passkey", "text"], [0.2, 0.6, 0.1, 0.05, 0.05]),
 }
 
 

@@ -8,6 +8,7 @@ Writes DIR/ckpt.pt (state dict + config + step) after every phase and every --sa
 and DIR/log.txt. The data stream depends only on --seed; eval prompts use seeds >= 10**6
 (never used in training)."""
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -18,6 +19,26 @@ import time
 # Debian's torch calls whatever libblas.so.3 is installed; with OpenBLAS (libopenblas0-pthread)
 # one thread per process is fastest here: the work is many small matrix products
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def keep_freed_memory():
+    """Have glibc's malloc keep freed memory for reuse instead of returning it to the kernel.
+    A step allocates and frees tens of MB of activations (the attention's score blocks are up
+    to 8 MB each); by default every block over the mmap threshold is a fresh mapping whose pages
+    fault in on first touch, and the faults cost as much as the arithmetic (measured: a step at
+    4 x 1,024 tokens 0.73-0.80 s -> 0.61 s, at 16 x 256 0.5-1.1 s -> 0.48 s, no page faults
+    after the first steps). The numbers a step computes are unchanged (tested bitwise on 40
+    steps). mallopt's parameters: M_TRIM_THRESHOLD -1, M_TOP_PAD -2, M_MMAP_THRESHOLD -3."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 32 << 20)  # the largest threshold glibc accepts; bigger blocks are rare
+        libc.mallopt(-1, 2**31 - 1)
+        libc.mallopt(-2, 256 << 20)
+    except (OSError, AttributeError):
+        pass  # not glibc: slower, the same numbers
+
+
+keep_freed_memory()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
