@@ -358,114 +358,176 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* Raw Q8_0 / Q4_0 row (nb blocks) . one activation row. One accumulator in block order, like
- * the tiled path (the out-of-order core overlaps consecutive rows' chains). */
-INLINE float dot_raw_q8(const uint8_t *w, act_row a, int nb, int q4) {
-    __m256 acc = _mm256_setzero_ps();
+/* The raw-block dots below take NW rows w[0..nw) side by side against one activation row: the
+ * x loads are shared and nw streams of W are in flight, and each row's sum goes through the same
+ * operations in the same order as alone (and as in the prepared tiles below), so the result of
+ * a row does not depend on its neighbour. */
+#define NW 2
+
+/* Q8_0 / Q4_0 (nb blocks): one accumulator per row in block order, like the tiled path. */
+INLINE void dot_raw_q8(const uint8_t *const *w, int nw, act_row a, int nb, int q4, float *y) {
+    __m256 acc[NW];
     const size_t bb = q4 ? 18 : 34;
-    for (int b = 0; b < nb; b++, w += bb) {
-        __m256i wv = q4 ? unpack_q4_0(w + 2) : _mm256_loadu_si256((const __m256i *)(w + 2));
-        __m256i p = dot_s8(wv, _mm256_load_si256((const __m256i *)(a.q + 32 * b)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(ld_f16(w) * a.d[b]), acc);
+    for (int k = 0; k < NW; k++) acc[k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m256i x = _mm256_load_si256((const __m256i *)(a.q + 32 * b));
+#pragma GCC unroll 2
+        for (int k = 0; k < nw; k++) {
+            const uint8_t *p = w[k] + (size_t)b * bb;
+            const __m256i wv =
+                q4 ? unpack_q4_0(p + 2) : _mm256_loadu_si256((const __m256i *)(p + 2));
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(wv, x)),
+                                     _mm256_set1_ps(ld_f16(p) * a.d[b]), acc[k]);
+        }
     }
-    return hsum(acc);
+    for (int k = 0; k < nw; k++) y[k] = hsum(acc[k]);
 }
 
-/* Raw Q4_K/Q5_K row (nsb super-blocks) . one activation row: per chunk maddubs then madd with
- * the sub-block scale, summed in int32 over the super-block; the mins meet x's group sums. */
-static inline float dot_raw_k45(const uint8_t *w, act_row a, int nsb, int q5) {
+/* Q4_K/Q5_K (nsb super-blocks): per chunk maddubs then madd with the sub-block scale, summed in
+ * int32 over the super-block; the mins meet x's group sums. */
+INLINE void dot_raw_k45(const uint8_t *const *w, int nw, act_row a, int nsb, int q5, float *y) {
     const size_t bb = q5 ? 176 : 144;
     const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     const __m256i dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
-    __m256 acc = _mm256_setzero_ps(), cor = _mm256_setzero_ps();
-    for (int s = 0; s < nsb; s++, w += bb) {
-        __m128i sc, mn;
-        k4_scales(w + 4, &sc, &mn);
-        const __m256i scb = _mm256_broadcastsi128_si256(sc);
-        const uint8_t *qs = w + (q5 ? 48 : 16);
+    __m256 acc[NW], cor[NW];
+    for (int k = 0; k < NW; k++) acc[k] = cor[k] = _mm256_setzero_ps();
+    for (int s = 0; s < nsb; s++) {
         const int8_t *xq = a.q + 256 * s;
-        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i lo, hi;
-            k45_codes(qs, hb, c, q5, &lo, &hi);
-            __m256i p0 = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)(xq + 64 * c))),
-                bcast_i16(scb, 2 * c));
-            __m256i p1 = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xq + 64 * c + 32))),
-                bcast_i16(scb, 2 * c + 1));
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ld_f16(w) * a.d[s]), acc);
-        /* the mins: -dmin * m[j] for both groups of 16 of sub-block j, times x's group sums */
-        __m256 wc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(mn)),
-                                  _mm256_set1_ps(-ld_f16(w + 2)));
         const float *xs = a.s + 16 * s;
-        cor = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_lo), _mm256_loadu_ps(xs), cor);
-        cor = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_hi), _mm256_loadu_ps(xs + 8), cor);
+#pragma GCC unroll 2
+        for (int k = 0; k < nw; k++) {
+            const uint8_t *b = w[k] + (size_t)s * bb;
+            __m128i sc, mn;
+            k4_scales(b + 4, &sc, &mn);
+            const __m256i scb = _mm256_broadcastsi128_si256(sc);
+            const uint8_t *qs = b + (q5 ? 48 : 16);
+            const __m256i hb =
+                q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+            __m256i isum = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i lo, hi;
+                k45_codes(qs, hb, c, q5, &lo, &hi);
+                __m256i p0 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)(xq + 64 * c))),
+                    bcast_i16(scb, 2 * c));
+                __m256i p1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(hi,
+                                         _mm256_load_si256((const __m256i *)(xq + 64 * c + 32))),
+                    bcast_i16(scb, 2 * c + 1));
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+            }
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ld_f16(b) * a.d[s]),
+                                     acc[k]);
+            /* the mins: -dmin * m[j] for both groups of 16 of sub-block j, times x's group sums */
+            __m256 wc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(mn)),
+                                      _mm256_set1_ps(-ld_f16(b + 2)));
+            cor[k] =
+                _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_lo), _mm256_loadu_ps(xs), cor[k]);
+            cor[k] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_hi), _mm256_loadu_ps(xs + 8),
+                                     cor[k]);
+        }
     }
-    return hsum(acc) + hsum(cor);
+    for (int k = 0; k < nw; k++) y[k] = hsum(acc[k]) + hsum(cor[k]);
 }
 
-static inline float dot_raw_q6k(const uint8_t *w, act_row a, int nsb) {
-    __m256 acc = _mm256_setzero_ps(), cor = _mm256_setzero_ps();
-    for (int s = 0; s < nsb; s++, w += 210) {
-        const int8_t *sc = (const int8_t *)(w + 192);
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+/* Q6_K (nsb super-blocks): codes 0..63 with maddubs, the 16 signed scales with madd; the -32
+ * offset as -32 d sc[g] times x's group sums. */
+INLINE void dot_raw_q6k(const uint8_t *const *w, int nw, act_row a, int nsb, float *y) {
+    __m256 acc[NW], cor[NW];
+    for (int k = 0; k < NW; k++) acc[k] = cor[k] = _mm256_setzero_ps();
+    for (int s = 0; s < nsb; s++) {
         const int8_t *xq = a.q + 256 * s;
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i code[4];
-            q6_codes(w + 64 * h, w + 128 + 32 * h, code);
-            for (int k = 0; k < 4; k++) {
-                int c = 4 * h + k;
-                __m256i p = _mm256_maddubs_epi16(code[k],
-                                                 _mm256_load_si256((const __m256i *)(xq + 32 * c)));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, q6_chunk_scales(s16, c)));
-            }
-        }
-        float d = ld_f16(w + 208);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * a.d[s]), acc);
-        /* the -32 offset: -32 d sc[g] times x's group sum g */
         const float *xs = a.s + 16 * s;
-        const __m256 m32d = _mm256_set1_ps(-32.0f * d);
-        __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
-        __m256 f1 =
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8))));
-        cor = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f0), _mm256_loadu_ps(xs), cor);
-        cor = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f1), _mm256_loadu_ps(xs + 8), cor);
+#pragma GCC unroll 2
+        for (int k = 0; k < nw; k++) {
+            const uint8_t *b = w[k] + (size_t)s * 210;
+            const int8_t *sc = (const int8_t *)(b + 192);
+            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+            __m256i isum = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                __m256i code[4];
+                q6_codes(b + 64 * h, b + 128 + 32 * h, code);
+                for (int j = 0; j < 4; j++) {
+                    int c = 4 * h + j;
+                    __m256i p = _mm256_maddubs_epi16(
+                        code[j], _mm256_load_si256((const __m256i *)(xq + 32 * c)));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, q6_chunk_scales(s16, c)));
+                }
+            }
+            float d = ld_f16(b + 208);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * a.d[s]), acc[k]);
+            const __m256 m32d = _mm256_set1_ps(-32.0f * d);
+            __m256 f0 =
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+            __m256 f1 = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8))));
+            cor[k] = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f0), _mm256_loadu_ps(xs), cor[k]);
+            cor[k] = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f1), _mm256_loadu_ps(xs + 8), cor[k]);
+        }
     }
-    return hsum(acc) + hsum(cor);
+    for (int k = 0; k < nw; k++) y[k] = hsum(acc[k]) + hsum(cor[k]);
+}
+
+INLINE void dot_raw(skv_type t, const uint8_t *const *w, int nw, act_row a, int nb, float *y) {
+    switch (t) {
+    case SKV_TYPE_Q8_0:
+        dot_raw_q8(w, nw, a, nb, 0, y);
+        break;
+    case SKV_TYPE_Q4_0:
+        dot_raw_q8(w, nw, a, nb, 1, y);
+        break;
+    case SKV_TYPE_Q4_K:
+        dot_raw_k45(w, nw, a, nb, 0, y);
+        break;
+    case SKV_TYPE_Q5_K:
+        dot_raw_k45(w, nw, a, nb, 1, y);
+        break;
+    default:
+        dot_raw_q6k(w, nw, a, nb, y);
+        break;
+    }
+}
+
+/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks, NW rows at a time (rows j and j + h:
+ * two distant streams of W); t is a constant after inlining. */
+INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    const int bs = skv_act_block(t), nb = mm->n_in / bs, h = (r1 - r0) / NW;
+    const uint8_t *w0 = (const uint8_t *)mm->w;
+    const size_t st = mm->w_stride;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, bs);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int j = 0; j < h; j++) {
+            const uint8_t *w[NW];
+            float v[NW];
+            for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r0 + j + k * h) * st;
+            dot_raw(t, w, NW, a, nb, v);
+            for (int k = 0; k < NW; k++) y[r0 + j + k * h] = v[k];
+        }
+        for (int r = r0 + NW * h; r < r1; r++) {
+            const uint8_t *w[NW] = {w0 + (size_t)r * st};
+            dot_raw(t, w, 1, a, nb, y + r);
+        }
+    }
 }
 
 static void gemv_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    const skv_type t = mm->wt;
-    const int bs = skv_act_block(t), nb = mm->n_in / bs;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * mm->w_stride;
-        for (int i = i0; i < i1; i++) {
-            act_row a = act_at(mm, i, bs);
-            float v;
-            switch (t) {
-            case SKV_TYPE_Q8_0:
-                v = dot_raw_q8(w, a, nb, 0);
-                break;
-            case SKV_TYPE_Q4_0:
-                v = dot_raw_q8(w, a, nb, 1);
-                break;
-            case SKV_TYPE_Q4_K:
-                v = dot_raw_k45(w, a, nb, 0);
-                break;
-            case SKV_TYPE_Q5_K:
-                v = dot_raw_k45(w, a, nb, 1);
-                break;
-            default:
-                v = dot_raw_q6k(w, a, nb);
-                break;
-            }
-            mm->y[(size_t)i * mm->n_out + r] = v;
-        }
+    switch (mm->wt) {
+    case SKV_TYPE_Q8_0:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q8_0);
+        break;
+    case SKV_TYPE_Q4_0:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_0);
+        break;
+    case SKV_TYPE_Q4_K:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
+        break;
+    case SKV_TYPE_Q5_K:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
+        break;
+    default:
+        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q6_K);
+        break;
     }
 }
 
