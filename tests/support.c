@@ -26,6 +26,11 @@ const char *test_fixture_path(const char *rel) {
     return NULL;
 }
 
+const char *test_stories_path(void) {
+    const char *p = test_fixture_path("stories260K/stories260K.gguf");
+    return p ? p : REPO_STORIES; /* missing: the load fails with the file's name */
+}
+
 const char *test_model_path(const char *rel) {
     const char *p = test_fixture_path(rel);
     if (p) return p;

@@ -16,6 +16,9 @@
  * allocating. test_fixture_path returns NULL instead (for group setups). */
 const char *test_model_path(const char *rel);
 const char *test_fixture_path(const char *rel);
+/* stories260K.gguf (the fixture or the repository's copy) without skipping: for group setups,
+ * which cannot skip; when neither exists, the path that a load then fails on. */
+const char *test_stories_path(void);
 /* Whole file into a malloc'd buffer (caller frees); NULL when missing. */
 void *test_read_file(const char *path, size_t *size);
 /* A fresh temporary file path under $TMPDIR with the given suffix (static buffer). */

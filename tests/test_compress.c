@@ -1107,7 +1107,7 @@ static void test_cli_compress(void **state) {
 static int setup(void **state) {
     (void)state;
     skv_err err = {0};
-    model = skv_model_load(test_model_path("stories260K/stories260K.gguf"), &err);
+    model = skv_model_load(test_stories_path(), &err);
     if (!model) {
         fprintf(stderr, "load failed: %s\n", err.msg);
         return -1;

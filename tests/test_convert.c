@@ -39,6 +39,13 @@ static bool have_models(void) {
     return access(ck_path, R_OK) == 0 && access(tok_path, R_OK) == 0 && access(ref_path, R_OK) == 0;
 }
 
+/* Skips with the line test_model_path prints, naming the first absent fixture. */
+static void skip_no_models(void) {
+    test_model_path("stories260K/stories260K.bin");
+    test_model_path("stories260K/tok512.bin");
+    skip();
+}
+
 static void write_file(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
@@ -108,7 +115,7 @@ static void assert_same_model(const skv_gguf *ref, const skv_gguf *out) {
 
 static void test_stories260k_matches_reference(void **state) {
     (void)state;
-    if (!have_models()) skip();
+    if (!have_models()) skip_no_models();
     char out[4096];
     snprintf(out, sizeof out, "%s", test_tmp_path("_stories260K.gguf"));
     skv_err err = {0};
@@ -135,7 +142,7 @@ static void test_stories260k_matches_reference(void **state) {
  * refused before anything is written. */
 static void test_rope_theta(void **state) {
     (void)state;
-    if (!have_models()) skip();
+    if (!have_models()) skip_no_models();
     char out[4096];
     snprintf(out, sizeof out, "%s", test_tmp_path("_theta.gguf"));
     skv_err err = {0};
@@ -270,7 +277,7 @@ static void convert_and_compare(const fbuf *ck, bool shared) {
 
 static void test_v0_and_unshared(void **state) {
     (void)state;
-    if (!have_models()) skip();
+    if (!have_models()) skip_no_models();
     size_t n;
     uint8_t *v1 = test_read_file(ck_path, &n);
     assert_non_null(v1);
@@ -324,7 +331,7 @@ static void expect_error(const void *ck, size_t ck_n, const void *tok, size_t to
 
 static void test_bad_inputs(void **state) {
     (void)state;
-    if (!have_models()) skip();
+    if (!have_models()) skip_no_models();
     size_t n, tn;
     uint8_t *ck = test_read_file(ck_path, &n);
     uint8_t *tok = test_read_file(tok_path, &tn);

@@ -24,8 +24,8 @@ static skv_model *model;
 static int setup(void **state) {
     (void)state;
     skv_err err = {0};
-    model = skv_model_load(test_model_path(MODEL), &err);
-    if (!model) fprintf(stderr, "cannot load %s: %s\n", test_model_path(MODEL), err.msg);
+    model = skv_model_load(test_stories_path(), &err);
+    if (!model) fprintf(stderr, "cannot load %s: %s\n", test_stories_path(), err.msg);
     return model ? 0 : -1;
 }
 

@@ -40,7 +40,7 @@ static skv_model *model;
 static int setup(void **state) {
     (void)state;
     skv_err err = {0};
-    model = skv_model_load(test_model_path("stories260K/stories260K.gguf"), &err);
+    model = skv_model_load(test_stories_path(), &err);
     if (!model) fprintf(stderr, "load failed: %s\n", err.msg);
     return model ? 0 : -1;
 }

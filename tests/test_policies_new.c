@@ -756,7 +756,7 @@ static void test_cli_eval_budget(void **state) {
 static int setup(void **state) {
     (void)state;
     skv_err err = {0};
-    const char *path = test_model_path("stories260K/stories260K.gguf");
+    const char *path = test_stories_path();
     model = skv_model_load(path, &err);
     if (!model) return -1;
     rmodel = ref_model_load(path);

@@ -498,8 +498,9 @@ static void test_real_vocab(void **state) {
     const skv_synth_shape s = {"vocab-small", "test", 300, 64, 64, 64, 1, 4, 2, 64,
                                1e6f,          1e-6f,  true};
     skv_synth_arch a = {.arch = "qwen2", .qkv_bias = true};
-    char vocab[4096];
+    char vocab[4096], phi3[4096]; /* fixtures first: a skip must not leak */
     snprintf(vocab, sizeof vocab, "%s", test_model_path("vocab/ggml-vocab-qwen2.gguf"));
+    snprintf(phi3, sizeof phi3, "%s", test_model_path("archs/phi3-tiny.gguf"));
     char *path = strdup(test_tmp_path(".gguf"));
     skv_synth_params p = {SKV_TYPE_Q8_0, 5, 0, 2};
     skv_err err = {0};
@@ -520,10 +521,10 @@ static void test_real_vocab(void **state) {
     skv_model_free(m);
     unlink(path);
     /* the CLI takes --vocab; a file without tokens is refused with exit 2 */
-    char cmd[2048];
+    char cmd[10000];
     int st;
     snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q8_0 --vocab %s -o %s 2>&1",
-             test_cli(), test_model_path("archs/phi3-tiny.gguf"), path);
+             test_cli(), phi3, path);
     free(test_run(cmd, &st));
     assert_int_equal(st, 0); /* phi3-tiny holds a tokenizer: 1004 tokens */
     m = skv_model_load(path, &err);
@@ -531,8 +532,13 @@ static void test_real_vocab(void **state) {
     assert_int_equal(skv_model_hparams(m)->n_vocab, 1004);
     skv_model_free(m);
     unlink(path);
+    const char *notok = test_tmp_path(".json"); /* a file that is not a GGUF */
+    FILE *nf = fopen(notok, "w");
+    assert_non_null(nf);
+    fputs("{\"tokens\": [1, 2, 3]}\n", nf);
+    fclose(nf);
     snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q8_0 --vocab %s -o %s 2>&1",
-             test_cli(), test_model_path("stories260K/reference_logits.json"), path);
+             test_cli(), notok, path);
     char *out = test_run(cmd, &st);
     assert_int_equal(st, 2);
     free(out);
