@@ -12,6 +12,7 @@
 #include "common.h"
 #include "threads.h"
 
+#include <float.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,6 +90,14 @@ void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt,
  * value = d * q with d = amax / 127 per block, q rounded to nearest; s[g] = d * (sum of q over
  * the g-th group of 16 values), which serves the offset and min terms of Q4_0 and K-quants. */
 int skv_act_block(skv_type wt); /* 0 for float weights */
+/* 127 / amax, which maps a block onto [-127, 127]; 0 when amax is 0 or so small (below about
+ * 3.7e-37) that the quotient overflows. Such a block gets zero codes (its values are 0 to within
+ * d = amax / 127) where an infinite factor made codes of -128 (AVX2: the conversion of an
+ * infinity) or +-127 and the conversion of a NaN (scalar). Both versions use this. */
+static inline float skv_act_inv_scale(float amax) {
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return id <= FLT_MAX ? id : 0.0f;
+}
 static inline size_t skv_act_off_d(int64_t n) {
     return ((size_t)n + 31) & ~(size_t)31;
 }

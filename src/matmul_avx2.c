@@ -62,7 +62,7 @@ void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs) {
             continue;
         }
         float amax = hmax(vmax);
-        float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float db = amax / 127.0f, id = skv_act_inv_scale(amax);
         d[b] = db;
         const __m256 vid = _mm256_set1_ps(id);
         for (int j = 0; j < bs; j += 32) {

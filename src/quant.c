@@ -755,7 +755,7 @@ void skv_quantize_act_row(const float *x, void *dst, int64_t n, int bs) {
             for (int g = 0; g < bs / 16; g++) s[b * (bs / 16) + g] = NAN;
             continue;
         }
-        float db = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float db = amax / 127.0f, id = skv_act_inv_scale(amax);
         d[b] = db;
         for (int j = 0; j < bs; j++) qb[j] = sat_i8(nearbyintf(xb[j] * id));
         for (int g = 0; g < bs / 16; g++) {

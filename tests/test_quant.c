@@ -607,6 +607,37 @@ static void test_act_rows(void **s) {
     }
 }
 
+/* A block whose largest magnitude is tiny (here 1e-38 and subnormals, where 127 / amax
+ * overflows): zero codes in [-127, 127], the same bytes from the SIMD version (which wrote -128
+ * for every code before). */
+static void test_act_tiny(void **s) {
+    (void)s;
+    const int bss[2] = {32, 256};
+    for (int v = 0; v < 2; v++) {
+        int bs = bss[v];
+        size_t rb = skv_act_row_bytes(N, bs);
+        uint8_t *a = aligned_alloc(32, rb), *a2 = aligned_alloc(32, rb);
+        float x[N];
+        make_row(x, 7);
+        for (int j = 0; j < bs; j++) x[bs + j] = j % 3 == 0 ? 0.0f : (j % 2 ? 1e-38f : -1e-40f);
+        memset(a, 0x55, rb);
+        skv_quantize_act_row(x, a, N, bs);
+        const float *d = (const float *)(a + skv_act_off_d(N));
+        assert_true(d[1] >= 0.0f && d[1] < 1e-39f);
+        for (int j = 0; j < bs; j++) assert_int_equal(((int8_t *)a)[bs + j], 0);
+        assert_true(fabsf(d[0]) > 0.0f);
+#ifdef SKV_HAVE_MATMUL_AVX2
+        if (skv_kernels_use_simd()) {
+            memset(a2, 0x55, rb);
+            skv_quantize_act_row_avx2(x, a2, N, bs);
+            assert_memory_equal(a, a2, rb);
+        }
+#endif
+        free(a);
+        free(a2);
+    }
+}
+
 /* A block with an infinity or a NaN: NaN scale and zero codes (so products come out NaN), the
  * same bytes from the SIMD version; the other blocks are untouched. */
 static void test_act_nonfinite(void **s) {
@@ -685,6 +716,7 @@ int main(void) {
         cmocka_unit_test(test_can_quantize),
         cmocka_unit_test(test_act_rows),
         cmocka_unit_test(test_act_nonfinite),
+        cmocka_unit_test(test_act_tiny),
         cmocka_unit_test(test_vec_dot),
         cmocka_unit_test(test_k_search_beats_simple),
         cmocka_unit_test(test_k_search_nonfinite),
