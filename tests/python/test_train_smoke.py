@@ -123,7 +123,7 @@ def test_export_records_rope_theta(cli_ok, tmp_path):
     assert np.abs(got - export.torch_logits(m, ids)).max() < 1e-3
 
 
-@pytest.mark.parametrize("task", ["kvq", "mkq", "kvrep"])
+@pytest.mark.parametrize("task", ["kvq", "kvq1", "mkq", "kvrep", "kvrepl"])
 def test_multi_question_samples_answer_what_they_ask(task):
     # Each answer span (7 tokens: " NNNNN.") must hold the value that the text before it
     # pairs with the key it asks for, read back from the text itself.
@@ -138,13 +138,13 @@ def test_multi_question_samples_answer_what_they_ask(task):
                 ans = data.decode(ids[a:a + 7])  # decode drops the leading space
                 assert re.fullmatch(r"\d{5}\.", ans), ans
                 before = data.decode(ids[1:a])
-                if task == "kvrep":
+                if task.startswith("kvrep"):
                     key = re.search(r"([a-z]{3}):$", before).group(1)
                     want = re.search(r"(?:^| )%s: (\d{5})\." % key, before).group(1)
                 else:
-                    noun = "value of" if task == "kvq" else "magic number for"
+                    noun = "value of" if task.startswith("kvq") else "magic number for"
                     key = re.search(r"The %s (\w+) is$" % noun, before).group(1)
-                    pat = (r" %s: (\d{5})\." if task == "kvq" else
+                    pat = (r" %s: (\d{5})\." if task.startswith("kvq") else
                            r"The magic number for %s is (\d{5})\.") % key
                     want = re.search(pat, before).group(1)
                 assert ans[:5] == want, (task, before[-80:], ans)
@@ -217,3 +217,58 @@ def test_presets_name_their_attention():
     assert chunks("v2") == [[0, 0, 0, 0], [0, 0, 0]]
     assert train.phase_attn_chunk(train.PRESETS["v2"][0], 512, override=64) == 64
     assert train.phase_attn_chunk(train.PRESETS["full"][0], 1024, override=0) == 0
+
+
+@pytest.mark.parametrize("at", [0, 1, None])
+def test_grow_layers_keeps_the_function(at):
+    """train.grow_layers inserts layers whose output projections are zero: the grown model's
+    logits equal the old model's, the old parameters (and their Adam moments) are the same
+    objects, and a step changes the new layers' output projections (they learn)."""
+    import model
+    import train
+
+    torch.manual_seed(5)
+    cfg = model.Config(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden=64, max_seq_len=64)
+    m = model.Transformer(cfg)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randint(0, data.VOCAB_SIZE, (2, 40))
+    m(x).sum().backward()
+    opt.step()
+    old = list(m.parameters())
+    with torch.no_grad():
+        before = m(x)
+    opt = train.grow_layers(m, opt, 2, at)
+    assert m.cfg.n_layers == 4 and len(m.layers) == 4
+    with torch.no_grad():
+        assert torch.equal(m(x), before)
+    ids = {id(p) for p in m.parameters()}
+    assert all(id(p) in ids and p in opt.state for p in old)
+    new = m.layers[2 if at is None else at]
+    assert not new.wo.weight.any() and not new.w2.weight.any()
+    opt.zero_grad()
+    train.loss_fn(m, x[:, :-1], x[:, 1:], torch.ones(2, 39)).backward()
+    opt.step()
+    assert new.wo.weight.any() and new.w2.weight.any()
+
+
+def test_ema_averages_the_last_stage(tmp_path):
+    """--ema: the training itself is unchanged (decay 0 gives the plain run's final weights bit
+    for bit), and over a last stage of one step, decay 0.5 gives the mean of the weights before
+    and after that step (the stage's start is the previous phase's checkpoint)."""
+    def run(name, *extra):
+        out = str(tmp_path / name)
+        subprocess.run([sys.executable, os.path.join(TRAIN, "train.py"), "--preset", "smoke",
+                        "--out", out, "--eval-n", "0", "--phases", '[[256, 2, 1, "recall2"]]',
+                        *extra], check=True, capture_output=True)
+        return out
+
+    plain, ema = run("plain"), run("ema", "--ema", "0,0.5")
+    start = torch.load(os.path.join(plain, "ckpt_step6.pt"))["model"]
+    end = torch.load(os.path.join(plain, "ckpt.pt"))["model"]
+    last = torch.load(os.path.join(ema, "ckpt_step7_last.pt"))["model"]
+    got0 = torch.load(os.path.join(ema, "ckpt.pt"))["model"]
+    got5 = torch.load(os.path.join(ema, "ckpt_step7_ema0.5.pt"))["model"]
+    assert not all(torch.equal(start[k], end[k]) for k in end)
+    for k in end:
+        assert torch.equal(got0[k], end[k]) and torch.equal(last[k], end[k]), k
+        assert torch.equal(got5[k], start[k] * 0.5 + end[k] * 0.5), k

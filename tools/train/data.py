@@ -266,7 +266,8 @@ def _questions_sample(prompt, answers, questions):
     return ids + [EOS], starts
 
 
-MULTI_TASKS = ("kvq", "mkq", "kvrep")  # the tasks of make_multi_sample (with an optional ":N")
+# the tasks of make_multi_sample (with an optional ":N")
+MULTI_TASKS = ("kvq", "kvq1", "mkq", "kvrep", "kvrepl")
 
 
 def make_multi_sample(rng, task, max_len):
@@ -284,10 +285,13 @@ def _make_multi_sample(rng, task, max_len, key_len):
     26**N pairs then).
     Returns (ids, [answer starts]) with len(ids) <= max_len + 1."""
     budget = max_len + 1
-    if task == "kvq":
-        q = rng.randint(1, 8)
+    if task in ("kvq", "kvq1"):
+        # kvq1: 1-2 questions, so that the list is as long as the evaluation's (~70-76 pairs
+        # at 1,024 tokens, where kvq's 1-8 questions leave ~45-75)
+        q = rng.randint(1, 8 if task == "kvq" else 2)
         per_q = len(encode_cont(" What is the value of abc? The value of abc is 00000."))
-        room = budget - 1 - per_q * q
+        # (kvq counts the first question twice; kvq1 does not, so that its lists are full)
+        room = budget - 1 - per_q * q if task == "kvq" else budget - 9 - per_q * (q - 1)
         while q > 1 and room < 60:
             q -= 1
             room += per_q
@@ -303,19 +307,27 @@ def _make_multi_sample(rng, task, max_len, key_len):
         asked = [first] + rest
         qs = [" What is the value of %s? The value of %s is" % (keys[i], keys[i]) for i in asked]
         ids, starts = _questions_sample(kv_text(keys, vals, first), [vals[i] for i in asked], qs)
-    elif task == "kvrep":
+    elif task in ("kvrep", "kvrepl"):
         # the pairs, then " Again:" and the same pairs in a random order: every repeated value
         # is found by matching its key and ':' (4 tokens) in the first listing, the associative
         # recall that kv asks for, with a target in every pair of the second half
-        # (no intro: at 128 tokens it would leave room for 2 pairs)
+        # (no intro: at 128 tokens it would leave room for 2 pairs). kvrepl: a listing of
+        # 60-100% of what fits alone, then as many of its pairs as fit after it, so that lists
+        # are as long as the evaluation's (kvrep's two listings hold ~38 pairs each at 1,024)
         per = len(encode_cont(" abc: 00000."))
-        n = max(2, (budget - 1 - len(encode("Again:"))) // (2 * per))
+        room = budget - 1 - len(encode("Again:"))
+        if task == "kvrep":
+            n = max(2, room // (2 * per))
+        else:
+            n = max(2, int(room // per * rng.uniform(0.6, 1.0)))
         n = min(n, 26 ** key_len)
         keys = _kv_keys(n, rng, key_len)
         vals = [_key(rng) for _ in range(n)]
         ids = encode("".join("%s: %s. " % kv for kv in zip(keys, vals)) + "Again:")
         starts = []
         for i in rng.sample(range(n), n):
+            if task == "kvrepl" and len(ids) + per > budget - 1:
+                break
             ids += encode_cont(" %s:" % keys[i])
             starts.append(len(ids))
             ids += encode_cont(" %s." % vals[i])
@@ -372,6 +384,8 @@ MIXES = {
     "recall_k2": (["kvrep:2", "kvq:2", "mkq", "passkey", "text"], [0.4, 0.3, 0.1, 0.1, 0.1]),
     "recall_kv": (["kvrep", "kvq", "mkq", "passkey", "text"], [0.4, 0.4, 0.1, 0.05, 0.05]),
     "recall_kvq": (["kvrep", "kvq", "mkq", "passkey", "text"], [0.2, 0.6, 0.1, 0.05, 0.05]),
+    "recall_long": (["kvrep", "kvq1", "mkq", "passkey", "text"], [0.3, 0.3, 0.2, 0.1, 0.1]),
+    "recall_replong": (["kvrepl", "kvq", "mkq", "passkey", "text"], [0.3, 0.3, 0.2, 0.1, 0.1]),
 }
 
 

@@ -131,6 +131,29 @@ def phase_attn_chunk(st, max_len, override=None):
     return st.get("attn_block", DEFAULT_ATTN_CHUNK)
 
 
+def grow_layers(m, opt, n_new, at):
+    """Insert n_new fresh layers before layer index at (None: after the last), in place, and
+    return an AdamW over all parameters that keeps the old parameters' moments. A new layer's
+    output projections (wo, w2) start at zero, so the grown model computes exactly what it did
+    (the residual passes through) and the new layers start from the gradient alone."""
+    cfg = m.cfg
+    at = cfg.n_layers if at is None else at
+    for i in range(n_new):
+        b = model.Block(cfg)
+        for n, p in b.named_parameters():
+            if n.endswith("wo.weight") or n.endswith("w2.weight"):
+                torch.nn.init.zeros_(p)
+            elif p.dim() == 2:
+                torch.nn.init.normal_(p, 0.0, 0.02)
+        m.layers.insert(at + i, b)
+    cfg.n_layers += n_new
+    new = torch.optim.AdamW(m.parameters(), lr=opt.param_groups[0]["lr"], betas=(0.9, 0.95),
+                            weight_decay=0.01)
+    for p, state in opt.state.items():
+        new.state[p] = state
+    return new
+
+
 def collate(samples):
     """samples: (ids, answer start | [answer starts] | None)."""
     T = max(len(s[0]) for s in samples) - 1
@@ -198,6 +221,10 @@ def main():
     ap.add_argument("--cfg", help="JSON dict overriding the preset's model config")
     ap.add_argument("--then", help="JSON list of phases: a stage appended after the preset's "
                     "(its own warmup and cosine; with --resume, an experiment on a finished run)")
+    ap.add_argument("--grow", help='JSON dict: the last stage first grows the model, e.g. '
+                    '{"n_layers": 5, "at": 3} inserts a fresh layer before layer 3')
+    ap.add_argument("--ema", help="decays (comma-separated) of running averages of the weights "
+                    "over the last stage; its result is the first one's average")
     ap.add_argument("--lr", type=float, help="peak learning rate of the last stage")
     ap.add_argument("--attn-chunk", type=int,
                     help="query rows per attention block in every phase (0: whole matrix), "
@@ -219,6 +246,10 @@ def main():
                               if k in stages[-1]}))
     if args.lr:
         stages[-1]["lr"] = args.lr
+    if args.ema:
+        stages[-1]["ema"] = [float(x) for x in args.ema.split(",")]
+    if args.grow:
+        stages[-1]["grow"] = json.loads(args.grow)
     if args.cfg:
         stages[0]["cfg"] = dict(stages[0]["cfg"], **json.loads(args.cfg))
     torch.set_num_threads(args.threads)
@@ -237,18 +268,27 @@ def main():
         logf.write(s + "\n")
         logf.flush()
 
+    ema = {}  # decay -> {name: tensor}: running averages of the weights in a stage with "ema"
+
     def save(tag="ckpt.pt"):
         torch.save({"model": m.state_dict(), "cfg": cfg.__dict__, "step": step,
                     "opt": opt.state_dict(), "rng": rng.getstate(),
-                    "torch_rng": torch.get_rng_state()}, os.path.join(args.out, tag))
+                    "torch_rng": torch.get_rng_state(), "ema": ema},
+                   os.path.join(args.out, tag))
 
     start_step = 0
     if args.resume and os.path.exists(os.path.join(args.out, "ckpt.pt")):
         ck = torch.load(os.path.join(args.out, "ckpt.pt"))
+        if ck["cfg"]["n_layers"] != cfg.n_layers:  # a checkpoint after a stage's grow
+            cfg = model.Config(**ck["cfg"])
+            m = model.Transformer(cfg)
+            opt = torch.optim.AdamW(m.parameters(), lr=stages[0]["lr"], betas=(0.9, 0.95),
+                                    weight_decay=0.01)
         m.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         rng.setstate(ck["rng"])
         torch.set_rng_state(ck["torch_rng"])
+        ema = ck.get("ema", {})
         start_step = ck["step"]
     log("config %s params %d stages %s" % (
         json.dumps(cfg.__dict__), sum(p.numel() for p in m.parameters()),
@@ -258,6 +298,14 @@ def main():
     stage_start = 0
     for st in stages:
         n_steps = sum(p[2] for p in st["phases"])
+        g = st.get("grow")
+        if g and step >= start_step and cfg.n_layers < g["n_layers"]:
+            opt = grow_layers(m, opt, g["n_layers"] - cfg.n_layers, g.get("at"))
+            log("grew to %d layers (new ones at %s): params %d" % (
+                cfg.n_layers, g.get("at"), sum(p.numel() for p in m.parameters())))
+        if st.get("ema") and step >= start_step and step == stage_start:
+            ema = {d: {k: v.detach().clone() for k, v in m.state_dict().items()}
+                   for d in st["ema"]}
         for phase in st["phases"]:
             max_len, batch, steps, mix = phase
             model.ATTN_CHUNK = phase_attn_chunk(st, max_len, args.attn_chunk)
@@ -274,6 +322,11 @@ def main():
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
                 opt.step()
+                if st.get("ema"):
+                    with torch.no_grad():
+                        for d, avg in ema.items():
+                            for k, v in m.state_dict().items():
+                                avg[k].mul_(d).add_(v, alpha=1 - d)
                 step += 1
                 losses.append(loss.item())
                 if step % 5 == 0 or step == 1:
@@ -295,6 +348,21 @@ def main():
                 log("eval at len %d step %d: %s (t %.0fs)" % (
                     max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
                     time.time() - t0))
+        if st.get("ema") and step > start_step:
+            # the stage's result is the running average of its weights (the first decay's);
+            # the last weights and the other decays' averages are kept beside it
+            os.replace(os.path.join(args.out, "ckpt_step%d.pt" % step),
+                       os.path.join(args.out, "ckpt_step%d_last.pt" % step))
+            for d in st["ema"][1:]:
+                m.load_state_dict(ema[d])
+                save("ckpt_step%d_ema%g.pt" % (step, d))
+            m.load_state_dict(ema[st["ema"][0]])
+            ema = {}
+            save()
+            save("ckpt_step%d.pt" % step)
+            if args.eval_n > 0:
+                log("eval of the weights' average (decay %g) at step %d: %s" % (
+                    st["ema"][0], step, json.dumps(eval_tasks(m, max_len, args.eval_n))))
         stage_start += n_steps
     log("done step %d t %.0fs first-loss %.4f last-loss %.4f" % (
         step, time.time() - t0, losses[0] if losses else float("nan"),
