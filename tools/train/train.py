@@ -9,6 +9,7 @@ and DIR/log.txt. The data stream depends only on --seed; eval prompts use seeds 
 (never used in training)."""
 import argparse
 import ctypes
+import datetime
 import json
 import math
 import os
@@ -213,7 +214,9 @@ def main():
     ap.add_argument("--preset", default="full", choices=sorted(PRESETS))
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="threads per process")
+    ap.add_argument("--procs", type=int, default=1,
+                    help="processes training in data parallel (gloo), one batch split among them")
     ap.add_argument("--save-every", type=int, default=25)
     ap.add_argument("--eval-n", type=int, default=20)
     ap.add_argument("--resume", action="store_true")
@@ -252,6 +255,60 @@ def main():
         stages[-1]["grow"] = json.loads(args.grow)
     if args.cfg:
         stages[0]["cfg"] = dict(stages[0]["cfg"], **json.loads(args.cfg))
+    if args.procs <= 1:
+        run(args, stages)
+        return
+    small = [p for st in stages for p in st["phases"] if p[1] < args.procs]
+    if small:
+        raise SystemExit("--procs %d: phases with a smaller batch: %s" % (args.procs, small))
+    # data parallel: every process draws the same batches and trains on its share of the
+    # samples; the gradients are summed, so a step is the single process's step up to rounding
+    os.makedirs(args.out, exist_ok=True)
+    init = os.path.join(os.path.abspath(args.out), ".ddp_init")
+    if os.path.exists(init):
+        os.remove(init)
+    torch.multiprocessing.spawn(_worker, args=(args, stages, init), nprocs=args.procs)
+
+
+def _worker(rank, args, stages, init):
+    import torch.distributed as dist
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the processes share this machine
+    # (rank 0 evaluates while the others wait in the next all-reduce: a long timeout)
+    dist.init_process_group("gloo", init_method="file://" + init, rank=rank,
+                            world_size=args.procs, timeout=datetime.timedelta(hours=6))
+    try:
+        run(args, stages, rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def step_grads(m, samples, rank, procs):
+    """Loss and gradients of one step. One process: loss_fn on the whole batch. Several: this
+    process's samples (every procs-th from rank) weighted by the whole batch's weight sum,
+    then the gradients and losses summed over the processes (one all-reduce)."""
+    if procs <= 1:
+        loss = loss_fn(m, *collate(samples))
+        loss.backward()
+        return loss.item()
+    import torch.distributed as dist
+    total = collate(samples)[2].sum()
+    x, y, w = collate(samples[rank::procs])
+    logits = m(x)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                         ignore_index=-100, reduction="none")
+    loss = (ce * w.reshape(-1)).sum() / total
+    loss.backward()
+    params = list(m.parameters())
+    flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
+    dist.all_reduce(flat)
+    o = 0
+    for p in params:
+        p.grad.copy_(flat[o:o + p.numel()].view_as(p))
+        o += p.numel()
+    return flat[-1].item()
+
+
+def run(args, stages, rank=0):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
@@ -261,16 +318,19 @@ def main():
                             weight_decay=0.01)
     rng = random.Random(args.seed)
     step = 0
-    logf = open(os.path.join(args.out, "log.txt"), "a")
+    logf = open(os.path.join(args.out, "log.txt"), "a") if rank == 0 else None
 
     def log(s):
-        print(s, flush=True)
-        logf.write(s + "\n")
-        logf.flush()
+        if rank == 0:  # one process logs, saves and evaluates
+            print(s, flush=True)
+            logf.write(s + "\n")
+            logf.flush()
 
     ema = {}  # decay -> {name: tensor}: running averages of the weights in a stage with "ema"
 
     def save(tag="ckpt.pt"):
+        if rank != 0:
+            return
         torch.save({"model": m.state_dict(), "cfg": cfg.__dict__, "step": step,
                     "opt": opt.state_dict(), "rng": rng.getstate(),
                     "torch_rng": torch.get_rng_state(), "ema": ema},
@@ -306,6 +366,11 @@ def main():
         if st.get("ema") and step >= start_step and step == stage_start:
             ema = {d: {k: v.detach().clone() for k, v in m.state_dict().items()}
                    for d in st["ema"]}
+        elif (st.get("ema") and stage_start < start_step < stage_start + n_steps
+              and set(ema) != set(st["ema"])):
+            raise SystemExit("the checkpoint (step %d) has averages for decays %s, not %s: "
+                             "resume with the --ema it was started with"
+                             % (start_step, sorted(ema), st["ema"]))
         for phase in st["phases"]:
             max_len, batch, steps, mix = phase
             model.ATTN_CHUNK = phase_attn_chunk(st, max_len, args.attn_chunk)
@@ -316,10 +381,9 @@ def main():
                 lr = stage_lr(st, step - stage_start)
                 for g in opt.param_groups:
                     g["lr"] = lr
-                x, y, w = collate(data.make_batch(rng, batch, max_len, mix))
-                loss = loss_fn(m, x, y, w)
                 opt.zero_grad()
-                loss.backward()
+                loss = step_grads(m, data.make_batch(rng, batch, max_len, mix), rank,
+                                  args.procs)
                 torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
                 opt.step()
                 if st.get("ema"):
@@ -328,13 +392,13 @@ def main():
                             for k, v in m.state_dict().items():
                                 avg[k].mul_(d).add_(v, alpha=1 - d)
                 step += 1
-                losses.append(loss.item())
+                losses.append(loss)
                 if step % 5 == 0 or step == 1:
                     log("step %d len %d loss %.4f lr %.2e t %.0fs" % (
-                        step, max_len, loss.item(), lr, time.time() - t0))
+                        step, max_len, loss, lr, time.time() - t0))
                 if step % args.save_every == 0:
                     save()
-                if args.eval_every and step % args.eval_every == 0:
+                if rank == 0 and args.eval_every and step % args.eval_every == 0:
                     m.eval()
                     log("eval at len %d step %d: %s (t %.0fs)" % (
                         max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
@@ -344,15 +408,14 @@ def main():
                 continue  # a phase the checkpoint had finished
             save()
             save("ckpt_step%d.pt" % step)  # each phase's end kept: resume points for experiments
-            if args.eval_n > 0:
+            if rank == 0 and args.eval_n > 0:
                 log("eval at len %d step %d: %s (t %.0fs)" % (
                     max_len, step, json.dumps(eval_tasks(m, max_len, args.eval_n)),
                     time.time() - t0))
-        if st.get("ema") and step > start_step:
+        if st.get("ema") and ema:  # (empty once applied, also when resumed after that)
             # the stage's result is the running average of its weights (the first decay's);
             # the last weights and the other decays' averages are kept beside it
-            os.replace(os.path.join(args.out, "ckpt_step%d.pt" % step),
-                       os.path.join(args.out, "ckpt_step%d_last.pt" % step))
+            save("ckpt_step%d_last.pt" % step)
             for d in st["ema"][1:]:
                 m.load_state_dict(ema[d])
                 save("ckpt_step%d_ema%g.pt" % (step, d))
@@ -360,10 +423,18 @@ def main():
             ema = {}
             save()
             save("ckpt_step%d.pt" % step)
-            if args.eval_n > 0:
+            if rank == 0 and args.eval_n > 0:
                 log("eval of the weights' average (decay %g) at step %d: %s" % (
                     st["ema"][0], step, json.dumps(eval_tasks(m, max_len, args.eval_n))))
         stage_start += n_steps
+    if args.procs > 1:  # the processes must have taken the same steps
+        import torch.distributed as dist
+        with torch.no_grad():
+            mine = torch.stack([p.double().sum() for p in m.parameters()])
+        every = [torch.zeros_like(mine) for _ in range(args.procs)]
+        dist.all_gather(every, mine)
+        if not all(torch.equal(e, mine) for e in every):
+            raise RuntimeError("the processes' weights differ")
     log("done step %d t %.0fs first-loss %.4f last-loss %.4f" % (
         step, time.time() - t0, losses[0] if losses else float("nan"),
         losses[-1] if losses else float("nan")))
