@@ -132,6 +132,10 @@ def phase_attn_chunk(st, max_len, override=None):
     return st.get("attn_block", DEFAULT_ATTN_CHUNK)
 
 
+def adamw(params, lr):
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+
+
 def grow_layers(m, opt, n_new, at):
     """Insert n_new fresh layers before layer index at (None: after the last), in place, and
     return an AdamW over all parameters that keeps the old parameters' moments. A new layer's
@@ -148,8 +152,7 @@ def grow_layers(m, opt, n_new, at):
                 torch.nn.init.normal_(p, 0.0, 0.02)
         m.layers.insert(at + i, b)
     cfg.n_layers += n_new
-    new = torch.optim.AdamW(m.parameters(), lr=opt.param_groups[0]["lr"], betas=(0.9, 0.95),
-                            weight_decay=0.01)
+    new = adamw(m.parameters(), opt.param_groups[0]["lr"])
     for p, state in opt.state.items():
         new.state[p] = state
     return new
@@ -174,11 +177,13 @@ def collate(samples):
     return x, y, w
 
 
-def loss_fn(m, x, y, w):
+def loss_fn(m, x, y, w, total=None):
+    """Weighted token cross-entropy, divided by total (default: w's sum; data parallel passes
+    the whole batch's)."""
     logits = m(x)
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                          ignore_index=-100, reduction="none")
-    return (ce * w.reshape(-1)).sum() / w.sum()
+    return (ce * w.reshape(-1)).sum() / (w.sum() if total is None else total)
 
 
 def answer_correct(m, samples):
@@ -291,12 +296,7 @@ def step_grads(m, samples, rank, procs):
         loss.backward()
         return loss.item()
     import torch.distributed as dist
-    total = collate(samples)[2].sum()
-    x, y, w = collate(samples[rank::procs])
-    logits = m(x)
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                         ignore_index=-100, reduction="none")
-    loss = (ce * w.reshape(-1)).sum() / total
+    loss = loss_fn(m, *collate(samples[rank::procs]), total=collate(samples)[2].sum())
     loss.backward()
     params = list(m.parameters())
     flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
@@ -314,8 +314,7 @@ def run(args, stages, rank=0):
     os.makedirs(args.out, exist_ok=True)
     cfg = model.Config(**stages[0]["cfg"])
     m = model.Transformer(cfg)
-    opt = torch.optim.AdamW(m.parameters(), lr=stages[0]["lr"], betas=(0.9, 0.95),
-                            weight_decay=0.01)
+    opt = adamw(m.parameters(), stages[0]["lr"])
     rng = random.Random(args.seed)
     step = 0
     logf = open(os.path.join(args.out, "log.txt"), "a") if rank == 0 else None
@@ -342,8 +341,7 @@ def run(args, stages, rank=0):
         if ck["cfg"]["n_layers"] != cfg.n_layers:  # a checkpoint after a stage's grow
             cfg = model.Config(**ck["cfg"])
             m = model.Transformer(cfg)
-            opt = torch.optim.AdamW(m.parameters(), lr=stages[0]["lr"], betas=(0.9, 0.95),
-                                    weight_decay=0.01)
+            opt = adamw(m.parameters(), stages[0]["lr"])
         m.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         rng.setstate(ck["rng"])
