@@ -126,9 +126,14 @@ typedef struct skv_hparams {
 } skv_hparams;
 
 /* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
- * The file is mapped; quantized matrices are used from the mapping as stored, float ones
- * (F32/F16/BF16) are copied once into the layout the kernels stream (16-row panels), so they
- * take their size in memory. Returns NULL and fills err on failure. */
+ * The file is mapped; float matrices (F32/F16/BF16) are copied once into the layout the kernels
+ * stream (16-row panels), quantized ones of 2 MB and more are copied as stored, both into
+ * 2 MB-aligned memory with transparent huge pages advised (decode reads every matrix once per
+ * token: with the mapping's 4 KB pages the TLB misses cost up to a third of the decode speed);
+ * smaller quantized matrices are used from the mapping. Each copied matrix leaves the mapping,
+ * so the model takes about its file size in memory either way. The environment variable
+ * SKV_NO_HUGE=1 keeps quantized matrices in the mapping and panels in plain malloc memory (the
+ * results are the same bits). Returns NULL and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 

@@ -404,6 +404,8 @@ INLINE void dot_raw_k45(const uint8_t *const *w, int nw, act_row a, int nsb, int
             const __m256i hb =
                 q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
             __m256i isum = _mm256_setzero_si256();
+            /* unrolled: the scale shuffles' masks and the Q5 shifts become constants */
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 __m256i lo, hi;
                 k45_codes(qs, hb, c, q5, &lo, &hi);
@@ -444,9 +446,11 @@ INLINE void dot_raw_q6k(const uint8_t *const *w, int nw, act_row a, int nsb, flo
             const int8_t *sc = (const int8_t *)(b + 192);
             const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
             __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m256i code[4];
                 q6_codes(b + 64 * h, b + 128 + 32 * h, code);
+#pragma GCC unroll 4
                 for (int j = 0; j < 4; j++) {
                     int c = 4 * h + j;
                     __m256i p = _mm256_maddubs_epi16(

@@ -9,7 +9,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static bool get_hparam_int(const skv_gguf *g, const char *key, int64_t lo, int64_t hi, int *out,
                            bool required, skv_err *err) {
@@ -140,10 +142,14 @@ void skv_model_free(skv_model *m) {
             for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free((void *)owned[i]);
             skv_weight *mats[N_LAYER_MATRICES];
             layer_matrices(L, mats);
-            for (int i = 0; i < N_LAYER_MATRICES; i++) free(mats[i]->panels);
+            for (int i = 0; i < N_LAYER_MATRICES; i++) {
+                free(mats[i]->panels);
+                free(mats[i]->copy);
+            }
         }
     }
     free(m->output.panels);
+    free(m->output.copy);
     free((void *)m->output_norm.data);
     free(m->rope_factors);
     free(m->layers);
@@ -413,13 +419,36 @@ static bool load_tensors(loader *ld, skv_err *err) {
     return true;
 }
 
+/* Weights of 2 MB and more (float panels, copies of quantized rows) start on a 2 MB boundary
+ * and ask for transparent huge pages: decode streams every matrix once per token, and with 4 KB
+ * pages (the file mapping's) each 4 KB of it costs a TLB miss, in a VM a two-level walk. */
+static void *alloc_weights(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge || getenv("SKV_NO_HUGE")) return malloc(bytes);
+    void *p = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+    if (p) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
+    return p;
+}
+
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
  * (kernels.h); the token embedding keeps its mapped rows (a tied output gets its own panels). */
 static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
-    if (bytes == 0) return true; /* quantized: used block by block as stored */
-    w->panels = bytes == SIZE_MAX ? NULL : malloc(bytes);
+    const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
+    if (bytes == 0) { /* quantized: used block by block as stored, from a copy in huge pages */
+        if (raw < ((size_t)2 << 20) || getenv("SKV_NO_HUGE")) return true;
+        w->copy = alloc_weights(raw);
+        if (!w->copy) {
+            skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", raw);
+            return false;
+        }
+        memcpy(w->copy, w->data, raw);
+        skv_gguf_release(m->gguf, w->data, raw);
+        w->data = w->copy;
+        return true;
+    }
+    w->panels = bytes == SIZE_MAX ? NULL : alloc_weights(bytes);
     if (!w->panels) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", bytes);
         return false;
@@ -427,7 +456,7 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     skv_panels_pack(w->type, w->data, (int)w->rows, (int)w->cols, w->panels);
     /* The mapped rows leave memory (only a tied token embedding is read again, a few rows per
      * token, which come back from the file). */
-    skv_gguf_release(m->gguf, w->data, skv_row_bytes(w->type, w->cols) * (size_t)w->rows);
+    skv_gguf_release(m->gguf, w->data, raw);
     return true;
 }
 

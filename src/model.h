@@ -14,6 +14,7 @@ typedef struct skv_weight {
     skv_type type;
     int64_t rows, cols;
     void *panels; /* owned: a float matrix in 16-row panels (skv_panels_pack), or NULL */
+    void *copy;   /* owned: a quantized matrix's rows copied out of the file (data points here) */
 } skv_weight;
 
 typedef struct skv_layer_weights {

@@ -8,6 +8,7 @@
 
 #include "gguf.h"
 #include "kernels.h"
+#include "model.h"
 #include "sparsekv.h"
 #include "support.h"
 #include "synth.h"
@@ -200,6 +201,63 @@ static void test_types_on_stories260k(void **state) {
     free(tok);
 }
 
+/* A random F32 model of dim 256 (4 / 2 heads, vocab 512, tied output) with n_layer layers of
+ * n_ff, written to a temporary file (the caller frees the path). */
+static char *synth_f32(int n_layer, int n_ff, uint64_t seed) {
+    const skv_synth_shape shape = {"wide", "test", 512,  64,       64,    256, n_layer,
+                                   4,      2,      n_ff, 10000.0f, 1e-5f, true};
+    char *path = strdup(test_tmp_path(".gguf"));
+    skv_synth_params sp = {SKV_TYPE_F32, seed, 0, 2};
+    assert_int_equal(skv_synth_write(&shape, &sp, path, NULL), SKV_OK);
+    return path;
+}
+
+/* Weights of 2 MB and more are copied into 2 MB-aligned memory with huge pages advised (float
+ * panels, and the raw rows of quantized matrices, which then leave the file mapping): the
+ * logits must be the same bits as with SKV_NO_HUGE (panels in malloc'd memory, quantized rows
+ * read from the mapping), and the copy must really be what the model reads. One layer with
+ * n_ff 8192: ffn_gate/up/down hold 2M weights (Q8_0 2.1 MB, Q4_K 1.1 MB: the K-quant matrices
+ * stay mapped, the path below 2 MB). */
+static void test_huge_page_weights(void **state) {
+    (void)state;
+    char *f32 = synth_f32(1, 8192, 5);
+    int32_t tok[16];
+    for (int i = 0; i < 16; i++) tok[i] = 3 + 31 * i;
+    const skv_type types[] = {SKV_TYPE_F32, SKV_TYPE_Q8_0, SKV_TYPE_Q4_K};
+    for (size_t k = 0; k < 3; k++) {
+        skv_quantize_report rep;
+        char *path = k == 0 ? strdup(f32) : quantize_to(f32, types[k], 2, &rep);
+        for (int huge = 1; huge >= 0; huge--) {
+            if (huge)
+                unsetenv("SKV_NO_HUGE");
+            else
+                setenv("SKV_NO_HUGE", "1", 1);
+            skv_err err = {0};
+            skv_model *m = skv_model_load(path, &err);
+            assert_non_null(m);
+            const skv_weight *up = &m->layers[0].w_up;
+            const bool big_q = types[k] == SKV_TYPE_Q8_0;
+            assert_int_equal(up->copy != NULL, huge && big_q);
+            if (up->copy) assert_ptr_equal(up->data, up->copy);
+            assert_int_equal(up->panels != NULL, types[k] == SKV_TYPE_F32);
+            if (up->panels) /* malloc's large blocks sit 16 bytes into a page */
+                assert_int_equal((uintptr_t)up->panels % ((uintptr_t)2 << 20) == 0, huge);
+            skv_model_free(m);
+        }
+        unsetenv("SKV_NO_HUGE");
+        int nv;
+        float *a = logits_of(path, tok, 16, &nv);
+        setenv("SKV_NO_HUGE", "1", 1);
+        float *b = logits_of(path, tok, 16, &nv);
+        unsetenv("SKV_NO_HUGE");
+        assert_memory_equal(a, b, sizeof(float) * 16 * (size_t)nv);
+        free(a);
+        free(b);
+        free(path);
+    }
+    free(f32);
+}
+
 /* K-quants need rows of 256: a synthetic model wide enough for them. More bits, less damage:
  * KL(q8_0) < KL(q6_k) < KL(q5_k) < KL(q4_k) and KL(q8_0) < KL(q4_0), all against the F32
  * weights they came from. One bit fewer doubles the weight error and so roughly quadruples the
@@ -208,11 +266,7 @@ static void test_types_on_stories260k(void **state) {
  * bounds are ~3x the measured values: a wrong block layout gives KL of order 1. */
 static void test_kquants_on_wide_model(void **state) {
     (void)state;
-    const skv_synth_shape wide = {"wide", "test", 512, 64,       64,    256, 2,
-                                  4,      2,      512, 10000.0f, 1e-5f, true};
-    char *f32 = strdup(test_tmp_path(".gguf"));
-    skv_synth_params sp = {SKV_TYPE_F32, 11, 0, 2};
-    assert_int_equal(skv_synth_write(&wide, &sp, f32, NULL), SKV_OK);
+    char *f32 = synth_f32(2, 512, 11);
     int32_t tok[48];
     skv_rng rng;
     skv_rng_seed(&rng, 3);
@@ -424,6 +478,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types_on_stories260k),
         cmocka_unit_test(test_kquants_on_wide_model),
+        cmocka_unit_test(test_huge_page_weights),
         cmocka_unit_test(test_structure_preserved),
         cmocka_unit_test(test_threads_synth_and_requant),
         cmocka_unit_test(test_errors),
