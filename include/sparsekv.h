@@ -127,13 +127,14 @@ typedef struct skv_hparams {
 
 /* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
  * The file is mapped; float matrices (F32/F16/BF16) are copied once into the layout the kernels
- * stream (16-row panels), quantized ones of 2 MB and more are copied as stored, both into
- * 2 MB-aligned memory with transparent huge pages advised (decode reads every matrix once per
- * token: with the mapping's 4 KB pages the TLB misses cost up to a third of the decode speed);
- * smaller quantized matrices are used from the mapping. Each copied matrix leaves the mapping,
- * so the model takes about its file size in memory either way. The environment variable
- * SKV_NO_HUGE=1 keeps quantized matrices in the mapping and panels in plain malloc memory (the
- * results are the same bits). Returns NULL and fills err on failure. */
+ * stream (16-row panels), and quantized ones of 2 MB and more are copied as stored. Copies of
+ * 2 MB and more go into 2 MB-aligned memory with transparent huge pages advised (decode reads
+ * every matrix once per token: with the mapping's 4 KB pages the TLB misses cost up to a third
+ * of the decode speed); smaller quantized matrices are used from the mapping. A copied matrix
+ * leaves the mapping, so a model takes about its file size in memory, in each process: the
+ * environment variable SKV_NO_HUGE=1 (any value but "" or "0") keeps quantized matrices in the
+ * mapping, which processes share, and panels in plain malloc memory (the results are the same
+ * bits). Returns NULL and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 

@@ -419,25 +419,36 @@ static bool load_tensors(loader *ld, skv_err *err) {
     return true;
 }
 
+#define HUGE_BYTES ((size_t)2 << 20)
+
+/* SKV_NO_HUGE set to anything but "" or "0": weights stay in plain memory / the mapping. */
+static bool huge_pages_off(void) {
+    const char *e = getenv("SKV_NO_HUGE");
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
 /* Weights of 2 MB and more (float panels, copies of quantized rows) start on a 2 MB boundary
  * and ask for transparent huge pages: decode streams every matrix once per token, and with 4 KB
  * pages (the file mapping's) each 4 KB of it costs a TLB miss, in a VM a two-level walk. */
 static void *alloc_weights(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    if (bytes < huge || getenv("SKV_NO_HUGE")) return malloc(bytes);
-    void *p = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
-    if (p) (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
+    if (bytes < HUGE_BYTES || huge_pages_off()) return malloc(bytes);
+    const size_t rounded = (bytes + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+    void *p = aligned_alloc(HUGE_BYTES, rounded);
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
     return p;
 }
 
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
- * (kernels.h); the token embedding keeps its mapped rows (a tied output gets its own panels). */
+ * (kernels.h), quantized ones of 2 MB and more as a copy of their rows (alloc_weights); the
+ * token embedding keeps its mapped rows (a tied output gets its own panels or copy). */
 static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
     if (bytes == 0) { /* quantized: used block by block as stored, from a copy in huge pages */
-        if (raw < ((size_t)2 << 20) || getenv("SKV_NO_HUGE")) return true;
+        if (raw < HUGE_BYTES || huge_pages_off()) return true;
         w->copy = alloc_weights(raw);
         if (!w->copy) {
             skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", raw);
@@ -467,7 +478,11 @@ static bool pack_matrices(skv_model *m, skv_err *err) {
         for (int i = 0; i < N_LAYER_MATRICES; i++)
             if (!pack_matrix(m, mats[i], err)) return false;
     }
-    return pack_matrix(m, &m->output, err);
+    if (!pack_matrix(m, &m->output, err)) return false;
+    /* A tied output copied as stored is the embedding too: read its rows there, so that they
+     * are not in memory twice nor faulted back from the file. */
+    if (m->hp.tied_output && m->output.copy) m->tok_embd.data = m->output.copy;
+    return true;
 }
 
 static skv_model *load(const char *path, bool with_vocab, skv_err *err) {

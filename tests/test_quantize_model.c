@@ -201,11 +201,11 @@ static void test_types_on_stories260k(void **state) {
     free(tok);
 }
 
-/* A random F32 model of dim 256 (4 / 2 heads, vocab 512, tied output) with n_layer layers of
- * n_ff, written to a temporary file (the caller frees the path). */
-static char *synth_f32(int n_layer, int n_ff, uint64_t seed) {
-    const skv_synth_shape shape = {"wide", "test", 512,  64,       64,    256, n_layer,
-                                   4,      2,      n_ff, 10000.0f, 1e-5f, true};
+/* A random F32 model of dim 256 (4 / 2 heads, tied output) with n_vocab tokens and n_layer
+ * layers of n_ff, written to a temporary file (the caller frees the path). */
+static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
+    const skv_synth_shape shape = {"wide", "test", n_vocab, 64,       64,    256, n_layer,
+                                   4,      2,      n_ff,    10000.0f, 1e-5f, true};
     char *path = strdup(test_tmp_path(".gguf"));
     skv_synth_params sp = {SKV_TYPE_F32, seed, 0, 2};
     assert_int_equal(skv_synth_write(&shape, &sp, path, NULL), SKV_OK);
@@ -217,12 +217,13 @@ static char *synth_f32(int n_layer, int n_ff, uint64_t seed) {
  * logits must be the same bits as with SKV_NO_HUGE (panels in malloc'd memory, quantized rows
  * read from the mapping), and the copy must really be what the model reads. One layer with
  * n_ff 8192: ffn_gate/up/down hold 2M weights (Q8_0 2.1 MB, Q4_K 1.1 MB: the K-quant matrices
- * stay mapped, the path below 2 MB). */
+ * stay mapped, the path below 2 MB); the tied 8192 x 256 embedding in Q8_0 (2.2 MB) is copied
+ * as the output matrix, and the embedding rows are then read from that copy. */
 static void test_huge_page_weights(void **state) {
     (void)state;
-    char *f32 = synth_f32(1, 8192, 5);
+    char *f32 = synth_f32(8192, 1, 8192, 5);
     int32_t tok[16];
-    for (int i = 0; i < 16; i++) tok[i] = 3 + 31 * i;
+    for (int i = 0; i < 16; i++) tok[i] = 3 + 509 * i; /* rows all over the embedding */
     const skv_type types[] = {SKV_TYPE_F32, SKV_TYPE_Q8_0, SKV_TYPE_Q4_K};
     for (size_t k = 0; k < 3; k++) {
         skv_quantize_report rep;
@@ -239,6 +240,8 @@ static void test_huge_page_weights(void **state) {
             const bool big_q = types[k] == SKV_TYPE_Q8_0;
             assert_int_equal(up->copy != NULL, huge && big_q);
             if (up->copy) assert_ptr_equal(up->data, up->copy);
+            assert_int_equal(m->output.copy != NULL, huge && big_q);
+            if (m->output.copy) assert_ptr_equal(m->tok_embd.data, m->output.copy);
             assert_int_equal(up->panels != NULL, types[k] == SKV_TYPE_F32);
             if (up->panels) /* malloc's large blocks sit 16 bytes into a page */
                 assert_int_equal((uintptr_t)up->panels % ((uintptr_t)2 << 20) == 0, huge);
@@ -253,8 +256,10 @@ static void test_huge_page_weights(void **state) {
         assert_memory_equal(a, b, sizeof(float) * 16 * (size_t)nv);
         free(a);
         free(b);
+        if (k) unlink(path);
         free(path);
     }
+    unlink(f32);
     free(f32);
 }
 
@@ -266,7 +271,7 @@ static void test_huge_page_weights(void **state) {
  * bounds are ~3x the measured values: a wrong block layout gives KL of order 1. */
 static void test_kquants_on_wide_model(void **state) {
     (void)state;
-    char *f32 = synth_f32(2, 512, 11);
+    char *f32 = synth_f32(512, 2, 512, 11);
     int32_t tok[48];
     skv_rng rng;
     skv_rng_seed(&rng, 3);
