@@ -485,7 +485,7 @@ static bool pack_matrices(skv_model *m, skv_err *err) {
     return true;
 }
 
-static skv_model *load(const char *path, bool with_vocab, skv_err *err) {
+static skv_model *load(const char *path, bool with_vocab, bool pack, skv_err *err) {
     skv_model *m = calloc(1, sizeof *m);
     if (!m) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
@@ -499,7 +499,8 @@ static skv_model *load(const char *path, bool with_vocab, skv_err *err) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) || !pack_matrices(m, err)) goto fail;
+    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) || (pack && !pack_matrices(m, err)))
+        goto fail;
     free(ld.used);
     ld.used = NULL;
     if (!with_vocab) return m;
@@ -519,11 +520,15 @@ fail:
 }
 
 skv_model *skv_model_load(const char *path, skv_err *err) {
-    return load(path, true, err);
+    return load(path, true, true, err);
 }
 
 skv_model *skv_model_load_weights(const char *path, skv_err *err) {
-    return load(path, false, err);
+    return load(path, false, true, err);
+}
+
+skv_model *skv_model_load_unpacked(const char *path, skv_err *err) {
+    return load(path, true, false, err);
 }
 
 const skv_hparams *skv_model_hparams(const skv_model *m) {

@@ -53,4 +53,10 @@ struct skv_model {
  * tokenizer is not needed). m->vocab is NULL: only the forward pass may be used. */
 skv_model *skv_model_load_weights(const char *path, skv_err *err);
 
+/* Loads like skv_model_load (every check, the vocabulary) but leaves the matrices in the file
+ * mapping, not packed or copied (what skv_model_load does at load time, seconds for a large
+ * model): for readers of metadata such as `sparsekv info`. The forward pass still works, on the
+ * slower unpacked paths. */
+skv_model *skv_model_load_unpacked(const char *path, skv_err *err);
+
 #endif

@@ -47,10 +47,12 @@ static int32_t *ref_tokens(int n) {
     return t;
 }
 
-/* Logits [n, n_vocab] of every position of tokens under the model at path. */
-static float *logits_of(const char *path, const int32_t *tokens, int n, int *n_vocab) {
+/* Logits [n, n_vocab] of every position of tokens under the model at path (loaded as
+ * skv_model_load does, or unpacked: matrices left in the mapping). */
+static float *logits_as(const char *path, bool unpacked, const int32_t *tokens, int n,
+                        int *n_vocab) {
     skv_err err = {0};
-    skv_model *m = skv_model_load(path, &err);
+    skv_model *m = unpacked ? skv_model_load_unpacked(path, &err) : skv_model_load(path, &err);
     if (!m) fprintf(stderr, "%s: %s\n", path, err.msg);
     assert_non_null(m);
     *n_vocab = skv_model_hparams(m)->n_vocab;
@@ -61,6 +63,10 @@ static float *logits_of(const char *path, const int32_t *tokens, int n, int *n_v
     skv_context_free(ctx);
     skv_model_free(m);
     return lg;
+}
+
+static float *logits_of(const char *path, const int32_t *tokens, int n, int *n_vocab) {
+    return logits_as(path, false, tokens, n, n_vocab);
 }
 
 typedef struct cmp {
@@ -215,10 +221,11 @@ static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
 /* Weights of 2 MB and more are copied into 2 MB-aligned memory with huge pages advised (float
  * panels, and the raw rows of quantized matrices, which then leave the file mapping): the
  * logits must be the same bits as with SKV_NO_HUGE (panels in malloc'd memory, quantized rows
- * read from the mapping), and the copy must really be what the model reads. One layer with
- * n_ff 8192: ffn_gate/up/down hold 2M weights (Q8_0 2.1 MB, Q4_K 1.1 MB: the K-quant matrices
- * stay mapped, the path below 2 MB); the tied 8192 x 256 embedding in Q8_0 (2.2 MB) is copied
- * as the output matrix, and the embedding rows are then read from that copy. */
+ * read from the mapping) and as unpacked (skv_model_load_unpacked: raw rows), and the copy must
+ * really be what the model reads. One layer with n_ff 8192: ffn_gate/up/down hold 2M weights
+ * (Q8_0 2.1 MB, Q4_K 1.1 MB: the K-quant matrices stay mapped, the path below 2 MB); the tied
+ * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix, and the embedding rows
+ * are then read from that copy. */
 static void test_huge_page_weights(void **state) {
     (void)state;
     char *f32 = synth_f32(8192, 1, 8192, 5);
@@ -254,6 +261,10 @@ static void test_huge_page_weights(void **state) {
         float *b = logits_of(path, tok, 16, &nv);
         unsetenv("SKV_NO_HUGE");
         assert_memory_equal(a, b, sizeof(float) * 16 * (size_t)nv);
+        /* matrices left in the mapping (skv_model_load_unpacked, for `info`): the raw-row paths */
+        float *c = logits_as(path, true, tok, 16, &nv);
+        assert_memory_equal(a, c, sizeof(float) * 16 * (size_t)nv);
+        free(c);
         free(a);
         free(b);
         if (k) unlink(path);

@@ -124,7 +124,7 @@ int cmd_info(int argc, char **argv) {
     }
     const char *path = cli_model_path("info", model_arg);
     if (!path) return 2;
-    skv_model *model = cli_load_model("info", path);
+    skv_model *model = cli_load_model_as("info", path, true); /* metadata only: no packing */
     if (!model) return cli_model_rc;
     skv_err err = {0};
     skv_gguf *g = skv_gguf_open(path, &err);
