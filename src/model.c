@@ -421,17 +421,18 @@ static bool load_tensors(loader *ld, skv_err *err) {
 
 #define HUGE_BYTES ((size_t)2 << 20)
 
-/* SKV_NO_HUGE set to anything but "" or "0": weights stay in plain memory / the mapping. */
-static bool huge_pages_off(void) {
+/* Whether weights of this size go into huge pages: 2 MB and more, unless SKV_NO_HUGE is set to
+ * anything but "" or "0" (then they stay in plain memory / the mapping). */
+static bool huge_wanted(size_t bytes) {
     const char *e = getenv("SKV_NO_HUGE");
-    return e && e[0] && strcmp(e, "0") != 0;
+    return bytes >= HUGE_BYTES && !(e && e[0] && strcmp(e, "0") != 0);
 }
 
 /* Weights of 2 MB and more (float panels, copies of quantized rows) start on a 2 MB boundary
  * and ask for transparent huge pages: decode streams every matrix once per token, and with 4 KB
  * pages (the file mapping's) each 4 KB of it costs a TLB miss, in a VM a two-level walk. */
 static void *alloc_weights(size_t bytes) {
-    if (bytes < HUGE_BYTES || huge_pages_off()) return malloc(bytes);
+    if (!huge_wanted(bytes)) return malloc(bytes);
     const size_t rounded = (bytes + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
     void *p = aligned_alloc(HUGE_BYTES, rounded);
 #ifdef MADV_HUGEPAGE
@@ -441,14 +442,15 @@ static void *alloc_weights(size_t bytes) {
 }
 
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
- * (kernels.h), quantized ones of 2 MB and more as a copy of their rows (alloc_weights); the
- * token embedding keeps its mapped rows (a tied output gets its own panels or copy). */
+ * (kernels.h), quantized ones of 2 MB and more as a copy of their rows (alloc_weights). The
+ * token embedding keeps its mapped rows, except that a tied quantized output's copy serves it
+ * (pack_matrices); a tied float output gets its own panels. */
 static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
     if (bytes == 0) { /* quantized: used block by block as stored, from a copy in huge pages */
-        if (raw < HUGE_BYTES || huge_pages_off()) return true;
+        if (!huge_wanted(raw)) return true;
         w->copy = alloc_weights(raw);
         if (!w->copy) {
             skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", raw);
