@@ -14,8 +14,11 @@
  *     6x16 register tiles (12 accumulators, 2 loads and 6 broadcasts per 12 FMAs).
  * Quantized weights: x is first quantized to 8-bit blocks (matmul.c). Integer products with
  *   maddubs (u8 x s8 -> s16 pairs) and madd (s16 -> s32), scaled per block in float.
- *   - one or two x rows: straight over the raw blocks.
- *   - more: 2 W rows are unpacked once ("prepared": codes as bytes, scales as int16
+ *   - Q8_0/Q4_0: eight W rows in the eight lanes, one float chain per output over the blocks
+ *     (see the section below); one or two x rows read the raw blocks, more read 8-row octets
+ *     transposed once, in 4 x 16 tiles.
+ *   - K-quants, one or two x rows: straight over the raw blocks.
+ *   - K-quants, more: 2 W rows are unpacked once ("prepared": codes as bytes, scales as int16
  *     multipliers and floats) and serve every 3-row tile of a block of x rows. */
 #include "kernels.h"
 
@@ -364,25 +367,6 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
  * a row does not depend on its neighbour. */
 #define NW 2
 
-/* Q8_0 / Q4_0 (nb blocks): one accumulator per row in block order, like the tiled path. */
-INLINE void dot_raw_q8(const uint8_t *const *w, int nw, act_row a, int nb, int q4, float *y) {
-    __m256 acc[NW];
-    const size_t bb = q4 ? 18 : 34;
-    for (int k = 0; k < NW; k++) acc[k] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const __m256i x = _mm256_load_si256((const __m256i *)(a.q + 32 * b));
-#pragma GCC unroll 2
-        for (int k = 0; k < nw; k++) {
-            const uint8_t *p = w[k] + (size_t)b * bb;
-            const __m256i wv =
-                q4 ? unpack_q4_0(p + 2) : _mm256_loadu_si256((const __m256i *)(p + 2));
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(wv, x)),
-                                     _mm256_set1_ps(ld_f16(p) * a.d[b]), acc[k]);
-        }
-    }
-    for (int k = 0; k < nw; k++) y[k] = hsum(acc[k]);
-}
-
 /* Q4_K/Q5_K (nsb super-blocks): per chunk maddubs then madd with the sub-block scale, summed in
  * int32 over the super-block; the mins meet x's group sums. */
 INLINE void dot_raw_k45(const uint8_t *const *w, int nw, act_row a, int nsb, int q5, float *y) {
@@ -474,12 +458,6 @@ INLINE void dot_raw_q6k(const uint8_t *const *w, int nw, act_row a, int nsb, flo
 
 INLINE void dot_raw(skv_type t, const uint8_t *const *w, int nw, act_row a, int nb, float *y) {
     switch (t) {
-    case SKV_TYPE_Q8_0:
-        dot_raw_q8(w, nw, a, nb, 0, y);
-        break;
-    case SKV_TYPE_Q4_0:
-        dot_raw_q8(w, nw, a, nb, 1, y);
-        break;
     case SKV_TYPE_Q4_K:
         dot_raw_k45(w, nw, a, nb, 0, y);
         break;
@@ -515,14 +493,268 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
     }
 }
 
-static void gemv_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+/* x rows below which quantized W is used straight from its raw blocks. */
+#define GEMM_Q_MIN_M 3
+
+/* ---- Q8_0/Q4_0: eight W rows in the eight lanes ------------------------------------------
+ * Each output is one float chain over the blocks in order,
+ *     acc = fma((float)idot_b, dx_b * dw_b, acc),
+ * where idot_b is the block's exact integer dot. With eight W rows in the lanes the scales dw
+ * of a block are one vector, each block costs one cvt, mul and fma per 8 outputs, and no
+ * horizontal sum is left at the end (the old one-row-per-vector tile spent a cvt, a mul and an
+ * fma per row and block: 1.25-1.5x slower). One or two x rows read the raw rows, and a block's
+ * 8 partial-sum vectors are summed across lanes into the rows' lanes; more x rows read "octets":
+ * 8 rows whose codes are transposed once so that one 32-byte load holds 4 codes of each row,
+ * met by 4 x codes broadcast. */
+
+INLINE __m256i q8_codes(const uint8_t *blk, int q4) {
+    return q4 ? unpack_q4_0(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
+}
+
+/* Lane k = the sum of v[k]'s eight lanes (int32: exact in any order). */
+INLINE __m256i sum8_i32(const __m256i v[8]) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* a: rows 0-3, sums of their low 128 bits | of their high 128 bits; b: rows 4-7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* The f16 scales at offset off of 8 rows' blocks, as floats. */
+static inline __m256 scales8(const uint8_t *const *w, size_t off) {
+#define H(k) (short)(w[k][off] | w[k][off + 1] << 8)
+    return _mm256_cvtph_ps(_mm_set_epi16(H(7), H(6), H(5), H(4), H(3), H(2), H(1), H(0)));
+#undef H
+}
+
+/* Stores the first n (1..8) lanes of v. */
+static inline void store_lanes(float *y, __m256 v, int n) {
+    if (n == 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(y, t, sizeof(float) * (size_t)n);
+}
+
+/* 8 x 8 int32 transposed in place: m[k] lane j <- m[j] lane k. */
+INLINE void transpose8_i32(__m256i m[8]) {
+    __m256i t[8], u[8];
+    for (int k = 0; k < 8; k += 2) { /* rows k, k+1: columns 0,1,4,5 | 2,3,6,7 */
+        t[k] = _mm256_unpacklo_epi32(m[k], m[k + 1]);
+        t[k + 1] = _mm256_unpackhi_epi32(m[k], m[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) { /* rows k..k+3: column c | c + 4, c = 0..3 */
+        u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+        u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+        u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        m[c] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x20);
+        m[c + 4] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x31);
+    }
+}
+
+/* Bytes ahead that each of the 8 rows is prefetched (every other block). */
+#define PFD 256
+
+/* 8 raw rows w[0..8) against one x row over nb blocks: lane k is row k's chain. */
+INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
+    const size_t bb = q4 ? 18 : 34;
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m256i x = _mm256_load_si256((const __m256i *)(a.q + 32 * b));
+        __m256i v[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const uint8_t *blk = w[k] + (size_t)b * bb;
+            if ((b & 1) == 0) _mm_prefetch((const char *)blk + PFD, _MM_HINT_T0);
+            v[k] = dot_s8(q8_codes(blk, q4), x);
+        }
+        const __m256 s = _mm256_mul_ps(_mm256_set1_ps(a.d[b]), scales8(w, (size_t)b * bb));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_i32(v)), s, acc);
+    }
+    return acc;
+}
+
+static inline const uint8_t *w_row(const skv_mm *mm, int r) {
+    return (const uint8_t *)mm->w + (size_t)r * mm->w_stride;
+}
+
+/* The 8 rows from r (rows past r1 repeat the last one: computed, never stored). */
+static inline void octet_rows(const skv_mm *mm, int r, int r1, const uint8_t *w[8]) {
+    for (int k = 0; k < 8; k++) w[k] = w_row(mm, r + k < r1 ? r + k : r1 - 1);
+}
+
+/* Rows j, j + h, ..., j + 7h of [r0, r1) in the lanes: 8 streams far apart, each sweeping
+ * its own eighth of W from start to end; then the last (r1 - r0) % 8 rows. */
+INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
+    const int nb = mm->n_in / 32, h = (r1 - r0) / 8;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 32);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int j = 0; j < h; j++) {
+            const uint8_t *w[8];
+            float t[8];
+            for (int k = 0; k < 8; k++) w[k] = w_row(mm, r0 + j + k * h);
+            _mm256_storeu_ps(t, dot_raw_q8x8(w, a, nb, q4));
+            for (int k = 0; k < 8; k++) y[r0 + j + k * h] = t[k];
+        }
+        const int r = r0 + 8 * h;
+        if (r < r1) {
+            const uint8_t *w[8];
+            octet_rows(mm, r, r1, w);
+            store_lanes(y + r, dot_raw_q8x8(w, a, nb, q4), r1 - r);
+        }
+    }
+}
+
+#define MR8 4  /* x rows per tile */
+#define NO8 2  /* octets per tile (16 W rows) */
+#define KB8 32 /* blocks per prepared column block: two octets are 18 KB, in L1 */
+#define MC8 96 /* x rows per row block */
+
+typedef struct prep_oct {
+    int8_t q[KB8 * 256] ALIGNED32; /* [block][group g][row k][4]: row k's codes 4g..4g+3 */
+    float d[KB8 * 8] ALIGNED32;    /* [block][row k] */
+} prep_oct;
+
+/* Prepares blocks [b0, b0 + nb) of 8 rows: per block the 8 x 8 dwords of codes transposed. */
+INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int nb) {
+    const size_t bb = q4 ? 18 : 34;
+    for (int b = 0; b < nb; b++) {
+        __m256i v[8];
+        for (int k = 0; k < 8; k++) v[k] = q8_codes(w[k] + (size_t)(b0 + b) * bb, q4);
+        _mm256_store_ps(p->d + 8 * b, scales8(w, (size_t)(b0 + b) * bb));
+        transpose8_i32(v);
+        for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * g), v[g]);
+    }
+}
+
+/* mr x rows times NO8 octets over blocks [b0, b0 + nb) of x (the octets start at b0). */
+INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p, int nb,
+                      __m256 acc[MR8][NO8]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        __m256i ia[MR8][NO8];
+#pragma GCC unroll 4
+        for (int i = 0; i < MR8; i++)
+#pragma GCC unroll 2
+            for (int c = 0; c < NO8; c++) ia[i][c] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            __m256i w[NO8], aw[NO8];
+#pragma GCC unroll 2
+            for (int c = 0; c < NO8; c++) {
+                w[c] = _mm256_load_si256((const __m256i *)(p[c]->q + 256 * b + 32 * g));
+                aw[c] = _mm256_abs_epi8(w[c]);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) {
+                int32_t x4;
+                memcpy(&x4, a[i].q + 32 * (b0 + b) + 4 * g, 4);
+                const __m256i x = _mm256_set1_epi32(x4);
+#pragma GCC unroll 2
+                for (int c = 0; c < NO8; c++)
+                    ia[i][c] = _mm256_add_epi32(
+                        ia[i][c],
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(x, w[c])),
+                                          ones));
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            const __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
+#pragma GCC unroll 2
+            for (int c = 0; c < NO8; c++)
+                acc[i][c] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][c]),
+                                    _mm256_mul_ps(dx, _mm256_load_ps(p[c]->d + 8 * b)), acc[i][c]);
+        }
+    }
+}
+
+/* An mr-row tile over one column block, continuing from (or starting) the saved lanes
+ * (save: [mr][NO8]); after the last block it stores the nr (1..16) valid W rows' outputs. */
+INLINE void tile_q8_step(int mr, const skv_mm *mm, int i, int r, int nr, const prep_oct *const *p,
+                         int b0, int nb, int first, int last, __m256 *save) {
+    __m256 acc[MR8][NO8];
+    act_row a[MR8];
+    for (int ii = 0; ii < mr; ii++) {
+        a[ii] = act_at(mm, i + ii, 32);
+        for (int c = 0; c < NO8; c++) acc[ii][c] = first ? _mm256_setzero_ps() : save[ii * NO8 + c];
+    }
+    tile_q8x8(mr, a, b0, p, nb, acc);
+    for (int ii = 0; ii < mr; ii++)
+        for (int c = 0; c < NO8; c++) {
+            if (!last)
+                save[ii * NO8 + c] = acc[ii][c];
+            else if (8 * c < nr)
+                store_lanes(mm->y + (size_t)(i + ii) * mm->n_out + r + 8 * c, acc[ii][c],
+                            nr - 8 * c < 8 ? nr - 8 * c : 8);
+        }
+}
+
+INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
+    prep_oct prep[NO8];
+    __m256 save[MC8 * NO8] ALIGNED32;
+    const int nblk = mm->n_in / 32, nkb = (nblk + KB8 - 1) / KB8;
+    for (int mc0 = i0; mc0 < i1; mc0 += MC8) {
+        const int mc1 = i1 - mc0 < MC8 ? i1 : mc0 + MC8;
+        for (int r = r0; r < r1; r += 8 * NO8) {
+            const int nr = r1 - r < 8 * NO8 ? r1 - r : 8 * NO8, no = (nr + 7) / 8;
+            const prep_oct *p[NO8];
+            for (int c = 0; c < NO8; c++) p[c] = &prep[c < no ? c : no - 1];
+            for (int kb = 0; kb < nkb; kb++) {
+                const int b0 = kb * KB8, nb = nblk - b0 < KB8 ? nblk - b0 : KB8;
+                for (int c = 0; c < no; c++) {
+                    const uint8_t *w[8];
+                    octet_rows(mm, r + 8 * c, r + nr, w);
+                    prep_octet(&prep[c], w, q4, b0, nb);
+                }
+                const int first = kb == 0, last = kb == nkb - 1;
+                int i = mc0;
+                /* constant row counts let the compiler keep the tile in registers */
+                for (; i + MR8 <= mc1; i += MR8)
+                    tile_q8_step(MR8, mm, i, r, nr, p, b0, nb, first, last,
+                                 save + (size_t)(i - mc0) * NO8);
+                __m256 *sv = save + (size_t)(i - mc0) * NO8;
+                switch (mc1 - i) {
+                case 3:
+                    tile_q8_step(3, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    break;
+                case 2:
+                    tile_q8_step(2, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    break;
+                case 1:
+                    tile_q8_step(1, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    break;
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
+static void matmul_q8_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->m < GEMM_Q_MIN_M)
+        gemv_q8(mm, i0, i1, r0, r1, 0);
+    else
+        gemm_q8(mm, i0, i1, r0, r1, 0);
+}
+
+static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->m < GEMM_Q_MIN_M)
+        gemv_q8(mm, i0, i1, r0, r1, 1);
+    else
+        gemm_q8(mm, i0, i1, r0, r1, 1);
+}
+
+static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     switch (mm->wt) {
-    case SKV_TYPE_Q8_0:
-        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q8_0);
-        break;
-    case SKV_TYPE_Q4_0:
-        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_0);
-        break;
     case SKV_TYPE_Q4_K:
         gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
         break;
@@ -538,30 +770,6 @@ static void gemv_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 /* ---- quantized weights: prepared panels (quant_x86.h) ------------------------------------ */
 #define NRQ 2 /* W rows per quantized tile */
 #define MRQ 3 /* x rows per quantized tile */
-
-/* Q8_0/Q4_0 tile: mr x rows times NRQ prepared rows over blocks [b0, b0 + nb) of x (the
- * prepared rows start at b0). acc[i][j]: 8 lanes of sum over blocks of scale * int dot. */
-INLINE void tile_q8(int mr, const act_row *a, int b0, const prep_row *const *p, int nb,
-                    __m256 acc[MRQ][NRQ]) {
-    for (int b = 0; b < nb; b++) {
-        __m256i w[NRQ];
-        __m256 dw[NRQ];
-#pragma GCC unroll 4
-        for (int j = 0; j < NRQ; j++) {
-            w[j] = _mm256_load_si256((const __m256i *)(p[j]->q + 32 * b));
-            dw[j] = _mm256_broadcast_ss(&p[j]->d[b]);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            __m256i x = _mm256_load_si256((const __m256i *)(a[i].q + 32 * (b0 + b)));
-            __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++)
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(w[j], x)),
-                                            _mm256_mul_ps(dx, dw[j]), acc[i][j]);
-        }
-    }
-}
 
 /* K-quant tile over super-blocks [sb0, sb0 + nsb) of x; cor gets the min/offset terms. */
 INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, int nsb,
@@ -608,22 +816,18 @@ INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, 
 
 /* Runs an mr-row tile over one column block, continuing from (or starting) the saved lanes,
  * and writes y after the last block. save: [mr][NRQ][2] (acc, cor). */
-INLINE void tile_q_step(int mr, int kq, const skv_mm *mm, int i, int r, int nr,
-                        const prep_row *const *p, int b0, int nb, int first, int last,
-                        __m256 *save) {
+INLINE void tile_k_step(int mr, const skv_mm *mm, int i, int r, int nr, const prep_row *const *p,
+                        int b0, int nb, int first, int last, __m256 *save) {
     __m256 acc[MRQ][NRQ], cor[MRQ][NRQ];
     act_row a[MRQ];
     for (int ii = 0; ii < mr; ii++) {
-        a[ii] = act_at(mm, i + ii, kq ? 256 : 32);
+        a[ii] = act_at(mm, i + ii, 256);
         for (int j = 0; j < NRQ; j++) {
             acc[ii][j] = first ? _mm256_setzero_ps() : save[(ii * NRQ + j) * 2];
             cor[ii][j] = first ? _mm256_setzero_ps() : save[(ii * NRQ + j) * 2 + 1];
         }
     }
-    if (kq)
-        tile_k(mr, a, b0, p, nb, acc, cor);
-    else
-        tile_q8(mr, a, b0, p, nb, acc);
+    tile_k(mr, a, b0, p, nb, acc, cor);
     for (int ii = 0; ii < mr; ii++)
         for (int j = 0; j < NRQ; j++) {
             if (!last) {
@@ -631,8 +835,7 @@ INLINE void tile_q_step(int mr, int kq, const skv_mm *mm, int i, int r, int nr,
                 save[(ii * NRQ + j) * 2 + 1] = cor[ii][j];
             } else if (j < nr) {
                 /* the raw one-row kernels end the same way */
-                float v = kq ? hsum(acc[ii][j]) + hsum(cor[ii][j]) : hsum(acc[ii][j]);
-                mm->y[(size_t)(i + ii) * mm->n_out + r + j] = v;
+                mm->y[(size_t)(i + ii) * mm->n_out + r + j] = hsum(acc[ii][j]) + hsum(cor[ii][j]);
             }
         }
 }
@@ -641,13 +844,11 @@ INLINE void tile_q_step(int mr, int kq, const skv_mm *mm, int i, int r, int nr,
  * are prepared once and serve every tile of the x block. */
 #define MCQ 96
 
-static void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+static void gemm_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     prep_row prep[NRQ]; /* ~5 KB each, stays in L1 */
     __m256 save[MCQ * NRQ * 2] ALIGNED32;
     const skv_type t = mm->wt;
-    const int kq = t != SKV_TYPE_Q8_0 && t != SKV_TYPE_Q4_0;
-    const int bs = kq ? 256 : 32;
-    const int nblk = mm->n_in / bs, per = KQ / bs;
+    const int nblk = mm->n_in / 256, per = KQ / 256;
     const int nkb = (nblk + per - 1) / per;
     for (int mc0 = i0; mc0 < i1; mc0 += MCQ) {
         int mc1 = i1 - mc0 < MCQ ? i1 : mc0 + MCQ;
@@ -657,37 +858,20 @@ static void gemm_q(const skv_mm *mm, int i0, int i1, int r0, int r1) {
             for (int j = 0; j < NRQ; j++) p[j] = &prep[j < nr ? j : nr - 1];
             for (int kb = 0; kb < nkb; kb++) {
                 int b0 = kb * per, b1 = b0 + per < nblk ? b0 + per : nblk;
-                for (int j = 0; j < nr; j++) {
-                    const uint8_t *w = (const uint8_t *)mm->w + (size_t)(r + j) * mm->w_stride;
-                    if (kq)
-                        prep_k(&prep[j], w, t, b0, b1 - b0);
-                    else
-                        prep_q8(&prep[j], w, t, b0, b1 - b0);
-                }
+                for (int j = 0; j < nr; j++) prep_k(&prep[j], w_row(mm, r + j), t, b0, b1 - b0);
                 int first = kb == 0, last = kb == nkb - 1;
                 int i = mc0;
                 /* constant row counts let the compiler keep the tile in registers */
-                for (; i + MRQ <= mc1; i += MRQ) {
-                    __m256 *sv = save + (size_t)(i - mc0) * NRQ * 2;
-                    if (kq)
-                        tile_q_step(MRQ, 1, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
-                    else
-                        tile_q_step(MRQ, 0, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
-                }
-                for (; i < mc1; i++) {
-                    __m256 *sv = save + (size_t)(i - mc0) * NRQ * 2;
-                    if (kq)
-                        tile_q_step(1, 1, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
-                    else
-                        tile_q_step(1, 0, mm, i, r, nr, p, b0, b1 - b0, first, last, sv);
-                }
+                for (; i + MRQ <= mc1; i += MRQ)
+                    tile_k_step(MRQ, mm, i, r, nr, p, b0, b1 - b0, first, last,
+                                save + (size_t)(i - mc0) * NRQ * 2);
+                for (; i < mc1; i++)
+                    tile_k_step(1, mm, i, r, nr, p, b0, b1 - b0, first, last,
+                                save + (size_t)(i - mc0) * NRQ * 2);
             }
         }
     }
 }
-
-/* x rows below which quantized W is used straight from its raw blocks. */
-#define GEMM_Q_MIN_M 3
 
 void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     switch (mm->wt) {
@@ -701,14 +885,18 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         matmul_bf16(mm, i0, i1, r0, r1);
         break;
     case SKV_TYPE_Q8_0:
+        matmul_q8_0(mm, i0, i1, r0, r1);
+        break;
     case SKV_TYPE_Q4_0:
+        matmul_q4_0(mm, i0, i1, r0, r1);
+        break;
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
         if (mm->m < GEMM_Q_MIN_M)
-            gemv_q(mm, i0, i1, r0, r1);
+            gemv_k(mm, i0, i1, r0, r1);
         else
-            gemm_q(mm, i0, i1, r0, r1);
+            gemm_k(mm, i0, i1, r0, r1);
         break;
     default:
         break;

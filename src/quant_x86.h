@@ -160,20 +160,4 @@ static inline void prep_k(prep_row *p, const uint8_t *w, skv_type t, int sb0, in
     }
 }
 
-/* Prepares blocks [b0, b0 + nb) of a Q8_0/Q4_0 row. */
-static inline void prep_q8(prep_row *p, const uint8_t *w, skv_type t, int b0, int nb) {
-    for (int b = 0; b < nb; b++) {
-        if (t == SKV_TYPE_Q8_0) {
-            const uint8_t *blk = w + (size_t)(b0 + b) * 34;
-            p->d[b] = ld_f16(blk);
-            _mm256_store_si256((__m256i *)(p->q + 32 * b),
-                               _mm256_loadu_si256((const __m256i *)(blk + 2)));
-        } else {
-            const uint8_t *blk = w + (size_t)(b0 + b) * 18;
-            p->d[b] = ld_f16(blk);
-            _mm256_store_si256((__m256i *)(p->q + 32 * b), unpack_q4_0(blk + 2));
-        }
-    }
-}
-
 #endif
