@@ -520,11 +520,24 @@ INLINE __m256i sum8_i32(const __m256i v[8]) {
                             _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* The f16 scales at offset off of 8 rows' blocks, as floats. */
+static inline int ld_u16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+/* The f16 scales at offset off of 8 rows' blocks, as floats (inserts with constant lanes: a
+ * 16-bit load each, also at -O1). */
 static inline __m256 scales8(const uint8_t *const *w, size_t off) {
-#define H(k) (short)(w[k][off] | w[k][off + 1] << 8)
-    return _mm256_cvtph_ps(_mm_set_epi16(H(7), H(6), H(5), H(4), H(3), H(2), H(1), H(0)));
-#undef H
+    __m128i h = _mm_cvtsi32_si128(ld_u16(w[0] + off));
+    h = _mm_insert_epi16(h, ld_u16(w[1] + off), 1);
+    h = _mm_insert_epi16(h, ld_u16(w[2] + off), 2);
+    h = _mm_insert_epi16(h, ld_u16(w[3] + off), 3);
+    h = _mm_insert_epi16(h, ld_u16(w[4] + off), 4);
+    h = _mm_insert_epi16(h, ld_u16(w[5] + off), 5);
+    h = _mm_insert_epi16(h, ld_u16(w[6] + off), 6);
+    h = _mm_insert_epi16(h, ld_u16(w[7] + off), 7);
+    return _mm256_cvtph_ps(h);
 }
 
 /* Stores the first n (1..8) lanes of v. */
@@ -558,7 +571,7 @@ INLINE void transpose8_i32(__m256i m[8]) {
 }
 
 /* Bytes ahead that each of the 8 rows is prefetched (every other block). */
-#define PFD 256
+#define PFD 1024
 
 /* 8 raw rows w[0..8) against one x row over nb blocks: lane k is row k's chain. */
 INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
@@ -589,7 +602,10 @@ static inline void octet_rows(const skv_mm *mm, int r, int r1, const uint8_t *w[
 }
 
 /* Rows j, j + h, ..., j + 7h of [r0, r1) in the lanes: 8 streams far apart, each sweeping
- * its own eighth of W from start to end; then the last (r1 - r0) % 8 rows. */
+ * its own eighth of W from start to end; then the last (r1 - r0) % 8 rows. Measured from DRAM
+ * (matmul_bench, sparsekv bench tg): 8 adjacent rows read block by block were 3x slower, 4
+ * quarters of 2 adjacent rows 1.4x; without the prefetch 1.3x. Still 0-15% below the two
+ * streams of the old one-row-per-vector gemv (llama-3.2-1b Q8_0 tg). */
 INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     const int nb = mm->n_in / 32, h = (r1 - r0) / 8;
     for (int i = i0; i < i1; i++) {
