@@ -3,7 +3,7 @@
  *
  * Every output's sum is done one way only, whichever path computes it, so the result of a row
  * is the same bits whether it is multiplied alone (decode) or with 511 others (prefill), and
- * whatever the thread split.
+ * whatever the thread split (a NaN output is NaN either way, not always with the same bits).
  *
  * Float weights (F32/F16/BF16): one FMA chain per output over k in order (x[k] broadcast, 16
  * outputs in two vectors). W is best stored in panels (skv_panels_pack: 16 rows k-major; what
@@ -361,10 +361,10 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* The raw-block dots below take NW rows w[0..nw) side by side against one activation row: the
- * x loads are shared and nw streams of W are in flight, and each row's sum goes through the same
- * operations in the same order as alone (and as in the prepared tiles below), so the result of
- * a row does not depend on its neighbour. */
+/* The K-quant raw-block dots below take NW rows w[0..nw) side by side against one activation
+ * row: the x loads are shared and nw streams of W are in flight, and each row's sum goes through
+ * the same operations in the same order as alone (and as in the prepared tiles further down), so
+ * the result of a row does not depend on its neighbour. (Q8_0/Q4_0: dot_raw_q8x8, 8 rows.) */
 #define NW 2
 
 /* Q4_K/Q5_K (nsb super-blocks): per chunk maddubs then madd with the sub-block scale, summed in
@@ -501,11 +501,11 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
  *     acc = fma((float)idot_b, dx_b * dw_b, acc),
  * where idot_b is the block's exact integer dot. With eight W rows in the lanes the scales dw
  * of a block are one vector, each block costs one cvt, mul and fma per 8 outputs, and no
- * horizontal sum is left at the end (the old one-row-per-vector tile spent a cvt, a mul and an
- * fma per row and block: 1.25-1.5x slower). One or two x rows read the raw rows, and a block's
- * 8 partial-sum vectors are summed across lanes into the rows' lanes; more x rows read "octets":
- * 8 rows whose codes are transposed once so that one 32-byte load holds 4 codes of each row,
- * met by 4 x codes broadcast. */
+ * horizontal sum is left at the end (one row per vector, lanes = partial sums of a block, costs
+ * a cvt, a mul and an fma per row and block: measured 1.25-1.5x slower in the tiles). One or two x
+ * rows read the raw rows, and a block's 8 partial-sum vectors are summed across lanes into the
+ * rows' lanes; more x rows read "octets": 8 rows whose codes are transposed once so that one
+ * 32-byte load holds 4 codes of each row, met by 4 x codes broadcast. */
 
 INLINE __m256i q8_codes(const uint8_t *blk, int q4) {
     return q4 ? unpack_q4_0(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
@@ -570,7 +570,8 @@ INLINE void transpose8_i32(__m256i m[8]) {
     }
 }
 
-/* Bytes ahead that each of the 8 rows is prefetched (every other block). */
+/* Bytes ahead that each of the 8 rows is prefetched, every other block: about one 64-byte line
+ * per prefetch for Q8_0's 34-byte blocks (Q4_0's 18-byte ones get each line about twice). */
 #define PFD 1024
 
 /* 8 raw rows w[0..8) against one x row over nb blocks: lane k is row k's chain. */
@@ -583,7 +584,8 @@ INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const uint8_t *blk = w[k] + (size_t)b * bb;
-            if ((b & 1) == 0) _mm_prefetch((const char *)blk + PFD, _MM_HINT_T0);
+            if ((b & 1) == 0) /* an address, maybe past W: a prefetch never faults */
+                _mm_prefetch((const char *)((uintptr_t)blk + PFD), _MM_HINT_T0);
             v[k] = dot_s8(q8_codes(blk, q4), x);
         }
         const __m256 s = _mm256_mul_ps(_mm256_set1_ps(a.d[b]), scales8(w, (size_t)b * bb));
@@ -604,8 +606,8 @@ static inline void octet_rows(const skv_mm *mm, int r, int r1, const uint8_t *w[
 /* Rows j, j + h, ..., j + 7h of [r0, r1) in the lanes: 8 streams far apart, each sweeping
  * its own eighth of W from start to end; then the last (r1 - r0) % 8 rows. Measured from DRAM
  * (matmul_bench, sparsekv bench tg): 8 adjacent rows read block by block were 3x slower, 4
- * quarters of 2 adjacent rows 1.4x; without the prefetch 1.3x. Still 0-15% below the two
- * streams of the old one-row-per-vector gemv (llama-3.2-1b Q8_0 tg). */
+ * quarters of 2 adjacent rows 1.4x; without the prefetch 1.3x. Still 0-15% below a one-row-
+ * per-vector gemv over 2 streams (llama-3.2-1b Q8_0 tg), which the tiles could not match. */
 INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     const int nb = mm->n_in / 32, h = (r1 - r0) / 8;
     for (int i = i0; i < i1; i++) {
@@ -783,7 +785,7 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     }
 }
 
-/* ---- quantized weights: prepared panels (quant_x86.h) ------------------------------------ */
+/* ---- K-quants: prepared rows (quant_x86.h) ----------------------------------------------- */
 #define NRQ 2 /* W rows per quantized tile */
 #define MRQ 3 /* x rows per quantized tile */
 

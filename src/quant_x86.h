@@ -1,11 +1,11 @@
 /* quant_x86.h — unpacking the quantized weight blocks with AVX2 (256-bit) instructions, shared
  * by the AVX2 and AVX-512 matmuls (include only from files compiled with at least
- * -mavx2 -mfma -mf16c), and the "prepared" rows that the AVX2 tiled products read (the AVX-512
- * ones prepare their own: matmul_avx512vnni.c).
+ * -mavx2 -mfma -mf16c), and the "prepared" K-quant rows that the AVX2 tiled products read (the
+ * AVX-512 ones prepare their own: matmul_avx512vnni.c; AVX2 Q8_0/Q4_0 use 8-row octets, in
+ * matmul_avx2.c).
  *
- * A prepared W row covers up to KQ columns:
- *   Q8_0/Q4_0: q = signed codes, d = one scale per 32.
- *   K-quants:  q = unsigned codes 0..63, sv = per 32 values 16 int16 multipliers (lanes 0-7 for
+ * A prepared K-quant W row covers up to KQ columns:
+ *   q = unsigned codes 0..63, sv = per 32 values 16 int16 multipliers (lanes 0-7 for
  *              the first 16 values, 8-15 for the next 16: maddubs leaves them in that order),
  *              d = super-block scale, wc = per 16 values the coefficient of x's group sum
  *              (-dmin*m for Q4_K/Q5_K, -32*d*sc for Q6_K). */
@@ -111,7 +111,7 @@ typedef struct prep_row {
     int8_t q[KQ] ALIGNED32;
     int16_t sv[KQ / 2] ALIGNED32;
     float wc[KQ / 16] ALIGNED32;
-    float d[KQ / 32];
+    float d[KQ / 256];
 } prep_row;
 
 /* Prepares super-blocks [sb0, sb0 + nsb) of a K-quant row into p (from index 0). */

@@ -196,6 +196,11 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     /* Many x rows: several tiles, more than one row block, ragged edges. */
     mm_case big = {t, 301, 19, n_ins[n_n_in > 1 ? 1 : 0]};
     run_case(&big, pools);
+    if (skv_act_block(t)) {
+        /* quantized: two x blocks times several column blocks, ragged rows */
+        mm_case wide = {t, 200, 19, n_ins[n_n_in - 1]};
+        run_case(&wide, pools);
+    }
     if (!skv_act_block(t)) {
         /* float: two column blocks, panels ending inside a thread; then two x blocks (MC = 192
          * rows) times two column blocks; then decode over many panels per thread (4 quarters
@@ -210,7 +215,7 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
 }
 
 static const int n_in_float[] = {5, 32, 288, 600};
-static const int n_in_q32[] = {32, 288, 2080}; /* 2080: two column blocks */
+static const int n_in_q32[] = {32, 288, 2080}; /* 2080: 2 column blocks (AVX-512), 3 (AVX2) */
 static const int n_in_qk[] = {256, 512, 2304}; /* 2304: two column blocks */
 
 static void test_f32(void **s) {
