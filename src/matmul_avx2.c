@@ -551,25 +551,6 @@ static inline void store_lanes(float *y, __m256 v, int n) {
     memcpy(y, t, sizeof(float) * (size_t)n);
 }
 
-/* 8 x 8 int32 transposed in place: m[k] lane j <- m[j] lane k. */
-INLINE void transpose8_i32(__m256i m[8]) {
-    __m256i t[8], u[8];
-    for (int k = 0; k < 8; k += 2) { /* rows k, k+1: columns 0,1,4,5 | 2,3,6,7 */
-        t[k] = _mm256_unpacklo_epi32(m[k], m[k + 1]);
-        t[k + 1] = _mm256_unpackhi_epi32(m[k], m[k + 1]);
-    }
-    for (int k = 0; k < 8; k += 4) { /* rows k..k+3: column c | c + 4, c = 0..3 */
-        u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
-        u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
-        u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
-        u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        m[c] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x20);
-        m[c + 4] = _mm256_permute2x128_si256(u[c], u[c + 4], 0x31);
-    }
-}
-
 /* Bytes ahead that each of the 8 rows is prefetched, every other block: about one 64-byte line
  * per prefetch for Q8_0's 34-byte blocks (Q4_0's 18-byte ones get each line about twice). */
 #define PFD 1024
@@ -646,8 +627,11 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int
         __m256i v[8];
         for (int k = 0; k < 8; k++) v[k] = q8_codes(w[k] + (size_t)(b0 + b) * bb, q4);
         _mm256_store_ps(p->d + 8 * b, scales8(w, (size_t)(b0 + b) * bb));
-        transpose8_i32(v);
-        for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * g), v[g]);
+        __m256 f[8]; /* transpose8 moves 32-bit lanes: the codes pass through bit for bit */
+        for (int k = 0; k < 8; k++) f[k] = _mm256_castsi256_ps(v[k]);
+        transpose8(f);
+        for (int g = 0; g < 8; g++)
+            _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * g), _mm256_castps_si256(f[g]));
     }
 }
 
@@ -757,18 +741,19 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     }
 }
 
-static void matmul_q8_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     if (mm->m < GEMM_Q_MIN_M)
-        gemv_q8(mm, i0, i1, r0, r1, 0);
+        gemv_q8(mm, i0, i1, r0, r1, q4);
     else
-        gemm_q8(mm, i0, i1, r0, r1, 0);
+        gemm_q8(mm, i0, i1, r0, r1, q4);
+}
+
+static void matmul_q8_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    matmul_q8(mm, i0, i1, r0, r1, 0);
 }
 
 static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->m < GEMM_Q_MIN_M)
-        gemv_q8(mm, i0, i1, r0, r1, 1);
-    else
-        gemm_q8(mm, i0, i1, r0, r1, 1);
+    matmul_q8(mm, i0, i1, r0, r1, 1);
 }
 
 static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
