@@ -10,8 +10,9 @@
  *
  *   build: cc -O2 -mavx2 -mfma -Iinclude -Isrc bench/matmul_bench.c build/libsparsekv.a \
  *              -lm -pthread
- *   usage: matmul_bench [threads] [--decode | --prefill] [--wall] [type ...]
- *          (default: 2 threads, both, per-thread CPU time, all types) */
+ *   usage: matmul_bench [threads] [--decode | --prefill] [--wall] [--llama-1b] [type ...]
+ *          (default: 2 threads, both, per-thread CPU time, all types; --llama-1b: the four
+ *          shapes of llama-3.2-1b instead, 2048x2048, 512x2048, 8192x2048, 2048x8192) */
 #include "kernels.h"
 #include "roofline.h"
 
@@ -131,7 +132,7 @@ int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     skv_type types[8];
     int n_types = 0;
-    int do_prefill = 1, do_decode = 1;
+    int do_prefill = 1, do_decode = 1, llama = 0;
     for (int i = 2; i < argc && n_types < 8; i++) {
         if (strcmp(argv[i], "--wall") == 0)
             g_wall = 1;
@@ -139,6 +140,8 @@ int main(int argc, char **argv) {
             do_prefill = 0;
         else if (strcmp(argv[i], "--prefill") == 0)
             do_decode = 0;
+        else if (strcmp(argv[i], "--llama-1b") == 0)
+            llama = 1;
         else if (skv_type_from_name(argv[i], &types[n_types]))
             n_types++;
     }
@@ -161,19 +164,23 @@ int main(int argc, char **argv) {
            nth, skv_kernels_use_simd() ? skv_simd_name(skv_simd_active_id()) : "scalar",
            g_wall ? "wall" : "thread-cpu", skv_roofline_impl(), peak, bw);
 
-    /* smollm2-135m's four matrix shapes, and a large one that K-quants can use too */
-    const int shapes[5][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {16384, 1536}};
-    const int M = 512;
-    float *x = malloc(sizeof(float) * M * 1536);
+    /* smollm2-135m's four matrix shapes, and a large one that K-quants can use too; or
+     * llama-3.2-1b's four (attention q/o, k/v, ffn gate/up, ffn down) */
+    const int small[5][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {16384, 1536}};
+    const int large[4][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+    const int(*shapes)[2] = llama ? large : small, n_shapes = llama ? 4 : 5;
+    const int M = 512, max_in = llama ? 8192 : 1536;
+    float *x = malloc(sizeof(float) * M * max_in);
     float *y = malloc(sizeof(float) * M * 49152);
-    float *row = malloc(sizeof(float) * 1536);
-    for (int i = 0; i < M * 1536; i++) x[i] = (float)((int)((i * 7919LL) % 2001) - 1000) / 1000.0f;
-    for (int i = 0; i < 1536; i++) row[i] = (float)((i * 31) % 201 - 100) / 1000.0f;
+    float *row = malloc(sizeof(float) * max_in);
+    for (int i = 0; i < M * max_in; i++)
+        x[i] = (float)((int)((i * 7919LL) % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < max_in; i++) row[i] = (float)((i * 31) % 201 - 100) / 1000.0f;
     printf("%-6s %-12s %14s %8s %14s %8s\n", "type", "W (out x in)", "m=512 GFLOP/s", "%peak",
            "m=1 GB/s", "%bw");
     for (int ti = 0; ti < n_types; ti++) {
         skv_type t = types[ti];
-        for (int s = 0; s < 5; s++) {
+        for (int s = 0; s < n_shapes; s++) {
             int n_out = shapes[s][0], n_in = shapes[s][1];
             size_t rb = skv_row_bytes(t, n_in);
             if (rb == 0) { /* K-quants need n_in % 256 == 0 */
@@ -196,7 +203,7 @@ int main(int argc, char **argv) {
             for (int c = 1; c < copies; c++) memcpy(w + wb * c, w, wb);
             size_t ws = skv_matmul_work_size(t, M, n_in);
             void *work = ws ? malloc(ws) : NULL;
-            double budget = s >= 3 ? 3000 : 1500;
+            double budget = s >= 3 || llama ? 3000 : 1500;
             double ms = do_prefill ? best_ms(pool, y, x, M, w, t, n_out, n_in, work, budget) : 1e30;
             double gf = 2.0 * M * n_out * n_in / (ms * 1e6);
             double ms1 = 1e30;

@@ -1,5 +1,5 @@
-/* avx2_util.h — horizontal reductions shared by the AVX2 files (include only from *_avx2.c,
- * which are compiled with -mavx2 -mfma -mf16c). */
+/* avx2_util.h — horizontal reductions and an 8x8 transpose shared by the files compiled with
+ * -mavx2 -mfma -mf16c (the *_avx2.c files, and the AVX-512 ones, built on top of those flags). */
 #ifndef SKV_AVX2_UTIL_H
 #define SKV_AVX2_UTIL_H
 
@@ -17,6 +17,26 @@ static inline float hmax(__m256 v) {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* In-place transpose of 8 vectors (v[j] lane i <-> v[i] lane j). */
+static inline __attribute__((always_inline)) void transpose8(__m256 v[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
 #endif

@@ -124,26 +124,6 @@ INLINE float load_w1(const uint8_t *p, skv_type t) {
     return t == SKV_TYPE_F16 ? _cvtsh_ss(h) : skv_bf16_to_f32(h);
 }
 
-/* In-place transpose of 8 vectors (v[j] lane i <-> v[i] lane j). */
-INLINE void transpose8(__m256 v[8]) {
-    __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-    __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-    __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-    __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-    v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-    v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-    v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-    v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-    v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-    v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-    v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 /* bp[k - k0][16] = W rows [r, r + nr) at columns [k0, k1) as floats, rows from nr on zero.
  * Raw rows: 8x8 blocks transposed in registers. */
 INLINE void pack_rows(float *bp, const skv_mm *mm, int r, int nr, int k0, int k1, skv_type t) {

@@ -7,16 +7,19 @@
  * matmul_avx2.c, so the same bits as the AVX2 level (the scalar fallback sums in another order),
  * any m, any thread split. A 16-row panel is one register wide.
  *   - one x row (decode): the thread's panels in 4 quarters streamed at once.
- *   - more (prefill): blocks of MC x rows and KC columns; panels are made floats two at a time
- *     (L1/L2) and serve 12x32 register tiles: 24 accumulators, 2 loads and 12 broadcasts per 24
- *     FMAs. Raw rows (not panels) take the AVX2 code (same bits). */
+ *   - more (prefill): blocks of MC x rows and KC columns; x packed tile by tile (12 rows
+ *     interleaved), panels made floats two at a time (L1/L2), 12x32 register tiles: 24
+ *     accumulators, 2 loads and 12 broadcasts per 24 FMAs. Raw rows (not panels) take the AVX2
+ *     code (same bits). */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \
     defined(__AVX512DQ__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+#include "avx2_util.h"
 #include "avx512_util.h"
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
@@ -62,7 +65,7 @@ INLINE const float *pack_panel(float *bp, const skv_mm *mm, int r, int k0, int k
     }
 #define ACC_FMA(i)                                                                                 \
     if (i < mr) {                                                                                  \
-        const __m512 xb = _mm512_set1_ps(x##i[k]);                                                 \
+        const __m512 xb = _mm512_set1_ps(xp[(size_t)k * MR + i]);                                  \
         a##i##0 = _mm512_fmadd_ps(xb, w0, a##i##0);                                                \
         if (np > 1) a##i##1 = _mm512_fmadd_ps(xb, w1, a##i##1);                                    \
     }
@@ -71,15 +74,12 @@ INLINE const float *pack_panel(float *bp, const skv_mm *mm, int r, int k0, int k
         _mm512_mask_storeu_ps(y + (size_t)i * ldy, m0, a##i##0);                                   \
         if (np > 1) _mm512_mask_storeu_ps(y + (size_t)i * ldy + PANEL, m1, a##i##1);               \
     }
-#define X_ROW(i) *x##i = mr > i ? x + (size_t)i * ldx : x
 
-INLINE void tile_f(int mr, int np, const float *x, size_t ldx, const float *b0, const float *b1,
-                   int len, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
-    /* rows past mr are never read (and never point past x) */
-    const float X_ROW(0), X_ROW(1), X_ROW(2), X_ROW(3), X_ROW(4), X_ROW(5), X_ROW(6), X_ROW(7),
-        X_ROW(8), X_ROW(9), X_ROW(10), X_ROW(11);
-    (void)x1, (void)x2, (void)x3, (void)x4, (void)x5, (void)x6, (void)x7, (void)x8, (void)x9,
-        (void)x10, (void)x11, (void)b1;
+/* xp: the tile's x rows packed by pack_x, [len][MR]; one pointer for all 12 rows (with a
+ * pointer per row, 12 of them plus the loop's own do not fit in the 16 general registers) */
+INLINE void tile_f(int mr, int np, const float *xp, const float *b0, const float *b1, int len,
+                   float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
+    (void)b1;
     // clang-format off
     ACC_INIT(0) ACC_INIT(1) ACC_INIT(2) ACC_INIT(3) ACC_INIT(4) ACC_INIT(5)
     ACC_INIT(6) ACC_INIT(7) ACC_INIT(8) ACC_INIT(9) ACC_INIT(10) ACC_INIT(11)
@@ -95,14 +95,14 @@ INLINE void tile_f(int mr, int np, const float *x, size_t ldx, const float *b0, 
 }
 
 /* tile_f for counts known only at run time: one instantiation each. */
-static void tile_any(int mr, int np, const float *x, size_t ldx, const float *b0, const float *b1,
-                     int len, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
+static void tile_any(int mr, int np, const float *xp, const float *b0, const float *b1, int len,
+                     float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
 #define TILE_CASE(c)                                                                               \
     case c:                                                                                        \
         if (np > 1)                                                                                \
-            tile_f(c, 2, x, ldx, b0, b1, len, y, ldy, m0, m1, first);                              \
+            tile_f(c, 2, xp, b0, b1, len, y, ldy, m0, m1, first);                                  \
         else                                                                                       \
-            tile_f(c, 1, x, ldx, b0, b1, len, y, ldy, m0, m1, first);                              \
+            tile_f(c, 1, xp, b0, b1, len, y, ldy, m0, m1, first);                                  \
         return;
     switch (mr) {
         TILE_CASE(12)
@@ -123,15 +123,55 @@ static void tile_any(int mr, int np, const float *x, size_t ldx, const float *b0
 #undef TILE_CASE
 }
 
-/* Outputs of x rows [i0, i1) and W rows [r0, r1) (r0 on a panel boundary) from panels. */
+/* xp[t][k][MR] = x rows [i0 + t * MR, ...) at columns [k0, k1): each tile's rows interleaved
+ * (rows past i1 zero), so a tile reads x as one stream and needs one pointer for it. 8x8 blocks
+ * transposed in registers; rows 8..11 of a tile are the low halves of a second transpose. */
+static void pack_x(float *xp, const float *x, size_t ldx, int i0, int i1, int k0, int k1) {
+    _Static_assert(MR == 12, "a tile's rows are packed as 8 + 4");
+    const int len = k1 - k0, len8 = len & ~7;
+    for (int i = i0; i < i1; i += MR) {
+        float *d = xp + (size_t)(i - i0) * (size_t)len; /* (i - i0) is a multiple of MR */
+        const int mr = i1 - i < MR ? i1 - i : MR;
+        const float *src = x + (size_t)i * ldx + k0;
+        for (int k = 0; k < len8; k += 8) {
+            __m256 v[8], u[8];
+            for (int r = 0; r < 8; r++) {
+                v[r] = r < mr ? _mm256_loadu_ps(src + (size_t)r * ldx + k) : _mm256_setzero_ps();
+                u[r] = r < 4 && r + 8 < mr ? _mm256_loadu_ps(src + (size_t)(r + 8) * ldx + k)
+                                           : _mm256_setzero_ps();
+            }
+            transpose8(v);
+            transpose8(u);
+            for (int j = 0; j < 8; j++) {
+                _mm256_storeu_ps(d + (size_t)(k + j) * MR, v[j]);
+                _mm_storeu_ps(d + (size_t)(k + j) * MR + 8, _mm256_castps256_ps128(u[j]));
+            }
+        }
+        for (int k = len8; k < len; k++)
+            for (int r = 0; r < MR; r++)
+                d[(size_t)k * MR + r] = r < mr ? src[(size_t)r * ldx + k] : 0.0f;
+    }
+}
+
+/* Outputs of x rows [i0, i1) and W rows [r0, r1) (r0 on a panel boundary) from panels: per
+ * block of MC x rows and kc columns, x packed once (xp, L2) and the W panels made floats two at
+ * a time (bp, L1/L2), each pair serving every tile of the block. */
 INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    float bp[2][KC * PANEL] __attribute__((aligned(64))); /* 80 KB */
     const int n = mm->n_in, nkb = (n + KC - 1) / KC, kc = (n + nkb - 1) / nkb;
+    const int mc = i1 - i0 < MC ? i1 - i0 : MC;
+    /* whole tiles: up to 480 KB, too much for a thread's stack */
+    float *xp = aligned_alloc(64, sizeof(float) * (size_t)((mc + MR - 1) / MR * MR) * (size_t)kc);
+    if (!xp) { /* the AVX2 code needs no buffer and gives the same bits */
+        skv_matmul_avx2(mm, i0, i1, r0, r1);
+        return;
+    }
+    float bp[2][KC * PANEL] __attribute__((aligned(64))); /* 80 KB */
     const size_t ldy = (size_t)mm->n_out;
     for (int mc0 = i0; mc0 < i1; mc0 += MC) {
         const int mc1 = i1 - mc0 < MC ? i1 : mc0 + MC;
         for (int k0 = 0; k0 < n; k0 += kc) {
             const int k1 = n - k0 < kc ? n : k0 + kc, first = k0 == 0;
+            pack_x(xp, mm->x, (size_t)n, mc0, mc1, k0, k1);
             for (int r = r0; r < r1; r += 2 * PANEL) {
                 const int np = r1 - r > PANEL ? 2 : 1;
                 const __mmask16 m0 = lanes(r1 - r), m1 = np > 1 ? lanes(r1 - r - PANEL) : 0;
@@ -139,19 +179,20 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
                 const float *b1 = np > 1 ? pack_panel(bp[1], mm, r + PANEL, k0, k1, t) : b0;
                 for (int i = mc0; i < mc1; i += MR) {
                     const int mr = mc1 - i < MR ? mc1 - i : MR;
-                    const float *x = mm->x + (size_t)i * n + k0;
+                    const float *x = xp + (size_t)(i - mc0) * (size_t)(k1 - k0);
                     float *y = mm->y + (size_t)i * ldy + r;
                     if (!first && i + 2 * MR <= mc1) /* the next tile's outputs */
                         for (int ii = MR; ii < 2 * MR; ii++)
                             _mm_prefetch((const char *)(y + (size_t)ii * ldy), _MM_HINT_T0);
                     if (mr == MR && np == 2)
-                        tile_f(MR, 2, x, (size_t)n, b0, b1, k1 - k0, y, ldy, m0, m1, first);
+                        tile_f(MR, 2, x, b0, b1, k1 - k0, y, ldy, m0, m1, first);
                     else
-                        tile_any(mr, np, x, (size_t)n, b0, b1, k1 - k0, y, ldy, m0, m1, first);
+                        tile_any(mr, np, x, b0, b1, k1 - k0, y, ldy, m0, m1, first);
                 }
             }
         }
     }
+    free(xp);
 }
 
 /* One x row from panels (decode): the thread's panels in 4 quarters, one panel of each at a

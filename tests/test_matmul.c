@@ -335,7 +335,7 @@ static void test_float_order(void **s) {
     (void)s;
     if (!skv_kernels_use_simd()) skip();
     const skv_type ts[] = {SKV_TYPE_F32, SKV_TYPE_F16, SKV_TYPE_BF16};
-    enum { M = 14, N_OUT = 37, N_IN = 1100 };
+    enum { M = 200, N_OUT = 37, N_IN = 1100 }; /* 200: more than one block of x rows (192) */
     float *x = malloc(sizeof(float) * M * N_IN), *wf = malloc(sizeof(float) * N_OUT * N_IN);
     float *wd = malloc(sizeof(float) * N_IN), y[M * N_OUT];
     uint8_t *w = malloc(4 * N_OUT * N_IN);
@@ -349,9 +349,9 @@ static void test_float_order(void **s) {
         void *panels = malloc(pb);
         assert_non_null(panels);
         skv_panels_pack(ts[ti], w, N_OUT, N_IN, panels);
-        for (int run = 0; run < 4; run++) {
-            const int m = run % 2 ? M : 1; /* rows, then panels; one x row and many */
-            if (run < 2)
+        for (int run = 0; run < 6; run++) {
+            const int ms[3] = {1, 14, M}, m = ms[run % 3]; /* rows, then panels; 1, 14, M x rows */
+            if (run < 3)
                 skv_matmul(pools[2], y, x, m, w, ts[ti], N_OUT, N_IN, NULL);
             else
                 skv_matmul_panels(pools[2], y, x, m, panels, ts[ti], N_OUT, N_IN, NULL);
@@ -362,7 +362,7 @@ static void test_float_order(void **s) {
                     for (int k = 0; k < N_IN; k++) a = fmaf(x[i * N_IN + k], wd[k], a);
                     if (memcmp(&a, &y[i * N_OUT + r], sizeof a) != 0)
                         fail_msg("%s %s m=%d y[%d][%d] = %.9g, the fmaf chain gives %.9g",
-                                 skv_type_name(ts[ti]), run < 2 ? "rows" : "panels", m, i, r,
+                                 skv_type_name(ts[ti]), run < 3 ? "rows" : "panels", m, i, r,
                                  y[i * N_OUT + r], a);
                 }
             }
