@@ -155,6 +155,10 @@ void skv_act_rows_bf16(const float *x, void *dst, int n);
  * them); skv_act_rows_k_order puts the codes (the q part of a row of n values) in that order. */
 bool skv_act_k_order(skv_type wt);
 void skv_act_rows_k_order(uint8_t *q, int64_t n);
+/* Whether the AVX-512 level reads the activation rows of an m-row product with weights of type
+ * wt as unsigned codes (code + 128, what vpdpbusd takes); skv_act_rows_unsigned makes them so. */
+bool skv_act_unsigned(skv_type wt, int m);
+void skv_act_rows_unsigned(uint8_t *q, int64_t n);
 #endif
 
 /* ---- vector kernels (dispatching; each has a _ref twin) ------------------------------------ */

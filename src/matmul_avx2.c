@@ -487,39 +487,6 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
  * rows' lanes; more x rows read "octets": 8 rows whose codes are transposed once so that one
  * 32-byte load holds 4 codes of each row, met by 4 x codes broadcast. */
 
-INLINE __m256i q8_codes(const uint8_t *blk, int q4) {
-    return q4 ? unpack_q4_0(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
-}
-
-/* Lane k = the sum of v[k]'s eight lanes (int32: exact in any order). */
-INLINE __m256i sum8_i32(const __m256i v[8]) {
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    /* a: rows 0-3, sums of their low 128 bits | of their high 128 bits; b: rows 4-7 */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                            _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-static inline int ld_u16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return h;
-}
-
-/* The f16 scales at offset off of 8 rows' blocks, as floats (inserts with constant lanes: a
- * 16-bit load each, also at -O1). */
-static inline __m256 scales8(const uint8_t *const *w, size_t off) {
-    __m128i h = _mm_cvtsi32_si128(ld_u16(w[0] + off));
-    h = _mm_insert_epi16(h, ld_u16(w[1] + off), 1);
-    h = _mm_insert_epi16(h, ld_u16(w[2] + off), 2);
-    h = _mm_insert_epi16(h, ld_u16(w[3] + off), 3);
-    h = _mm_insert_epi16(h, ld_u16(w[4] + off), 4);
-    h = _mm_insert_epi16(h, ld_u16(w[5] + off), 5);
-    h = _mm_insert_epi16(h, ld_u16(w[6] + off), 6);
-    h = _mm_insert_epi16(h, ld_u16(w[7] + off), 7);
-    return _mm256_cvtph_ps(h);
-}
-
 /* Stores the first n (1..8) lanes of v. */
 static inline void store_lanes(float *y, __m256 v, int n) {
     if (n == 8) {

@@ -159,8 +159,11 @@ static void pack_x(float *xp, const float *x, size_t ldx, int i0, int i1, int k0
 INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     const int n = mm->n_in, nkb = (n + KC - 1) / KC, kc = (n + nkb - 1) / nkb;
     const int mc = i1 - i0 < MC ? i1 - i0 : MC;
-    /* whole tiles: up to 480 KB, too much for a thread's stack */
-    float *xp = aligned_alloc(64, sizeof(float) * (size_t)((mc + MR - 1) / MR * MR) * (size_t)kc);
+    /* whole tiles: up to 480 KB, too much for a thread's stack (aligned_alloc wants a size that
+     * is a multiple of the alignment) */
+    const size_t xp_bytes =
+        (sizeof(float) * (size_t)((mc + MR - 1) / MR * MR) * (size_t)kc + 63) & ~(size_t)63;
+    float *xp = aligned_alloc(64, xp_bytes);
     if (!xp) { /* the AVX2 code needs no buffer and gives the same bits */
         skv_matmul_avx2(mm, i0, i1, r0, r1);
         return;

@@ -45,6 +45,40 @@ static inline __m256i unpack_q4_0(const uint8_t *qs) {
     return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
 }
 
+/* A Q8_0 block's (Q4_0: as signed code - 8) 32 codes. */
+static inline __m256i q8_codes(const uint8_t *blk, int q4) {
+    return q4 ? unpack_q4_0(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
+}
+
+/* Lane k = the sum of v[k]'s eight lanes (int32: exact in any order). */
+static inline __m256i sum8_i32(const __m256i v[8]) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* a: rows 0-3, sums of their low 128 bits | of their high 128 bits; b: rows 4-7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+static inline int ld_u16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+/* The f16 scales at offset off of 8 rows' blocks, as floats (inserts with constant lanes: a
+ * 16-bit load each, also at -O1). */
+static inline __m256 scales8(const uint8_t *const *w, size_t off) {
+    __m128i h = _mm_cvtsi32_si128(ld_u16(w[0] + off));
+    h = _mm_insert_epi16(h, ld_u16(w[1] + off), 1);
+    h = _mm_insert_epi16(h, ld_u16(w[2] + off), 2);
+    h = _mm_insert_epi16(h, ld_u16(w[3] + off), 3);
+    h = _mm_insert_epi16(h, ld_u16(w[4] + off), 4);
+    h = _mm_insert_epi16(h, ld_u16(w[5] + off), 5);
+    h = _mm_insert_epi16(h, ld_u16(w[6] + off), 6);
+    h = _mm_insert_epi16(h, ld_u16(w[7] + off), 7);
+    return _mm256_cvtph_ps(h);
+}
+
 /* Q4_K/Q5_K: the 8 six-bit scales and the 8 mins of a super-block from its 12 packed bytes,
  * as 8 int16 each. With the bytes read as words u0 = 0-3, u1 = 4-7, u2 = 8-11: sub-blocks 0-3
  * are the low 6 bits of u0 (scales) and u1 (mins); sub-blocks 4-7 take their low 4 bits from
