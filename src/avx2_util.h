@@ -1,5 +1,6 @@
-/* avx2_util.h — horizontal reductions and an 8x8 transpose shared by the files compiled with
- * -mavx2 -mfma -mf16c (the *_avx2.c files, and the AVX-512 ones, built on top of those flags). */
+/* avx2_util.h — horizontal reductions (float and int32) and an 8x8 transpose shared by the files
+ * compiled with -mavx2 -mfma -mf16c (the *_avx2.c files, and the AVX-512 ones, built on top of
+ * those flags). */
 #ifndef SKV_AVX2_UTIL_H
 #define SKV_AVX2_UTIL_H
 
@@ -17,6 +18,13 @@ static inline float hmax(__m256 v) {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
 }
 
 /* In-place transpose of 8 vectors (v[j] lane i <-> v[i] lane j). */

@@ -34,13 +34,6 @@
 /* for the kernels specialised by a constant weight type or row count */
 #define INLINE static inline __attribute__((always_inline))
 
-static inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* ---- activation quantization (same bytes as skv_quantize_act_row) ------------------------ */
 
 void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs) {

@@ -584,10 +584,8 @@ INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, 
             const __m256i x = _mm256_loadu_si256((const __m256i *)(a.q + 32 * b));
             const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
                                                   _mm256_xor_si256(q8_codes(blk, q4), flip), x);
-            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-            out[r] = fmaf((float)(_mm_cvtsi128_si32(h) - xb[b]), a.d[b] * ld_f16(blk), out[r]);
+            const int idot = hsum_i32(d) - xb[b];
+            out[r] = fmaf((float)idot, a.d[b] * ld_f16(blk), out[r]);
         }
     for (int r = 0; r < NS; r++) y[r] = out[r];
 }
@@ -611,10 +609,7 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
             const __m256i d =
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80),
                                     _mm256_loadu_si256((const __m256i *)(a.q + 32 * b)));
-            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-            xb[b] = _mm_cvtsi128_si32(t);
+            xb[b] = hsum_i32(d);
         }
         for (int j = r0; j < r0 + h; j++) {
             const uint8_t *w[NS];
