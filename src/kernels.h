@@ -150,11 +150,13 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1);
  * rounded), the same for any m and thread split. */
 void skv_matmul_avx512_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1);
 void skv_act_rows_bf16(const float *x, void *dst, int n);
-/* Whether the AVX-512 level reads activation rows for weights of type wt in "K order": in every
- * 128 values, values [32, 64) and [64, 96) swapped (as a 64-byte load of Q4_K/Q5_K nibbles holds
- * them); skv_act_rows_k_order puts the codes (the q part of a row of n values) in that order. */
-bool skv_act_k_order(skv_type wt);
-void skv_act_rows_k_order(uint8_t *q, int64_t n);
+/* Whether the AVX-512 level reads activation rows for K-quant weights of type wt prepared by
+ * skv_act_rows_k_vnni(row, n, k_order = wt is Q4_K or Q5_K): the float group sums replaced by
+ * the exact integer sums of each 16 codes (int32), and, with k_order, the codes in "K order": in
+ * every 128 values, values [32, 64) and [64, 96) swapped (as a 64-byte load of Q4_K/Q5_K
+ * nibbles holds them). */
+bool skv_act_k_vnni(skv_type wt);
+void skv_act_rows_k_vnni(uint8_t *row, int64_t n, bool k_order);
 /* Whether the AVX-512 level reads the activation rows of an m-row product with weights of type
  * wt as unsigned codes (code + 128, what vpdpbusd takes); skv_act_rows_unsigned makes them so. */
 bool skv_act_unsigned(skv_type wt, int m);

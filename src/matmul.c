@@ -120,7 +120,7 @@ typedef struct mm_task {
     skv_mm mm;
     bool simd;    /* the AVX2 kernels (activation quantization, and the products below) */
     bool avx512;  /* the AVX-512 products */
-    bool k_order; /* activation codes in the AVX-512 K-quant order (skv_act_k_order) */
+    bool k_vnni;  /* activation rows as the AVX-512 VNNI K-quant code reads them (skv_act_k_vnni) */
     bool u_codes; /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;    /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
 } mm_task;
@@ -187,7 +187,7 @@ static void quant_worker(void *arg, int ith, int nth) {
         }
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
-            if (t->k_order) skv_act_rows_k_order(dst, mm->n_in);
+            if (t->k_vnni) skv_act_rows_k_vnni(dst, mm->n_in, mm->wt != SKV_TYPE_Q6_K);
             if (t->u_codes) skv_act_rows_unsigned(dst, mm->n_in);
             continue;
         }
@@ -245,7 +245,7 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
 #ifdef SKV_HAVE_MATMUL_AVX2
     t.simd = skv_kernels_use_simd();
     t.avx512 = t.simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
-    t.k_order = t.avx512 && skv_act_k_order(wt);
+    t.k_vnni = t.avx512 && skv_act_k_vnni(wt);
     t.u_codes = t.avx512 && skv_act_unsigned(wt, m);
     t.bf16 = panels && wt == SKV_TYPE_BF16 && work && skv_kernels_use_bf16();
 #endif

@@ -5,13 +5,11 @@
  *   - Q8_0/Q4_0 (the section at the end): sixteen W rows in the lanes, vpdpbusd of 4 x codes
  *     (unsigned: + 128) broadcast against 4 codes of each row; one row or two (decode) read W
  *     rows front to back and sum in the same order: the same bits (also as the AVX2 level's).
- *   - K-quants: the codes are unsigned already: vpmaddubsw per 64 values, then vpdpwssd with
- *     the sub-blocks' 16-bit scales, summed over the super-block in integers and scaled in float
- *     once (d_w x d_x); the min / offset terms as x's group sums times 16 coefficients (one FMA
- *     per super-block). One or two x rows read the raw blocks, more read prepared rows; both do
- *     the same float operations per output in the same order, so a row's result does not depend
- *     on m or the thread split. (They differ from the AVX2 path's bits by rounding: it sums 8
- *     lanes, not 16.) */
+ *   - K-quants (the first section): per super-block two exact integers per output (the codes'
+ *     dot with x times the sub-block scales, and the mins / offsets times x's group sums), then
+ *     one float chain over super-blocks; prefill with sixteen W rows in the lanes (vpdpbusd,
+ *     vpmulld by the scales), decode from the raw blocks (vpmaddubsw, vpdpwssd): the same bits.
+ *     (Other bits than the AVX2 level's: it sums in another order.) */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \
@@ -28,12 +26,19 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* Per K-quant output, in order over the row: per super-block u = integer sum over its 4 x 64
- * values of code x x x scale, acc = fma(float(u), [d_w x d_x], acc); and separately
- * cor = fma(coefficients[16], x group sums[16], cor). The result is the 16-lane sum of acc plus
- * that of cor. Column blocks of KQ values carry acc and cor from one to the next. */
-
-_Static_assert(KQ % 256 == 0, "column blocks hold whole super-blocks");
+/* ---- K-quants (Q4_K, Q5_K, Q6_K) -------------------------------------------------------------
+ * Per output and super-block s, two integers, exact whatever order they are summed in:
+ *   U_s = sum over the sub-blocks j of sc_j x (W codes . x codes over sub-block j)
+ *   M_s = sum over the groups h of 16 values of mn_h x (x's code sum over group h)
+ * (Q4_K/Q5_K: sub-blocks of 32 with 6-bit scales sc_j, mn_h = the min of the sub-block holding
+ * group h; Q6_K: sub-blocks of 16, mn_h = sc_h, its offset of -32 in dm), then one float chain
+ * over the super-blocks:
+ *   acc = fma(float(U_s), d_s * dx_s, acc);  acc = fma(float(M_s), dm_s * dx_s, acc)
+ * with dm = -dmin (Q4_K/Q5_K) or -32 d (Q6_K). Decode computes U and M from the raw blocks,
+ * prefill with sixteen W rows in the lanes: the same bits. Bounds (x codes within +-127):
+ * |U| <= 16 x 128 x 16 x 63 x 127 < 2^31 (Q6_K; Q5_K: 8 x 63 x 32 x 31 x 127), |M| < 2^23.
+ * x's group sums are exact integers only here: skv_act_rows_k_vnni writes them into the
+ * activation row in place of the float sums. */
 
 /* Two 256-bit halves as one register. */
 static inline __m512i join(__m256i lo, __m256i hi) {
@@ -41,21 +46,19 @@ static inline __m512i join(__m256i lo, __m256i hi) {
 }
 
 /* A K-quant super-block unpacked for integer dots: code[c] = 64 unsigned codes; sc[c] = per pair
- * of values (one 16-bit lane of vpmaddubsw's result) the integer scale of the sub-block (Q6_K:
- * group of 16) those values are in; d = the super-block's scale; wc = per 16 values the
- * coefficient of x's group sum (-dmin * m for Q4_K/Q5_K, -32 d sc for Q6_K's offset, products
- * exact in float).
+ * of values (one 16-bit lane of vpmaddubsw's result) the integer scale of the sub-block those
+ * values are in; mn = mn_h of the 16 groups (16-bit); d, dm as above.
  * Which values code[c] holds is what 512-bit loads of the block give most cheaply:
  *   Q6_K: values [64c, 64c + 64) in order.
  *   Q4_K/Q5_K: a 64-byte load of qs holds 4 sub-blocks' nibbles, so code[c] holds values
  *   [32q, 32q + 32) ++ [32q + 64, 32q + 96) with q = 4 (c / 2) + c % 2 (the low nibbles of
  *   chunks c and c + 1, or their high nibbles). x is reordered to match
- *   (skv_act_rows_k_order). */
+ *   (skv_act_rows_k_vnni): "K order". */
 typedef struct kblock {
     __m512i code[4];
     __m512i sc[4];
-    float d;
-    __m512 wc;
+    __m256i mn;
+    float d, dm;
 } kblock;
 
 /* The 16-bit scales of chunk c: words 0-15 get element e of s16, words 16-31 element f (a
@@ -106,8 +109,7 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
                                                  _mm512_slli_epi16(h_hi, 4));
         }
         const float d = ld_f16(b + 208);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
-        const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         /* groups of 16 values: 8 words each */
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
@@ -117,9 +119,9 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
                                                    0x0002000200020002ll, 0x0002000200020002ll,
                                                    0x0003000300030003ll, 0x0003000300030003ll)),
                 _mm512_castsi256_si512(s16));
+        k->mn = s16;
         k->d = d;
-        k->wc = _mm512_mul_ps(_mm512_set1_ps(-32.0f * d),
-                              _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
+        k->dm = -32.0f * d;
         return;
     }
     const int q5 = t == SKV_TYPE_Q5_K;
@@ -144,83 +146,119 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
         k->code[2 * h] = lo;
         k->code[2 * h + 1] = hi;
     }
-    const float dmin = ld_f16(b + 2);
     /* the 8 scales and 8 mins, sc = [0..8), m = [8..16) */
     const __m128i sm = k4_scales16(b + 4);
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
     const __m256i s16 = _mm256_cvtepu8_epi16(sm);
     /* sub-blocks of 32 values: 16 words each; code[c] holds sub-blocks q and q + 2 */
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++)
         k->sc[c] = two_words(s16, 4 * (c / 2) + c % 2, 4 * (c / 2) + c % 2 + 2);
+    k->mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
     k->d = ld_f16(b);
-    k->wc = _mm512_permutexvar_ps(
-        _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
-        _mm512_mul_ps(_mm512_set1_ps(-dmin), f));
+    k->dm = -ld_f16(b + 2);
 }
 
-void skv_act_rows_k_order(uint8_t *q, int64_t n) {
+void skv_act_rows_k_vnni(uint8_t *row, int64_t n, bool k_order) {
+    int32_t *s = (int32_t *)(row + skv_act_off_s(n, 256));
+    for (int64_t o = 0; o + 16 <= n; o += 16) { /* sum of 16 codes: of (code + 128), less 2048 */
+        const __m128i v =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(row + o)), _mm_set1_epi8((char)0x80));
+        const __m128i sad = _mm_sad_epu8(v, _mm_setzero_si128());
+        const int sum = _mm_cvtsi128_si32(_mm_add_epi64(sad, _mm_unpackhi_epi64(sad, sad)));
+        memcpy(s + o / 16, &(int32_t){sum - 2048}, 4);
+    }
+    if (!k_order) return;
     for (int64_t o = 0; o + 128 <= n; o += 128) { /* swap values [32, 64) and [64, 96) */
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(q + o + 32));
-        const __m256i c = _mm256_loadu_si256((const __m256i *)(q + o + 64));
-        _mm256_storeu_si256((__m256i *)(q + o + 32), c);
-        _mm256_storeu_si256((__m256i *)(q + o + 64), a);
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(row + o + 32));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(row + o + 64));
+        _mm256_storeu_si256((__m256i *)(row + o + 32), c);
+        _mm256_storeu_si256((__m256i *)(row + o + 64), a);
     }
 }
 
-/* Every K-quant output, per super-block: u = sum over its 4 x 64 values of (codes . x per pair
- * of values, vpmaddubsw) x the 16-bit scale (vpdpwssd), exact in 32-bit integers (at most
- * 4 x 2 x 2 x 63 x 127 x 128 in a lane); then acc = fma(float(u), d_w x d_x, acc). One convert
- * and one FMA per super-block where scaling each 64 values in float took 4 of each. */
+/* x's 16 group sums of super-block s as 16-bit words. */
+static inline __m256i xsums16(act_row a, int s) {
+    return _mm512_cvtepi32_epi16(_mm512_loadu_si512(a.s + 16 * s));
+}
+
+/* U's sum over 64 values: pairs of code x x (vpmaddubsw, exact in 16 bits: 2 x 63 x 127)
+ * times the 16-bit scale (vpdpwssd). */
 INLINE __m512i k_dot(__m512i u, __m512i code, __m512i x, __m512i sc) {
     return _mm512_dpwssd_epi32(u, _mm512_maddubs_epi16(code, x), sc);
 }
 
-/* NW raw rows w[] (nb blocks of the weight type each) . one activation row, side by side (each
- * row's sums exactly as alone: NW only changes how many streams of W are read at once). */
-#define NW 2
-INLINE void dot_raw(skv_type t, int nw, const uint8_t *const *w, act_row a, int nb, float *y) {
-    __m512 acc[NW], cor[NW];
-    for (int k = 0; k < NW; k++) acc[k] = cor[k] = _mm512_setzero_ps();
+/* Decode: NW raw rows w[] (nb super-blocks each) . one activation row, side by side. Per
+ * super-block the NW rows' U and M are reduced together (sum8_i32: lanes U_0, M_0, U_1, M_1,
+ * ...), and each row's chain runs in its own lane (2k): a row's result is the same whichever
+ * rows are beside it. */
+#define NW 4
+INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, float *y) {
     const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
+    const int q6 = t == SKV_TYPE_Q6_K;
+    /* (d, dm) from the f16 pairs (Q4_K/Q5_K: d, dmin; Q6_K: d, d), exactly as unpack_k */
+    const __m256 dm_mul = _mm256_setr_ps(1, q6 ? -32.0f : -1.0f, 1, q6 ? -32.0f : -1.0f, 1,
+                                         q6 ? -32.0f : -1.0f, 1, q6 ? -32.0f : -1.0f);
+    __m256 acc = _mm256_setzero_ps();
     for (int s = 0; s < nb; s++) {
         const int8_t *xq = a.q + 256 * s;
-        const float dx = a.d[s];
-        const __m512 xs = _mm512_loadu_ps(a.s + 16 * s);
-#pragma GCC unroll 2
-        for (int k = 0; k < nw; k++) {
+        const __m256i xs = xsums16(a, s);
+        __m256i v[8];
+        uint32_t dd[NW];
+#pragma GCC unroll 4
+        for (int k = 0; k < NW; k++) {
+            const uint8_t *blk = w[k] + (size_t)s * bb;
             kblock kb;
-            unpack_k(w[k] + (size_t)s * bb, t, &kb);
+            unpack_k(blk, t, &kb);
             __m512i u = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 u = k_dot(u, kb.code[c], _mm512_loadu_si512(xq + 64 * c), kb.sc[c]);
-            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_set1_ps(kb.d * dx), acc[k]);
-            cor[k] = _mm512_fmadd_ps(kb.wc, xs, cor[k]);
+            v[2 * k] = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
+            v[2 * k + 1] = _mm256_madd_epi16(kb.mn, xs);
+            if (q6) {
+                uint16_t h;
+                memcpy(&h, blk + 208, 2);
+                dd[k] = h | (uint32_t)h << 16;
+            } else {
+                memcpy(&dd[k], blk, 4);
+            }
         }
+        const __m256 f = _mm256_cvtepi32_ps(sum8_i32(v));
+        const __m256 sv = _mm256_mul_ps(
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dd)), dm_mul),
+            _mm256_set1_ps(a.d[s]));
+        acc = _mm256_fmadd_ps(f, sv, acc);
+        acc = _mm256_fmadd_ps(_mm256_movehdup_ps(f), _mm256_movehdup_ps(sv), acc);
     }
-    for (int k = 0; k < nw; k++) y[k] = _mm512_reduce_add_ps(acc[k]) + _mm512_reduce_add_ps(cor[k]);
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+    for (int k = 0; k < NW; k++) y[k] = out[2 * k];
 }
 
-/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks, in NW streams (rows j, j + h, ...);
+/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks: rows j, j + h, j + 2h, j + 3h at once,
+ * NW streams; the last (r1 - r0) % NW rows with copies of the last one (computed, not stored).
  * t is a constant after inlining. */
 INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    const int bs = skv_act_block(t), nb = mm->n_in / bs, h = (r1 - r0) / NW;
+    const int nb = mm->n_in / 256, h = (r1 - r0) / NW;
     const uint8_t *w0 = (const uint8_t *)mm->w;
     const size_t st = mm->w_stride;
     for (int i = i0; i < i1; i++) {
-        const act_row a = act_at(mm, i, bs);
+        const act_row a = act_at(mm, i, 256);
         float *y = mm->y + (size_t)i * mm->n_out;
         for (int j = 0; j < h; j++) {
             const uint8_t *w[NW];
             float v[NW];
             for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r0 + j + k * h) * st;
-            dot_raw(t, NW, w, a, nb, v);
+            dot_raw(t, w, a, nb, v);
             for (int k = 0; k < NW; k++) y[r0 + j + k * h] = v[k];
         }
-        for (int r = r0 + NW * h; r < r1; r++) {
-            const uint8_t *w[NW] = {w0 + (size_t)r * st};
-            dot_raw(t, 1, w, a, nb, y + r);
+        for (int r = r0 + NW * h; r < r1; r += NW) {
+            const uint8_t *w[NW];
+            float v[NW];
+            for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r + k < r1 ? r + k : r1 - 1) * st;
+            dot_raw(t, w, a, nb, v);
+            for (int k = 0; k < NW && r + k < r1; k++) y[r + k] = v[k];
         }
     }
 }
@@ -239,133 +277,214 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     }
 }
 
-#define NRQ 4  /* W rows per K-quant tile */
-#define MRQ 4  /* x rows per K-quant tile */
-#define MCQ 96 /* x rows per block */
+/* Prefill: sixteen W rows in the lanes (a "hexad", as for Q8_0 below), their codes transposed
+ * once per column block so that one 64-byte load holds 4 codes of each row; x codes broadcast
+ * 4 at a time (vpdpbusd: unsigned W codes . signed x codes); per sub-block the 16 rows' sums
+ * times their scales (vpmulld) into U; M by vpdpwssd of pairs of mn against pairs of x's
+ * group sums. */
+#define MRK 4  /* x rows per tile */
+#define NOK 2  /* hexads per tile (32 W rows) */
+#define KBK 2  /* super-blocks per prepared column block: two hexads are 23 KB */
+#define MCK 96 /* x rows per row block */
 
-/* A prepared K-quant row: the kblock of each super-block, stored. */
-typedef struct prep_kx {
-    uint8_t q[KQ] ALIGNED64;
-    int16_t sc[KQ / 2] ALIGNED64;
-    float wc[KQ / 16] ALIGNED64;
-    float d[KQ / 256];
-} prep_kx;
+typedef struct prep_k16 {
+    uint8_t q[KBK * 4096] ALIGNED64; /* [sb][group g of 4 codes (64)][row k][4], K order */
+    int32_t sc[KBK * 256] ALIGNED64; /* [sb][sub-block j (8 or 16)][row k] */
+    int32_t mn[KBK * 128] ALIGNED64; /* [sb][pair p][row k]: mn_2p, mn_2p+1 as 16-bit words */
+    float d[KBK * 16] ALIGNED64;     /* [sb][row k] */
+    float dm[KBK * 16] ALIGNED64;    /* [sb][row k] */
+} prep_k16;
 
-static void prep_kx_fill(prep_kx *p, const uint8_t *w, skv_type t, int sb0, int nsb) {
+/* Prepares super-blocks [b0, b0 + nb) of 16 rows w[0..16). Q4_K/Q5_K codes are in K order, so
+ * 32-code chunk j of the block is sub-block kperm[j]. */
+INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int b0, int nb) {
+    static const int kperm[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    const int q6 = t == SKV_TYPE_Q6_K;
     const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
-    for (int s = 0; s < nsb; s++) {
-        kblock k;
-        unpack_k(w + (size_t)(sb0 + s) * bb, t, &k);
-        for (int c = 0; c < 4; c++) {
-            _mm512_store_si512(p->q + 256 * s + 64 * c, k.code[c]);
-            _mm512_store_si512(p->sc + 128 * s + 32 * c, k.sc[c]);
+    for (int s = 0; s < nb; s++) {
+        uint8_t codes[16][256] ALIGNED64;
+        int16_t sc[16][16], mn[16][16];
+        for (int k = 0; k < 16; k++) {
+            const uint8_t *blk = w[k] + (size_t)(b0 + s) * bb;
+            kblock kb;
+            unpack_k(blk, t, &kb);
+            for (int c = 0; c < 4; c++) _mm512_store_si512(codes[k] + 64 * c, kb.code[c]);
+            _mm256_storeu_si256((__m256i *)mn[k], kb.mn);
+            if (q6) {
+                for (int j = 0; j < 16; j++) sc[k][j] = ((const int8_t *)blk)[192 + j];
+            } else {
+                uint8_t sm[16];
+                _mm_storeu_si128((__m128i *)sm, k4_scales16(blk + 4));
+                for (int j = 0; j < 8; j++) sc[k][j] = sm[kperm[j]];
+            }
+            p->d[16 * s + k] = kb.d;
+            p->dm[16 * s + k] = kb.dm;
         }
-        _mm512_store_ps(p->wc + 16 * s, k.wc);
-        p->d[s] = k.d;
+        for (int j = 0; j < 8; j++) { /* transpose8 moves 32-bit lanes: codes pass as they are */
+            __m256 lo[8], hi[8];
+            for (int k = 0; k < 8; k++) {
+                lo[k] = _mm256_load_ps((const float *)(codes[k] + 32 * j));
+                hi[k] = _mm256_load_ps((const float *)(codes[k + 8] + 32 * j));
+            }
+            transpose8(lo);
+            transpose8(hi);
+            for (int g = 0; g < 8; g++)
+                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * g,
+                                   join(_mm256_castps_si256(lo[g]), _mm256_castps_si256(hi[g])));
+        }
+        for (int j = 0; j < (q6 ? 16 : 8); j++)
+            for (int k = 0; k < 16; k++) p->sc[256 * s + 16 * j + k] = sc[k][j];
+        for (int q = 0; q < 8; q++)
+            for (int k = 0; k < 16; k++)
+                p->mn[128 * s + 16 * q + k] = (int32_t)((uint32_t)(uint16_t)mn[k][2 * q] |
+                                                        (uint32_t)(uint16_t)mn[k][2 * q + 1] << 16);
     }
 }
 
-/* K-quant tile over super-blocks [sb0, sb0 + nsb) of x: acc as dot_raw, then cor (a separate
- * sum, so the order of the two loops does not matter). */
-INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_kx *const *p, int nsb,
-                   __m512 acc[MRQ][NRQ], __m512 cor[MRQ][NRQ]) {
-    for (int s = 0; s < nsb; s++) {
-        const int xo = 256 * (sb0 + s);
-        __m512i t[MRQ][NRQ];
+/* mr x rows times NOK hexads over super-blocks [b0, b0 + nb) of x (the hexads start at b0). */
+INLINE void tile_k16(int mr, skv_type t, const act_row *a, int b0, const prep_k16 *const *p, int nb,
+                     __m512 acc[MRK][NOK]) {
+    const int q6 = t == SKV_TYPE_Q6_K, nsub = q6 ? 16 : 8, gs = q6 ? 4 : 8;
+    for (int s = 0; s < nb; s++) {
+        const int xo = 256 * (b0 + s);
+        __m512i u[MRK][NOK];
 #pragma GCC unroll 4
-        for (int i = 0; i < mr; i++)
+        for (int i = 0; i < MRK; i++)
+#pragma GCC unroll 2
+            for (int c = 0; c < NOK; c++) u[i][c] = _mm512_setzero_si512();
+        for (int j = 0; j < nsub; j++) {
+            __m512i v[MRK][NOK];
 #pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) t[i][j] = _mm512_setzero_si512();
+            for (int i = 0; i < MRK; i++)
+#pragma GCC unroll 2
+                for (int c = 0; c < NOK; c++) v[i][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = 0; g < gs; g++) {
+                __m512i wv[NOK];
+#pragma GCC unroll 2
+                for (int c = 0; c < NOK; c++)
+                    wv[c] = _mm512_load_si512(p[c]->q + 4096 * s + 64 * (gs * j + g));
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512i w[NRQ];
+                for (int i = 0; i < mr; i++) {
+                    int32_t x4;
+                    memcpy(&x4, a[i].q + xo + 4 * (gs * j + g), 4);
+                    const __m512i x = _mm512_set1_epi32(x4);
+#pragma GCC unroll 2
+                    for (int c = 0; c < NOK; c++) v[i][c] = _mm512_dpbusd_epi32(v[i][c], wv[c], x);
+                }
+            }
+#pragma GCC unroll 2
+            for (int c = 0; c < NOK; c++) {
+                const __m512i sc = _mm512_load_si512(p[c]->sc + 256 * s + 16 * j);
 #pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) w[j] = _mm512_load_si512(p[j]->q + 256 * s + 64 * c);
-#pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                const __m512i x = _mm512_loadu_si512(a[i].q + xo + 64 * c);
-#pragma GCC unroll 4
-                for (int j = 0; j < NRQ; j++)
-                    t[i][j] =
-                        k_dot(t[i][j], w[j], x, _mm512_load_si512(p[j]->sc + 128 * s + 32 * c));
+                for (int i = 0; i < mr; i++)
+                    u[i][c] = _mm512_add_epi32(u[i][c], _mm512_mullo_epi32(v[i][c], sc));
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            const float dx = a[i].d[sb0 + s];
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++)
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[i][j]),
-                                            _mm512_set1_ps(p[j]->d[s] * dx), acc[i][j]);
-        }
-    }
-    for (int s = 0; s < nsb; s++) {
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            const __m512 xs = _mm512_loadu_ps(a[i].s + 16 * (sb0 + s));
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++)
-                cor[i][j] = _mm512_fmadd_ps(_mm512_load_ps(p[j]->wc + 16 * s), xs, cor[i][j]);
+            int32_t xp[8];
+            _mm256_storeu_si256((__m256i *)xp, xsums16(a[i], b0 + s));
+            const __m512 dx = _mm512_set1_ps(a[i].d[b0 + s]);
+#pragma GCC unroll 2
+            for (int c = 0; c < NOK; c++) {
+                __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++)
+                    m = _mm512_dpwssd_epi32(m, _mm512_load_si512(p[c]->mn + 128 * s + 16 * q),
+                                            _mm512_set1_epi32(xp[q]));
+                acc[i][c] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(u[i][c]),
+                                    _mm512_mul_ps(_mm512_load_ps(p[c]->d + 16 * s), dx), acc[i][c]);
+                acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m),
+                                            _mm512_mul_ps(_mm512_load_ps(p[c]->dm + 16 * s), dx),
+                                            acc[i][c]);
+            }
         }
     }
 }
 
-/* Runs an mr-row tile over one column block, continuing from (or starting) the saved lanes,
- * and writes y after the last block. save: [mr][NRQ][2] (acc, cor). */
-INLINE void tile_k_step(int mr, const skv_mm *mm, int i, int r, int nr, const prep_kx *const *p,
-                        int sb0, int nsb, int first, int last, __m512 *save) {
-    __m512 acc[MRQ][NRQ], cor[MRQ][NRQ];
-    act_row a[MRQ];
+/* An mr-row tile over one column block, continuing from (or starting) the saved lanes (save:
+ * [mr][NOK]); after the last block it stores the nr (1..32) valid W rows' outputs. */
+INLINE void tile_k16_step(int mr, skv_type t, const skv_mm *mm, int i, int r, int nr,
+                          const prep_k16 *const *p, int b0, int nb, int first, int last,
+                          __m512 *save) {
+    __m512 acc[MRK][NOK];
+    act_row a[MRK];
     for (int ii = 0; ii < mr; ii++) {
         a[ii] = act_at(mm, i + ii, 256);
-        for (int j = 0; j < NRQ; j++) {
-            acc[ii][j] = first ? _mm512_setzero_ps() : save[(ii * NRQ + j) * 2];
-            cor[ii][j] = first ? _mm512_setzero_ps() : save[(ii * NRQ + j) * 2 + 1];
-        }
+        for (int c = 0; c < NOK; c++) acc[ii][c] = first ? _mm512_setzero_ps() : save[ii * NOK + c];
     }
-    tile_k(mr, a, sb0, p, nsb, acc, cor);
+    tile_k16(mr, t, a, b0, p, nb, acc);
     for (int ii = 0; ii < mr; ii++)
-        for (int j = 0; j < NRQ; j++) {
-            if (!last) {
-                save[(ii * NRQ + j) * 2] = acc[ii][j];
-                save[(ii * NRQ + j) * 2 + 1] = cor[ii][j];
-            } else if (j < nr) { /* as dot_raw ends */
-                mm->y[(size_t)(i + ii) * mm->n_out + r + j] =
-                    _mm512_reduce_add_ps(acc[ii][j]) + _mm512_reduce_add_ps(cor[ii][j]);
-            }
+        for (int c = 0; c < NOK; c++) {
+            if (!last)
+                save[ii * NOK + c] = acc[ii][c];
+            else if (16 * c < nr)
+                _mm512_mask_storeu_ps(mm->y + (size_t)(i + ii) * mm->n_out + r + 16 * c,
+                                      lanes(nr - 16 * c), acc[ii][c]);
         }
 }
 
-/* K-quants: blocks of MCQ x rows; for each NRQ W rows and each block of up to KQ columns, the W
- * rows are prepared once and serve every tile of the x block. */
-/* Not inlined: its ~70 KB frame stays apart from the caller's. */
-static __attribute__((noinline)) void gemm_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    prep_kx prep[NRQ];          /* 4.6 KB each, in L1 */
-    __m512 save[MCQ * NRQ * 2]; /* 48 KB */
-    const skv_type t = mm->wt;
-    const int nblk = mm->n_in / 256, per = KQ / 256;
-    const int nkb = (nblk + per - 1) / per;
-    for (int mc0 = i0; mc0 < i1; mc0 += MCQ) {
-        const int mc1 = i1 - mc0 < MCQ ? i1 : mc0 + MCQ;
-        for (int r = r0; r < r1; r += NRQ) {
-            const int nr = r1 - r < NRQ ? r1 - r : NRQ;
-            const prep_kx *p[NRQ];
-            for (int j = 0; j < NRQ; j++) p[j] = &prep[j < nr ? j : nr - 1];
+/* Blocks of MCK x rows; for each 32 W rows and each column block of KBK super-blocks, the two
+ * hexads are prepared once and serve every tile of the x block. t is a constant after
+ * inlining. */
+INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    prep_k16 prep[NOK];
+    __m512 save[MCK * NOK];
+    const int nblk = mm->n_in / 256, nkb = (nblk + KBK - 1) / KBK;
+    for (int mc0 = i0; mc0 < i1; mc0 += MCK) {
+        const int mc1 = i1 - mc0 < MCK ? i1 : mc0 + MCK;
+        for (int r = r0; r < r1; r += 16 * NOK) {
+            const int nr = r1 - r < 16 * NOK ? r1 - r : 16 * NOK, no = (nr + 15) / 16;
+            const prep_k16 *p[NOK];
+            for (int c = 0; c < NOK; c++) p[c] = &prep[c < no ? c : no - 1];
             for (int kb = 0; kb < nkb; kb++) {
-                const int b0 = kb * per, b1 = b0 + per < nblk ? b0 + per : nblk;
-                for (int j = 0; j < nr; j++)
-                    prep_kx_fill(&prep[j], (const uint8_t *)mm->w + (size_t)(r + j) * mm->w_stride,
-                                 t, b0, b1 - b0);
+                const int b0 = kb * KBK, nb = nblk - b0 < KBK ? nblk - b0 : KBK;
+                for (int c = 0; c < no; c++) {
+                    const uint8_t *w[16]; /* rows past the last repeat it: computed, not stored */
+                    for (int k = 0; k < 16; k++) {
+                        const int rk = r + 16 * c + k < r + nr ? r + 16 * c + k : r + nr - 1;
+                        w[k] = (const uint8_t *)mm->w + (size_t)rk * mm->w_stride;
+                    }
+                    prep_k16_fill(&prep[c], w, t, b0, nb);
+                }
                 const int first = kb == 0, last = kb == nkb - 1;
                 int i = mc0;
-                for (; i + MRQ <= mc1; i += MRQ)
-                    tile_k_step(MRQ, mm, i, r, nr, p, b0, b1 - b0, first, last,
-                                save + (size_t)(i - mc0) * NRQ * 2);
-                for (; i < mc1; i++)
-                    tile_k_step(1, mm, i, r, nr, p, b0, b1 - b0, first, last,
-                                save + (size_t)(i - mc0) * NRQ * 2);
+                for (; i + MRK <= mc1; i += MRK)
+                    tile_k16_step(MRK, t, mm, i, r, nr, p, b0, nb, first, last,
+                                  save + (size_t)(i - mc0) * NOK);
+                __m512 *sv = save + (size_t)(i - mc0) * NOK;
+                switch (mc1 - i) {
+                case 3:
+                    tile_k16_step(3, t, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    break;
+                case 2:
+                    tile_k16_step(2, t, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    break;
+                case 1:
+                    tile_k16_step(1, t, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    break;
+                default:
+                    break;
+                }
             }
         }
+    }
+}
+
+/* Not inlined: each has its ~60 KB frame apart from the caller's. */
+static __attribute__((noinline)) void gemm_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    switch (mm->wt) {
+    case SKV_TYPE_Q4_K:
+        gemm_k16(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
+        break;
+    case SKV_TYPE_Q5_K:
+        gemm_k16(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
+        break;
+    default:
+        gemm_k16(mm, i0, i1, r0, r1, SKV_TYPE_Q6_K);
+        break;
     }
 }
 
@@ -634,8 +753,9 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
 
-bool skv_act_k_order(skv_type wt) {
-    return skv_simd_has_vnni() && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K);
+bool skv_act_k_vnni(skv_type wt) {
+    return skv_simd_has_vnni() &&
+           (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K);
 }
 
 bool skv_act_unsigned(skv_type wt, int m) {

@@ -27,7 +27,8 @@ static inline float ld_f16(const uint8_t *p) {
 typedef struct act_row {
     const int8_t *q; /* [n] */
     const float *d;  /* [n / bs] */
-    const float *s;  /* [n / 16] */
+    const float *s;  /* [n / 16]: d x the sum of each 16 codes (AVX-512 VNNI K-quants: the sums as
+                      * int32, skv_act_rows_k_vnni) */
 } act_row;
 
 static inline act_row act_at(const skv_mm *mm, int i, int bs) {
