@@ -10,9 +10,11 @@
  *
  *   build: cc -O2 -mavx2 -mfma -Iinclude -Isrc bench/matmul_bench.c build/libsparsekv.a \
  *              -lm -pthread
- *   usage: matmul_bench [threads] [--decode | --prefill] [--wall] [--llama-1b] [type ...]
- *          (default: 2 threads, both, per-thread CPU time, all types; --llama-1b: the four
- *          shapes of llama-3.2-1b instead, 2048x2048, 512x2048, 8192x2048, 2048x8192) */
+ *   usage: matmul_bench [threads] [--decode | --prefill] [--wall] [--cold] [--llama-1b]
+ *                       [type ...]
+ *          (default: 2 threads, both, per-thread CPU time, all types; --cold: prefill reads
+ *          W from memory too, a new copy each run, as a model's layers do; --llama-1b: the
+ *          four shapes of llama-3.2-1b instead, 2048x2048, 512x2048, 8192x2048, 2048x8192) */
 #include "kernels.h"
 #include "roofline.h"
 
@@ -113,13 +115,15 @@ static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, s
         skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
 }
 
-static double best_ms(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
-                      int n_out, int n_in, void *work, double budget_ms) {
+/* Best of repeated products; with copies > 1 each one reads the next copy of W (wb bytes
+ * apart), so that W comes from memory as in a model. */
+static double best_ms(skv_pool *pool, float *y, const float *x, int m, const uint8_t *w, size_t wb,
+                      int copies, skv_type t, int n_out, int n_in, void *work, double budget_ms) {
     double best = 1e30, spent = 0;
     int reps = 0;
     while (reps < 3 || (spent < budget_ms && reps < 200)) {
         tstart();
-        mm(pool, y, x, m, w, t, n_out, n_in, work);
+        mm(pool, y, x, m, w + wb * (size_t)(reps % copies), t, n_out, n_in, work);
         double dt = tstop();
         best = dt < best ? dt : best;
         spent += dt;
@@ -132,7 +136,7 @@ int main(int argc, char **argv) {
     int nth = argc > 1 ? atoi(argv[1]) : 2;
     skv_type types[8];
     int n_types = 0;
-    int do_prefill = 1, do_decode = 1, llama = 0;
+    int do_prefill = 1, do_decode = 1, llama = 0, cold = 0;
     for (int i = 2; i < argc && n_types < 8; i++) {
         if (strcmp(argv[i], "--wall") == 0)
             g_wall = 1;
@@ -140,6 +144,8 @@ int main(int argc, char **argv) {
             do_prefill = 0;
         else if (strcmp(argv[i], "--prefill") == 0)
             do_decode = 0;
+        else if (strcmp(argv[i], "--cold") == 0)
+            cold = 1;
         else if (strcmp(argv[i], "--llama-1b") == 0)
             llama = 1;
         else if (skv_type_from_name(argv[i], &types[n_types]))
@@ -204,7 +210,9 @@ int main(int argc, char **argv) {
             size_t ws = skv_matmul_work_size(t, M, n_in);
             void *work = ws ? malloc(ws) : NULL;
             double budget = s >= 3 || llama ? 3000 : 1500;
-            double ms = do_prefill ? best_ms(pool, y, x, M, w, t, n_out, n_in, work, budget) : 1e30;
+            double ms = do_prefill ? best_ms(pool, y, x, M, w, wb, cold ? copies : 1, t, n_out,
+                                             n_in, work, budget)
+                                   : 1e30;
             double gf = 2.0 * M * n_out * n_in / (ms * 1e6);
             double ms1 = 1e30;
             for (int rep = 0; rep < 3 * do_decode; rep++)
