@@ -45,13 +45,14 @@ static size_t max_work_size(const skv_model *m, int n) {
     size_t w = skv_matmul_work_size(m->output.type, n, hp->n_embd);
     for (int l = 0; l < hp->n_layer; l++) {
         const skv_layer_weights *L = &m->layers[l];
-        const skv_weight *in = L->wqkv.data ? &L->wqkv : &L->wq;
+        const skv_weight *in = skv_weight_present(&L->wqkv) ? &L->wqkv : &L->wq;
         size_t ws[] = {
             skv_matmul_work_size(in->type, n, hp->n_embd),
-            skv_matmul_work_size(L->wk.data ? L->wk.type : in->type, n, hp->n_embd),
-            skv_matmul_work_size(L->wv.data ? L->wv.type : in->type, n, hp->n_embd),
+            skv_matmul_work_size(skv_weight_present(&L->wk) ? L->wk.type : in->type, n, hp->n_embd),
+            skv_matmul_work_size(skv_weight_present(&L->wv) ? L->wv.type : in->type, n, hp->n_embd),
             skv_matmul_work_size(L->wo.type, n, hp->n_head * hp->head_dim),
-            skv_matmul_work_size(L->w_gate.data ? L->w_gate.type : L->w_up.type, n, hp->n_embd),
+            skv_matmul_work_size(skv_weight_present(&L->w_gate) ? L->w_gate.type : L->w_up.type, n,
+                                 hp->n_embd),
             skv_matmul_work_size(L->w_up.type, n, hp->n_embd),
             skv_matmul_work_size(L->w_down.type, n, hp->n_ff)};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
@@ -75,7 +76,9 @@ skv_status skv_context_reserve_batch(skv_context *ctx, int n, skv_err *err) {
     ctx->att = malloc(nn * dq * sizeof(float));
     ctx->hb = malloc(nn * hp->n_ff * sizeof(float));
     ctx->hb2 = malloc(nn * 2 * hp->n_ff * sizeof(float)); /* fused [gate | up] rows need 2 n_ff */
-    bool fused_qkv = ctx->model->layers[0].wqkv.data != NULL;
+    bool fused_qkv = false; /* in any layer (a mix of types may fuse some only) */
+    for (int l = 0; l < hp->n_layer; l++)
+        fused_qkv |= skv_weight_present(&ctx->model->layers[l].wqkv);
     ctx->qkv = fused_qkv ? malloc(nn * (dq + 2 * dkv) * sizeof(float)) : NULL;
     ctx->rope_cs = malloc(nn * hp->n_rot * sizeof(float));
     ctx->attn_part =

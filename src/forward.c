@@ -153,7 +153,7 @@ static void tok_worker(void *arg, int ith, int nth) {
             skv_rmsnorm(xb, x, t->norm, d, hp->norm_eps);
             break;
         case TOK_SWIGLU:
-            if (!L->w_gate.data) { /* fused: hb2 rows are [gate | up] */
+            if (!skv_weight_present(&L->w_gate)) { /* fused: hb2 rows are [gate | up] */
                 const float *gu = ctx->hb2 + (size_t)i * 2 * hp->n_ff;
                 skv_swiglu(ctx->hb + (size_t)i * hp->n_ff, gu, gu + hp->n_ff, hp->n_ff);
             } else
@@ -164,7 +164,7 @@ static void tok_worker(void *arg, int ith, int nth) {
             const int pos = t->pos0 + i;
             float *qi = ctx->q + (size_t)i * dq, *ki = ctx->k + (size_t)i * dkv;
             float *vi = ctx->v + (size_t)i * dkv;
-            if (L->wqkv.data) { /* fused projection: rows [q | k | v] */
+            if (skv_weight_present(&L->wqkv)) { /* fused projection: rows [q | k | v] */
                 const float *src = ctx->qkv + (size_t)i * (dq + 2 * dkv);
                 memcpy(qi, src, (size_t)dq * sizeof(float));
                 memcpy(ki, src + dq, (size_t)dkv * sizeof(float));
@@ -255,7 +255,7 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
 
         /* attention block (the previous layer's feed-forward residual is added here) */
         per_token(&tt, l == 0 ? TOK_NORM : TOK_ADD_NORM, L->attn_norm.data, NULL);
-        if (L->wqkv.data) {
+        if (skv_weight_present(&L->wqkv)) {
             mm_w(ctx, ctx->qkv, xb, n, &L->wqkv, dq + 2 * dkv, d);
         } else {
             mm_w(ctx, ctx->q, xb, n, &L->wq, dq, d);
@@ -276,7 +276,7 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
 
         /* feed-forward block (SwiGLU) */
         per_token(&tt, TOK_ADD_NORM, L->ffn_norm.data, L->bo.data);
-        if (L->w_gate.data) {
+        if (skv_weight_present(&L->w_gate)) {
             mm_w(ctx, ctx->hb, xb, n, &L->w_gate, ff, d);
             mm_w(ctx, ctx->hb2, xb, n, &L->w_up, ff, d);
         } else { /* fused [gate | up] */

@@ -473,12 +473,61 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     return true;
 }
 
+/* Matrices that read the same input, of one type, become one with their rows stacked (q, k, v
+ * into wqkv; gate, up into w_up as [gate | up]: the layouts of the files that store them fused):
+ * one product per group instead of two or three, so one quantization or packing of x and one
+ * dispatch to the threads. Every output is computed as before (the kernels' results do not
+ * depend on the other rows), so the logits are the same bits. Float panels are concatenated
+ * (each part a whole number of panels), quantized rows copied into one block; a group that
+ * does not qualify stays as it is. */
+static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, int n,
+                 skv_err *err) {
+    const skv_type type = parts[0]->type;
+    const int64_t cols = parts[0]->cols;
+    const bool panels = parts[0]->panels != NULL;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        const skv_weight *p = parts[i];
+        if (!skv_weight_present(p) || p->type != type || p->cols != cols ||
+            (p->panels != NULL) != panels || (panels && p->rows % SKV_MM_PANEL))
+            return true;
+        rows += p->rows;
+    }
+    const size_t rb = skv_row_bytes(type, cols), total = rb * (size_t)rows;
+    uint8_t *buf = alloc_weights(total);
+    if (!buf) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", total);
+        return false;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        skv_weight *p = parts[i];
+        const size_t b = rb * (size_t)p->rows;
+        memcpy(buf + off, panels ? p->panels : p->data, b);
+        off += b;
+        if (!panels && !p->copy) skv_gguf_release(m->gguf, p->data, b);
+        free(p->panels);
+        free(p->copy);
+        *p = (skv_weight){.type = p->type, .rows = p->rows, .cols = p->cols};
+    }
+    *dst = (skv_weight){.data = panels ? NULL : buf,
+                        .type = type,
+                        .rows = rows,
+                        .cols = cols,
+                        .panels = panels ? buf : NULL,
+                        .copy = panels ? NULL : buf};
+    return true;
+}
+
 static bool pack_matrices(skv_model *m, skv_err *err) {
     for (int l = 0; l < m->hp.n_layer; l++) {
+        skv_layer_weights *L = &m->layers[l];
         skv_weight *mats[N_LAYER_MATRICES];
-        layer_matrices(&m->layers[l], mats);
+        layer_matrices(L, mats);
         for (int i = 0; i < N_LAYER_MATRICES; i++)
             if (!pack_matrix(m, mats[i], err)) return false;
+        skv_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
+        if (!fuse(m, &L->wqkv, qkv, 3, err) || !fuse(m, &L->w_up, gate_up, 2, err)) return false;
     }
     if (!pack_matrix(m, &m->output, err)) return false;
     /* A tied output copied as stored is the embedding too: read its rows there, so that they

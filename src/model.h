@@ -17,19 +17,25 @@ typedef struct skv_weight {
     void *copy;   /* owned: a quantized matrix's rows copied out of the file (data points here) */
 } skv_weight;
 
+/* Whether a matrix is there (a float one may be held only as panels: data NULL). */
+static inline bool skv_weight_present(const skv_weight *w) {
+    return w->data || w->panels;
+}
+
 typedef struct skv_layer_weights {
     skv_weight attn_norm;  /* [n_embd] f32 */
-    skv_weight wq;         /* [n_head * head_dim, n_embd]; data NULL when fused */
-    skv_weight wk;         /* [n_head_kv * head_dim, n_embd]; data NULL when fused */
-    skv_weight wv;         /* [n_head_kv * head_dim, n_embd]; data NULL when fused */
-    skv_weight wqkv;       /* fused [q | k | v] rows (phi3); data NULL when separate */
+    skv_weight wq;         /* [n_head * head_dim, n_embd]; absent when fused */
+    skv_weight wk;         /* [n_head_kv * head_dim, n_embd]; absent when fused */
+    skv_weight wv;         /* [n_head_kv * head_dim, n_embd]; absent when fused */
+    skv_weight wqkv;       /* [q | k | v] rows (phi3 files; others fused at load); absent when
+                            * separate */
     skv_weight bq, bk, bv; /* f32 biases [dq], [dkv], [dkv]; data NULL when absent */
     skv_weight q_norm;     /* [head_dim] f32 per-head RMSNorm of q (qwen3); NULL when absent */
     skv_weight k_norm;     /* [head_dim] f32 */
     skv_weight wo;         /* [n_embd, n_head * head_dim] */
     skv_weight bo;         /* [n_embd] f32 or NULL */
     skv_weight ffn_norm;   /* [n_embd] f32 */
-    skv_weight w_gate;     /* [n_ff, n_embd]; data NULL when fused into w_up */
+    skv_weight w_gate;     /* [n_ff, n_embd]; absent when fused into w_up */
     skv_weight w_up;       /* [n_ff, n_embd], or [2 n_ff, n_embd] = [gate | up] when fused */
     skv_weight w_down;     /* [n_embd, n_ff] */
 } skv_layer_weights;

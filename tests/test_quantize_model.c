@@ -223,7 +223,8 @@ static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
  * logits must be the same bits as with SKV_NO_HUGE (panels in malloc'd memory, quantized rows
  * read from the mapping) and as unpacked (skv_model_load_unpacked: raw rows), and the copy must
  * really be what the model reads. One layer with n_ff 8192: ffn_gate/up/down hold 2M weights
- * (Q8_0 2.1 MB, Q4_K 1.1 MB: the K-quant matrices stay mapped, the path below 2 MB); the tied
+ * (Q8_0 2.1 MB, Q4_K 1.1 MB: ffn_down in K-quants stays mapped, the path below 2 MB; gate and
+ * up are fused into one new block at load, 4.2 / 2.2 MB); the tied
  * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix, and the embedding rows
  * are then read from that copy. */
 static void test_huge_page_weights(void **state) {
@@ -243,15 +244,26 @@ static void test_huge_page_weights(void **state) {
             skv_err err = {0};
             skv_model *m = skv_model_load(path, &err);
             assert_non_null(m);
-            const skv_weight *up = &m->layers[0].w_up;
+            const skv_weight *down = &m->layers[0].w_down;
             const bool big_q = types[k] == SKV_TYPE_Q8_0;
-            assert_int_equal(up->copy != NULL, huge && big_q);
-            if (up->copy) assert_ptr_equal(up->data, up->copy);
+            assert_int_equal(down->copy != NULL, huge && big_q);
+            if (down->copy) assert_ptr_equal(down->data, down->copy);
             assert_int_equal(m->output.copy != NULL, huge && big_q);
             if (m->output.copy) assert_ptr_equal(m->tok_embd.data, m->output.copy);
-            assert_int_equal(up->panels != NULL, types[k] == SKV_TYPE_F32);
-            if (up->panels) /* malloc's large blocks sit 16 bytes into a page */
-                assert_int_equal((uintptr_t)up->panels % ((uintptr_t)2 << 20) == 0, huge);
+            assert_int_equal(down->panels != NULL, types[k] == SKV_TYPE_F32);
+            if (down->panels) /* malloc's large blocks sit 16 bytes into a page */
+                assert_int_equal((uintptr_t)down->panels % ((uintptr_t)2 << 20) == 0, huge);
+            /* gate and up fused at load into [gate | up] rows (q, k, v likewise): a new block,
+             * panels or a copy of the rows, 2 MB-aligned with huge pages */
+            const skv_weight *gu = &m->layers[0].w_up;
+            assert_false(skv_weight_present(&m->layers[0].w_gate));
+            assert_true(skv_weight_present(&m->layers[0].wqkv));
+            assert_false(skv_weight_present(&m->layers[0].wq));
+            assert_int_equal(gu->rows, 2 * 8192);
+            const void *blk = gu->panels ? gu->panels : gu->copy;
+            assert_non_null(blk);
+            if (gu->copy) assert_ptr_equal(gu->data, gu->copy);
+            assert_int_equal((uintptr_t)blk % ((uintptr_t)2 << 20) == 0, huge);
             skv_model_free(m);
         }
         unsetenv("SKV_NO_HUGE");
