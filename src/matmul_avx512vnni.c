@@ -70,24 +70,34 @@ static inline __m512i two_words(__m256i s16, int e, int f) {
         _mm512_castsi256_si512(s16));
 }
 
-/* Q4_K/Q5_K's 12 packed scale bytes s (16 may be read) as 16 bytes: the 8 six-bit scales, then
- * the 8 mins. j < 4: scale s[j] & 63, min s[j + 4] & 63; j >= 4: the low 4 bits from the
- * nibbles of s[j + 4] (scales low, mins high), the top 2 from the top bits of s[j - 4] / s[j]. */
-static inline __m128i k4_scales16(const uint8_t *s) {
-    const __m128i u = _mm_loadu_si128((const __m128i *)s);
-    const __m128i lo =
-        _mm_shuffle_epi8(u, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i low = _mm_or_si128(
-        _mm_and_si128(lo,
-                      _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)),
-        _mm_and_si128(_mm_srli_epi16(lo, 4),
-                      _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
-    const __m128i top =
-        _mm_shuffle_epi8(u, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-    return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+/* Q4_K/Q5_K's 12 packed scale bytes (16 may be read) as 16 bytes: the 8 six-bit scales, then
+ * the 8 mins; in each 128-bit lane of u (four blocks at once in decode). j < 4: scale s[j] & 63,
+ * min s[j + 4] & 63; j >= 4: the low 4 bits from the nibbles of s[j + 4] (scales low, mins
+ * high), the top 2 from the top bits of s[j - 4] / s[j]. */
+static inline __m512i k4_scales_x4(__m512i u) {
+    const __m512i lo = _mm512_shuffle_epi8(
+        u,
+        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+    const __m512i low = _mm512_or_si512(
+        _mm512_and_si512(lo, _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
+                                                                  63, 63, 63, 63, 0, 0, 0, 0))),
+        _mm512_and_si512(_mm512_srli_epi16(lo, 4),
+                         _mm512_broadcast_i32x4(
+                             _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15))));
+    const __m512i top =
+        _mm512_shuffle_epi8(u, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1,
+                                                                    -1, -1, -1, 4, 5, 6, 7)));
+    return _mm512_or_si512(low,
+                           _mm512_and_si512(_mm512_srli_epi16(top, 2), _mm512_set1_epi8(0x30)));
 }
 
-INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
+static inline __m128i k4_scales16(const uint8_t *s) {
+    return _mm512_castsi512_si128(
+        k4_scales_x4(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)s))));
+}
+
+/* sm: Q4_K/Q5_K's scales and mins as k4_scales16 gives them (unused for Q6_K). */
+INLINE void unpack_k_sm(const uint8_t *b, skv_type t, __m128i sm, kblock *k) {
     const __m512i m4 = _mm512_set1_epi8(15);
     if (t == SKV_TYPE_Q6_K) {
         const __m512i m3 = _mm512_set1_epi8(3);
@@ -147,7 +157,6 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
         k->code[2 * h + 1] = hi;
     }
     /* the 8 scales and 8 mins, sc = [0..8), m = [8..16) */
-    const __m128i sm = k4_scales16(b + 4);
     const __m256i s16 = _mm256_cvtepu8_epi16(sm);
     /* sub-blocks of 32 values: 16 words each; code[c] holds sub-blocks q and q + 2 */
 #pragma GCC unroll 4
@@ -157,6 +166,10 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
         sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
     k->d = ld_f16(b);
     k->dm = -ld_f16(b + 2);
+}
+
+INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
+    unpack_k_sm(b, t, t == SKV_TYPE_Q6_K ? _mm_setzero_si128() : k4_scales16(b + 4), k);
 }
 
 void skv_act_rows_k_vnni(uint8_t *row, int64_t n, bool k_order) {
@@ -205,11 +218,23 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
         const __m256i xs = xsums16(a, s);
         __m256i v[8];
         uint32_t dd[NW];
+        __m512i sm4 = _mm512_setzero_si512(); /* the NW rows' scales and mins, a lane each */
+        if (!q6) {
+            __m512i u =
+                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(w[0] + s * bb + 4)));
+            u = _mm512_inserti32x4(u, _mm_loadu_si128((const __m128i *)(w[1] + s * bb + 4)), 1);
+            u = _mm512_inserti32x4(u, _mm_loadu_si128((const __m128i *)(w[2] + s * bb + 4)), 2);
+            u = _mm512_inserti32x4(u, _mm_loadu_si128((const __m128i *)(w[3] + s * bb + 4)), 3);
+            sm4 = k4_scales_x4(u);
+        }
+        const __m128i sm[NW] = {_mm512_castsi512_si128(sm4), _mm512_extracti32x4_epi32(sm4, 1),
+                                _mm512_extracti32x4_epi32(sm4, 2),
+                                _mm512_extracti32x4_epi32(sm4, 3)};
 #pragma GCC unroll 4
         for (int k = 0; k < NW; k++) {
             const uint8_t *blk = w[k] + (size_t)s * bb;
             kblock kb;
-            unpack_k(blk, t, &kb);
+            unpack_k_sm(blk, t, sm[k], &kb);
             __m512i u = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
