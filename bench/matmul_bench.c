@@ -111,6 +111,8 @@ static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, s
                int n_out, int n_in, void *work) {
     if (skv_panels_bytes(t, n_out, n_in))
         skv_matmul_panels(pool, y, x, m, w, t, n_out, n_in, work);
+    else if (skv_k16_wanted() && skv_k16_bytes(t, n_out, n_in))
+        skv_matmul_k16(pool, y, x, m, w, t, n_out, n_in, work);
     else
         skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
 }
@@ -196,13 +198,18 @@ int main(int argc, char **argv) {
             /* Decode reads each matrix once per token from memory, not from cache: rotate
              * through enough copies to overflow the last-level cache. */
             size_t wb = rb * n_out, pb = skv_panels_bytes(t, n_out, n_in);
+            const size_t kb = skv_k16_wanted() ? skv_k16_bytes(t, n_out, n_in) : 0;
+            if (kb) pb = kb; /* Q4_K as a loaded model holds it at this level */
             int copies = (int)(((size_t)256 << 20) / wb) + 1;
             uint8_t *w = malloc((pb ? pb : wb) * copies);
             for (int r = 0; r < n_out; r++) skv_quantize_row(t, row, w + rb * r, n_in);
-            if (pb) { /* panels: packed from a copy of the rows */
+            if (pb) { /* panels or k16 records: packed from a copy of the rows */
                 uint8_t *rows = malloc(wb);
                 memcpy(rows, w, wb);
-                skv_panels_pack(t, rows, n_out, n_in, w);
+                if (kb)
+                    skv_k16_pack(rows, n_out, n_in, w);
+                else
+                    skv_panels_pack(t, rows, n_out, n_in, w);
                 free(rows);
                 wb = pb;
             }

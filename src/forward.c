@@ -225,6 +225,8 @@ static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_we
                  int n_in) {
     if (w->panels)
         skv_matmul_panels(ctx->pool, y, x, n, w->panels, w->type, n_out, n_in, ctx->work);
+    else if (w->k16)
+        skv_matmul_k16(ctx->pool, y, x, n, w->k16, w->type, n_out, n_in, ctx->work);
     else
         skv_matmul(ctx->pool, y, x, n, w->data, w->type, n_out, n_in, ctx->work);
 }

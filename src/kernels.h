@@ -79,6 +79,26 @@ size_t skv_panels_bytes(skv_type wt, int n_out, int n_in);
 void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
                        skv_type wt, int n_out, int n_in, void *work);
+/* Q4_K W in k16 records, the layout the AVX-512 VNNI kernels read without unpacking: rows in
+ * groups of 16 (the last padded with zero rows), per group and super-block s one record of
+ * SKV_K16_RECORD bytes at index (row / 16) * (n_in / 256) + s:
+ *   q[8][4][16][4]   sub-block j, byte e of group gp of row k: code 32j + 4gp + e in the low
+ *                    nibble, code 32j + 4gp + 16 + e in the high one
+ *   sc[8][16]        the 6-bit scale of sub-block j of row k
+ *   mn[4][16][2]     the 6-bit mins of sub-blocks 2p and 2p + 1 of row k
+ *   d[16], dmin[16]  f16
+ * (2.8% more bytes than the rows.) Results are the same bits as from the rows at every SIMD
+ * level (levels without the VNNI kernels unpack rows, skv_k16_unpack_rows, and use their own
+ * code). skv_k16_bytes is 0 for other types, SIZE_MAX on overflow. */
+#define SKV_K16_RECORD 2368
+size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
+void skv_k16_pack(const void *w, int n_out, int n_in, void *dst);
+/* Rows [r0, r1) as Q4_K rows, into dst (r1 - r0 rows). */
+void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
+/* Whether a model loaded now should keep its Q4_K matrices as k16 records (the VNNI level). */
+bool skv_k16_wanted(void);
+void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
+                    int n_out, int n_in, void *work);
 /* Reference: dequantize each row, float64 accumulation. Single thread. */
 void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
                     int n_in);
@@ -126,6 +146,7 @@ typedef struct skv_mm {
     skv_type wt;
     int m, n_out, n_in;
     bool w_panels; /* float W in panels (skv_panels_pack) */
+    bool w_k16;    /* Q4_K W in k16 records (skv_k16_pack) */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */

@@ -8,6 +8,8 @@
  * however many rows x has, so results depend neither on the thread count nor on m. */
 #include "kernels.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Activation rows start 64-byte aligned inside work. */
@@ -123,6 +125,7 @@ typedef struct mm_task {
     bool k_vnni;  /* activation rows as the AVX-512 VNNI K-quant code reads them (skv_act_k_vnni) */
     bool u_codes; /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;    /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
+    bool k16_kernels; /* k16 records read as they are (the AVX-512 VNNI level) */
 } mm_task;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
@@ -147,29 +150,62 @@ static void mm_split(const skv_mm *mm, int ith, int nth, int *i0, int *i1, int *
     *i1 = (int)((int64_t)mm->m * (jm + 1) / nm);
 }
 
+/* The level's code for one rectangle of the product. */
+static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0, int r1) {
+#ifdef SKV_HAVE_MATMUL_AVX2
+    if (t->bf16) {
+        skv_matmul_avx512_bf16(mm, i0, i1, r0, r1);
+        return;
+    }
+    if (t->avx512) {
+        skv_matmul_avx512(mm, i0, i1, r0, r1);
+        return;
+    }
+    if (t->simd) {
+        skv_matmul_avx2(mm, i0, i1, r0, r1);
+        return;
+    }
+#endif
+    if (skv_act_block(mm->wt))
+        scalar_quant_block(mm, i0, i1, r0, r1);
+    else
+        scalar_float_block(mm, i0, i1, r0, r1);
+}
+
+/* k16 records at a level without their kernels: rows unpacked K16_CHUNK at a time, each chunk
+ * a product of its own (y shifted to its first row): the same bits as from the rows. */
+#define K16_CHUNK 64
+static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
+    const size_t rb = skv_row_bytes(t->mm.wt, t->mm.n_in);
+    int chunk = K16_CHUNK;
+    uint8_t *rows = malloc(rb * K16_CHUNK);
+    if (!rows) rows = malloc(rb), chunk = 1; /* a row at a time: slower, the same bits */
+    if (!rows) { /* no memory even for one row: outputs that cannot pass for results */
+        for (int r = r0; r < r1; r++)
+            for (int i = i0; i < i1; i++) t->mm.y[(size_t)i * t->mm.n_out + r] = NAN;
+        return;
+    }
+    for (int c0 = r0; c0 < r1; c0 += chunk) {
+        const int c1 = r1 - c0 < chunk ? r1 : c0 + chunk;
+        skv_k16_unpack_rows(t->mm.w, t->mm.n_in, c0, c1, rows);
+        skv_mm mm = t->mm;
+        mm.w = rows;
+        mm.w_k16 = false;
+        mm.y = t->mm.y + c0;
+        mm_block(t, &mm, i0, i1, 0, c1 - c0);
+    }
+    free(rows);
+}
+
 static void mm_worker(void *arg, int ith, int nth) {
     const mm_task *t = arg;
     int i0, i1, r0, r1;
     mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
     if (i0 >= i1 || r0 >= r1) return;
-#ifdef SKV_HAVE_MATMUL_AVX2
-    if (t->bf16) {
-        skv_matmul_avx512_bf16(&t->mm, i0, i1, r0, r1);
-        return;
-    }
-    if (t->avx512) {
-        skv_matmul_avx512(&t->mm, i0, i1, r0, r1);
-        return;
-    }
-    if (t->simd) {
-        skv_matmul_avx2(&t->mm, i0, i1, r0, r1);
-        return;
-    }
-#endif
-    if (skv_act_block(t->mm.wt))
-        scalar_quant_block(&t->mm, i0, i1, r0, r1);
+    if (t->mm.w_k16 && !t->k16_kernels)
+        mm_k16_unpacked(t, i0, i1, r0, r1);
     else
-        scalar_float_block(&t->mm, i0, i1, r0, r1);
+        mm_block(t, &t->mm, i0, i1, r0, r1);
 }
 
 static void quant_worker(void *arg, int ith, int nth) {
@@ -187,7 +223,8 @@ static void quant_worker(void *arg, int ith, int nth) {
         }
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
-            if (t->k_vnni) skv_act_rows_k_vnni(dst, mm->n_in, mm->wt != SKV_TYPE_Q6_K);
+            if (t->k_vnni)
+                skv_act_rows_k_vnni(dst, mm->n_in, mm->wt != SKV_TYPE_Q6_K && !mm->w_k16);
             if (t->u_codes) skv_act_rows_unsigned(dst, mm->n_in);
             continue;
         }
@@ -228,12 +265,16 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
     }
 }
 
+enum { W_ROWS, W_PANELS, W_K16 };
+
 static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
-                       bool panels, int n_out, int n_in, void *work) {
+                       int layout, int n_out, int n_in, void *work) {
     if (m <= 0 || n_out <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     mm_task t;
     memset(&t, 0, sizeof t);
+    const bool panels = layout == W_PANELS;
     t.mm.w_panels = panels;
+    t.mm.w_k16 = layout == W_K16;
     t.mm.y = y;
     t.mm.x = x;
     t.mm.w = w;
@@ -248,6 +289,7 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
     t.k_vnni = t.avx512 && skv_act_k_vnni(wt);
     t.u_codes = t.avx512 && skv_act_unsigned(wt, m);
     t.bf16 = panels && wt == SKV_TYPE_BF16 && work && skv_kernels_use_bf16();
+    t.k16_kernels = t.mm.w_k16 && t.avx512 && skv_simd_has_vnni();
 #endif
     int bs = skv_act_block(wt);
     if (bs || t.bf16) {
@@ -264,11 +306,25 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
 
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work) {
-    matmul_run(pool, y, x, m, w, wt, false, n_out, n_in, work);
+    matmul_run(pool, y, x, m, w, wt, W_ROWS, n_out, n_in, work);
 }
 
 void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
                        skv_type wt, int n_out, int n_in, void *work) {
     if (skv_act_block(wt)) return; /* float types only */
-    matmul_run(pool, y, x, m, panels, wt, true, n_out, n_in, work);
+    matmul_run(pool, y, x, m, panels, wt, W_PANELS, n_out, n_in, work);
+}
+
+bool skv_k16_wanted(void) {
+#ifdef SKV_HAVE_MATMUL_AVX2
+    return skv_kernels_use_simd() && skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_vnni();
+#else
+    return false;
+#endif
+}
+
+void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
+                    int n_out, int n_in, void *work) {
+    if (wt != SKV_TYPE_Q4_K) return;
+    matmul_run(pool, y, x, m, k16, wt, W_K16, n_out, n_in, work);
 }

@@ -366,6 +366,51 @@ INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int 
     }
 }
 
+/* ---- Q4_K in k16 records (skv_k16_pack): what prep_k16_fill does, done at load ----------------
+ */
+
+enum { R_Q = 0, R_SC = 2048, R_MN = 2176, R_D = 2304, R_DMIN = 2336 };
+
+/* Record of 16-row group g, super-block s. */
+static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) {
+    const int nsb = mm->n_in / 256;
+    return (const uint8_t *)mm->w + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
+}
+
+/* prep_k16_fill from the records of group g: the nibbles split, the scales widened. */
+static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int nb) {
+    const __m512i m4 = _mm512_set1_epi8(15), lo16 = _mm512_set1_epi32(0xffff);
+    for (int s = 0; s < nb; s++) {
+        const uint8_t *rec = k16_rec(mm, g, b0 + s);
+        for (int j = 0; j < 8; j++) {
+            for (int gp = 0; gp < 4; gp++) {
+                const __m512i v = _mm512_loadu_si512(rec + R_Q + 256 * j + 64 * gp);
+                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * gp, _mm512_and_si512(v, m4));
+                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * (gp + 4),
+                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+            _mm512_store_si512(
+                p->sc + 256 * s + 16 * j,
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + R_SC + 16 * j))));
+        }
+        for (int q = 0; q < 4; q++) { /* groups of 16: both halves of sub-block 2q, then 2q + 1 */
+            const __m512i pw =
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + R_MN + 32 * q)));
+            const __m512i e = _mm512_and_si512(pw, lo16), o = _mm512_srli_epi32(pw, 16);
+            _mm512_store_si512(p->mn + 128 * s + 16 * (2 * q),
+                               _mm512_or_si512(e, _mm512_slli_epi32(e, 16)));
+            _mm512_store_si512(p->mn + 128 * s + 16 * (2 * q + 1),
+                               _mm512_or_si512(o, _mm512_slli_epi32(o, 16)));
+        }
+        _mm512_store_ps(p->d + 16 * s,
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_D))));
+        _mm512_store_ps(
+            p->dm + 16 * s,
+            _mm512_mul_ps(_mm512_set1_ps(-1.0f),
+                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_DMIN)))));
+    }
+}
+
 /* mr x rows times NOK hexads over super-blocks [b0, b0 + nb) of x (the hexads start at b0). */
 INLINE void tile_k16(int mr, skv_type t, const act_row *a, int b0, const prep_k16 *const *p, int nb,
                      __m512 acc[MRK][NOK]) {
@@ -467,6 +512,10 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KBK, nb = nblk - b0 < KBK ? nblk - b0 : KBK;
                 for (int c = 0; c < no; c++) {
+                    if (mm->w_k16) { /* r is a multiple of 16 */
+                        prep_k16_from_rec(&prep[c], mm, r / 16 + c, b0, nb);
+                        continue;
+                    }
                     const uint8_t *w[16]; /* rows past the last repeat it: computed, not stored */
                     for (int k = 0; k < 16; k++) {
                         const int rk = r + 16 * c + k < r + nr ? r + 16 * c + k : r + nr - 1;
@@ -494,6 +543,70 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     break;
                 }
             }
+        }
+    }
+}
+
+/* Decode from k16 records: sixteen rows in the lanes as in prefill, read as they lie; per
+ * sub-block 8 vpdpbusd of the nibbles against 4 broadcast x codes, times the 16 scales. One
+ * super-block of one group: */
+INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __m512 dx,
+                       __m512 acc) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512i u = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+#pragma GCC unroll 4
+        for (int gp = 0; gp < 4; gp++) {
+            const __m512i v = _mm512_loadu_si512(rec + R_Q + 256 * j + 64 * gp);
+            int32_t x0, x1;
+            memcpy(&x0, xq + 32 * j + 4 * gp, 4);
+            memcpy(&x1, xq + 32 * j + 4 * gp + 16, 4);
+            t0 = _mm512_dpbusd_epi32(t0, _mm512_and_si512(v, m4), _mm512_set1_epi32(x0));
+            t1 = _mm512_dpbusd_epi32(t1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                     _mm512_set1_epi32(x1));
+        }
+        u = _mm512_add_epi32(u, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1),
+                                                   _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                                       (const __m128i *)(rec + R_SC + 16 * j)))));
+    }
+    __m512i mn = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+        mn = _mm512_dpwssd_epi32(
+            mn, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + R_MN + 32 * q))),
+            _mm512_set1_epi32(xp[q]));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_D)));
+    const __m512 dm =
+        _mm512_mul_ps(_mm512_set1_ps(-1.0f),
+                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_DMIN))));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(d, dx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
+}
+
+/* x's sums of 32 codes of super-block s as 16-bit pairs (sub-blocks 2p, 2p + 1), for the mins. */
+static inline void k16_xpairs(act_row a, int s, int32_t xp[4]) {
+    const __m512i xs = _mm512_loadu_si512(a.s + 16 * s);
+    _mm_storeu_si128((__m128i *)xp, _mm256_cvtepi32_epi16(_mm512_cvtepi64_epi32(
+                                        _mm512_add_epi32(xs, _mm512_srli_epi64(xs, 32)))));
+}
+
+/* The thread's groups one after the other: W read as one stream (llama-3.2-1b Q4_K tg64 on Zen
+ * 4: 39-53 t/s; four streams, a quarter of the groups each, 32-40). */
+static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int nsb = mm->n_in / 256;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 256);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int g = r0 / 16; 16 * g < r1; g++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int s = 0; s < nsb; s++) {
+                int32_t xp[4];
+                k16_xpairs(a, s, xp);
+                acc = k16_step(k16_rec(mm, g, s), a.q + 256 * s, xp, _mm512_set1_ps(a.d[s]), acc);
+            }
+            _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
         }
     }
 }
@@ -804,7 +917,7 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         return;
     }
     if (mm->m < GEMM_Q_MIN_M)
-        gemv_k(mm, i0, i1, r0, r1);
+        (mm->w_k16 ? gemv_k16 : gemv_k)(mm, i0, i1, r0, r1);
     else
         gemm_k(mm, i0, i1, r0, r1);
 }

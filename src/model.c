@@ -145,11 +145,13 @@ void skv_model_free(skv_model *m) {
             for (int i = 0; i < N_LAYER_MATRICES; i++) {
                 free(mats[i]->panels);
                 free(mats[i]->copy);
+                free(mats[i]->k16);
             }
         }
     }
     free(m->output.panels);
     free(m->output.copy);
+    free(m->output.k16);
     free((void *)m->output_norm.data);
     free(m->rope_factors);
     free(m->layers);
@@ -449,6 +451,18 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
+    const size_t k16 = skv_k16_wanted() ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) : 0;
+    if (k16 && k16 != SIZE_MAX) { /* Q4_K at the VNNI level: records, read without unpacking */
+        w->k16 = alloc_weights(k16);
+        if (!w->k16) {
+            skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", k16);
+            return false;
+        }
+        skv_k16_pack(w->data, (int)w->rows, (int)w->cols, w->k16);
+        skv_gguf_release(m->gguf, w->data, raw);
+        w->data = NULL;
+        return true;
+    }
     if (bytes == 0) { /* quantized: used block by block as stored, from a copy in huge pages */
         if (!huge_wanted(raw)) return true;
         w->copy = alloc_weights(raw);
@@ -484,16 +498,20 @@ static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, 
                  skv_err *err) {
     const skv_type type = parts[0]->type;
     const int64_t cols = parts[0]->cols;
-    const bool panels = parts[0]->panels != NULL;
+    const bool panels = parts[0]->panels != NULL, k16 = parts[0]->k16 != NULL;
     int64_t rows = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* panels and records: whole groups of 16 rows */
         const skv_weight *p = parts[i];
         if (!skv_weight_present(p) || p->type != type || p->cols != cols ||
-            (p->panels != NULL) != panels || (panels && p->rows % SKV_MM_PANEL))
+            (p->panels != NULL) != panels || (p->k16 != NULL) != k16 ||
+            ((panels || k16) && p->rows % 16))
             return true;
         rows += p->rows;
     }
-    const size_t rb = skv_row_bytes(type, cols), total = rb * (size_t)rows;
+    /* the bytes of a row (k16: a row's share of its records) */
+    const size_t rb = k16 ? (size_t)(cols / SKV_QK_K) * SKV_K16_RECORD / 16
+                          : skv_row_bytes(type, cols),
+                 total = rb * (size_t)rows;
     uint8_t *buf = alloc_weights(total);
     if (!buf) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", total);
@@ -503,19 +521,21 @@ static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, 
     for (int i = 0; i < n; i++) {
         skv_weight *p = parts[i];
         const size_t b = rb * (size_t)p->rows;
-        memcpy(buf + off, panels ? p->panels : p->data, b);
+        memcpy(buf + off, panels ? p->panels : k16 ? p->k16 : p->data, b);
         off += b;
-        if (!panels && !p->copy) skv_gguf_release(m->gguf, p->data, b);
+        if (!panels && !k16 && !p->copy) skv_gguf_release(m->gguf, p->data, b);
         free(p->panels);
         free(p->copy);
+        free(p->k16);
         *p = (skv_weight){.type = p->type, .rows = p->rows, .cols = p->cols};
     }
-    *dst = (skv_weight){.data = panels ? NULL : buf,
+    *dst = (skv_weight){.data = panels || k16 ? NULL : buf,
                         .type = type,
                         .rows = rows,
                         .cols = cols,
                         .panels = panels ? buf : NULL,
-                        .copy = panels ? NULL : buf};
+                        .copy = panels || k16 ? NULL : buf,
+                        .k16 = k16 ? buf : NULL};
     return true;
 }
 

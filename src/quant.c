@@ -831,3 +831,81 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     }
     return acc;
 }
+
+/* ---- Q4_K in k16 records -------------------------------------------------------------------
+ * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
+ * bytes use all their 96 bits). */
+
+enum { K16_Q = 0, K16_SC = 2048, K16_MN = 2176, K16_D = 2304, K16_DMIN = 2336 };
+_Static_assert(K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
+
+size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
+    if (wt != SKV_TYPE_Q4_K || n_out <= 0 || n_in <= 0 || n_in % SKV_QK_K) return 0;
+    uint64_t groups = ((uint64_t)n_out + 15) / 16, total;
+    if (!skv_mul_ok(groups * (uint64_t)(n_in / SKV_QK_K), SKV_K16_RECORD, &total) ||
+        total > SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)total;
+}
+
+void skv_k16_pack(const void *w, int n_out, int n_in, void *dst) {
+    const int nsb = n_in / SKV_QK_K;
+    const size_t rb = (size_t)nsb * 144;
+    uint8_t *rec = dst;
+    for (int g = 0; g < (n_out + 15) / 16; g++)
+        for (int s = 0; s < nsb; s++, rec += SKV_K16_RECORD) {
+            memset(rec, 0, SKV_K16_RECORD); /* rows past n_out stay zero */
+            for (int k = 0; k < 16 && 16 * g + k < n_out; k++) {
+                const uint8_t *b = (const uint8_t *)w + (size_t)(16 * g + k) * rb + (size_t)s * 144;
+                uint8_t code[SKV_QK_K];
+                for (int c = 0; c < 4; c++)
+                    for (int l = 0; l < 32; l++) {
+                        code[64 * c + l] = b[16 + 32 * c + l] & 15;
+                        code[64 * c + 32 + l] = b[16 + 32 * c + l] >> 4;
+                    }
+                for (int j = 0; j < 8; j++) {
+                    for (int gp = 0; gp < 4; gp++)
+                        for (int e = 0; e < 4; e++)
+                            rec[K16_Q + 256 * j + 64 * gp + 4 * k + e] =
+                                (uint8_t)(code[32 * j + 4 * gp + e] | code[32 * j + 4 * gp + 16 + e]
+                                                                          << 4);
+                    int sc, m;
+                    k_scale_min(b + 4, j, &sc, &m);
+                    rec[K16_SC + 16 * j + k] = (uint8_t)sc;
+                    rec[K16_MN + 32 * (j / 2) + 2 * k + j % 2] = (uint8_t)m;
+                }
+                memcpy(rec + K16_D + 2 * k, b, 2);
+                memcpy(rec + K16_DMIN + 2 * k, b + 2, 2);
+            }
+        }
+}
+
+void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
+    const int nsb = n_in / SKV_QK_K;
+    for (int r = r0; r < r1; r++) {
+        const int g = r / 16, k = r % 16;
+        for (int s = 0; s < nsb; s++) {
+            const uint8_t *rec =
+                (const uint8_t *)k16 + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
+            uint8_t *b = (uint8_t *)dst + ((size_t)(r - r0) * (size_t)nsb + (size_t)s) * 144;
+            uint8_t code[SKV_QK_K];
+            int sc[8], m[8];
+            for (int j = 0; j < 8; j++) {
+                for (int gp = 0; gp < 4; gp++)
+                    for (int e = 0; e < 4; e++) {
+                        const uint8_t q = rec[K16_Q + 256 * j + 64 * gp + 4 * k + e];
+                        code[32 * j + 4 * gp + e] = q & 15;
+                        code[32 * j + 4 * gp + 16 + e] = q >> 4;
+                    }
+                sc[j] = rec[K16_SC + 16 * j + k];
+                m[j] = rec[K16_MN + 32 * (j / 2) + 2 * k + j % 2];
+            }
+            memcpy(b, rec + K16_D + 2 * k, 2);
+            memcpy(b + 2, rec + K16_DMIN + 2 * k, 2);
+            k_pack_scales(b + 4, sc, m);
+            for (int c = 0; c < 4; c++)
+                for (int l = 0; l < 32; l++)
+                    b[16 + 32 * c + l] = (uint8_t)(code[64 * c + l] | code[64 * c + 32 + l] << 4);
+        }
+    }
+}

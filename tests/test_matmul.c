@@ -182,6 +182,60 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* Q4_K in k16 records: unpacking gives back the rows byte for byte (any row range), and the
+ * products are the same bits as from the rows, for any m, thread count and SIMD level (the
+ * VNNI kernels read the records; other levels unpack them). Ragged groups (n_out % 16), several
+ * tiles and column blocks, NaN rows of x. */
+static void test_k16(void **s) {
+    (void)s;
+    const int n_outs[] = {1, 17, 45, 64}, n_ins[] = {256, 512, 2304}, ms[] = {1, 2, 3, 7, 33, 200};
+    for (int oi = 0; oi < 4; oi++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int n_out = n_outs[oi], n_in = n_ins[ni], M = 200;
+            const size_t rb = skv_row_bytes(SKV_TYPE_Q4_K, n_in);
+            const size_t kb = skv_k16_bytes(SKV_TYPE_Q4_K, n_out, n_in);
+            assert_int_equal(kb, (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD);
+            float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
+            uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb), *back = malloc(rb * n_out);
+            float *y = malloc(sizeof(float) * M * n_out), *y16 = malloc(sizeof(float) * M * n_out);
+            for (int r = 0; r < n_out; r++) {
+                fill_w(wf, 1, n_in);
+                for (int k = 0; k < n_in; k++) wf[k] *= 1.0f + 0.37f * (float)((r * 7 + k) % 5);
+                skv_quantize_row(SKV_TYPE_Q4_K, wf, w + r * rb, n_in);
+            }
+            fill_x(x, M, n_in);
+            x[(size_t)5 * n_in + 3] = NAN;
+            skv_k16_pack(w, n_out, n_in, k16);
+            skv_k16_unpack_rows(k16, n_in, 0, n_out, back);
+            assert_memory_equal(back, w, rb * n_out);
+            skv_k16_unpack_rows(k16, n_in, n_out / 2, n_out, back);
+            assert_memory_equal(back, w + rb * (n_out / 2), rb * (n_out - n_out / 2));
+            void *work = malloc(skv_matmul_work_size(SKV_TYPE_Q4_K, M, n_in));
+            for (int simd = 1; simd >= 0; simd--) {
+                skv_kernels_force_ref(!simd);
+                for (int mi = 0; mi < 6; mi++)
+                    for (int p = 0; p < 3; p++) {
+                        const int m = ms[mi];
+                        if (!simd && m * n_out * n_in > 33 * 64 * 2304) continue;
+                        skv_matmul(pools[p], y, x, m, w, SKV_TYPE_Q4_K, n_out, n_in, work);
+                        skv_matmul_k16(pools[p], y16, x, m, k16, SKV_TYPE_Q4_K, n_out, n_in, work);
+                        if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
+                            fail_msg("k16 m=%d n_out=%d n_in=%d simd=%d pool %d: other bits", m,
+                                     n_out, n_in, simd, p);
+                    }
+            }
+            skv_kernels_force_ref(false);
+            free(work);
+            free(x);
+            free(wf);
+            free(w);
+            free(k16);
+            free(back);
+            free(y);
+            free(y16);
+        }
+}
+
 static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     static const int ms[] = {1, 2, 3, 7, 33};
     static const int n_outs[] = {1, 3, 17, 64};
@@ -484,6 +538,7 @@ int main(void) {
         cmocka_unit_test(test_ref_hand),
         cmocka_unit_test(test_work_size),
         cmocka_unit_test(test_rows_independent),
+        cmocka_unit_test(test_k16),
         cmocka_unit_test(test_float_order),
         cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_nonfinite_x),
