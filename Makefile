@@ -94,9 +94,10 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC)
 	$(CC) -o $@ $< $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC) $(LDFLAGS) -lcmocka $(LDLIBS)
 
 # Tests find the CLI through SKV_CLI and the shared models through SKV_MODELS.
-# The kernel tests once more at the AVX2 level: on an AVX-512 machine the first run tests the
-# AVX-512 code, this one the AVX2 code (elsewhere it repeats the first).
-SIMD_TESTS := $(patsubst %,$(BUILD)/tests/%,test_matmul test_kernels test_attn_prefill test_quant)
+# The kernel tests (and the loaded layouts: fusion, k16 records) once more at the AVX2 level: on
+# an AVX-512 machine the first run tests the AVX-512 code, this one the AVX2 code (elsewhere it
+# repeats the first).
+SIMD_TESTS := $(patsubst %,$(BUILD)/tests/%,test_matmul test_kernels test_attn_prefill test_quant test_quantize_model)
 test: $(TEST_BIN) $(CLI)
 	@SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(TEST_BIN)
 	@echo "again with SKV_SIMD=avx2:"

@@ -108,7 +108,8 @@ void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt,
  * K-quants), at 32-byte aligned offsets:
  *   int8 q[n]; float d[n / bs]; float s[n / 16]
  * value = d * q with d = amax / 127 per block, q rounded to nearest; s[g] = d * (sum of q over
- * the g-th group of 16 values), which serves the offset and min terms of Q4_0 and K-quants. */
+ * the g-th group of 16 values), which serves the offset and min terms of Q4_0 and K-quants (the
+ * AVX-512 VNNI K-quant code reads s as int32 sums instead: skv_act_rows_k_vnni). */
 int skv_act_block(skv_type wt); /* 0 for float weights */
 /* 127 / amax, which maps a block onto [-127, 127]; 0 when amax is 0 or so small (below about
  * 3.7e-37) that the quotient overflows. Such a block gets zero codes (its values are 0 to within
@@ -139,7 +140,7 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n);
 typedef struct skv_mm {
     float *y;       /* [m, n_out] */
     const float *x; /* [m, n_in] */
-    const void *w;  /* [n_out] rows of w_stride bytes, or panels (w_panels) */
+    const void *w;  /* [n_out] rows of w_stride bytes, panels (w_panels) or k16 records (w_k16) */
     uint8_t *xq;    /* [m] activation rows of xq_stride bytes (quantized W, and BF16 panels with
                      * vdpbf16ps: x rounded to bf16) */
     size_t w_stride, xq_stride;
@@ -172,10 +173,10 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1);
 void skv_matmul_avx512_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1);
 void skv_act_rows_bf16(const float *x, void *dst, int n);
 /* Whether the AVX-512 level reads activation rows for K-quant weights of type wt prepared by
- * skv_act_rows_k_vnni(row, n, k_order = wt is Q4_K or Q5_K): the float group sums replaced by
- * the exact integer sums of each 16 codes (int32), and, with k_order, the codes in "K order": in
- * every 128 values, values [32, 64) and [64, 96) swapped (as a 64-byte load of Q4_K/Q5_K
- * nibbles holds them). */
+ * skv_act_rows_k_vnni(row, n, k_order): the float group sums replaced by the exact integer sums
+ * of each 16 codes (int32), and, with k_order (Q4_K/Q5_K rows; not k16 records, whose codes are
+ * in natural order), the codes in "K order": in every 128 values, values [32, 64) and [64, 96)
+ * swapped (as a 64-byte load of Q4_K/Q5_K nibbles holds them). */
 bool skv_act_k_vnni(skv_type wt);
 void skv_act_rows_k_vnni(uint8_t *row, int64_t n, bool k_order);
 /* Whether the AVX-512 level reads the activation rows of an m-row product with weights of type

@@ -172,15 +172,17 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
         scalar_float_block(mm, i0, i1, r0, r1);
 }
 
-/* k16 records at a level without their kernels: rows unpacked K16_CHUNK at a time, each chunk
- * a product of its own (y shifted to its first row): the same bits as from the rows. */
-#define K16_CHUNK 64
+/* k16 records at a level without their kernels (a model loaded at the VNNI level, then
+ * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time, each chunk a product of its own
+ * (y shifted to its first row): the same bits as from the rows. */
+#define K16_CHUNK   64
+#define K16_ONE_ROW 9216 /* a Q4_K row of up to 16384 values, on the stack */
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     const size_t rb = skv_row_bytes(t->mm.wt, t->mm.n_in);
     int chunk = K16_CHUNK;
-    uint8_t *rows = malloc(rb * K16_CHUNK);
-    if (!rows) rows = malloc(rb), chunk = 1; /* a row at a time: slower, the same bits */
-    if (!rows) { /* no memory even for one row: outputs that cannot pass for results */
+    uint8_t one[K16_ONE_ROW], *rows = malloc(rb * K16_CHUNK), *heap = rows;
+    if (!rows && rb <= sizeof one) rows = one, chunk = 1; /* a row at a time: the same bits */
+    if (!rows) { /* no memory for one wider row: outputs that cannot pass for results */
         for (int r = r0; r < r1; r++)
             for (int i = i0; i < i1; i++) t->mm.y[(size_t)i * t->mm.n_out + r] = NAN;
         return;
@@ -194,7 +196,7 @@ static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
         mm.y = t->mm.y + c0;
         mm_block(t, &mm, i0, i1, 0, c1 - c0);
     }
-    free(rows);
+    free(heap);
 }
 
 static void mm_worker(void *arg, int ith, int nth) {

@@ -9,7 +9,9 @@
  *     dot with x times the sub-block scales, and the mins / offsets times x's group sums), then
  *     one float chain over super-blocks; prefill with sixteen W rows in the lanes (vpdpbusd,
  *     vpmulld by the scales), decode from the raw blocks (vpmaddubsw, vpdpwssd): the same bits.
- *     (Other bits than the AVX2 level's: it sums in another order.) */
+ *     Q4_K in k16 records (a loaded model's, kernels.h): decode reads sixteen rows in the lanes
+ *     straight from them (gemv_k16), prefill prepares its tiles from them (prep_k16_from_rec);
+ *     the same bits again. (Other bits than the AVX2 level's: it sums in another order.) */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \

@@ -423,11 +423,17 @@ static bool load_tensors(loader *ld, skv_err *err) {
 
 #define HUGE_BYTES ((size_t)2 << 20)
 
-/* Whether weights of this size go into huge pages: 2 MB and more, unless SKV_NO_HUGE is set to
- * anything but "" or "0" (then they stay in plain memory / the mapping). */
-static bool huge_wanted(size_t bytes) {
+/* SKV_NO_HUGE set to anything but "" or "0": quantized matrices stay in the file mapping, which
+ * processes that load the same file share (no copies, no k16 records, no fusion of quantized
+ * rows), and float panels go into plain memory. */
+static bool keep_mapped(void) {
     const char *e = getenv("SKV_NO_HUGE");
-    return bytes >= HUGE_BYTES && !(e && e[0] && strcmp(e, "0") != 0);
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
+/* Whether weights of this size go into huge pages: 2 MB and more, unless keep_mapped. */
+static bool huge_wanted(size_t bytes) {
+    return bytes >= HUGE_BYTES && !keep_mapped();
 }
 
 /* Weights of 2 MB and more (float panels, copies of quantized rows) start on a 2 MB boundary
@@ -444,14 +450,17 @@ static void *alloc_weights(size_t bytes) {
 }
 
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
- * (kernels.h), quantized ones of 2 MB and more as a copy of their rows (alloc_weights). The
- * token embedding keeps its mapped rows, except that a tied quantized output's copy serves it
- * (pack_matrices); a tied float output gets its own panels. */
+ * (kernels.h); Q4_K ones at the AVX-512 VNNI level in k16 records (kernels.h), which those
+ * kernels read without unpacking; other quantized ones of 2 MB and more as a copy of their rows
+ * (alloc_weights). The token embedding keeps its mapped rows, except that a tied quantized
+ * output's copy serves it (pack_matrices); a tied float output gets its own panels, a tied
+ * Q4_K one its own records (the embedding rows then come back from the file). */
 static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
-    const size_t k16 = skv_k16_wanted() ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) : 0;
+    const size_t k16 =
+        skv_k16_wanted() && !keep_mapped() ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) : 0;
     if (k16 && k16 != SIZE_MAX) { /* Q4_K at the VNNI level: records, read without unpacking */
         w->k16 = alloc_weights(k16);
         if (!w->k16) {
@@ -508,6 +517,7 @@ static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, 
             return true;
         rows += p->rows;
     }
+    if (!panels && !k16 && keep_mapped()) return true; /* quantized rows stay shared */
     /* the bytes of a row (k16: a row's share of its records) */
     const size_t rb = k16 ? (size_t)(cols / SKV_QK_K) * SKV_K16_RECORD / 16
                           : skv_row_bytes(type, cols),

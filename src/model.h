@@ -1,5 +1,6 @@
-/* model.h — the model's internal layout: hparams plus views of the weight tensors in the
- * mapped GGUF file. Read-only after load, so one model can serve many contexts. */
+/* model.h — the model's internal layout: hparams plus the weight tensors, as views into the
+ * mapped GGUF file or in the layouts the kernels read (panels, k16 records, fused matrices; made
+ * at load, model.c). Read-only after load, so one model can serve many contexts. */
 #ifndef SKV_MODEL_H
 #define SKV_MODEL_H
 
@@ -7,8 +8,9 @@
 #include "gguf.h"
 #include "rope.h"
 
-/* A weight matrix or vector inside the mapping. For a matrix: rows = n_out, cols = n_in
- * (GGUF ne[1], ne[0]). */
+/* A weight matrix or vector. For a matrix: rows = n_out, cols = n_in (GGUF ne[1], ne[0]); data
+ * = its rows (in the mapping or a copy), NULL for a matrix held only as panels or k16 records
+ * (after fusion, or k16); a matrix packed from mapped rows keeps data at the released pages. */
 typedef struct skv_weight {
     const void *data;
     skv_type type;
@@ -50,7 +52,8 @@ struct skv_model {
     skv_vocab *vocab;          /* owned; NULL only from skv_model_load_weights */
     skv_weight tok_embd;       /* [n_vocab, n_embd] */
     skv_weight output_norm;    /* [n_embd] f32 */
-    skv_weight output;         /* [n_vocab, n_embd]; == tok_embd when tied */
+    skv_weight output;         /* [n_vocab, n_embd]; when tied, tok_embd's tensor (packed
+                                * apart from it unless copied as rows) */
     skv_layer_weights *layers; /* [n_layer] */
     uint64_t weight_bytes;
     skv_type weight_type;

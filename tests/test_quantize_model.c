@@ -225,7 +225,7 @@ static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
  * really be what the model reads. One layer with n_ff 8192: ffn_gate/up/down hold 2M weights
  * (Q8_0 2.1 MB, Q4_K 1.1 MB: ffn_down in K-quants stays mapped, the path below 2 MB, except
  * at the AVX-512 VNNI level, where Q4_K matrices become k16 records; gate and up are fused into
- * one new block at load, 4.2 / 2.2 MB); the tied
+ * one new block at load, 4.2 / 2.2 MB, except quantized ones with SKV_NO_HUGE); the tied
  * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix, and the embedding rows
  * are then read from that copy. */
 static void test_huge_page_weights(void **state) {
@@ -255,20 +255,26 @@ static void test_huge_page_weights(void **state) {
             if (down->panels) /* malloc's large blocks sit 16 bytes into a page */
                 assert_int_equal((uintptr_t)down->panels % ((uintptr_t)2 << 20) == 0, huge);
             /* gate and up fused at load into [gate | up] rows (q, k, v likewise): a new block,
-             * panels or a copy of the rows, 2 MB-aligned with huge pages */
+             * panels, k16 records or a copy of the rows, 2 MB-aligned with huge pages; with
+             * SKV_NO_HUGE quantized matrices stay in the mapping, unfused, as rows */
+            const bool fused = types[k] == SKV_TYPE_F32 || huge;
+            const bool k16 = types[k] == SKV_TYPE_Q4_K && skv_k16_wanted() && huge;
             const skv_weight *gu = &m->layers[0].w_up;
-            assert_false(skv_weight_present(&m->layers[0].w_gate));
-            assert_true(skv_weight_present(&m->layers[0].wqkv));
-            assert_false(skv_weight_present(&m->layers[0].wq));
-            assert_int_equal(gu->rows, 2 * 8192);
-            /* Q4_K at the AVX-512 VNNI level: k16 records, not rows */
-            const bool k16 = types[k] == SKV_TYPE_Q4_K && skv_k16_wanted();
+            assert_int_equal(skv_weight_present(&m->layers[0].w_gate), !fused);
+            assert_int_equal(skv_weight_present(&m->layers[0].wqkv), fused);
+            assert_int_equal(skv_weight_present(&m->layers[0].wq), !fused);
+            assert_int_equal(gu->rows, (fused ? 2 : 1) * 8192);
             assert_int_equal(down->k16 != NULL, k16);
             assert_int_equal(gu->k16 != NULL, k16);
-            const void *blk = gu->panels ? gu->panels : gu->k16 ? gu->k16 : gu->copy;
-            assert_non_null(blk);
-            if (gu->copy) assert_ptr_equal(gu->data, gu->copy);
-            assert_int_equal((uintptr_t)blk % ((uintptr_t)2 << 20) == 0, huge);
+            if (fused) {
+                const void *blk = gu->panels ? gu->panels : gu->k16 ? gu->k16 : gu->copy;
+                assert_non_null(blk);
+                if (gu->copy) assert_ptr_equal(gu->data, gu->copy);
+                assert_int_equal((uintptr_t)blk % ((uintptr_t)2 << 20) == 0, huge);
+            } else if (types[k] != SKV_TYPE_F32) {
+                assert_null(gu->copy); /* the mapped rows */
+                assert_non_null(gu->data);
+            }
             skv_model_free(m);
         }
         unsetenv("SKV_NO_HUGE");
@@ -288,6 +294,58 @@ static void test_huge_page_weights(void **state) {
         free(path);
     }
     unlink(f32);
+    free(f32);
+}
+
+/* A Q4_K_M file fuses q/k/v only in the layers whose attn_v stays Q4_K (the mix gives some
+ * layers a Q6_K attn_v), gate/up in every layer: the context's buffers must cover the mix, and
+ * prefill logits, and decode logits token by token, must be the same bits as from the
+ * unpacked, unfused load. */
+static void test_partial_fusion(void **state) {
+    (void)state;
+    char *f32 = synth_f32(512, 8, 512, 9), *out = strdup(test_tmp_path(".gguf"));
+    skv_quantize_opts o = {.mix = SKV_QMIX_Q4_K_M, .n_threads = 2};
+    skv_quantize_report rep;
+    skv_err err = {0};
+    assert_int_equal(skv_quantize_model_opts(f32, out, &o, &rep, &err), SKV_OK);
+    skv_model *m = skv_model_load(out, &err);
+    assert_non_null(m);
+    int n_fused = 0;
+    for (int l = 0; l < 8; l++) {
+        const skv_layer_weights *L = &m->layers[l];
+        const bool fused = skv_weight_present(&L->wqkv);
+        n_fused += fused;
+        assert_int_equal(skv_weight_present(&L->wv), !fused);
+        if (!fused) assert_int_equal(L->wv.type, SKV_TYPE_Q6_K);
+        assert_false(skv_weight_present(&L->w_gate));
+    }
+    assert_true(n_fused > 0 && n_fused < 8);
+    skv_model_free(m);
+    int32_t tok[24];
+    for (int i = 0; i < 24; i++) tok[i] = 1 + 37 * i % 500;
+    int nv;
+    float *a = logits_of(out, tok, 24, &nv), *b = logits_as(out, true, tok, 24, &nv);
+    assert_memory_equal(a, b, sizeof(float) * 24 * (size_t)nv);
+    /* decode, token by token (its own attention code): packed as unpacked */
+    float *dec[2];
+    for (int unpacked = 0; unpacked < 2; unpacked++) {
+        m = unpacked ? skv_model_load_unpacked(out, &err) : skv_model_load(out, &err);
+        assert_non_null(m);
+        skv_context *ctx = test_context(m, SKV_TYPE_F32, 24, 2, 0);
+        dec[unpacked] = malloc(sizeof(float) * 24 * (size_t)nv);
+        for (int i = 0; i < 24; i++)
+            test_feed(ctx, tok + i, 1, SKV_LOGITS_ALL, dec[unpacked] + (size_t)i * nv);
+        skv_context_free(ctx);
+        skv_model_free(m);
+    }
+    assert_memory_equal(dec[0], dec[1], sizeof(float) * 24 * (size_t)nv);
+    free(dec[0]);
+    free(dec[1]);
+    free(a);
+    free(b);
+    unlink(out);
+    unlink(f32);
+    free(out);
     free(f32);
 }
 
@@ -512,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_types_on_stories260k),
         cmocka_unit_test(test_kquants_on_wide_model),
         cmocka_unit_test(test_huge_page_weights),
+        cmocka_unit_test(test_partial_fusion),
         cmocka_unit_test(test_structure_preserved),
         cmocka_unit_test(test_threads_synth_and_requant),
         cmocka_unit_test(test_errors),
