@@ -515,15 +515,6 @@ INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
     return acc;
 }
 
-static inline const uint8_t *w_row(const skv_mm *mm, int r) {
-    return (const uint8_t *)mm->w + (size_t)r * mm->w_stride;
-}
-
-/* The 8 rows from r (rows past r1 repeat the last one: computed, never stored). */
-static inline void octet_rows(const skv_mm *mm, int r, int r1, const uint8_t *w[8]) {
-    for (int k = 0; k < 8; k++) w[k] = w_row(mm, r + k < r1 ? r + k : r1 - 1);
-}
-
 /* Rows j, j + h, ..., j + 7h of [r0, r1) in the lanes: 8 streams far apart, each sweeping
  * its own eighth of W from start to end; then the last (r1 - r0) % 8 rows. Measured from DRAM
  * (matmul_bench, sparsekv bench tg): 8 adjacent rows read block by block were 3x slower, 4
@@ -544,7 +535,7 @@ INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
         const int r = r0 + 8 * h;
         if (r < r1) {
             const uint8_t *w[8];
-            octet_rows(mm, r, r1, w);
+            lane_rows(mm, r, r1, 8, w);
             store_lanes(y + r, dot_raw_q8x8(w, a, nb, q4), r1 - r);
         }
     }
@@ -653,7 +644,7 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
                 const int b0 = kb * KB8, nb = nblk - b0 < KB8 ? nblk - b0 : KB8;
                 for (int c = 0; c < no; c++) {
                     const uint8_t *w[8];
-                    octet_rows(mm, r + 8 * c, r + nr, w);
+                    lane_rows(mm, r + 8 * c, r + nr, 8, w);
                     prep_octet(&prep[c], w, q4, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;

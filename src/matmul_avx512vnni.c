@@ -283,7 +283,7 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
         for (int r = r0 + NW * h; r < r1; r += NW) {
             const uint8_t *w[NW];
             float v[NW];
-            for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r + k < r1 ? r + k : r1 - 1) * st;
+            lane_rows(mm, r, r1, NW, w);
             dot_raw(t, w, a, nb, v);
             for (int k = 0; k < NW && r + k < r1; k++) y[r + k] = v[k];
         }
@@ -518,11 +518,8 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                         prep_k16_from_rec(&prep[c], mm, r / 16 + c, b0, nb);
                         continue;
                     }
-                    const uint8_t *w[16]; /* rows past the last repeat it: computed, not stored */
-                    for (int k = 0; k < 16; k++) {
-                        const int rk = r + 16 * c + k < r + nr ? r + 16 * c + k : r + nr - 1;
-                        w[k] = (const uint8_t *)mm->w + (size_t)rk * mm->w_stride;
-                    }
+                    const uint8_t *w[16];
+                    lane_rows(mm, r + 16 * c, r + nr, 16, w);
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
@@ -594,19 +591,27 @@ static inline void k16_xpairs(act_row a, int s, int32_t xp[4]) {
                                         _mm512_add_epi32(xs, _mm512_srli_epi64(xs, 32)))));
 }
 
+/* Super-blocks whose x pairs gemv_k16 prepares once per x row, on its stack (n_in up to 65536;
+ * wider rows, beyond any model's, make them at each step). */
+#define K16_MAX_SB 256
+
 /* The thread's groups one after the other: W read as one stream (llama-3.2-1b Q4_K tg64 on Zen
  * 4: 39-53 t/s; four streams, a quarter of the groups each, 32-40). */
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     const int nsb = mm->n_in / 256;
+    int32_t xp[K16_MAX_SB][4];
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 256);
         float *y = mm->y + (size_t)i * mm->n_out;
+        const bool pre = nsb <= K16_MAX_SB;
+        for (int s = 0; pre && s < nsb; s++) k16_xpairs(a, s, xp[s]);
         for (int g = r0 / 16; 16 * g < r1; g++) {
             __m512 acc = _mm512_setzero_ps();
             for (int s = 0; s < nsb; s++) {
-                int32_t xp[4];
-                k16_xpairs(a, s, xp);
-                acc = k16_step(k16_rec(mm, g, s), a.q + 256 * s, xp, _mm512_set1_ps(a.d[s]), acc);
+                int32_t one[4];
+                if (!pre) k16_xpairs(a, s, one);
+                acc = k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
+                               _mm512_set1_ps(a.d[s]), acc);
             }
             _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
         }
@@ -751,11 +756,8 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KBH, nb = nblk - b0 < KBH ? nblk - b0 : KBH;
                 for (int c = 0; c < no; c++) {
-                    const uint8_t *w[16]; /* rows past the last repeat it: computed, not stored */
-                    for (int k = 0; k < 16; k++) {
-                        const int rk = r + 16 * c + k < r + nr ? r + 16 * c + k : r + nr - 1;
-                        w[k] = (const uint8_t *)mm->w + (size_t)rk * mm->w_stride;
-                    }
+                    const uint8_t *w[16];
+                    lane_rows(mm, r + 16 * c, r + nr, 16, w);
                     prep_hexad(&prep[c], w, q4, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
@@ -881,9 +883,7 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
         for (int r = r0 + NS * h; r < r1; r += NS) {
             const uint8_t *w[NS];
             float v[NS];
-            for (int k = 0; k < NS; k++)
-                w[k] =
-                    (const uint8_t *)mm->w + (size_t)(r + k < r1 ? r + k : r1 - 1) * mm->w_stride;
+            lane_rows(mm, r, r1, NS, w);
             dot_hex_rows(w, a, xb, nb, q4, v);
             for (int k = 0; k < NS && r + k < r1; k++) y[r + k] = v[k];
         }

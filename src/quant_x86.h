@@ -38,6 +38,16 @@ static inline act_row act_at(const skv_mm *mm, int i, int bs) {
     return a;
 }
 
+static inline const uint8_t *w_row(const skv_mm *mm, int r) {
+    return (const uint8_t *)mm->w + (size_t)r * mm->w_stride;
+}
+
+/* The n rows from r (rows at r1 and past repeat row r1 - 1: computed, never stored), for the
+ * kernels that put n W rows in a vector's lanes. */
+static inline void lane_rows(const skv_mm *mm, int r, int r1, int n, const uint8_t **w) {
+    for (int k = 0; k < n; k++) w[k] = w_row(mm, r + k < r1 ? r + k : r1 - 1);
+}
+
 /* Q4_0's 16 bytes as 32 signed values (code - 8): low nibbles first, then high nibbles. */
 static inline __m256i unpack_q4_0(const uint8_t *qs) {
     __m128i v = _mm_loadu_si128((const __m128i *)qs);

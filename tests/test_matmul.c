@@ -188,12 +188,15 @@ static int teardown(void **state) {
  * tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
-    /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code */
-    const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304},
+    /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code;
+     * 65792 columns (257 super-blocks, with 17 rows and few x rows): more than decode keeps
+     * x's sums for on its stack */
+    const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792},
               ms[] = {1, 2, 3, 7, 33, 200};
     for (int oi = 0; oi < 5; oi++)
-        for (int ni = 0; ni < 3; ni++) {
-            const int n_out = n_outs[oi], n_in = n_ins[ni], M = 200;
+        for (int ni = 0; ni < 4; ni++) {
+            const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
+            if (n_in > 4096 && n_out != 17) continue;
             const size_t rb = skv_row_bytes(SKV_TYPE_Q4_K, n_in);
             const size_t kb = skv_k16_bytes(SKV_TYPE_Q4_K, n_out, n_in);
             assert_int_equal(kb, (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD);
@@ -206,7 +209,7 @@ static void test_k16(void **s) {
                 skv_quantize_row(SKV_TYPE_Q4_K, wf, w + r * rb, n_in);
             }
             fill_x(x, M, n_in);
-            x[(size_t)5 * n_in + 3] = NAN;
+            x[(size_t)(M > 5 ? 5 : M - 1) * n_in + 3] = NAN;
             skv_k16_pack(w, n_out, n_in, k16);
             skv_k16_unpack_rows(k16, n_in, 0, n_out, back);
             assert_memory_equal(back, w, rb * n_out);
@@ -218,7 +221,8 @@ static void test_k16(void **s) {
                 for (int mi = 0; mi < 6; mi++)
                     for (int p = 0; p < 3; p++) {
                         const int m = ms[mi];
-                        if (m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304)) continue;
+                        if (m > M || m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
+                            continue;
                         skv_matmul(pools[p], y, x, m, w, SKV_TYPE_Q4_K, n_out, n_in, work);
                         skv_matmul_k16(pools[p], y16, x, m, k16, SKV_TYPE_Q4_K, n_out, n_in, work);
                         if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
