@@ -79,8 +79,8 @@ size_t skv_panels_bytes(skv_type wt, int n_out, int n_in);
 void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
                        skv_type wt, int n_out, int n_in, void *work);
-/* Q4_K W in k16 records, the layout the AVX-512 VNNI kernels read without unpacking: rows in
- * groups of 16 (the last padded with zero rows), per group and super-block s one record of
+/* Q4_K W in k16 records, the layout the AVX2 and AVX-512 VNNI kernels read without unpacking: rows
+ * in groups of 16 (the last padded with zero rows), per group and super-block s one record of
  * SKV_K16_RECORD bytes at index (row / 16) * (n_in / 256) + s:
  *   q[8][4][16][4]   sub-block j, byte e of group gp of row k: code 32j + 4gp + e in the low
  *                    nibble, code 32j + 4gp + 16 + e in the high one
@@ -88,14 +88,15 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  *   mn[4][16][2]     the 6-bit mins of sub-blocks 2p and 2p + 1 of row k
  *   d[16], dmin[16]  f16
  * (2.8% more bytes than the rows.) Results are the same bits as from the rows at every SIMD
- * level (levels without the VNNI kernels unpack rows, skv_k16_unpack_rows, and use their own
- * code). skv_k16_bytes is 0 for other types, SIZE_MAX on overflow. */
+ * level (the scalar level unpacks rows, skv_k16_unpack_rows, and uses its own code).
+ * skv_k16_bytes is 0 for other types, SIZE_MAX on overflow. */
 #define SKV_K16_RECORD 2368
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
 void skv_k16_pack(const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as Q4_K rows, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
-/* Whether a model loaded now should keep its Q4_K matrices as k16 records (the VNNI level). */
+/* Whether a model loaded now should keep its Q4_K matrices as k16 records (the AVX2 and AVX-512
+ * levels). */
 bool skv_k16_wanted(void);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
@@ -109,7 +110,7 @@ void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt,
  *   int8 q[n]; float d[n / bs]; float s[n / 16]
  * value = d * q with d = amax / 127 per block, q rounded to nearest; s[g] = d * (sum of q over
  * the g-th group of 16 values), which serves the offset and min terms of Q4_0 and K-quants (the
- * AVX-512 VNNI K-quant code reads s as int32 sums instead: skv_act_rows_k_vnni). */
+ * SIMD K-quant code reads s as int32 sums instead: skv_act_rows_k_int). */
 int skv_act_block(skv_type wt); /* 0 for float weights */
 /* 127 / amax, which maps a block onto [-127, 127]; 0 when amax is 0 or so small (below about
  * 3.7e-37) that the quotient overflows. Such a block gets zero codes (its values are 0 to within
@@ -164,21 +165,21 @@ void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs);
  * skv_matmul_avx512_vnni when the CPU has VNNI, else to the AVX2 code. Only when the CPU has
  * AVX-512. Float results are the same bits as skv_matmul_avx2's. */
 void skv_matmul_avx512(const skv_mm *mm, int i0, int i1, int r0, int r1);
-/* matmul_avx512vnni.c: quantized W with VNNI (vpdpbusd); other bits than the AVX2 code's (float
- * rounding), the same for any m and thread split. */
+/* matmul_avx512vnni.c: quantized W with VNNI (vpdpbusd), the same bits for any m and thread
+ * split; K-quants also the same bits as the AVX2 code's (both compute one exact-integer formula,
+ * matmul_avx2.c). */
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1);
 /* matmul_avx512bf16.c: BF16 W in panels with vdpbf16ps, x rows already rounded to bf16 in xq
  * (skv_act_rows_bf16, rows of skv_act_bf16_row_bytes). Other bits than the float path (x is
  * rounded), the same for any m and thread split. */
 void skv_matmul_avx512_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1);
 void skv_act_rows_bf16(const float *x, void *dst, int n);
-/* Whether the AVX-512 level reads activation rows for K-quant weights of type wt prepared by
- * skv_act_rows_k_vnni(row, n, k_order): the float group sums replaced by the exact integer sums
- * of each 16 codes (int32), and, with k_order (Q4_K/Q5_K rows; not k16 records, whose codes are
- * in natural order), the codes in "K order": in every 128 values, values [32, 64) and [64, 96)
- * swapped (as a 64-byte load of Q4_K/Q5_K nibbles holds them). */
-bool skv_act_k_vnni(skv_type wt);
-void skv_act_rows_k_vnni(uint8_t *row, int64_t n, bool k_order);
+/* The activation rows that the AVX2 and AVX-512 levels read for K-quant weights (matmul_avx2.c):
+ * the float group sums replaced by the exact integer sums of each 16 codes (int32), and, with
+ * k_order (the VNNI level's Q4_K/Q5_K rows; not k16 records, whose codes are in natural order),
+ * the codes in "K order": in every 128 values, values [32, 64) and [64, 96) swapped (as a
+ * 64-byte load of Q4_K/Q5_K nibbles holds them). */
+void skv_act_rows_k_int(uint8_t *row, int64_t n, bool k_order);
 /* Whether the AVX-512 level reads the activation rows of an m-row product with weights of type
  * wt as unsigned codes (code + 128, what vpdpbusd takes); skv_act_rows_unsigned makes them so. */
 bool skv_act_unsigned(skv_type wt, int m);

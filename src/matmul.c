@@ -120,12 +120,13 @@ static void scalar_quant_block(const skv_mm *mm, int i0, int i1, int r0, int r1)
 
 typedef struct mm_task {
     skv_mm mm;
-    bool simd;    /* the AVX2 kernels (activation quantization, and the products below) */
-    bool avx512;  /* the AVX-512 products */
-    bool k_vnni;  /* activation rows as the AVX-512 VNNI K-quant code reads them (skv_act_k_vnni) */
-    bool u_codes; /* activation codes + 128 (skv_act_unsigned) */
-    bool bf16;    /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
-    bool k16_kernels; /* k16 records read as they are (the AVX-512 VNNI level) */
+    bool simd;        /* the AVX2 kernels (activation quantization, and the products below) */
+    bool avx512;      /* the AVX-512 products */
+    bool k_int;       /* K-quants: x's group sums as int32 (skv_act_rows_k_int) */
+    bool k_order;     /* ... and the codes in K order (the VNNI level's Q4_K/Q5_K rows) */
+    bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
+    bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
+    bool k16_kernels; /* k16 records read as they are (the AVX2 and AVX-512 levels) */
 } mm_task;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
@@ -172,7 +173,7 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
         scalar_float_block(mm, i0, i1, r0, r1);
 }
 
-/* k16 records at a level without their kernels (a model loaded at the VNNI level, then
+/* k16 records at a level without their kernels (a model loaded at a SIMD level, then
  * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time, each chunk a product of its own
  * (y shifted to its first row): the same bits as from the rows. */
 #define K16_CHUNK   64
@@ -225,8 +226,7 @@ static void quant_worker(void *arg, int ith, int nth) {
         }
         if (t->simd) {
             skv_quantize_act_row_avx2(xi, dst, mm->n_in, bs);
-            if (t->k_vnni)
-                skv_act_rows_k_vnni(dst, mm->n_in, mm->wt != SKV_TYPE_Q6_K && !mm->w_k16);
+            if (t->k_int) skv_act_rows_k_int(dst, mm->n_in, t->k_order);
             if (t->u_codes) skv_act_rows_unsigned(dst, mm->n_in);
             continue;
         }
@@ -288,10 +288,11 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
 #ifdef SKV_HAVE_MATMUL_AVX2
     t.simd = skv_kernels_use_simd();
     t.avx512 = t.simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
-    t.k_vnni = t.avx512 && skv_act_k_vnni(wt);
+    t.k_int = t.simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K);
+    t.k_order = t.k_int && t.avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t.mm.w_k16;
     t.u_codes = t.avx512 && skv_act_unsigned(wt, m);
     t.bf16 = panels && wt == SKV_TYPE_BF16 && work && skv_kernels_use_bf16();
-    t.k16_kernels = t.mm.w_k16 && t.avx512 && skv_simd_has_vnni();
+    t.k16_kernels = t.mm.w_k16 && t.simd;
 #endif
     int bs = skv_act_block(wt);
     if (bs || t.bf16) {
@@ -319,7 +320,7 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
 
 bool skv_k16_wanted(void) {
 #ifdef SKV_HAVE_MATMUL_AVX2
-    return skv_kernels_use_simd() && skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_vnni();
+    return skv_kernels_use_simd();
 #else
     return false;
 #endif

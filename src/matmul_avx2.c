@@ -17,9 +17,10 @@
  *   - Q8_0/Q4_0: eight W rows in the eight lanes, one float chain per output over the blocks
  *     (see the section below); one or two x rows read the raw blocks, more read 8-row octets
  *     transposed once, in 4 x 16 tiles.
- *   - K-quants, one or two x rows: straight over the raw blocks.
- *   - K-quants, more: 2 W rows are unpacked once ("prepared": codes as bytes, scales as int16
- *     multipliers and floats) and serve every 3-row tile of a block of x rows. */
+ *   - K-quants: two exact integers per output and super-block, then one float chain (the
+ *     formula of the AVX-512 VNNI level: the same bits); one or two x rows read 4 raw rows side
+ *     by side, more put 16 W rows in the lanes of two vectors (3 x 16 tiles); Q4_K in k16
+ *     records (a loaded model's) is read as it lies in decode. */
 #include "kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -334,138 +335,6 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* The K-quant raw-block dots below take NW rows w[0..nw) side by side against one activation
- * row: the x loads are shared and nw streams of W are in flight, and each row's sum goes through
- * the same operations in the same order as alone (and as in the prepared tiles further down), so
- * the result of a row does not depend on its neighbour. (Q8_0/Q4_0: dot_raw_q8x8, 8 rows.) */
-#define NW 2
-
-/* Q4_K/Q5_K (nsb super-blocks): per chunk maddubs then madd with the sub-block scale, summed in
- * int32 over the super-block; the mins meet x's group sums. */
-INLINE void dot_raw_k45(const uint8_t *const *w, int nw, act_row a, int nsb, int q5, float *y) {
-    const size_t bb = q5 ? 176 : 144;
-    const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    const __m256i dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
-    __m256 acc[NW], cor[NW];
-    for (int k = 0; k < NW; k++) acc[k] = cor[k] = _mm256_setzero_ps();
-    for (int s = 0; s < nsb; s++) {
-        const int8_t *xq = a.q + 256 * s;
-        const float *xs = a.s + 16 * s;
-#pragma GCC unroll 2
-        for (int k = 0; k < nw; k++) {
-            const uint8_t *b = w[k] + (size_t)s * bb;
-            __m128i sc, mn;
-            k4_scales(b + 4, &sc, &mn);
-            const __m256i scb = _mm256_broadcastsi128_si256(sc);
-            const uint8_t *qs = b + (q5 ? 48 : 16);
-            const __m256i hb =
-                q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-            __m256i isum = _mm256_setzero_si256();
-            /* unrolled: the scale shuffles' masks and the Q5 shifts become constants */
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                __m256i lo, hi;
-                k45_codes(qs, hb, c, q5, &lo, &hi);
-                __m256i p0 = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)(xq + 64 * c))),
-                    bcast_i16(scb, 2 * c));
-                __m256i p1 = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(hi,
-                                         _mm256_load_si256((const __m256i *)(xq + 64 * c + 32))),
-                    bcast_i16(scb, 2 * c + 1));
-                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-            }
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(ld_f16(b) * a.d[s]),
-                                     acc[k]);
-            /* the mins: -dmin * m[j] for both groups of 16 of sub-block j, times x's group sums */
-            __m256 wc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(mn)),
-                                      _mm256_set1_ps(-ld_f16(b + 2)));
-            cor[k] =
-                _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_lo), _mm256_loadu_ps(xs), cor[k]);
-            cor[k] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(wc, dup_hi), _mm256_loadu_ps(xs + 8),
-                                     cor[k]);
-        }
-    }
-    for (int k = 0; k < nw; k++) y[k] = hsum(acc[k]) + hsum(cor[k]);
-}
-
-/* Q6_K (nsb super-blocks): codes 0..63 with maddubs, the 16 signed scales with madd; the -32
- * offset as -32 d sc[g] times x's group sums. */
-INLINE void dot_raw_q6k(const uint8_t *const *w, int nw, act_row a, int nsb, float *y) {
-    __m256 acc[NW], cor[NW];
-    for (int k = 0; k < NW; k++) acc[k] = cor[k] = _mm256_setzero_ps();
-    for (int s = 0; s < nsb; s++) {
-        const int8_t *xq = a.q + 256 * s;
-        const float *xs = a.s + 16 * s;
-#pragma GCC unroll 2
-        for (int k = 0; k < nw; k++) {
-            const uint8_t *b = w[k] + (size_t)s * 210;
-            const int8_t *sc = (const int8_t *)(b + 192);
-            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-            __m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i code[4];
-                q6_codes(b + 64 * h, b + 128 + 32 * h, code);
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) {
-                    int c = 4 * h + j;
-                    __m256i p = _mm256_maddubs_epi16(
-                        code[j], _mm256_load_si256((const __m256i *)(xq + 32 * c)));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, q6_chunk_scales(s16, c)));
-                }
-            }
-            float d = ld_f16(b + 208);
-            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * a.d[s]), acc[k]);
-            const __m256 m32d = _mm256_set1_ps(-32.0f * d);
-            __m256 f0 =
-                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
-            __m256 f1 = _mm256_cvtepi32_ps(
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8))));
-            cor[k] = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f0), _mm256_loadu_ps(xs), cor[k]);
-            cor[k] = _mm256_fmadd_ps(_mm256_mul_ps(m32d, f1), _mm256_loadu_ps(xs + 8), cor[k]);
-        }
-    }
-    for (int k = 0; k < nw; k++) y[k] = hsum(acc[k]) + hsum(cor[k]);
-}
-
-INLINE void dot_raw(skv_type t, const uint8_t *const *w, int nw, act_row a, int nb, float *y) {
-    switch (t) {
-    case SKV_TYPE_Q4_K:
-        dot_raw_k45(w, nw, a, nb, 0, y);
-        break;
-    case SKV_TYPE_Q5_K:
-        dot_raw_k45(w, nw, a, nb, 1, y);
-        break;
-    default:
-        dot_raw_q6k(w, nw, a, nb, y);
-        break;
-    }
-}
-
-/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks, NW rows at a time (rows j and j + h:
- * two distant streams of W); t is a constant after inlining. */
-INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    const int bs = skv_act_block(t), nb = mm->n_in / bs, h = (r1 - r0) / NW;
-    const uint8_t *w0 = (const uint8_t *)mm->w;
-    const size_t st = mm->w_stride;
-    for (int i = i0; i < i1; i++) {
-        const act_row a = act_at(mm, i, bs);
-        float *y = mm->y + (size_t)i * mm->n_out;
-        for (int j = 0; j < h; j++) {
-            const uint8_t *w[NW];
-            float v[NW];
-            for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r0 + j + k * h) * st;
-            dot_raw(t, w, NW, a, nb, v);
-            for (int k = 0; k < NW; k++) y[r0 + j + k * h] = v[k];
-        }
-        for (int r = r0 + NW * h; r < r1; r++) {
-            const uint8_t *w[NW] = {w0 + (size_t)r * st};
-            dot_raw(t, w, 1, a, nb, y + r);
-        }
-    }
-}
-
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
 
@@ -687,10 +556,234 @@ static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     matmul_q8(mm, i0, i1, r0, r1, 1);
 }
 
+/* ---- K-quants (Q4_K, Q5_K, Q6_K): two exact integers per output and super-block -------------
+ * The formula of matmul_avx512vnni.c, hence the same bits as the VNNI level: per super-block s
+ *   U_s = sum over sub-blocks j of sc_j x (W codes . x codes over sub-block j)
+ *   M_s = sum over groups h of 16 values of mn_h x (x's code sum over group h)
+ *   acc = fma(float(U_s), d_s * dx_s, acc);  acc = fma(float(M_s), dm_s * dx_s, acc)
+ * (Q4_K/Q5_K: sub-blocks of 32, mn = the sub-block's min, dm = -dmin; Q6_K: sub-blocks of 16,
+ * mn = sc, dm = -32 d.) U comes from vpmaddubsw (code x x pairs, exact in 16 bits) and vpmaddwd
+ * by the scale; M from vpmaddwd of mn pairs against pairs of x's group sums, which are int32 in
+ * the activation row (skv_act_rows_k_int). Integers are exact in any order, so decode (4 raw
+ * rows side by side) and prefill (sixteen W rows in the lanes of two vectors, "hexads") agree
+ * bit for bit. Q4_K in k16 records (kernels.h): decode reads them as they lie (gemv_k16),
+ * prefill prepares its hexads from them. */
+
+void skv_act_rows_k_int(uint8_t *row, int64_t n, bool k_order) {
+    int32_t *s = (int32_t *)(row + skv_act_off_s(n, 256));
+    for (int64_t o = 0; o + 16 <= n; o += 16) { /* sum of 16 codes: of (code + 128), less 2048 */
+        const __m128i v =
+            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(row + o)), _mm_set1_epi8((char)0x80));
+        const __m128i sad = _mm_sad_epu8(v, _mm_setzero_si128());
+        const int sum = _mm_cvtsi128_si32(_mm_add_epi64(sad, _mm_unpackhi_epi64(sad, sad)));
+        memcpy(s + o / 16, &(int32_t){sum - 2048}, 4);
+    }
+    if (!k_order) return;
+    for (int64_t o = 0; o + 128 <= n; o += 128) { /* swap values [32, 64) and [64, 96) */
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(row + o + 32));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(row + o + 64));
+        _mm256_storeu_si256((__m256i *)(row + o + 32), c);
+        _mm256_storeu_si256((__m256i *)(row + o + 64), a);
+    }
+}
+
+/* Two int16 words in one int32 (vpmaddwd's pairs). */
+static inline int32_t pair16(int e, int f) {
+    return (int32_t)((uint32_t)(uint16_t)e | (uint32_t)(uint16_t)f << 16);
+}
+
+/* The pairs of x's group sums of super-block s that the mins meet: Q4_K/Q5_K the sums of
+ * sub-blocks 2p and 2p + 1 (p < 4), Q6_K of groups 2p and 2p + 1 (p < 8). Within int16:
+ * |sum| <= 32 x 127. */
+static inline void k_xpairs(act_row a, int s, int q6, int32_t xp[8]) {
+    int32_t xs[16];
+    memcpy(xs, a.s + 16 * s, sizeof xs);
+    for (int p = 0; p < 4; p++)
+        xp[p] = q6 ? pair16(xs[2 * p], xs[2 * p + 1])
+                   : pair16(xs[4 * p] + xs[4 * p + 1], xs[4 * p + 2] + xs[4 * p + 3]);
+    for (int p = 4; p < 8; p++) xp[p] = q6 ? pair16(xs[2 * p], xs[2 * p + 1]) : 0;
+}
+
+/* U's lanes of one raw super-block b (sum of the lanes = U). */
+INLINE __m256i u_raw(skv_type t, const uint8_t *b, const int8_t *xq, __m128i sc) {
+    __m256i isum = _mm256_setzero_si256();
+    if (t == SKV_TYPE_Q6_K) {
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i code[4];
+            q6_codes(b + 64 * h, b + 128 + 32 * h, code);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int c = 4 * h + j;
+                const __m256i p = _mm256_maddubs_epi16(
+                    code[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * c)));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, q6_chunk_scales(s16, c)));
+            }
+        }
+        return isum;
+    }
+    const int q5 = t == SKV_TYPE_Q5_K;
+    const __m256i scb = _mm256_broadcastsi128_si256(sc);
+    const __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m256i lo, hi;
+        k45_codes(b + (q5 ? 48 : 16), hb, c, q5, &lo, &hi);
+        const __m256i p0 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq + 64 * c))),
+            bcast_i16(scb, 2 * c));
+        const __m256i p1 = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 64 * c + 32))),
+            bcast_i16(scb, 2 * c + 1));
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+    }
+    return isum;
+}
+
+/* Decode: 4 raw rows w[] (nb super-blocks each) . one activation row, their U and M side by
+ * side into k_chain4 (quant_x86.h). */
+INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, float *y) {
+    const int q6 = t == SKV_TYPE_Q6_K;
+    const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
+    /* (d, dm) from the f16 pairs (Q4_K/Q5_K: d, dmin; Q6_K: d, d) */
+    const float e = q6 ? -32.0f : -1.0f;
+    const __m256 dm_mul = _mm256_setr_ps(1, e, 1, e, 1, e, 1, e);
+    __m256 acc = _mm256_setzero_ps();
+    for (int s = 0; s < nb; s++) {
+        const int8_t *xq = a.q + 256 * s;
+        int32_t xp[8] ALIGNED32;
+        k_xpairs(a, s, q6, xp);
+        __m256i v[8];
+        uint32_t dd[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *blk = w[k] + (size_t)s * bb;
+            if (q6) {
+                v[2 * k] = u_raw(t, blk, xq, _mm_setzero_si128());
+                v[2 * k + 1] = _mm256_madd_epi16(
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))),
+                    _mm256_load_si256((const __m256i *)xp));
+                uint16_t h;
+                memcpy(&h, blk + 208, 2);
+                dd[k] = h | (uint32_t)h << 16;
+            } else {
+                __m128i sc, mn;
+                k4_scales(blk + 4, &sc, &mn);
+                v[2 * k] = u_raw(t, blk, xq, sc);
+                /* mins of sub-blocks 2p, 2p + 1 against the pair p */
+                v[2 * k + 1] =
+                    _mm256_zextsi128_si256(_mm_madd_epi16(mn, _mm_load_si128((const __m128i *)xp)));
+                memcpy(&dd[k], blk, 4);
+            }
+        }
+        acc = k_chain4(acc, v, dd, dm_mul, a.d[s]);
+    }
+    k_chain4_store(acc, y);
+}
+
+/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks (quant_x86.h). t is a constant after
+ * inlining. */
+INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    K_GEMV_ROWS(mm, i0, i1, r0, r1, t, dot_raw);
+}
+
+/* Decode from k16 records: sixteen rows in the lanes of two vectors, read as they lie; per
+ * sub-block 16 vpmaddubsw of the nibbles against 4 broadcast x codes, summed in 16 bits (8 x
+ * 2 x 15 x 127 < 2^15), then vpmaddwd by the scales. */
+INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __m256 dx,
+                     __m256 acc[2]) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i u0 = _mm256_setzero_si256(), u1 = u0;
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m256i t0 = _mm256_setzero_si256(), t1 = t0;
+#pragma GCC unroll 4
+        for (int gp = 0; gp < 4; gp++) {
+            int32_t c0, c1;
+            memcpy(&c0, xq + 32 * j + 4 * gp, 4);
+            memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
+            const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
+            const __m256i v0 =
+                _mm256_loadu_si256((const __m256i *)(rec + K16_Q + 256 * j + 64 * gp));
+            const __m256i v1 =
+                _mm256_loadu_si256((const __m256i *)(rec + K16_Q + 256 * j + 64 * gp + 32));
+            t0 = _mm256_add_epi16(t0, _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), x0));
+            t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), x0));
+            t0 = _mm256_add_epi16(
+                t0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), x1));
+            t1 = _mm256_add_epi16(
+                t1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), x1));
+        }
+        __m256i s0 =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + K16_SC + 16 * j)));
+        __m256i s1 =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + K16_SC + 16 * j + 8)));
+        s0 = _mm256_or_si256(s0, _mm256_slli_epi32(s0, 16));
+        s1 = _mm256_or_si256(s1, _mm256_slli_epi32(s1, 16));
+        u0 = _mm256_add_epi32(u0, _mm256_madd_epi16(t0, s0));
+        u1 = _mm256_add_epi32(u1, _mm256_madd_epi16(t1, s1));
+    }
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const __m256i x = _mm256_set1_epi32(xp[p]);
+        m0 = _mm256_add_epi32(m0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                                        (const __m128i *)(rec + K16_MN + 32 * p))),
+                                                    x));
+        m1 = _mm256_add_epi32(m1,
+                              _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                                    (const __m128i *)(rec + K16_MN + 32 * p + 16))),
+                                                x));
+    }
+    const __m256 neg = _mm256_set1_ps(-1.0f);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_D)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_D + 16)));
+    const __m256 dm0 =
+        _mm256_mul_ps(neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_DMIN))));
+    const __m256 dm1 = _mm256_mul_ps(
+        neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_DMIN + 16))));
+    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_mul_ps(d0, dx), acc[0]);
+    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m0), _mm256_mul_ps(dm0, dx), acc[0]);
+    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_mul_ps(d1, dx), acc[1]);
+    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
+}
+
+/* Super-blocks whose x pairs gemv_k16 prepares once per x row, on its stack (n_in up to 65536;
+ * wider rows, beyond any model's, make them at each step). */
+#define K16_MAX_SB 256
+
+/* The thread's groups one after the other: W read as one stream. */
+static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int nsb = mm->n_in / 256;
+    int32_t xp[K16_MAX_SB][8];
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 256);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        const bool pre = nsb <= K16_MAX_SB;
+        for (int s = 0; pre && s < nsb; s++) k_xpairs(a, s, 0, xp[s]);
+        for (int g = r0 / 16; 16 * g < r1; g++) {
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int s = 0; s < nsb; s++) {
+                int32_t one[8];
+                if (!pre) k_xpairs(a, s, 0, one);
+                k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
+                         _mm256_set1_ps(a.d[s]), acc);
+            }
+            const int n = r1 - 16 * g;
+            store_lanes(y + 16 * g, acc[0], n < 8 ? n : 8);
+            if (n > 8) store_lanes(y + 16 * g + 8, acc[1], n < 16 ? n - 8 : 8);
+        }
+    }
+}
+
 static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     switch (mm->wt) {
     case SKV_TYPE_Q4_K:
-        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
+        if (mm->w_k16)
+            gemv_k16(mm, i0, i1, r0, r1);
+        else
+            gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
         break;
     case SKV_TYPE_Q5_K:
         gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
@@ -701,109 +794,237 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     }
 }
 
-/* ---- K-quants: prepared rows (quant_x86.h) ----------------------------------------------- */
-#define NRQ 2 /* W rows per quantized tile */
-#define MRQ 3 /* x rows per quantized tile */
+/* Prefill: a hexad of sixteen W rows, prepared once per column block of KBA super-blocks: codes
+ * transposed so that the 32 bytes at q + 64 g + 32 h hold 4 codes (values [4g, 4g + 4)) of each
+ * of rows 8h..8h+7; x codes broadcast 4 at a time. The tile's vpmaddubsw sums are added in 16
+ * bits over F groups (2 x max code x 127 each, F of them below 2^15), then vpmaddwd by the
+ * scales into U. */
+#define MRA 3   /* x rows per tile: 6 U and 6 partial-sum vectors, 2 of W, 1 of x */
+#define KBA 2   /* super-blocks per prepared column block (12 KB) */
+#define MCA 192 /* x rows per row block */
 
-/* K-quant tile over super-blocks [sb0, sb0 + nsb) of x; cor gets the min/offset terms. */
-INLINE void tile_k(int mr, const act_row *a, int sb0, const prep_row *const *p, int nsb,
-                   __m256 acc[MRQ][NRQ], __m256 cor[MRQ][NRQ]) {
-    for (int s = 0; s < nsb; s++) {
-        __m256i ia[MRQ][NRQ];
-#pragma GCC unroll 4
-        for (int i = 0; i < MRQ; i++)
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) ia[i][j] = _mm256_setzero_si256();
-        const int xo = 256 * (sb0 + s);
-        for (int c = 0; c < 8; c++) {
-            __m256i w[NRQ], sv[NRQ];
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) {
-                w[j] = _mm256_load_si256((const __m256i *)(p[j]->q + 256 * s + 32 * c));
-                sv[j] = _mm256_load_si256((const __m256i *)(p[j]->sv + 128 * s + 16 * c));
+typedef struct prep_hk {
+    uint8_t q[KBA * 4096] ALIGNED32; /* [sb][group g of 4 values (64)][row (16)][4] */
+    int32_t sc[KBA * 256] ALIGNED32; /* [sb][sub-block j (8 or 16)][row]: sc_j in both words */
+    int32_t mn[KBA * 128] ALIGNED32; /* [sb][pair p (4 or 8)][row]: the mn pair as words */
+    float d[KBA * 16] ALIGNED32;     /* [sb][row] */
+    float dm[KBA * 16] ALIGNED32;    /* [sb][row] */
+} prep_hk;
+
+/* Super-blocks [b0, b0 + nb) of the 16 raw rows w[]. */
+INLINE void prep_hk_rows(prep_hk *p, const uint8_t *const *w, skv_type t, int b0, int nb) {
+    const int q6 = t == SKV_TYPE_Q6_K, q5 = t == SKV_TYPE_Q5_K;
+    const size_t bb = q6 ? 210 : q5 ? 176 : 144;
+    for (int s = 0; s < nb; s++) {
+        uint8_t codes[16][256] ALIGNED32;
+        for (int k = 0; k < 16; k++) {
+            const uint8_t *blk = w[k] + (size_t)(b0 + s) * bb;
+            if (q6) {
+                for (int h = 0; h < 2; h++) {
+                    __m256i code[4];
+                    q6_codes(blk + 64 * h, blk + 128 + 32 * h, code);
+                    for (int c = 0; c < 4; c++)
+                        _mm256_store_si256((__m256i *)(codes[k] + 128 * h + 32 * c), code[c]);
+                }
+                const int8_t *sc = (const int8_t *)(blk + 192);
+                for (int j = 0; j < 16; j++) p->sc[256 * s + 16 * j + k] = pair16(sc[j], sc[j]);
+                for (int q = 0; q < 8; q++)
+                    p->mn[128 * s + 16 * q + k] = pair16(sc[2 * q], sc[2 * q + 1]);
+                p->d[16 * s + k] = ld_f16(blk + 208);
+                p->dm[16 * s + k] = -32.0f * p->d[16 * s + k];
+                continue;
             }
+            const __m256i hb =
+                q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i lo, hi;
+                k45_codes(blk + (q5 ? 48 : 16), hb, c, q5, &lo, &hi);
+                _mm256_store_si256((__m256i *)(codes[k] + 64 * c), lo);
+                _mm256_store_si256((__m256i *)(codes[k] + 64 * c + 32), hi);
+            }
+            __m128i scv, mnv;
+            k4_scales(blk + 4, &scv, &mnv);
+            int16_t sc[8], mn[8];
+            _mm_storeu_si128((__m128i *)sc, scv);
+            _mm_storeu_si128((__m128i *)mn, mnv);
+            for (int j = 0; j < 8; j++) p->sc[256 * s + 16 * j + k] = pair16(sc[j], sc[j]);
+            for (int q = 0; q < 4; q++)
+                p->mn[128 * s + 16 * q + k] = pair16(mn[2 * q], mn[2 * q + 1]);
+            p->d[16 * s + k] = ld_f16(blk);
+            p->dm[16 * s + k] = -ld_f16(blk + 2);
+        }
+        for (int h = 0; h < 2; h++) /* transpose8 moves 32-bit lanes: codes pass as they are */
+            for (int j = 0; j < 8; j++) {
+                __m256 v[8];
+                for (int k = 0; k < 8; k++)
+                    v[k] = _mm256_load_ps((const float *)(codes[8 * h + k] + 32 * j));
+                transpose8(v);
+                for (int g = 0; g < 8; g++)
+                    _mm256_store_ps((float *)(p->q + 4096 * s + 64 * (8 * j + g) + 32 * h), v[g]);
+            }
+    }
+}
+
+/* The same from the k16 records of 16-row group g16: the nibbles split, the scales widened. */
+static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int s = 0; s < nb; s++) {
+        const uint8_t *rec = k16_rec(mm, g16, b0 + s);
+        uint8_t *q = p->q + 4096 * s;
+        for (int j = 0; j < 8; j++) {
+            for (int gp = 0; gp < 4; gp++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i v = _mm256_loadu_si256(
+                        (const __m256i *)(rec + K16_Q + 256 * j + 64 * gp + 32 * h));
+                    _mm256_store_si256((__m256i *)(q + 64 * (8 * j + gp) + 32 * h),
+                                       _mm256_and_si256(v, m4));
+                    _mm256_store_si256((__m256i *)(q + 64 * (8 * j + 4 + gp) + 32 * h),
+                                       _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                }
+            for (int h = 0; h < 2; h++) {
+                const __m256i c = _mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(rec + K16_SC + 16 * j + 8 * h)));
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * j + 8 * h),
+                                   _mm256_or_si256(c, _mm256_slli_epi32(c, 16)));
+            }
+        }
+        for (int q4 = 0; q4 < 4; q4++)
+            for (int h = 0; h < 2; h++)
+                _mm256_store_si256((__m256i *)(p->mn + 128 * s + 16 * q4 + 8 * h),
+                                   _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                       (const __m128i *)(rec + K16_MN + 32 * q4 + 16 * h))));
+        for (int h = 0; h < 2; h++) {
+            _mm256_store_ps(p->d + 16 * s + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(
+                                                       (const __m128i *)(rec + K16_D + 16 * h))));
+            _mm256_store_ps(p->dm + 16 * s + 8 * h,
+                            _mm256_mul_ps(_mm256_set1_ps(-1.0f),
+                                          _mm256_cvtph_ps(_mm_loadu_si128(
+                                              (const __m128i *)(rec + K16_DMIN + 16 * h)))));
+        }
+    }
+}
+
+/* mr x rows times the hexad over super-blocks [b0, b0 + nb) of x; acc: [mr][16] floats, the
+ * chains so far. */
+INLINE void tile_hk(int mr, skv_type t, const act_row *a, int b0, const prep_hk *p, int nb,
+                    float *acc) {
+    const int q6 = t == SKV_TYPE_Q6_K, nsub = q6 ? 16 : 8, gs = q6 ? 4 : 8;
+    const int F = q6 ? 2 : t == SKV_TYPE_Q5_K ? 4 : 8; /* 16002, 7874, 3810 per group */
+    for (int s = 0; s < nb; s++) {
+        const int xo = 256 * (b0 + s);
+        const uint8_t *q = p->q + 4096 * s;
+        __m256i u[MRA][2];
 #pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                __m256i x = _mm256_load_si256((const __m256i *)(a[i].q + xo + 32 * c));
+        for (int i = 0; i < MRA; i++) u[i][0] = u[i][1] = _mm256_setzero_si256();
+        for (int j = 0; j < nsub; j++) {
+            const __m256i *scj = (const __m256i *)(p->sc + 256 * s + 16 * j);
 #pragma GCC unroll 4
-                for (int j = 0; j < NRQ; j++)
-                    ia[i][j] = _mm256_add_epi32(
-                        ia[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], x), sv[j]));
+            for (int g0 = 0; g0 < gs; g0 += F) {
+                __m256i v[MRA][2];
+#pragma GCC unroll 4
+                for (int i = 0; i < MRA; i++) v[i][0] = v[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2 /* fully unrolled, the W loads move up and the tile spills (-25%) */
+                for (int g = g0; g < g0 + F; g++) {
+                    const int gi = gs * j + g;
+                    const __m256i w0 = _mm256_load_si256((const __m256i *)(q + 64 * gi));
+                    const __m256i w1 = _mm256_load_si256((const __m256i *)(q + 64 * gi + 32));
+#pragma GCC unroll 4
+                    for (int i = 0; i < mr; i++) {
+                        int32_t x4;
+                        memcpy(&x4, a[i].q + xo + 4 * gi, 4);
+                        const __m256i x = _mm256_set1_epi32(x4);
+                        v[i][0] = _mm256_add_epi16(v[i][0], _mm256_maddubs_epi16(w0, x));
+                        v[i][1] = _mm256_add_epi16(v[i][1], _mm256_maddubs_epi16(w1, x));
+                    }
+                }
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    u[i][0] = _mm256_add_epi32(u[i][0], _mm256_madd_epi16(v[i][0], scj[0]));
+                    u[i][1] = _mm256_add_epi32(u[i][1], _mm256_madd_epi16(v[i][1], scj[1]));
+                }
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            __m256 dx = _mm256_broadcast_ss(&a[i].d[sb0 + s]);
-            const float *xs = a[i].s + 16 * (sb0 + s);
-            __m256 s0 = _mm256_loadu_ps(xs), s1 = _mm256_loadu_ps(xs + 8);
-#pragma GCC unroll 4
-            for (int j = 0; j < NRQ; j++) {
-                acc[i][j] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][j]),
-                                    _mm256_mul_ps(dx, _mm256_broadcast_ss(&p[j]->d[s])), acc[i][j]);
-                cor[i][j] = _mm256_fmadd_ps(_mm256_load_ps(p[j]->wc + 16 * s), s0, cor[i][j]);
-                cor[i][j] = _mm256_fmadd_ps(_mm256_load_ps(p[j]->wc + 16 * s + 8), s1, cor[i][j]);
+            int32_t xp[8];
+            k_xpairs(a[i], b0 + s, q6, xp);
+            const __m256 dx = _mm256_set1_ps(a[i].d[b0 + s]);
+#pragma GCC unroll 2
+            for (int c = 0; c < 2; c++) {
+                __m256i m = _mm256_setzero_si256();
+                const int np = q6 ? 8 : 4;
+                for (int pp = 0; pp < np; pp++)
+                    m = _mm256_add_epi32(
+                        m, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p->mn + 128 * s +
+                                                                                 16 * pp + 8 * c)),
+                                             _mm256_set1_epi32(xp[pp])));
+                float *ac = acc + 16 * i + 8 * c;
+                __m256 A = _mm256_load_ps(ac);
+                A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[i][c]),
+                                    _mm256_mul_ps(_mm256_load_ps(p->d + 16 * s + 8 * c), dx), A);
+                A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m),
+                                    _mm256_mul_ps(_mm256_load_ps(p->dm + 16 * s + 8 * c), dx), A);
+                _mm256_store_ps(ac, A);
             }
         }
     }
 }
 
-/* Runs an mr-row tile over one column block, continuing from (or starting) the saved lanes,
- * and writes y after the last block. save: [mr][NRQ][2] (acc, cor). */
-INLINE void tile_k_step(int mr, const skv_mm *mm, int i, int r, int nr, const prep_row *const *p,
-                        int b0, int nb, int first, int last, __m256 *save) {
-    __m256 acc[MRQ][NRQ], cor[MRQ][NRQ];
-    act_row a[MRQ];
-    for (int ii = 0; ii < mr; ii++) {
-        a[ii] = act_at(mm, i + ii, 256);
-        for (int j = 0; j < NRQ; j++) {
-            acc[ii][j] = first ? _mm256_setzero_ps() : save[(ii * NRQ + j) * 2];
-            cor[ii][j] = first ? _mm256_setzero_ps() : save[(ii * NRQ + j) * 2 + 1];
-        }
-    }
-    tile_k(mr, a, b0, p, nb, acc, cor);
-    for (int ii = 0; ii < mr; ii++)
-        for (int j = 0; j < NRQ; j++) {
-            if (!last) {
-                save[(ii * NRQ + j) * 2] = acc[ii][j];
-                save[(ii * NRQ + j) * 2 + 1] = cor[ii][j];
-            } else if (j < nr) {
-                /* the raw one-row kernels end the same way */
-                mm->y[(size_t)(i + ii) * mm->n_out + r + j] = hsum(acc[ii][j]) + hsum(cor[ii][j]);
-            }
-        }
+INLINE void tile_hk_step(int mr, skv_type t, const skv_mm *mm, int i, const prep_hk *p, int b0,
+                         int nb, float *acc) {
+    act_row a[MRA];
+    for (int ii = 0; ii < mr; ii++) a[ii] = act_at(mm, i + ii, 256);
+    tile_hk(mr, t, a, b0, p, nb, acc);
 }
 
-/* Blocks of MCQ x rows; for each NRQ W rows and each block of up to KQ columns, the W rows
- * are prepared once and serve every tile of the x block. */
-#define MCQ 96
-
-static void gemm_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    prep_row prep[NRQ]; /* ~5 KB each, stays in L1 */
-    __m256 save[MCQ * NRQ * 2] ALIGNED32;
-    const skv_type t = mm->wt;
-    const int nblk = mm->n_in / 256, per = KQ / 256;
-    const int nkb = (nblk + per - 1) / per;
-    for (int mc0 = i0; mc0 < i1; mc0 += MCQ) {
-        int mc1 = i1 - mc0 < MCQ ? i1 : mc0 + MCQ;
-        for (int r = r0; r < r1; r += NRQ) {
-            int nr = r1 - r < NRQ ? r1 - r : NRQ;
-            const prep_row *p[NRQ];
-            for (int j = 0; j < NRQ; j++) p[j] = &prep[j < nr ? j : nr - 1];
+/* Blocks of MCA x rows; each hexad and column block of KBA super-blocks is prepared once and
+ * serves every tile of the x block; the chains wait in acc (L1) between column blocks. t is a
+ * constant after inlining. */
+INLINE void gemm_hk(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    prep_hk prep;
+    float acc[MCA * 16] ALIGNED32;
+    const int nblk = mm->n_in / 256, nkb = (nblk + KBA - 1) / KBA;
+    for (int mc0 = i0; mc0 < i1; mc0 += MCA) {
+        const int mc1 = i1 - mc0 < MCA ? i1 : mc0 + MCA;
+        for (int r = r0; r < r1; r += 16) {
+            const int nr = r1 - r < 16 ? r1 - r : 16;
+            memset(acc, 0, sizeof(float) * 16 * (size_t)(mc1 - mc0));
             for (int kb = 0; kb < nkb; kb++) {
-                int b0 = kb * per, b1 = b0 + per < nblk ? b0 + per : nblk;
-                for (int j = 0; j < nr; j++) prep_k(&prep[j], w_row(mm, r + j), t, b0, b1 - b0);
-                int first = kb == 0, last = kb == nkb - 1;
+                const int b0 = kb * KBA, nb = nblk - b0 < KBA ? nblk - b0 : KBA;
+                if (mm->w_k16) { /* r is a multiple of 16 */
+                    prep_hk_rec(&prep, mm, r / 16, b0, nb);
+                } else {
+                    const uint8_t *w[16];
+                    lane_rows(mm, r, r1, 16, w);
+                    prep_hk_rows(&prep, w, t, b0, nb);
+                }
                 int i = mc0;
-                /* constant row counts let the compiler keep the tile in registers */
-                for (; i + MRQ <= mc1; i += MRQ)
-                    tile_k_step(MRQ, mm, i, r, nr, p, b0, b1 - b0, first, last,
-                                save + (size_t)(i - mc0) * NRQ * 2);
-                for (; i < mc1; i++)
-                    tile_k_step(1, mm, i, r, nr, p, b0, b1 - b0, first, last,
-                                save + (size_t)(i - mc0) * NRQ * 2);
+                for (; i + MRA <= mc1; i += MRA)
+                    tile_hk_step(MRA, t, mm, i, &prep, b0, nb, acc + 16 * (i - mc0));
+                if (mc1 - i == 2)
+                    tile_hk_step(2, t, mm, i, &prep, b0, nb, acc + 16 * (i - mc0));
+                else if (mc1 - i == 1)
+                    tile_hk_step(1, t, mm, i, &prep, b0, nb, acc + 16 * (i - mc0));
             }
+            for (int i = mc0; i < mc1; i++)
+                memcpy(mm->y + (size_t)i * mm->n_out + r, acc + 16 * (i - mc0),
+                       sizeof(float) * (size_t)nr);
         }
+    }
+}
+
+/* Not inlined: each has its frame apart from the caller's. */
+static __attribute__((noinline)) void gemm_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    switch (mm->wt) {
+    case SKV_TYPE_Q4_K:
+        gemm_hk(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
+        break;
+    case SKV_TYPE_Q5_K:
+        gemm_hk(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
+        break;
+    default:
+        gemm_hk(mm, i0, i1, r0, r1, SKV_TYPE_Q6_K);
+        break;
     }
 }
 

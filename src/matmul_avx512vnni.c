@@ -11,7 +11,8 @@
  *     vpmulld by the scales), decode from the raw blocks (vpmaddubsw, vpdpwssd): the same bits.
  *     Q4_K in k16 records (a loaded model's, kernels.h): decode reads sixteen rows in the lanes
  *     straight from them (gemv_k16), prefill prepares its tiles from them (prep_k16_from_rec);
- *     the same bits again. (Other bits than the AVX2 level's: it sums in another order.) */
+ *     the same bits again, and the same as the AVX2 level's (matmul_avx2.c computes the same
+ *     formula with 256-bit vpmaddubsw / vpmaddwd). */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \
@@ -39,7 +40,7 @@
  * with dm = -dmin (Q4_K/Q5_K) or -32 d (Q6_K). Decode computes U and M from the raw blocks,
  * prefill with sixteen W rows in the lanes: the same bits. Bounds (x codes within +-127):
  * |U| <= 16 x 128 x 16 x 63 x 127 < 2^31 (Q6_K; Q5_K: 8 x 63 x 32 x 31 x 127), |M| < 2^23.
- * x's group sums are exact integers only here: skv_act_rows_k_vnni writes them into the
+ * x's group sums are exact integers only here: skv_act_rows_k_int writes them into the
  * activation row in place of the float sums. */
 
 /* Two 256-bit halves as one register. */
@@ -55,7 +56,7 @@ static inline __m512i join(__m256i lo, __m256i hi) {
  *   Q4_K/Q5_K: a 64-byte load of qs holds 4 sub-blocks' nibbles, so code[c] holds values
  *   [32q, 32q + 32) ++ [32q + 64, 32q + 96) with q = 4 (c / 2) + c % 2 (the low nibbles of
  *   chunks c and c + 1, or their high nibbles). x is reordered to match
- *   (skv_act_rows_k_vnni): "K order". */
+ *   (skv_act_rows_k_int): "K order". */
 typedef struct kblock {
     __m512i code[4];
     __m512i sc[4];
@@ -174,24 +175,6 @@ INLINE void unpack_k(const uint8_t *b, skv_type t, kblock *k) {
     unpack_k_sm(b, t, t == SKV_TYPE_Q6_K ? _mm_setzero_si128() : k4_scales16(b + 4), k);
 }
 
-void skv_act_rows_k_vnni(uint8_t *row, int64_t n, bool k_order) {
-    int32_t *s = (int32_t *)(row + skv_act_off_s(n, 256));
-    for (int64_t o = 0; o + 16 <= n; o += 16) { /* sum of 16 codes: of (code + 128), less 2048 */
-        const __m128i v =
-            _mm_xor_si128(_mm_loadu_si128((const __m128i *)(row + o)), _mm_set1_epi8((char)0x80));
-        const __m128i sad = _mm_sad_epu8(v, _mm_setzero_si128());
-        const int sum = _mm_cvtsi128_si32(_mm_add_epi64(sad, _mm_unpackhi_epi64(sad, sad)));
-        memcpy(s + o / 16, &(int32_t){sum - 2048}, 4);
-    }
-    if (!k_order) return;
-    for (int64_t o = 0; o + 128 <= n; o += 128) { /* swap values [32, 64) and [64, 96) */
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(row + o + 32));
-        const __m256i c = _mm256_loadu_si256((const __m256i *)(row + o + 64));
-        _mm256_storeu_si256((__m256i *)(row + o + 32), c);
-        _mm256_storeu_si256((__m256i *)(row + o + 64), a);
-    }
-}
-
 /* x's 16 group sums of super-block s as 16-bit words. */
 static inline __m256i xsums16(act_row a, int s) {
     return _mm512_cvtepi32_epi16(_mm512_loadu_si512(a.s + 16 * s));
@@ -203,10 +186,8 @@ INLINE __m512i k_dot(__m512i u, __m512i code, __m512i x, __m512i sc) {
     return _mm512_dpwssd_epi32(u, _mm512_maddubs_epi16(code, x), sc);
 }
 
-/* Decode: NW raw rows w[] (nb super-blocks each) . one activation row, side by side. Per
- * super-block the NW rows' U and M are reduced together (sum8_i32: lanes U_0, M_0, U_1, M_1,
- * ...), and each row's chain runs in its own lane (2k): a row's result is the same whichever
- * rows are beside it. */
+/* Decode: NW = 4 raw rows w[] (nb super-blocks each) . one activation row, their U and M side
+ * by side into k_chain4 (quant_x86.h). */
 #define NW 4
 INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, float *y) {
     const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
@@ -251,43 +232,15 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
                 memcpy(&dd[k], blk, 4);
             }
         }
-        const __m256 f = _mm256_cvtepi32_ps(sum8_i32(v));
-        const __m256 sv = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dd)), dm_mul),
-            _mm256_set1_ps(a.d[s]));
-        acc = _mm256_fmadd_ps(f, sv, acc);
-        acc = _mm256_fmadd_ps(_mm256_movehdup_ps(f), _mm256_movehdup_ps(sv), acc);
+        acc = k_chain4(acc, v, dd, dm_mul, a.d[s]);
     }
-    float out[8];
-    _mm256_storeu_ps(out, acc);
-    for (int k = 0; k < NW; k++) y[k] = out[2 * k];
+    k_chain4_store(acc, y);
 }
 
-/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks: rows j, j + h, j + 2h, j + 3h at once,
- * NW streams; the last (r1 - r0) % NW rows with copies of the last one (computed, not stored).
- * t is a constant after inlining. */
+/* Rows [r0, r1) for x rows [i0, i1) from the raw blocks (quant_x86.h). t is a constant after
+ * inlining. */
 INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    const int nb = mm->n_in / 256, h = (r1 - r0) / NW;
-    const uint8_t *w0 = (const uint8_t *)mm->w;
-    const size_t st = mm->w_stride;
-    for (int i = i0; i < i1; i++) {
-        const act_row a = act_at(mm, i, 256);
-        float *y = mm->y + (size_t)i * mm->n_out;
-        for (int j = 0; j < h; j++) {
-            const uint8_t *w[NW];
-            float v[NW];
-            for (int k = 0; k < NW; k++) w[k] = w0 + (size_t)(r0 + j + k * h) * st;
-            dot_raw(t, w, a, nb, v);
-            for (int k = 0; k < NW; k++) y[r0 + j + k * h] = v[k];
-        }
-        for (int r = r0 + NW * h; r < r1; r += NW) {
-            const uint8_t *w[NW];
-            float v[NW];
-            lane_rows(mm, r, r1, NW, w);
-            dot_raw(t, w, a, nb, v);
-            for (int k = 0; k < NW && r + k < r1; k++) y[r + k] = v[k];
-        }
-    }
+    K_GEMV_ROWS(mm, i0, i1, r0, r1, t, dot_raw);
 }
 
 static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
@@ -371,14 +324,6 @@ INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int 
 /* ---- Q4_K in k16 records (skv_k16_pack): what prep_k16_fill does, done at load ----------------
  */
 
-enum { R_Q = 0, R_SC = 2048, R_MN = 2176, R_D = 2304, R_DMIN = 2336 };
-
-/* Record of 16-row group g, super-block s. */
-static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) {
-    const int nsb = mm->n_in / 256;
-    return (const uint8_t *)mm->w + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
-}
-
 /* prep_k16_fill from the records of group g: the nibbles split, the scales widened. */
 static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int nb) {
     const __m512i m4 = _mm512_set1_epi8(15), lo16 = _mm512_set1_epi32(0xffff);
@@ -386,18 +331,18 @@ static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int 
         const uint8_t *rec = k16_rec(mm, g, b0 + s);
         for (int j = 0; j < 8; j++) {
             for (int gp = 0; gp < 4; gp++) {
-                const __m512i v = _mm512_loadu_si512(rec + R_Q + 256 * j + 64 * gp);
+                const __m512i v = _mm512_loadu_si512(rec + K16_Q + 256 * j + 64 * gp);
                 _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * gp, _mm512_and_si512(v, m4));
                 _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * (gp + 4),
                                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
             }
             _mm512_store_si512(
                 p->sc + 256 * s + 16 * j,
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + R_SC + 16 * j))));
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + K16_SC + 16 * j))));
         }
         for (int q = 0; q < 4; q++) { /* groups of 16: both halves of sub-block 2q, then 2q + 1 */
             const __m512i pw =
-                _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + R_MN + 32 * q)));
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + K16_MN + 32 * q)));
             const __m512i e = _mm512_and_si512(pw, lo16), o = _mm512_srli_epi32(pw, 16);
             _mm512_store_si512(p->mn + 128 * s + 16 * (2 * q),
                                _mm512_or_si512(e, _mm512_slli_epi32(e, 16)));
@@ -405,11 +350,11 @@ static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int 
                                _mm512_or_si512(o, _mm512_slli_epi32(o, 16)));
         }
         _mm512_store_ps(p->d + 16 * s,
-                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_D))));
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_D))));
         _mm512_store_ps(
             p->dm + 16 * s,
             _mm512_mul_ps(_mm512_set1_ps(-1.0f),
-                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_DMIN)))));
+                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_DMIN)))));
     }
 }
 
@@ -558,7 +503,7 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
         __m512i t0 = _mm512_setzero_si512(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
-            const __m512i v = _mm512_loadu_si512(rec + R_Q + 256 * j + 64 * gp);
+            const __m512i v = _mm512_loadu_si512(rec + K16_Q + 256 * j + 64 * gp);
             int32_t x0, x1;
             memcpy(&x0, xq + 32 * j + 4 * gp, 4);
             memcpy(&x1, xq + 32 * j + 4 * gp + 16, 4);
@@ -568,18 +513,18 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
         }
         u = _mm512_add_epi32(u, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1),
                                                    _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                                       (const __m128i *)(rec + R_SC + 16 * j)))));
+                                                       (const __m128i *)(rec + K16_SC + 16 * j)))));
     }
     __m512i mn = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++)
         mn = _mm512_dpwssd_epi32(
-            mn, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + R_MN + 32 * q))),
+            mn, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + K16_MN + 32 * q))),
             _mm512_set1_epi32(xp[q]));
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_D)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_D)));
     const __m512 dm =
         _mm512_mul_ps(_mm512_set1_ps(-1.0f),
-                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + R_DMIN))));
+                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_DMIN))));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(d, dx), acc);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
 }
@@ -892,11 +837,6 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
 
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
-
-bool skv_act_k_vnni(skv_type wt) {
-    return skv_simd_has_vnni() &&
-           (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K);
-}
 
 bool skv_act_unsigned(skv_type wt, int m) {
     return skv_simd_has_vnni() && (wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0) && m >= GEMM_Q_MIN_M;

@@ -450,7 +450,7 @@ static void *alloc_weights(size_t bytes) {
 }
 
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
- * (kernels.h); Q4_K ones at the AVX-512 VNNI level in k16 records (kernels.h), which those
+ * (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels in k16 records (kernels.h), which those
  * kernels read without unpacking; other quantized ones of 2 MB and more as a copy of their rows
  * (alloc_weights). The token embedding keeps its mapped rows, except that a tied quantized
  * output's copy serves it (pack_matrices); a tied float output gets its own panels, a tied
@@ -461,7 +461,7 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
     const size_t k16 =
         skv_k16_wanted() && !keep_mapped() ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) : 0;
-    if (k16 && k16 != SIZE_MAX) { /* Q4_K at the VNNI level: records, read without unpacking */
+    if (k16 && k16 != SIZE_MAX) { /* Q4_K at a SIMD level: records, read without unpacking */
         w->k16 = alloc_weights(k16);
         if (!w->k16) {
             skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", k16);

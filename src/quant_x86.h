@@ -1,14 +1,7 @@
 /* quant_x86.h — unpacking the quantized weight blocks with AVX2 (256-bit) instructions, shared
  * by the AVX2 and AVX-512 matmuls (include only from files compiled with at least
- * -mavx2 -mfma -mf16c), and the "prepared" K-quant rows that the AVX2 tiled products read (the
- * AVX-512 ones prepare their own: matmul_avx512vnni.c; AVX2 Q8_0/Q4_0 use 8-row octets, in
- * matmul_avx2.c).
- *
- * A prepared K-quant W row covers up to KQ columns:
- *   q = unsigned codes 0..63, sv = per 32 values 16 int16 multipliers (lanes 0-7 for
- *              the first 16 values, 8-15 for the next 16: maddubs leaves them in that order),
- *              d = super-block scale, wc = per 16 values the coefficient of x's group sum
- *              (-dmin*m for Q4_K/Q5_K, -32*d*sc for Q6_K). */
+ * -mavx2 -mfma -mf16c): activation rows, W row pointers, block unpacking, the k16 record
+ * layout. */
 #ifndef SKV_QUANT_X86_H
 #define SKV_QUANT_X86_H
 
@@ -27,8 +20,8 @@ static inline float ld_f16(const uint8_t *p) {
 typedef struct act_row {
     const int8_t *q; /* [n] */
     const float *d;  /* [n / bs] */
-    const float *s;  /* [n / 16]: d x the sum of each 16 codes (AVX-512 VNNI K-quants: the sums as
-                      * int32, skv_act_rows_k_vnni) */
+    const float *s;  /* [n / 16]: d x the sum of each 16 codes (K-quants: the sums as int32,
+                      * skv_act_rows_k_int) */
 } act_row;
 
 static inline act_row act_at(const skv_mm *mm, int i, int bs) {
@@ -150,59 +143,63 @@ static inline void k45_codes(const uint8_t *qs, __m256i hb, int c, int q5, __m25
     }
 }
 
-#define KQ 2048
+/* ---- K-quant decode from raw rows, shared by the AVX2 and VNNI levels ----------------------
+ * A level's dot(t, w, a, nb, y) multiplies 4 raw rows w[0..4) by one activation row. Per
+ * super-block their exact integers U and M sit in v[8] (U_k's lanes in v[2k], M_k's in
+ * v[2k + 1]); k_chain4 sums each vector's lanes (sum8_i32: lanes U_0, M_0, U_1, M_1, ...) and
+ * continues row k's chain in lane 2k:
+ *   acc = fma(U, d dx, acc);  acc = fma(M, dm dx, acc)
+ * with (d, dm) = the f16 pair dd[k] (Q4_K/Q5_K: d, dmin; Q6_K: d, d) times dm_mul's lanes
+ * (1, -1) or (1, -32). A row's result is the same whichever rows are beside it. */
+static inline __m256 k_chain4(__m256 acc, const __m256i v[8], const uint32_t dd[4], __m256 dm_mul,
+                              float dx) {
+    const __m256 f = _mm256_cvtepi32_ps(sum8_i32(v));
+    const __m256 sv =
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dd)), dm_mul),
+                      _mm256_set1_ps(dx));
+    acc = _mm256_fmadd_ps(f, sv, acc);
+    return _mm256_fmadd_ps(_mm256_movehdup_ps(f), _mm256_movehdup_ps(sv), acc);
+}
 
-typedef struct prep_row {
-    int8_t q[KQ] ALIGNED32;
-    int16_t sv[KQ / 2] ALIGNED32;
-    float wc[KQ / 16] ALIGNED32;
-    float d[KQ / 256];
-} prep_row;
+static inline void k_chain4_store(__m256 acc, float y[4]) {
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+    for (int k = 0; k < 4; k++) y[k] = out[2 * k];
+}
 
-/* Prepares super-blocks [sb0, sb0 + nsb) of a K-quant row into p (from index 0). */
-static inline void prep_k(prep_row *p, const uint8_t *w, skv_type t, int sb0, int nsb) {
-    for (int s = 0; s < nsb; s++) {
-        int8_t *q = p->q + 256 * s;
-        int16_t *sv = p->sv + 128 * s;
-        float *wc = p->wc + 16 * s;
-        if (t == SKV_TYPE_Q6_K) {
-            const uint8_t *b = w + (size_t)(sb0 + s) * 210;
-            const int8_t *sc = (const int8_t *)(b + 192);
-            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-            float d = ld_f16(b + 208);
-            p->d[s] = d;
-            for (int h = 0; h < 2; h++) {
-                __m256i code[4];
-                q6_codes(b + 64 * h, b + 128 + 32 * h, code);
-                for (int k = 0; k < 4; k++)
-                    _mm256_store_si256((__m256i *)(q + 128 * h + 32 * k), code[k]);
-            }
-            for (int c = 0; c < 8; c++)
-                _mm256_store_si256((__m256i *)(sv + 16 * c), q6_chunk_scales(s16, c));
-            for (int g = 0; g < 16; g++) wc[g] = -32.0f * d * (float)sc[g];
-        } else {
-            const int q5 = t == SKV_TYPE_Q5_K;
-            const uint8_t *b = w + (size_t)(sb0 + s) * (q5 ? 176 : 144);
-            p->d[s] = ld_f16(b);
-            float dmin = ld_f16(b + 2);
-            __m256i hb =
-                q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                __m256i lo, hi;
-                k45_codes(b + (q5 ? 48 : 16), hb, c, q5, &lo, &hi);
-                _mm256_store_si256((__m256i *)(q + 64 * c), lo);
-                _mm256_store_si256((__m256i *)(q + 64 * c + 32), hi);
-            }
-            __m128i sc, mn;
-            k4_scales(b + 4, &sc, &mn);
-            const __m256i scb = _mm256_broadcastsi128_si256(sc);
-            for (int j = 0; j < 8; j++)
-                _mm256_store_si256((__m256i *)(sv + 16 * j), bcast_i16(scb, j));
-            int16_t m[8];
-            _mm_storeu_si128((__m128i *)m, mn);
-            for (int j = 0; j < 8; j++) wc[2 * j] = wc[2 * j + 1] = -dmin * (float)m[j];
-        }
-    }
+/* Rows [r0, r1) for x rows [i0, i1) through dot, rows j, j + h, j + 2h, j + 3h at once (4
+ * streams of W); the last (r1 - r0) % 4 rows with copies of the last one (computed, not
+ * stored). A macro so that dot, an always-inline function of the including file, is inlined. */
+#define K_GEMV_ROWS(mm, i0, i1, r0, r1, t, dot)                                                    \
+    do {                                                                                           \
+        const int nb_ = (mm)->n_in / 256, h_ = ((r1) - (r0)) / 4;                                  \
+        for (int i_ = (i0); i_ < (i1); i_++) {                                                     \
+            const act_row a_ = act_at((mm), i_, 256);                                              \
+            float *y_ = (mm)->y + (size_t)i_ * (mm)->n_out;                                        \
+            for (int j_ = 0; j_ < h_; j_++) {                                                      \
+                const uint8_t *w_[4];                                                              \
+                float v_[4];                                                                       \
+                for (int k_ = 0; k_ < 4; k_++) w_[k_] = w_row((mm), (r0) + j_ + k_ * h_);          \
+                dot((t), w_, a_, nb_, v_);                                                         \
+                for (int k_ = 0; k_ < 4; k_++) y_[(r0) + j_ + k_ * h_] = v_[k_];                   \
+            }                                                                                      \
+            for (int r_ = (r0) + 4 * h_; r_ < (r1); r_ += 4) {                                     \
+                const uint8_t *w_[4];                                                              \
+                float v_[4];                                                                       \
+                lane_rows((mm), r_, (r1), 4, w_);                                                  \
+                dot((t), w_, a_, nb_, v_);                                                         \
+                for (int k_ = 0; k_ < 4 && r_ + k_ < (r1); k_++) y_[r_ + k_] = v_[k_];             \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* k16 records (kernels.h): the offsets of the parts of a record, and the record of 16-row group
+ * g, super-block s. */
+enum { K16_Q = 0, K16_SC = 2048, K16_MN = 2176, K16_D = 2304, K16_DMIN = 2336 };
+
+static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) {
+    const int nsb = mm->n_in / 256;
+    return (const uint8_t *)mm->w + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
 }
 
 #endif

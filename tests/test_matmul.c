@@ -184,8 +184,8 @@ static int teardown(void **state) {
 
 /* Q4_K in k16 records: unpacking gives back the rows byte for byte (any row range), and the
  * products are the same bits as from the rows, for any m, thread count and SIMD level (the
- * VNNI kernels read the records; other levels unpack them). Ragged groups (n_out % 16), several
- * tiles and column blocks, NaN rows of x. */
+ * SIMD kernels read the records; the scalar level unpacks them). Ragged groups (n_out % 16),
+ * several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
     /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code;
@@ -435,6 +435,141 @@ static void test_float_order(void **s) {
     free(w);
 }
 
+/* ---- the K-quant formula, by hand ----------------------------------------------------------
+ * The SIMD levels (AVX2 and AVX-512 VNNI alike) compute a K-quant output as, per super-block s,
+ * two exact integers U_s = sum_j sc_j (codes . x codes over sub-block j) and M_s = sum_h mn_h
+ * (x codes summed over group h of 16), then acc = fma(U_s, d dx, acc); acc = fma(M_s, dm dx,
+ * acc). Here that is done with plain C loops over codes decoded from the block layouts below,
+ * and every level must give exactly these bits. */
+
+static int f16_bits(const uint8_t *p) {
+    return p[0] | p[1] << 8;
+}
+
+/* Codes (unsigned), per-value scale and min multipliers of one super-block; d and dm. */
+static void k_decode(skv_type t, const uint8_t *b, int code[256], int sc[256], int mn[256],
+                     float *d, float *dm) {
+    if (t == SKV_TYPE_Q6_K) { /* ql[128] qh[64] sc[16] d */
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                code[128 * h + l] = (ql[l] & 15) | ((qh[l] >> 0) & 3) << 4;
+                code[128 * h + 32 + l] = (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4;
+                code[128 * h + 64 + l] = (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4;
+                code[128 * h + 96 + l] = (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4;
+            }
+        for (int v = 0; v < 256; v++) sc[v] = mn[v] = (int8_t)b[192 + v / 16];
+        *d = skv_f16_to_f32((uint16_t)f16_bits(b + 208));
+        *dm = -32.0f * *d;
+        return;
+    }
+    const int q5 = t == SKV_TYPE_Q5_K;
+    const uint8_t *s = b + 4, *qh = b + 16, *qs = b + (q5 ? 48 : 16);
+    for (int j = 0; j < 8; j++) { /* 6-bit scale and min of sub-block j */
+        const int a = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+        for (int v = 32 * j; v < 32 * j + 32; v++) sc[v] = a, mn[v] = m;
+    }
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            code[64 * c + l] = (qs[32 * c + l] & 15) | (q5 ? ((qh[l] >> (2 * c)) & 1) << 4 : 0);
+            code[64 * c + 32 + l] =
+                (qs[32 * c + l] >> 4) | (q5 ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0);
+        }
+    *d = skv_f16_to_f32((uint16_t)f16_bits(b));
+    *dm = -skv_f16_to_f32((uint16_t)f16_bits(b + 2));
+}
+
+static float k_formula(skv_type t, const uint8_t *w, const uint8_t *act, int n) {
+    const size_t bb = t == SKV_TYPE_Q4_K ? 144 : t == SKV_TYPE_Q5_K ? 176 : 210;
+    const int8_t *q = (const int8_t *)act;
+    const float *dx = (const float *)(act + skv_act_off_d(n));
+    float acc = 0.0f;
+    for (int s = 0; s < n / 256; s++) {
+        int code[256], sc[256], mn[256];
+        float d, dm;
+        k_decode(t, w + (size_t)s * bb, code, sc, mn, &d, &dm);
+        int64_t u = 0, m = 0;
+        for (int v = 0; v < 256; v++) {
+            u += (int64_t)sc[v] * code[v] * q[256 * s + v];
+            m += (int64_t)mn[v] * q[256 * s + v];
+        }
+        assert_true(u == (int32_t)u); /* the kernels' int32 */
+        acc = fmaf((float)u, d * dx[s], acc);
+        acc = fmaf((float)m, dm * dx[s], acc);
+    }
+    return acc;
+}
+
+static void test_k_formula(void **s) {
+    (void)s;
+    if (!skv_kernels_use_simd()) skip();
+    const skv_type ts[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    enum { M = 100, N_OUT = 37, N_IN = 1536 };
+    float *x = malloc(sizeof(float) * M * N_IN), *wf = malloc(sizeof(float) * N_OUT * N_IN);
+    float *wd = malloc(sizeof(float) * N_IN), *y = malloc(sizeof(float) * M * N_OUT);
+    uint8_t *w = malloc(210 * (N_IN / 256) * N_OUT);
+    const size_t arb = skv_act_row_bytes(N_IN, 256);
+    uint8_t *act = aligned_alloc(32, arb),
+            *work = malloc(skv_matmul_work_size(SKV_TYPE_Q6_K, M, N_IN));
+    assert_true(x && wf && wd && y && w && act && work);
+    fill_x(x, M, N_IN);
+    fill_w(wf, N_OUT, N_IN);
+    for (int ti = 0; ti < 3; ti++) {
+        const skv_type t = ts[ti];
+        const size_t rb = skv_row_bytes(t, N_IN);
+        for (int r = 0; r < N_OUT; r++) {
+            skv_quantize_row(t, wf + r * N_IN, w + r * rb, N_IN);
+            /* the decoder above reads the blocks as the library's dequantizer does */
+            skv_dequantize_row(t, w + r * rb, wd, N_IN);
+            for (int sb = 0; sb < N_IN / 256; sb++) {
+                int code[256], sc[256], mn[256];
+                float d, dm;
+                k_decode(t, w + r * rb + sb * (rb / (N_IN / 256)), code, sc, mn, &d, &dm);
+                for (int v = 0; v < 256; v++) {
+                    const double a = (double)d * sc[v] * code[v], b = (double)dm * mn[v];
+                    assert_true(fabs(a + b - wd[256 * sb + v]) <= 1e-6 * (fabs(a) + fabs(b)));
+                }
+            }
+        }
+        const uint8_t *k16 = NULL;
+        uint8_t *k16_mem = NULL;
+        if (t == SKV_TYPE_Q4_K) {
+            k16_mem = malloc(skv_k16_bytes(t, N_OUT, N_IN));
+            assert_non_null(k16_mem);
+            skv_k16_pack(w, N_OUT, N_IN, k16_mem);
+            k16 = k16_mem;
+        }
+        const int ms[] = {1, 2, 3, 7, M};
+        for (int mi = 0; mi < 5; mi++)
+            for (int layout = 0; layout < (k16 ? 2 : 1); layout++) {
+                const int m = ms[mi];
+                if (layout)
+                    skv_matmul_k16(pools[2], y, x, m, k16, t, N_OUT, N_IN, work);
+                else
+                    skv_matmul(pools[2], y, x, m, w, t, N_OUT, N_IN, work);
+                for (int i = 0; i < m; i++) {
+                    skv_quantize_act_row(x + i * N_IN, act, N_IN, 256);
+                    for (int r = 0; r < N_OUT; r++) {
+                        const float want = k_formula(t, w + r * rb, act, N_IN);
+                        if (memcmp(&want, &y[i * N_OUT + r], sizeof want) != 0)
+                            fail_msg("%s%s m=%d y[%d][%d] = %.9g, the formula gives %.9g",
+                                     skv_type_name(t), layout ? " k16" : "", m, i, r,
+                                     y[i * N_OUT + r], want);
+                    }
+                }
+            }
+        free(k16_mem);
+    }
+    free(x);
+    free(wf);
+    free(wd);
+    free(y);
+    free(w);
+    free(act);
+    free(work);
+}
+
 /* x rounded to bf16 (nearest even), independently of the library's converter. */
 static double bf16_round(float f) {
     uint32_t u;
@@ -546,6 +681,7 @@ int main(void) {
         cmocka_unit_test(test_rows_independent),
         cmocka_unit_test(test_k16),
         cmocka_unit_test(test_float_order),
+        cmocka_unit_test(test_k_formula),
         cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_nonfinite_x),
         cmocka_unit_test(test_f32),

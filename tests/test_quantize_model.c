@@ -224,7 +224,7 @@ static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
  * read from the mapping) and as unpacked (skv_model_load_unpacked: raw rows), and the copy must
  * really be what the model reads. One layer with n_ff 8192: ffn_gate/up/down hold 2M weights
  * (Q8_0 2.1 MB, Q4_K 1.1 MB: ffn_down in K-quants stays mapped, the path below 2 MB, except
- * at the AVX-512 VNNI level, where Q4_K matrices become k16 records; gate and up are fused into
+ * at the SIMD levels, where Q4_K matrices become k16 records; gate and up are fused into
  * one new block at load, 4.2 / 2.2 MB, except quantized ones with SKV_NO_HUGE); the tied
  * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix, and the embedding rows
  * are then read from that copy. */
