@@ -91,8 +91,12 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  * level (the scalar level unpacks rows, skv_k16_unpack_rows, and uses its own code).
  * skv_k16_bytes is 0 for other types, SIZE_MAX on overflow. */
 #define SKV_K16_RECORD 2368
+enum { SKV_K16_Q = 0, SKV_K16_SC = 2048, SKV_K16_MN = 2176, SKV_K16_D = 2304, SKV_K16_DMIN = 2336 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
+/* n_out Q4_K rows w into records (dst: skv_k16_bytes); _ref is the plain C version, which the
+ * AVX2 one (matmul_avx2.c) matches byte for byte. */
 void skv_k16_pack(const void *w, int n_out, int n_in, void *dst);
+void skv_k16_pack_ref(const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as Q4_K rows, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
 /* Whether a model loaded now should keep its Q4_K matrices as k16 records (the AVX2 and AVX-512
@@ -161,6 +165,7 @@ typedef struct skv_mm {
 void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1);
 /* Same bytes as skv_quantize_act_row. */
 void skv_quantize_act_row_avx2(const float *x, void *dst, int64_t n, int bs);
+void skv_k16_pack_avx2(const void *w, int n_out, int n_in, void *dst);
 /* matmul_avx512.c: the same with AVX-512 (F/BW/VL/DQ) for float W; quantized W goes to
  * skv_matmul_avx512_vnni when the CPU has VNNI, else to the AVX2 code. Only when the CPU has
  * AVX-512. Float results are the same bits as skv_matmul_avx2's. */

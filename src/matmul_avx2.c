@@ -587,6 +587,61 @@ void skv_act_rows_k_int(uint8_t *row, int64_t n, bool k_order) {
     }
 }
 
+/* k16 records (kernels.h) from Q4_K rows, as skv_k16_pack_ref writes them: per row and
+ * sub-block j the 32 codes become 16 bytes (code i in the low nibble of byte i, code 16 + i in
+ * the high one), 4 dwords (groups gp) that a 4x4 transpose per 4 rows sends to their places. */
+void skv_k16_pack_avx2(const void *w, int n_out, int n_in, void *dst) {
+    const int nsb = n_in / 256;
+    const size_t rb = (size_t)nsb * 144;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    uint8_t *rec = dst;
+    for (int g = 0; g < (n_out + 15) / 16; g++)
+        for (int s = 0; s < nsb; s++, rec += SKV_K16_RECORD) {
+            __m128i t[8][16]; /* [sub-block][row] */
+            memset(rec + SKV_K16_SC, 0, SKV_K16_RECORD - SKV_K16_SC);
+            for (int k = 0; k < 16; k++) {
+                if (16 * g + k >= n_out) { /* rows past n_out stay zero */
+                    for (int j = 0; j < 8; j++) t[j][k] = _mm_setzero_si128();
+                    continue;
+                }
+                const uint8_t *b = (const uint8_t *)w + (size_t)(16 * g + k) * rb + (size_t)s * 144;
+                for (int c = 0; c < 4; c++) { /* chunk c: sub-blocks 2c (low nibbles), 2c + 1 */
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * c));
+                    const __m256i lo = _mm256_and_si256(v, m4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    t[2 * c][k] = _mm_or_si128(_mm256_castsi256_si128(lo),
+                                               _mm_slli_epi16(_mm256_extracti128_si256(lo, 1), 4));
+                    t[2 * c + 1][k] =
+                        _mm_or_si128(_mm256_castsi256_si128(hi),
+                                     _mm_slli_epi16(_mm256_extracti128_si256(hi, 1), 4));
+                }
+                __m128i scv, mnv;
+                k4_scales(b + 4, &scv, &mnv);
+                int16_t sc[8], mn[8];
+                _mm_storeu_si128((__m128i *)sc, scv);
+                _mm_storeu_si128((__m128i *)mn, mnv);
+                for (int j = 0; j < 8; j++) {
+                    rec[SKV_K16_SC + 16 * j + k] = (uint8_t)sc[j];
+                    rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2] = (uint8_t)mn[j];
+                }
+                memcpy(rec + SKV_K16_D + 2 * k, b, 2);
+                memcpy(rec + SKV_K16_DMIN + 2 * k, b + 2, 2);
+            }
+            for (int j = 0; j < 8; j++)
+                for (int k0 = 0; k0 < 16; k0 += 4) {
+                    const __m128i a0 = _mm_unpacklo_epi32(t[j][k0], t[j][k0 + 1]);
+                    const __m128i a1 = _mm_unpackhi_epi32(t[j][k0], t[j][k0 + 1]);
+                    const __m128i a2 = _mm_unpacklo_epi32(t[j][k0 + 2], t[j][k0 + 3]);
+                    const __m128i a3 = _mm_unpackhi_epi32(t[j][k0 + 2], t[j][k0 + 3]);
+                    const __m128i gp[4] = {_mm_unpacklo_epi64(a0, a2), _mm_unpackhi_epi64(a0, a2),
+                                           _mm_unpacklo_epi64(a1, a3), _mm_unpackhi_epi64(a1, a3)};
+                    for (int q = 0; q < 4; q++)
+                        _mm_storeu_si128((__m128i *)(rec + SKV_K16_Q + 256 * j + 64 * q + 4 * k0),
+                                         gp[q]);
+                }
+        }
+}
+
 /* Two int16 words in one int32 (vpmaddwd's pairs). */
 static inline int32_t pair16(int e, int f) {
     return (int32_t)((uint32_t)(uint16_t)e | (uint32_t)(uint16_t)f << 16);
@@ -705,9 +760,9 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
             memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
             const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
             const __m256i v0 =
-                _mm256_loadu_si256((const __m256i *)(rec + K16_Q + 256 * j + 64 * gp));
+                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q + 256 * j + 64 * gp));
             const __m256i v1 =
-                _mm256_loadu_si256((const __m256i *)(rec + K16_Q + 256 * j + 64 * gp + 32));
+                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q + 256 * j + 64 * gp + 32));
             t0 = _mm256_add_epi16(t0, _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), x0));
             t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), x0));
             t0 = _mm256_add_epi16(
@@ -716,9 +771,9 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
                 t1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), x1));
         }
         __m256i s0 =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + K16_SC + 16 * j)));
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + SKV_K16_SC + 16 * j)));
         __m256i s1 =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + K16_SC + 16 * j + 8)));
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + SKV_K16_SC + 16 * j + 8)));
         s0 = _mm256_or_si256(s0, _mm256_slli_epi32(s0, 16));
         s1 = _mm256_or_si256(s1, _mm256_slli_epi32(s1, 16));
         u0 = _mm256_add_epi32(u0, _mm256_madd_epi16(t0, s0));
@@ -728,21 +783,22 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         const __m256i x = _mm256_set1_epi32(xp[p]);
-        m0 = _mm256_add_epi32(m0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                                        (const __m128i *)(rec + K16_MN + 32 * p))),
-                                                    x));
-        m1 = _mm256_add_epi32(m1,
+        m0 = _mm256_add_epi32(m0,
                               _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                                    (const __m128i *)(rec + K16_MN + 32 * p + 16))),
+                                                    (const __m128i *)(rec + SKV_K16_MN + 32 * p))),
                                                 x));
+        m1 = _mm256_add_epi32(
+            m1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                      (const __m128i *)(rec + SKV_K16_MN + 32 * p + 16))),
+                                  x));
     }
     const __m256 neg = _mm256_set1_ps(-1.0f);
-    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_D)));
-    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_D + 16)));
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_D)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_D + 16)));
     const __m256 dm0 =
-        _mm256_mul_ps(neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_DMIN))));
+        _mm256_mul_ps(neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_DMIN))));
     const __m256 dm1 = _mm256_mul_ps(
-        neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + K16_DMIN + 16))));
+        neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_DMIN + 16))));
     acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_mul_ps(d0, dx), acc[0]);
     acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m0), _mm256_mul_ps(dm0, dx), acc[0]);
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_mul_ps(d1, dx), acc[1]);
@@ -875,7 +931,7 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
             for (int gp = 0; gp < 4; gp++)
                 for (int h = 0; h < 2; h++) {
                     const __m256i v = _mm256_loadu_si256(
-                        (const __m256i *)(rec + K16_Q + 256 * j + 64 * gp + 32 * h));
+                        (const __m256i *)(rec + SKV_K16_Q + 256 * j + 64 * gp + 32 * h));
                     _mm256_store_si256((__m256i *)(q + 64 * (8 * j + gp) + 32 * h),
                                        _mm256_and_si256(v, m4));
                     _mm256_store_si256((__m256i *)(q + 64 * (8 * j + 4 + gp) + 32 * h),
@@ -883,7 +939,7 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
                 }
             for (int h = 0; h < 2; h++) {
                 const __m256i c = _mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64((const __m128i *)(rec + K16_SC + 16 * j + 8 * h)));
+                    _mm_loadl_epi64((const __m128i *)(rec + SKV_K16_SC + 16 * j + 8 * h)));
                 _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * j + 8 * h),
                                    _mm256_or_si256(c, _mm256_slli_epi32(c, 16)));
             }
@@ -892,14 +948,15 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
             for (int h = 0; h < 2; h++)
                 _mm256_store_si256((__m256i *)(p->mn + 128 * s + 16 * q4 + 8 * h),
                                    _mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                       (const __m128i *)(rec + K16_MN + 32 * q4 + 16 * h))));
+                                       (const __m128i *)(rec + SKV_K16_MN + 32 * q4 + 16 * h))));
         for (int h = 0; h < 2; h++) {
-            _mm256_store_ps(p->d + 16 * s + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(
-                                                       (const __m128i *)(rec + K16_D + 16 * h))));
+            _mm256_store_ps(
+                p->d + 16 * s + 8 * h,
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_D + 16 * h))));
             _mm256_store_ps(p->dm + 16 * s + 8 * h,
                             _mm256_mul_ps(_mm256_set1_ps(-1.0f),
                                           _mm256_cvtph_ps(_mm_loadu_si128(
-                                              (const __m128i *)(rec + K16_DMIN + 16 * h)))));
+                                              (const __m128i *)(rec + SKV_K16_DMIN + 16 * h)))));
         }
     }
 }

@@ -331,18 +331,18 @@ static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int 
         const uint8_t *rec = k16_rec(mm, g, b0 + s);
         for (int j = 0; j < 8; j++) {
             for (int gp = 0; gp < 4; gp++) {
-                const __m512i v = _mm512_loadu_si512(rec + K16_Q + 256 * j + 64 * gp);
+                const __m512i v = _mm512_loadu_si512(rec + SKV_K16_Q + 256 * j + 64 * gp);
                 _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * gp, _mm512_and_si512(v, m4));
                 _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * (gp + 4),
                                    _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
             }
-            _mm512_store_si512(
-                p->sc + 256 * s + 16 * j,
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + K16_SC + 16 * j))));
+            _mm512_store_si512(p->sc + 256 * s + 16 * j,
+                               _mm512_cvtepu8_epi32(
+                                   _mm_loadu_si128((const __m128i *)(rec + SKV_K16_SC + 16 * j))));
         }
         for (int q = 0; q < 4; q++) { /* groups of 16: both halves of sub-block 2q, then 2q + 1 */
-            const __m512i pw =
-                _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + K16_MN + 32 * q)));
+            const __m512i pw = _mm512_cvtepu8_epi16(
+                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_MN + 32 * q)));
             const __m512i e = _mm512_and_si512(pw, lo16), o = _mm512_srli_epi32(pw, 16);
             _mm512_store_si512(p->mn + 128 * s + 16 * (2 * q),
                                _mm512_or_si512(e, _mm512_slli_epi32(e, 16)));
@@ -350,11 +350,10 @@ static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int 
                                _mm512_or_si512(o, _mm512_slli_epi32(o, 16)));
         }
         _mm512_store_ps(p->d + 16 * s,
-                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_D))));
-        _mm512_store_ps(
-            p->dm + 16 * s,
-            _mm512_mul_ps(_mm512_set1_ps(-1.0f),
-                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_DMIN)))));
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_D))));
+        _mm512_store_ps(p->dm + 16 * s, _mm512_mul_ps(_mm512_set1_ps(-1.0f),
+                                                      _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                          (const __m256i *)(rec + SKV_K16_DMIN)))));
     }
 }
 
@@ -503,7 +502,7 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
         __m512i t0 = _mm512_setzero_si512(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
-            const __m512i v = _mm512_loadu_si512(rec + K16_Q + 256 * j + 64 * gp);
+            const __m512i v = _mm512_loadu_si512(rec + SKV_K16_Q + 256 * j + 64 * gp);
             int32_t x0, x1;
             memcpy(&x0, xq + 32 * j + 4 * gp, 4);
             memcpy(&x1, xq + 32 * j + 4 * gp + 16, 4);
@@ -511,20 +510,22 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
             t1 = _mm512_dpbusd_epi32(t1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
                                      _mm512_set1_epi32(x1));
         }
-        u = _mm512_add_epi32(u, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1),
-                                                   _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                                       (const __m128i *)(rec + K16_SC + 16 * j)))));
+        u = _mm512_add_epi32(
+            u, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1),
+                                  _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                      (const __m128i *)(rec + SKV_K16_SC + 16 * j)))));
     }
     __m512i mn = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int q = 0; q < 4; q++)
         mn = _mm512_dpwssd_epi32(
-            mn, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + K16_MN + 32 * q))),
+            mn,
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_MN + 32 * q))),
             _mm512_set1_epi32(xp[q]));
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_D)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_D)));
     const __m512 dm =
         _mm512_mul_ps(_mm512_set1_ps(-1.0f),
-                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + K16_DMIN))));
+                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_DMIN))));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(d, dx), acc);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
 }

@@ -836,8 +836,7 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
  * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
  * bytes use all their 96 bits). */
 
-enum { K16_Q = 0, K16_SC = 2048, K16_MN = 2176, K16_D = 2304, K16_DMIN = 2336 };
-_Static_assert(K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
+_Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
 
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
     if (wt != SKV_TYPE_Q4_K || n_out <= 0 || n_in <= 0 || n_in % SKV_QK_K) return 0;
@@ -848,7 +847,7 @@ size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
     return (size_t)total;
 }
 
-void skv_k16_pack(const void *w, int n_out, int n_in, void *dst) {
+void skv_k16_pack_ref(const void *w, int n_out, int n_in, void *dst) {
     const int nsb = n_in / SKV_QK_K;
     const size_t rb = (size_t)nsb * 144;
     uint8_t *rec = dst;
@@ -866,18 +865,28 @@ void skv_k16_pack(const void *w, int n_out, int n_in, void *dst) {
                 for (int j = 0; j < 8; j++) {
                     for (int gp = 0; gp < 4; gp++)
                         for (int e = 0; e < 4; e++)
-                            rec[K16_Q + 256 * j + 64 * gp + 4 * k + e] =
+                            rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e] =
                                 (uint8_t)(code[32 * j + 4 * gp + e] | code[32 * j + 4 * gp + 16 + e]
                                                                           << 4);
                     int sc, m;
                     k_scale_min(b + 4, j, &sc, &m);
-                    rec[K16_SC + 16 * j + k] = (uint8_t)sc;
-                    rec[K16_MN + 32 * (j / 2) + 2 * k + j % 2] = (uint8_t)m;
+                    rec[SKV_K16_SC + 16 * j + k] = (uint8_t)sc;
+                    rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2] = (uint8_t)m;
                 }
-                memcpy(rec + K16_D + 2 * k, b, 2);
-                memcpy(rec + K16_DMIN + 2 * k, b + 2, 2);
+                memcpy(rec + SKV_K16_D + 2 * k, b, 2);
+                memcpy(rec + SKV_K16_DMIN + 2 * k, b + 2, 2);
             }
         }
+}
+
+void skv_k16_pack(const void *w, int n_out, int n_in, void *dst) {
+#ifdef SKV_HAVE_MATMUL_AVX2
+    if (skv_kernels_use_simd()) {
+        skv_k16_pack_avx2(w, n_out, n_in, dst);
+        return;
+    }
+#endif
+    skv_k16_pack_ref(w, n_out, n_in, dst);
 }
 
 void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
@@ -893,15 +902,15 @@ void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
             for (int j = 0; j < 8; j++) {
                 for (int gp = 0; gp < 4; gp++)
                     for (int e = 0; e < 4; e++) {
-                        const uint8_t q = rec[K16_Q + 256 * j + 64 * gp + 4 * k + e];
+                        const uint8_t q = rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e];
                         code[32 * j + 4 * gp + e] = q & 15;
                         code[32 * j + 4 * gp + 16 + e] = q >> 4;
                     }
-                sc[j] = rec[K16_SC + 16 * j + k];
-                m[j] = rec[K16_MN + 32 * (j / 2) + 2 * k + j % 2];
+                sc[j] = rec[SKV_K16_SC + 16 * j + k];
+                m[j] = rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2];
             }
-            memcpy(b, rec + K16_D + 2 * k, 2);
-            memcpy(b + 2, rec + K16_DMIN + 2 * k, 2);
+            memcpy(b, rec + SKV_K16_D + 2 * k, 2);
+            memcpy(b + 2, rec + SKV_K16_DMIN + 2 * k, 2);
             k_pack_scales(b + 4, sc, m);
             for (int c = 0; c < 4; c++)
                 for (int l = 0; l < 32; l++)

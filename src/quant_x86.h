@@ -193,10 +193,7 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* k16 records (kernels.h): the offsets of the parts of a record, and the record of 16-row group
- * g, super-block s. */
-enum { K16_Q = 0, K16_SC = 2048, K16_MN = 2176, K16_D = 2304, K16_DMIN = 2336 };
-
+/* The k16 record (kernels.h) of 16-row group g, super-block s. */
 static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) {
     const int nsb = mm->n_in / 256;
     return (const uint8_t *)mm->w + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;

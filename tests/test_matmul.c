@@ -201,7 +201,8 @@ static void test_k16(void **s) {
             const size_t kb = skv_k16_bytes(SKV_TYPE_Q4_K, n_out, n_in);
             assert_int_equal(kb, (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD);
             float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
-            uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb), *back = malloc(rb * n_out);
+            uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
+                    *back = malloc(kb > rb * n_out ? kb : rb * n_out);
             float *y = malloc(sizeof(float) * M * n_out), *y16 = malloc(sizeof(float) * M * n_out);
             for (int r = 0; r < n_out; r++) {
                 fill_w(wf, 1, n_in);
@@ -210,7 +211,9 @@ static void test_k16(void **s) {
             }
             fill_x(x, M, n_in);
             x[(size_t)(M > 5 ? 5 : M - 1) * n_in + 3] = NAN;
+            skv_k16_pack_ref(w, n_out, n_in, back); /* the plain C packer writes the same bytes */
             skv_k16_pack(w, n_out, n_in, k16);
+            assert_memory_equal(back, k16, kb);
             skv_k16_unpack_rows(k16, n_in, 0, n_out, back);
             assert_memory_equal(back, w, rb * n_out);
             skv_k16_unpack_rows(k16, n_in, n_out / 2, n_out, back);
