@@ -9,6 +9,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,7 @@ typedef struct mm_task {
     bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
     bool k16_kernels; /* k16 records read as they are (the AVX2 and AVX-512 levels) */
+    atomic_int next;  /* decode: the next chunk of W rows to take */
 } mm_task;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
@@ -200,15 +202,32 @@ static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     free(heap);
 }
 
-static void mm_worker(void *arg, int ith, int nth) {
-    const mm_task *t = arg;
-    int i0, i1, r0, r1;
-    mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
-    if (i0 >= i1 || r0 >= r1) return;
+static void mm_rect(const mm_task *t, int i0, int i1, int r0, int r1) {
     if (t->mm.w_k16 && !t->k16_kernels)
         mm_k16_unpacked(t, i0, i1, r0, r1);
     else
         mm_block(t, &t->mm, i0, i1, r0, r1);
+}
+
+/* Decode (one x row) streams W from memory, and the threads' shares of the bandwidth differ
+ * from token to token: equal shares leave the first done waiting. So the threads take chunks of
+ * DECODE_CHUNK rows as they go (a row's result does not depend on which thread computes it). */
+#define DECODE_CHUNK 128
+
+static void mm_worker(void *arg, int ith, int nth) {
+    mm_task *t = arg;
+    if (t->mm.m == 1 && nth > 1) {
+        for (;;) {
+            const int r0 =
+                DECODE_CHUNK * atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+            if (r0 >= t->mm.n_out) return;
+            mm_rect(t, 0, 1, r0, t->mm.n_out - r0 < DECODE_CHUNK ? t->mm.n_out : r0 + DECODE_CHUNK);
+        }
+    }
+    int i0, i1, r0, r1;
+    mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
+    if (i0 >= i1 || r0 >= r1) return;
+    mm_rect(t, i0, i1, r0, r1);
 }
 
 static void quant_worker(void *arg, int ith, int nth) {
@@ -274,6 +293,7 @@ static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const vo
     if (m <= 0 || n_out <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     mm_task t;
     memset(&t, 0, sizeof t);
+    atomic_init(&t.next, 0);
     const bool panels = layout == W_PANELS;
     t.mm.w_panels = panels;
     t.mm.w_k16 = layout == W_K16;
