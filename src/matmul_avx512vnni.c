@@ -40,8 +40,8 @@
  * with dm = -dmin (Q4_K/Q5_K) or -32 d (Q6_K). Decode computes U and M from the raw blocks,
  * prefill with sixteen W rows in the lanes: the same bits. Bounds (x codes within +-127):
  * |U| <= 16 x 128 x 16 x 63 x 127 < 2^31 (Q6_K; Q5_K: 8 x 63 x 32 x 31 x 127), |M| < 2^23.
- * x's group sums are exact integers only here: skv_act_rows_k_int writes them into the
- * activation row in place of the float sums. */
+ * x's group sums are exact integers for the SIMD K-quant code (this level and the AVX2 one):
+ * skv_act_rows_k_int writes them into the activation row in place of the float sums. */
 
 /* Two 256-bit halves as one register. */
 static inline __m512i join(__m256i lo, __m256i hi) {

@@ -1,7 +1,7 @@
 /* quant_x86.h — unpacking the quantized weight blocks with AVX2 (256-bit) instructions, shared
  * by the AVX2 and AVX-512 matmuls (include only from files compiled with at least
- * -mavx2 -mfma -mf16c): activation rows, W row pointers, block unpacking, the k16 record
- * layout. */
+ * -mavx2 -mfma -mf16c): activation rows, W row pointers, block unpacking, K-quant decode
+ * helpers, the k16 record accessor (the layout is in kernels.h). */
 #ifndef SKV_QUANT_X86_H
 #define SKV_QUANT_X86_H
 

@@ -443,7 +443,9 @@ static void test_float_order(void **s) {
  * two exact integers U_s = sum_j sc_j (codes . x codes over sub-block j) and M_s = sum_h mn_h
  * (x codes summed over group h of 16), then acc = fma(U_s, d dx, acc); acc = fma(M_s, dm dx,
  * acc). Here that is done with plain C loops over codes decoded from the block layouts below,
- * and every level must give exactly these bits. */
+ * and every level must give exactly these bits. Some W rows have every code and scale at its
+ * largest and some x rows are all +1 or all -1 (codes +-127), the sums the kernels add in 16
+ * bits at their largest; one x row holds a NaN. */
 
 static int f16_bits(const uint8_t *p) {
     return p[0] | p[1] << 8;
@@ -508,7 +510,7 @@ static void test_k_formula(void **s) {
     (void)s;
     if (!skv_kernels_use_simd()) skip();
     const skv_type ts[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    enum { M = 100, N_OUT = 37, N_IN = 1536 };
+    enum { M = 200, N_OUT = 37, N_IN = 1536 }; /* 200: more than one block of x rows */
     float *x = malloc(sizeof(float) * M * N_IN), *wf = malloc(sizeof(float) * N_OUT * N_IN);
     float *wd = malloc(sizeof(float) * N_IN), *y = malloc(sizeof(float) * M * N_OUT);
     uint8_t *w = malloc(210 * (N_IN / 256) * N_OUT);
@@ -517,18 +519,33 @@ static void test_k_formula(void **s) {
             *work = malloc(skv_matmul_work_size(SKV_TYPE_Q6_K, M, N_IN));
     assert_true(x && wf && wd && y && w && act && work);
     fill_x(x, M, N_IN);
+    for (int k = 0; k < N_IN; k++) x[k] = 1.0f, x[N_IN + k] = -1.0f;
+    x[4 * N_IN + 100] = NAN;
     fill_w(wf, N_OUT, N_IN);
     for (int ti = 0; ti < 3; ti++) {
         const skv_type t = ts[ti];
-        const size_t rb = skv_row_bytes(t, N_IN);
+        const size_t rb = skv_row_bytes(t, N_IN), bb = rb / (N_IN / 256);
         for (int r = 0; r < N_OUT; r++) {
             skv_quantize_row(t, wf + r * N_IN, w + r * rb, N_IN);
+            if (r % 6 == 5) /* all codes, scales and mins at their largest (Q6_K: +127 / -128) */
+                for (int sb = 0; sb < N_IN / 256; sb++) {
+                    uint8_t *b = w + r * rb + sb * bb;
+                    const uint16_t d = skv_f32_to_f16(0.01f), dmin = skv_f32_to_f16(0.02f);
+                    memset(b, 0xff, bb);
+                    if (t == SKV_TYPE_Q6_K) {
+                        memset(b + 192, r % 12 == 5 ? 0x80 : 0x7f, 16);
+                        memcpy(b + 208, &d, 2);
+                    } else {
+                        memcpy(b, &d, 2);
+                        memcpy(b + 2, &dmin, 2);
+                    }
+                }
             /* the decoder above reads the blocks as the library's dequantizer does */
             skv_dequantize_row(t, w + r * rb, wd, N_IN);
             for (int sb = 0; sb < N_IN / 256; sb++) {
                 int code[256], sc[256], mn[256];
                 float d, dm;
-                k_decode(t, w + r * rb + sb * (rb / (N_IN / 256)), code, sc, mn, &d, &dm);
+                k_decode(t, w + r * rb + sb * bb, code, sc, mn, &d, &dm);
                 for (int v = 0; v < 256; v++) {
                     const double a = (double)d * sc[v] * code[v], b = (double)dm * mn[v];
                     assert_true(fabs(a + b - wd[256 * sb + v]) <= 1e-6 * (fabs(a) + fabs(b)));
@@ -543,8 +560,8 @@ static void test_k_formula(void **s) {
             skv_k16_pack(w, N_OUT, N_IN, k16_mem);
             k16 = k16_mem;
         }
-        const int ms[] = {1, 2, 3, 7, M};
-        for (int mi = 0; mi < 5; mi++)
+        const int ms[] = {1, 2, 3, 5, 7, M}; /* 5: a 2-row tile */
+        for (int mi = 0; mi < 6; mi++)
             for (int layout = 0; layout < (k16 ? 2 : 1); layout++) {
                 const int m = ms[mi];
                 if (layout)
@@ -555,7 +572,8 @@ static void test_k_formula(void **s) {
                     skv_quantize_act_row(x + i * N_IN, act, N_IN, 256);
                     for (int r = 0; r < N_OUT; r++) {
                         const float want = k_formula(t, w + r * rb, act, N_IN);
-                        if (memcmp(&want, &y[i * N_OUT + r], sizeof want) != 0)
+                        if (isnan(want) ? !isnan(y[i * N_OUT + r])
+                                        : memcmp(&want, &y[i * N_OUT + r], sizeof want) != 0)
                             fail_msg("%s%s m=%d y[%d][%d] = %.9g, the formula gives %.9g",
                                      skv_type_name(t), layout ? " k16" : "", m, i, r,
                                      y[i * N_OUT + r], want);
