@@ -647,18 +647,6 @@ static inline int32_t pair16(int e, int f) {
     return (int32_t)((uint32_t)(uint16_t)e | (uint32_t)(uint16_t)f << 16);
 }
 
-/* The pairs of x's group sums of super-block s that the mins meet: Q4_K/Q5_K the sums of
- * sub-blocks 2p and 2p + 1 (p < 4), Q6_K of groups 2p and 2p + 1 (p < 8). Within int16:
- * |sum| <= 32 x 127. */
-static inline void k_xpairs(act_row a, int s, int q6, int32_t xp[8]) {
-    int32_t xs[16];
-    memcpy(xs, a.s + 16 * s, sizeof xs);
-    for (int p = 0; p < 4; p++)
-        xp[p] = q6 ? pair16(xs[2 * p], xs[2 * p + 1])
-                   : pair16(xs[4 * p] + xs[4 * p + 1], xs[4 * p + 2] + xs[4 * p + 3]);
-    for (int p = 4; p < 8; p++) xp[p] = q6 ? pair16(xs[2 * p], xs[2 * p + 1]) : 0;
-}
-
 /* U's lanes of one raw super-block b (sum of the lanes = U). */
 INLINE __m256i u_raw(skv_type t, const uint8_t *b, const int8_t *xq, __m128i sc) {
     __m256i isum = _mm256_setzero_si256();
@@ -707,8 +695,7 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
     __m256 acc = _mm256_setzero_ps();
     for (int s = 0; s < nb; s++) {
         const int8_t *xq = a.q + 256 * s;
-        int32_t xp[8] ALIGNED32;
-        k_xpairs(a, s, q6, xp);
+        const __m256i xp = k_xpairs_v(a, s, q6);
         __m256i v[8];
         uint32_t dd[4];
 #pragma GCC unroll 4
@@ -717,8 +704,7 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
             if (q6) {
                 v[2 * k] = u_raw(t, blk, xq, _mm_setzero_si128());
                 v[2 * k + 1] = _mm256_madd_epi16(
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))),
-                    _mm256_load_si256((const __m256i *)xp));
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))), xp);
                 uint16_t h;
                 memcpy(&h, blk + 208, 2);
                 dd[k] = h | (uint32_t)h << 16;
@@ -728,7 +714,7 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
                 v[2 * k] = u_raw(t, blk, xq, sc);
                 /* mins of sub-blocks 2p, 2p + 1 against the pair p */
                 v[2 * k + 1] =
-                    _mm256_zextsi128_si256(_mm_madd_epi16(mn, _mm_load_si128((const __m128i *)xp)));
+                    _mm256_zextsi128_si256(_mm_madd_epi16(mn, _mm256_castsi256_si128(xp)));
                 memcpy(&dd[k], blk, 4);
             }
         }
@@ -804,10 +790,6 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_mul_ps(d1, dx), acc[1]);
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
 }
-
-/* Super-blocks whose x pairs gemv_k16 prepares once per x row, on its stack (n_in up to 65536;
- * wider rows, beyond any model's, make them at each step). */
-#define K16_MAX_SB 256
 
 /* The thread's groups one after the other: W read as one stream. */
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
@@ -1003,8 +985,8 @@ INLINE void tile_hk(int mr, skv_type t, const act_row *a, int b0, const prep_hk 
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            int32_t xp[8];
-            k_xpairs(a[i], b0 + s, q6, xp);
+            /* broadcast from a register: 4-byte loads of a vector just stored stall (-12%) */
+            const __m256i xv = k_xpairs_v(a[i], b0 + s, q6);
             const __m256 dx = _mm256_set1_ps(a[i].d[b0 + s]);
 #pragma GCC unroll 2
             for (int c = 0; c < 2; c++) {
@@ -1012,9 +994,10 @@ INLINE void tile_hk(int mr, skv_type t, const act_row *a, int b0, const prep_hk 
                 const int np = q6 ? 8 : 4;
                 for (int pp = 0; pp < np; pp++)
                     m = _mm256_add_epi32(
-                        m, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(p->mn + 128 * s +
-                                                                                 16 * pp + 8 * c)),
-                                             _mm256_set1_epi32(xp[pp])));
+                        m,
+                        _mm256_madd_epi16(
+                            _mm256_load_si256((const __m256i *)(p->mn + 128 * s + 16 * pp + 8 * c)),
+                            _mm256_permutevar8x32_epi32(xv, _mm256_set1_epi32(pp))));
                 float *ac = acc + 16 * i + 8 * c;
                 __m256 A = _mm256_load_ps(ac);
                 A = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[i][c]),

@@ -530,32 +530,21 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
 }
 
-/* x's sums of 32 codes of super-block s as 16-bit pairs (sub-blocks 2p, 2p + 1), for the mins. */
-static inline void k16_xpairs(act_row a, int s, int32_t xp[4]) {
-    const __m512i xs = _mm512_loadu_si512(a.s + 16 * s);
-    _mm_storeu_si128((__m128i *)xp, _mm256_cvtepi32_epi16(_mm512_cvtepi64_epi32(
-                                        _mm512_add_epi32(xs, _mm512_srli_epi64(xs, 32)))));
-}
-
-/* Super-blocks whose x pairs gemv_k16 prepares once per x row, on its stack (n_in up to 65536;
- * wider rows, beyond any model's, make them at each step). */
-#define K16_MAX_SB 256
-
 /* The thread's groups one after the other: W read as one stream (llama-3.2-1b Q4_K tg64 on Zen
  * 4: 39-53 t/s; four streams, a quarter of the groups each, 32-40). */
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     const int nsb = mm->n_in / 256;
-    int32_t xp[K16_MAX_SB][4];
+    int32_t xp[K16_MAX_SB][8];
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 256);
         float *y = mm->y + (size_t)i * mm->n_out;
         const bool pre = nsb <= K16_MAX_SB;
-        for (int s = 0; pre && s < nsb; s++) k16_xpairs(a, s, xp[s]);
+        for (int s = 0; pre && s < nsb; s++) k_xpairs(a, s, 0, xp[s]);
         for (int g = r0 / 16; 16 * g < r1; g++) {
             __m512 acc = _mm512_setzero_ps();
             for (int s = 0; s < nsb; s++) {
-                int32_t one[4];
-                if (!pre) k16_xpairs(a, s, one);
+                int32_t one[8];
+                if (!pre) k_xpairs(a, s, 0, one);
                 acc = k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
                                _mm512_set1_ps(a.d[s]), acc);
             }

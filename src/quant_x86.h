@@ -143,6 +143,31 @@ static inline void k45_codes(const uint8_t *qs, __m256i hb, int c, int q5, __m25
     }
 }
 
+/* The pairs of x's group sums (int32 in the activation row, skv_act_rows_k_int) of
+ * super-block s that the mins meet, as two int16 words per int32 (vpmaddwd's operand): Q4_K/Q5_K
+ * the sums of sub-blocks 2p and 2p + 1 (p < 4; xp[4..8) zero), Q6_K of groups 2p and 2p + 1
+ * (p < 8). The packs never saturate: |sum| <= 32 x 127. */
+static inline __m256i k_xpairs_v(act_row a, int s, int q6) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)(a.s + 16 * s));     /* groups 0-7 */
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)(a.s + 16 * s + 8)); /* 8-15 */
+    __m256i w;
+    if (q6) { /* words lo0-3 hi0-3 | lo4-7 hi4-7, put in order */
+        w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
+    } else { /* sub-blocks 0 1 4 5 | 2 3 6 7, put in order, then as words */
+        const __m256i sb = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xd8);
+        w = _mm256_permute4x64_epi64(_mm256_packs_epi32(sb, _mm256_setzero_si256()), 0xd8);
+    }
+    return w;
+}
+
+static inline void k_xpairs(act_row a, int s, int q6, int32_t xp[8]) {
+    _mm256_storeu_si256((__m256i *)xp, k_xpairs_v(a, s, q6));
+}
+
+/* Super-blocks whose x pairs gemv_k16 prepares once per x row, on its stack (n_in up to 65536;
+ * wider rows, beyond any model's, make them at each step). */
+#define K16_MAX_SB 256
+
 /* ---- K-quant decode from raw rows, shared by the AVX2 and VNNI levels ----------------------
  * A level's dot(t, w, a, nb, y) multiplies 4 raw rows w[0..4) by one activation row. Per
  * super-block their exact integers U and M sit in v[8] (U_k's lanes in v[2k], M_k's in
