@@ -220,15 +220,37 @@ static void per_token(tok_task *t, tok_op op, const float *norm, const float *bi
         skv_pool_run(t->ctx->pool, tok_worker, t);
 }
 
-/* y[n, n_out] = x[n, n_in] . W^T, from W's panels when the model holds them. */
+/* How the model holds W: panels (float), k16 records (Q4_K), or the rows. */
+static const void *w_layout(const skv_weight *w, skv_mm_layout *layout) {
+    *layout = w->panels ? SKV_MM_PANELS : w->k16 ? SKV_MM_K16 : SKV_MM_ROWS;
+    return w->panels ? w->panels : w->k16 ? w->k16 : w->data;
+}
+
+/* y[n, n_out] = x[n, n_in] . W^T, from W as the model holds it. */
 static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_weight *w, int n_out,
                  int n_in) {
-    if (w->panels)
-        skv_matmul_panels(ctx->pool, y, x, n, w->panels, w->type, n_out, n_in, ctx->work);
-    else if (w->k16)
-        skv_matmul_k16(ctx->pool, y, x, n, w->k16, w->type, n_out, n_in, ctx->work);
-    else
-        skv_matmul(ctx->pool, y, x, n, w->data, w->type, n_out, n_in, ctx->work);
+    skv_mm_layout layout;
+    const skv_mm_part part = {y, w_layout(w, &layout), n_out};
+    skv_matmul_group(ctx->pool, &part, 1, x, n, w->type, layout, n_in, ctx->work);
+}
+
+/* Two or three products of one x (q, k, v; gate, up) in one pool run when their W share a type
+ * and layout (a Q4_K_M file mixes types: then one after the other). */
+static void mm_w_group(skv_context *ctx, const float *x, int n, int n_in, int count,
+                       const skv_weight *const *w, float *const *y, const int *n_out) {
+    skv_mm_part parts[SKV_MM_GROUP_MAX];
+    skv_mm_layout layout = SKV_MM_ROWS, lj;
+    bool same = true;
+    for (int j = 0; j < count; j++) {
+        parts[j] = (skv_mm_part){y[j], w_layout(w[j], &lj), n_out[j]};
+        if (j == 0) layout = lj;
+        same = same && lj == layout && w[j]->type == w[0]->type;
+    }
+    if (same) {
+        skv_matmul_group(ctx->pool, parts, count, x, n, w[0]->type, layout, n_in, ctx->work);
+        return;
+    }
+    for (int j = 0; j < count; j++) mm_w(ctx, y[j], x, n, w[j], n_out[j], n_in);
 }
 
 /* Runs one batch of n <= n_batch tokens at positions pos0.. and leaves the final hidden states
@@ -260,9 +282,10 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         if (skv_weight_present(&L->wqkv)) {
             mm_w(ctx, ctx->qkv, xb, n, &L->wqkv, dq + 2 * dkv, d);
         } else {
-            mm_w(ctx, ctx->q, xb, n, &L->wq, dq, d);
-            mm_w(ctx, ctx->k, xb, n, &L->wk, dkv, d);
-            mm_w(ctx, ctx->v, xb, n, &L->wv, dkv, d);
+            const skv_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+            float *const y[3] = {ctx->q, ctx->k, ctx->v};
+            const int rows[3] = {dq, dkv, dkv};
+            mm_w_group(ctx, xb, n, d, 3, w, y, rows);
         }
         per_token(&tt, TOK_ROPE_STORE, NULL, NULL);
         skv_cache_commit(cache, l, n);
@@ -279,8 +302,10 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         /* feed-forward block (SwiGLU) */
         per_token(&tt, TOK_ADD_NORM, L->ffn_norm.data, L->bo.data);
         if (skv_weight_present(&L->w_gate)) {
-            mm_w(ctx, ctx->hb, xb, n, &L->w_gate, ff, d);
-            mm_w(ctx, ctx->hb2, xb, n, &L->w_up, ff, d);
+            const skv_weight *w[2] = {&L->w_gate, &L->w_up};
+            float *const y[2] = {ctx->hb, ctx->hb2};
+            const int rows[2] = {ff, ff};
+            mm_w_group(ctx, xb, n, d, 2, w, y, rows);
         } else { /* fused [gate | up] */
             mm_w(ctx, ctx->hb2, xb, n, &L->w_up, 2 * ff, d);
         }

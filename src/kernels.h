@@ -104,6 +104,19 @@ void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
 bool skv_k16_wanted(void);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
+/* Several products of one x at once (a layer's q, k and v; gate and up): y_j[m, n_out_j] =
+ * x[m, n_in] . W_j^T for the n <= SKV_MM_GROUP_MAX parts, all of type wt in one layout. x is
+ * quantized once (work as for skv_matmul) and the pool runs once, so no thread waits between
+ * the products. The same bits as one call per part. */
+#define SKV_MM_GROUP_MAX 3
+typedef enum skv_mm_layout { SKV_MM_ROWS, SKV_MM_PANELS, SKV_MM_K16 } skv_mm_layout;
+typedef struct skv_mm_part {
+    float *y;      /* [m, n_out] */
+    const void *w; /* W_j in the group's layout */
+    int n_out;
+} skv_mm_part;
+void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const float *x, int m,
+                      skv_type wt, skv_mm_layout layout, int n_in, void *work);
 /* Reference: dequantize each row, float64 accumulation. Single thread. */
 void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt, int n_out,
                     int n_in);

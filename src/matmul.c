@@ -128,8 +128,16 @@ typedef struct mm_task {
     bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
     bool k16_kernels; /* k16 records read as they are (the AVX2 and AVX-512 levels) */
-    atomic_int next;  /* decode: the next chunk of W rows to take */
 } mm_task;
+
+/* Products of one x run together (skv_matmul_group): one pool run, no thread waits between
+ * them. */
+typedef struct mm_group {
+    mm_task t[SKV_MM_GROUP_MAX];
+    int n;
+    int end[SKV_MM_GROUP_MAX]; /* decode: product j's rows are [end[j - 1], end[j]) of all */
+    atomic_int next;           /* decode: the next row of all to take */
+} mm_group;
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
  * over nth / nr groups (only when W has too few chunks and m is large enough). */
@@ -211,23 +219,37 @@ static void mm_rect(const mm_task *t, int i0, int i1, int r0, int r1) {
 
 /* Decode (one x row) streams W from memory, and the threads' shares of the bandwidth differ
  * from token to token: equal shares leave the first done waiting. So the threads take chunks of
- * DECODE_CHUNK rows as they go (a row's result does not depend on which thread computes it). */
-#define DECODE_CHUNK 128
+ * rows as they go (a row's result does not depend on which thread computes it), each a share of
+ * the rows left (guided scheduling): long runs at first, short ones at the end, so that the
+ * threads finish close together. Not below DECODE_MIN rows: stories260K's 64-row matrices split
+ * in two were 10% slower to decode than whole. */
+#define DECODE_MIN 64
 
 static void mm_worker(void *arg, int ith, int nth) {
-    mm_task *t = arg;
-    if (t->mm.m == 1 && nth > 1) {
+    mm_group *g = arg;
+    if (g->t[0].mm.m == 1 && nth > 1) {
+        const int n = g->end[g->n - 1];
+        int r0 = atomic_load_explicit(&g->next, memory_order_relaxed), c, j;
         for (;;) {
-            const int r0 =
-                DECODE_CHUNK * atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-            if (r0 >= t->mm.n_out) return;
-            mm_rect(t, 0, 1, r0, t->mm.n_out - r0 < DECODE_CHUNK ? t->mm.n_out : r0 + DECODE_CHUNK);
+            do {
+                if (r0 >= n) return;
+                for (j = 0; r0 >= g->end[j]; j++) {
+                }
+                c = (n - r0) / (2 * nth) / SKV_MM_ROW_ALIGN * SKV_MM_ROW_ALIGN;
+                if (c < DECODE_MIN) c = DECODE_MIN;
+                if (c > g->end[j] - r0) c = g->end[j] - r0; /* within one product */
+            } while (!atomic_compare_exchange_weak_explicit(
+                &g->next, &r0, r0 + c, memory_order_relaxed, memory_order_relaxed));
+            const int base = j ? g->end[j - 1] : 0;
+            mm_rect(&g->t[j], 0, 1, r0 - base, r0 - base + c);
+            r0 = atomic_load_explicit(&g->next, memory_order_relaxed);
         }
     }
-    int i0, i1, r0, r1;
-    mm_split(&t->mm, ith, nth, &i0, &i1, &r0, &r1);
-    if (i0 >= i1 || r0 >= r1) return;
-    mm_rect(t, i0, i1, r0, r1);
+    for (int j = 0; j < g->n; j++) {
+        int i0, i1, r0, r1;
+        mm_split(&g->t[j].mm, ith, nth, &i0, &i1, &r0, &r1);
+        if (i0 < i1 && r0 < r1) mm_rect(&g->t[j], i0, i1, r0, r1);
+    }
 }
 
 static void quant_worker(void *arg, int ith, int nth) {
@@ -286,56 +308,83 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
     }
 }
 
-enum { W_ROWS, W_PANELS, W_K16 };
-
-static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
-                       int layout, int n_out, int n_in, void *work) {
-    if (m <= 0 || n_out <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
-    mm_task t;
-    memset(&t, 0, sizeof t);
-    atomic_init(&t.next, 0);
-    const bool panels = layout == W_PANELS;
-    t.mm.w_panels = panels;
-    t.mm.w_k16 = layout == W_K16;
-    t.mm.y = y;
-    t.mm.x = x;
-    t.mm.w = w;
-    t.mm.wt = wt;
-    t.mm.m = m;
-    t.mm.n_out = n_out;
-    t.mm.n_in = n_in;
-    t.mm.w_stride = skv_row_bytes(wt, n_in);
+static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void *w, skv_type wt,
+                         skv_mm_layout layout, int n_out, int n_in) {
+    memset(t, 0, sizeof *t);
+    const bool panels = layout == SKV_MM_PANELS;
+    t->mm.w_panels = panels;
+    t->mm.w_k16 = layout == SKV_MM_K16;
+    t->mm.y = y;
+    t->mm.x = x;
+    t->mm.w = w;
+    t->mm.wt = wt;
+    t->mm.m = m;
+    t->mm.n_out = n_out;
+    t->mm.n_in = n_in;
+    t->mm.w_stride = skv_row_bytes(wt, n_in);
 #ifdef SKV_HAVE_MATMUL_AVX2
-    t.simd = skv_kernels_use_simd();
-    t.avx512 = t.simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
-    t.k_int = t.simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K);
-    t.k_order = t.k_int && t.avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t.mm.w_k16;
-    t.u_codes = t.avx512 && skv_act_unsigned(wt, m);
-    t.bf16 = panels && wt == SKV_TYPE_BF16 && work && skv_kernels_use_bf16();
-    t.k16_kernels = t.mm.w_k16 && t.simd;
+    t->simd = skv_kernels_use_simd();
+    t->avx512 = t->simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
+    t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K);
+    t->k_order =
+        t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
+    t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
+    t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
+    t->k16_kernels = t->mm.w_k16 && t->simd;
 #endif
+}
+
+void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const float *x, int m,
+                      skv_type wt, skv_mm_layout layout, int n_in, void *work) {
+    if (n <= 0 || n > SKV_MM_GROUP_MAX || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0)
+        return;
+    if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
+        (layout == SKV_MM_K16 && wt != SKV_TYPE_Q4_K))
+        return;
+    mm_group g;
+    g.n = 0;
+    for (int j = 0; j < n; j++) {
+        if (parts[j].n_out <= 0) continue;
+        mm_task_init(&g.t[g.n], parts[j].y, x, m, parts[j].w, wt, layout, parts[j].n_out, n_in);
+        g.end[g.n] = (g.n ? g.end[g.n - 1] : 0) + parts[j].n_out;
+        g.n++;
+    }
+    if (g.n == 0) return;
+    atomic_init(&g.next, 0);
+    mm_task *t = &g.t[0];
+    if (t->bf16 && !work) /* vdpbf16ps needs x rounded in work: without it, the float path */
+        for (int j = 0; j < g.n; j++) g.t[j].bf16 = false;
     int bs = skv_act_block(wt);
-    if (bs || t.bf16) {
-        t.mm.xq = align_work(work);
-        t.mm.xq_stride = t.bf16 ? skv_act_bf16_row_bytes(n_in) : skv_act_row_bytes(n_in, bs);
+    if (bs || t->bf16) { /* x quantized once, into work, for every product */
+        t->mm.xq = align_work(work);
+        t->mm.xq_stride = t->bf16 ? skv_act_bf16_row_bytes(n_in) : skv_act_row_bytes(n_in, bs);
         /* One row is quickest on the caller; many rows are quantized in parallel. */
         if (m < 2 * skv_pool_size(pool))
-            quant_worker(&t, 0, 1);
+            quant_worker(t, 0, 1);
         else
-            skv_pool_run(pool, quant_worker, &t);
+            skv_pool_run(pool, quant_worker, t);
+        for (int j = 1; j < g.n; j++) {
+            g.t[j].mm.xq = t->mm.xq;
+            g.t[j].mm.xq_stride = t->mm.xq_stride;
+        }
     }
-    skv_pool_run(pool, mm_worker, &t);
+    skv_pool_run(pool, mm_worker, &g);
+}
+
+static void matmul_run(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
+                       skv_mm_layout layout, int n_out, int n_in, void *work) {
+    const skv_mm_part part = {y, w, n_out};
+    skv_matmul_group(pool, &part, 1, x, m, wt, layout, n_in, work);
 }
 
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work) {
-    matmul_run(pool, y, x, m, w, wt, W_ROWS, n_out, n_in, work);
+    matmul_run(pool, y, x, m, w, wt, SKV_MM_ROWS, n_out, n_in, work);
 }
 
 void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const void *panels,
                        skv_type wt, int n_out, int n_in, void *work) {
-    if (skv_act_block(wt)) return; /* float types only */
-    matmul_run(pool, y, x, m, panels, wt, W_PANELS, n_out, n_in, work);
+    matmul_run(pool, y, x, m, panels, wt, SKV_MM_PANELS, n_out, n_in, work);
 }
 
 bool skv_k16_wanted(void) {
@@ -348,6 +397,5 @@ bool skv_k16_wanted(void) {
 
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work) {
-    if (wt != SKV_TYPE_Q4_K) return;
-    matmul_run(pool, y, x, m, k16, wt, W_K16, n_out, n_in, work);
+    matmul_run(pool, y, x, m, k16, wt, SKV_MM_K16, n_out, n_in, work);
 }
