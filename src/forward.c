@@ -240,11 +240,11 @@ static void mm_w_group(skv_context *ctx, const float *x, int n, int n_in, int co
                        const skv_weight *const *w, float *const *y, const int *n_out) {
     skv_mm_part parts[SKV_MM_GROUP_MAX];
     skv_mm_layout layout = SKV_MM_ROWS, lj;
-    bool same = true;
-    for (int j = 0; j < count; j++) {
+    bool same = count <= SKV_MM_GROUP_MAX;
+    for (int j = 0; same && j < count; j++) {
         parts[j] = (skv_mm_part){y[j], w_layout(w[j], &lj), n_out[j]};
         if (j == 0) layout = lj;
-        same = same && lj == layout && w[j]->type == w[0]->type;
+        same = lj == layout && w[j]->type == w[0]->type;
     }
     if (same) {
         skv_matmul_group(ctx->pool, parts, count, x, n, w[0]->type, layout, n_in, ctx->work);

@@ -105,9 +105,12 @@ bool skv_k16_wanted(void);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
 /* Several products of one x at once (a layer's q, k and v; gate and up): y_j[m, n_out_j] =
- * x[m, n_in] . W_j^T for the n <= SKV_MM_GROUP_MAX parts, all of type wt in one layout. x is
- * quantized once (work as for skv_matmul) and the pool runs once, so no thread waits between
- * the products. The same bits as one call per part. */
+ * x[m, n_in] . W_j^T for the n parts, all of type wt in one layout. Up to SKV_MM_GROUP_MAX parts
+ * at a time: x is quantized once (work as for skv_matmul; BF16 panels without work take the
+ * float path) and the pool runs once, so no thread waits between the products. The same bits as
+ * one call per part. The y_j must not overlap each other or x; parts with n_out <= 0 are
+ * skipped; panels of a quantized type and k16 records of a type other than Q4_K do nothing (as
+ * skv_matmul_panels and skv_matmul_k16). */
 #define SKV_MM_GROUP_MAX 3
 typedef enum skv_mm_layout { SKV_MM_ROWS, SKV_MM_PANELS, SKV_MM_K16 } skv_mm_layout;
 typedef struct skv_mm_part {

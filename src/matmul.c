@@ -3,9 +3,11 @@
  * matmul_avx512vnni.c and matmul_avx512bf16.c.
  *
  * Threads split W's rows (each streams its own weights) in chunks of SKV_MM_ROW_ALIGN rows;
- * when there are fewer chunks than threads and m is large, the rows of x are split too. Every
- * output element is computed by the same sequence of operations whichever thread gets it and
- * however many rows x has, so results depend neither on the thread count nor on m. */
+ * when there are fewer chunks than threads and m is large, the rows of x are split too. In
+ * decode (one x row) the threads instead take chunks of rows from a counter as they go. Products
+ * of one x (skv_matmul_group) run in one pool run. Every output element is computed by the same
+ * sequence of operations whichever thread gets it and however many rows x has, so results
+ * depend neither on the thread count nor on m. */
 #include "kernels.h"
 
 #include <math.h>
@@ -336,8 +338,9 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
 
 void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const float *x, int m,
                       skv_type wt, skv_mm_layout layout, int n_in, void *work) {
-    if (n <= 0 || n > SKV_MM_GROUP_MAX || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0)
-        return;
+    for (; n > SKV_MM_GROUP_MAX; n -= SKV_MM_GROUP_MAX, parts += SKV_MM_GROUP_MAX)
+        skv_matmul_group(pool, parts, SKV_MM_GROUP_MAX, x, m, wt, layout, n_in, work);
+    if (n <= 0 || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
         (layout == SKV_MM_K16 && wt != SKV_TYPE_Q4_K))
         return;

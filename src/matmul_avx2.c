@@ -214,6 +214,7 @@ static void tile_any(int mr, const float *xp, const float *bp, int len, float *y
  * does not stay in L2 (measured: llama-3.2-1b F16 pp512 at 2 threads 25% below the AVX-512
  * level, which packs; 5% at pp256). 8x8 blocks transposed in registers, 6 of 8 kept. */
 static void pack_x(float *xp, const float *x, size_t ldx, int i0, int i1, int k0, int k1) {
+    _Static_assert(MR == 6, "a tile's rows are stored as 4 + 2 lanes of the transpose");
     const int len = k1 - k0, len8 = len & ~7;
     for (int i = i0; i < i1; i += MR) {
         float *d = xp + (size_t)(i - i0) * (size_t)len; /* (i - i0) is a multiple of MR */
@@ -239,8 +240,8 @@ static void pack_x(float *xp, const float *x, size_t ldx, int i0, int i1, int k0
 /* Outputs of x rows [i0, i1) and W rows [r0, r1): blocks of mc x rows, each in column blocks of
  * up to KC; per block x is packed once (xp, L2) and each 16-row W panel is made floats in bp once
  * (L1-sized), serving every MR-row tile of the block. Panels that end past r1 (the last rows of
- * W) go through a 16-wide scratch copy of y. mc is MC, or MR when there is no memory for xp
- * (the same operations per output either way). */
+ * W) go through a 16-wide scratch copy of y. mc is min(MC, i1 - i0) rounded up to whole tiles,
+ * or MR when there is no memory for xp (the same operations per output either way). */
 INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     float bp[KC * PANEL] ALIGNED32;
     float ys[MR * PANEL];

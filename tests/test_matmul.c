@@ -360,23 +360,25 @@ static void test_rows_independent(void **s) {
 
 /* skv_matmul_group gives each part the same bits as a call of its own, for every layout, m (one
  * row: the parts' rows taken from one counter; more: each part split on its own), thread count
- * and SIMD level; parts of unequal sizes, not multiples of 16, and an empty one. */
+ * and SIMD level; parts of unequal sizes, not multiples of 16, an empty one, more parts than one
+ * pool run takes (SKV_MM_GROUP_MAX), BF16 panels without work (the float path). */
+enum { G_PARTS = SKV_MM_GROUP_MAX + 1 };
 static void test_group(void **s) {
     (void)s;
     const skv_type ts[] = {SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_F32,
                            SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K};
-    const int n_outs[3] = {200, 37, 0}, n_outs2[3] = {64, 512, 16}, ms[] = {1, 2, 9};
+    const int n_outs[2][G_PARTS] = {{200, 37, 0, 48}, {64, 512, 16, 100}}, ms[] = {1, 2, 9};
     enum { N_IN = 512, M = 9, MAX_OUT = 512 };
     for (int ti = 0; ti < 6; ti++)
         for (int shape = 0; shape < 2; shape++) {
             const skv_type t = ts[ti];
-            const int *no = shape ? n_outs2 : n_outs;
+            const int *no = n_outs[shape];
             const size_t rb = skv_row_bytes(t, N_IN);
             float *x = malloc(sizeof(float) * M * N_IN), *wf = malloc(sizeof(float) * N_IN);
-            uint8_t *w[3], *lay[3];
-            float *y[3], *yg[3];
+            uint8_t *w[G_PARTS], *lay[G_PARTS];
+            float *y[G_PARTS], *yg[G_PARTS];
             const bool panels = skv_panels_bytes(t, MAX_OUT, N_IN) > 0, k16 = t == SKV_TYPE_Q4_K;
-            for (int j = 0; j < 3; j++) {
+            for (int j = 0; j < G_PARTS; j++) {
                 w[j] = malloc(rb * MAX_OUT);
                 for (int r = 0; r < no[j]; r++) {
                     fill_w(wf, 1, N_IN);
@@ -392,47 +394,54 @@ static void test_group(void **s) {
             }
             fill_x(x, M, N_IN);
             const size_t ws = skv_matmul_work_size(t, M, N_IN); /* 0 for F16 and F32 */
-            void *work = malloc(ws ? ws : 1);
+            void *work_buf = malloc(ws ? ws : 1);
             for (int simd = 1; simd >= 0; simd--) {
                 skv_kernels_force_ref(!simd);
-                for (int layout = 0; layout < 2; layout++) {
-                    if (layout == 1 && !panels && !k16) continue;
-                    for (int mi = 0; mi < 3; mi++)
-                        for (int p = 0; p < 3; p++) {
-                            const int m = ms[mi];
-                            skv_mm_part parts[3];
-                            for (int j = 0; j < 3; j++) {
-                                parts[j] = (skv_mm_part){yg[j], layout ? lay[j] : w[j], no[j]};
-                                if (layout == 0)
-                                    skv_matmul(pools[p], y[j], x, m, w[j], t, no[j], N_IN, work);
-                                else if (panels)
-                                    skv_matmul_panels(pools[p], y[j], x, m, lay[j], t, no[j], N_IN,
-                                                      work);
-                                else
-                                    skv_matmul_k16(pools[p], y[j], x, m, lay[j], t, no[j], N_IN,
+                for (int layout = 0; layout < 2; layout++)
+                    for (int nowork = 0; nowork < (t == SKV_TYPE_BF16 ? 2 : 1); nowork++) {
+                        if (layout == 1 && !panels && !k16) continue;
+                        void *work = nowork ? NULL : work_buf;
+                        for (int mi = 0; mi < 3; mi++)
+                            for (int p = 0; p < 3; p++) {
+                                const int m = ms[mi];
+                                skv_mm_part parts[G_PARTS];
+                                for (int j = 0; j < G_PARTS; j++) {
+                                    /* outputs left unwritten differ between the two */
+                                    memset(y[j], 0x7f, sizeof(float) * M * MAX_OUT);
+                                    memset(yg[j], 0xff, sizeof(float) * M * MAX_OUT);
+                                    parts[j] = (skv_mm_part){yg[j], layout ? lay[j] : w[j], no[j]};
+                                    if (layout == 0)
+                                        skv_matmul(pools[p], y[j], x, m, w[j], t, no[j], N_IN,
                                                    work);
+                                    else if (panels)
+                                        skv_matmul_panels(pools[p], y[j], x, m, lay[j], t, no[j],
+                                                          N_IN, work);
+                                    else
+                                        skv_matmul_k16(pools[p], y[j], x, m, lay[j], t, no[j], N_IN,
+                                                       work);
+                                }
+                                skv_matmul_group(pools[p], parts, G_PARTS, x, m, t,
+                                                 layout == 0 ? SKV_MM_ROWS
+                                                 : panels    ? SKV_MM_PANELS
+                                                             : SKV_MM_K16,
+                                                 N_IN, work);
+                                for (int j = 0; j < G_PARTS; j++)
+                                    if (memcmp(y[j], yg[j], sizeof(float) * (size_t)m * no[j]) != 0)
+                                        fail_msg("%s group layout %d work %d m=%d pool %d simd=%d: "
+                                                 "part %d (%d rows) differs",
+                                                 skv_type_name(t), layout, !nowork, m, p, simd, j,
+                                                 no[j]);
                             }
-                            skv_matmul_group(pools[p], parts, 3, x, m, t,
-                                             layout == 0 ? SKV_MM_ROWS
-                                             : panels    ? SKV_MM_PANELS
-                                                         : SKV_MM_K16,
-                                             N_IN, work);
-                            for (int j = 0; j < 3; j++)
-                                if (memcmp(y[j], yg[j], sizeof(float) * (size_t)m * no[j]) != 0)
-                                    fail_msg("%s group layout %d m=%d pool %d simd=%d: part %d "
-                                             "(%d rows) differs",
-                                             skv_type_name(t), layout, m, p, simd, j, no[j]);
-                        }
-                }
+                    }
             }
             skv_kernels_force_ref(false);
-            for (int j = 0; j < 3; j++) {
+            for (int j = 0; j < G_PARTS; j++) {
                 free(w[j]);
                 free(lay[j]);
                 free(y[j]);
                 free(yg[j]);
             }
-            free(work);
+            free(work_buf);
             free(x);
             free(wf);
         }
