@@ -234,8 +234,10 @@ static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_we
     skv_matmul_group(ctx->pool, &part, 1, x, n, w->type, layout, n_in, ctx->work);
 }
 
-/* Two or three products of one x (q, k, v; gate, up) in one pool run when their W share a type
- * and layout (a Q4_K_M file mixes types: then one after the other). */
+/* Two or three products of one x (q, k, v; gate, up) that the loader did not fuse into one
+ * matrix (model.c, fuse: it does whenever they share a type and layout, except quantized rows
+ * left in the file mapping, SKV_NO_HUGE): in one pool run when their W share a type and layout
+ * (x quantized once), else one after the other (a Q4_K_M file's mixed types). */
 static void mm_w_group(skv_context *ctx, const float *x, int n, int n_in, int count,
                        const skv_weight *const *w, float *const *y, const int *n_out) {
     skv_mm_part parts[SKV_MM_GROUP_MAX];
