@@ -134,7 +134,8 @@ typedef struct skv_hparams {
  * leaves the mapping, so a model takes about its file size in memory, in each process: the
  * environment variable SKV_NO_HUGE=1 (any value but "" or "0") keeps quantized matrices in the
  * mapping, which processes share, and panels in plain malloc memory (the results are the same
- * bits). Returns NULL and fills err on failure. */
+ * bits). The copies are written by a pool of one thread per online core, gone when the call
+ * returns. Returns NULL and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 

@@ -5,6 +5,7 @@
 #include "model.h"
 #include "arch.h"
 #include "kernels.h"
+#include "threads.h"
 #include "tokenizer.h"
 
 #include <math.h>
@@ -449,13 +450,58 @@ static void *alloc_weights(size_t bytes) {
     return p;
 }
 
+/* Writing the weights' copies is most of a load: on a VM whose host takes back freed memory,
+ * each first write of a page waits for the host (measured: 2.3 GB in 16 s on one thread, 8 s
+ * on two), so the copies are written by every core, each its share of 16-row groups (panels,
+ * k16 records) or of 2 MB pieces (copies as stored): the same bytes as one thread's. */
+typedef enum { COPY_PANELS, COPY_K16, COPY_BYTES } copy_kind;
+typedef struct copy_job {
+    copy_kind kind;
+    skv_type type;
+    const uint8_t *src; /* rows as stored */
+    uint8_t *dst;
+    int64_t rows, cols;
+    size_t bytes; /* COPY_BYTES */
+} copy_job;
+
+static void copy_task(void *arg, int ith, int nth) {
+    const copy_job *j = arg;
+    if (j->kind == COPY_BYTES) {
+        const size_t pieces = (j->bytes + HUGE_BYTES - 1) / HUGE_BYTES;
+        const size_t p0 = pieces * (size_t)ith / (size_t)nth,
+                     p1 = pieces * (size_t)(ith + 1) / (size_t)nth;
+        const size_t b0 = p0 * HUGE_BYTES,
+                     b1 = p1 * HUGE_BYTES < j->bytes ? p1 * HUGE_BYTES : j->bytes;
+        if (b0 < b1) memcpy(j->dst + b0, j->src + b0, b1 - b0);
+        return;
+    }
+    const int64_t groups = (j->rows + 15) / 16;
+    const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
+    if (g0 >= g1) return;
+    const int64_t r0 = 16 * g0, r1 = 16 * g1 < j->rows ? 16 * g1 : j->rows;
+    const uint8_t *src = j->src + (size_t)r0 * skv_row_bytes(j->type, j->cols);
+    if (j->kind == COPY_PANELS)
+        skv_panels_pack(j->type, src, (int)(r1 - r0), (int)j->cols,
+                        j->dst + (size_t)g0 * 16 * skv_row_bytes(j->type, j->cols));
+    else
+        skv_k16_pack(src, (int)(r1 - r0), (int)j->cols,
+                     j->dst + (size_t)g0 * (size_t)(j->cols / SKV_QK_K) * SKV_K16_RECORD);
+}
+
+static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
+                     void *dst, size_t bytes) {
+    copy_job j = {kind, w ? w->type : SKV_TYPE_F32, src, dst, w ? w->rows : 0, w ? w->cols : 0,
+                  bytes};
+    skv_pool_run(pool, copy_task, &j);
+}
+
 /* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
  * (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels in k16 records (kernels.h), which those
  * kernels read without unpacking; other quantized ones of 2 MB and more as a copy of their rows
  * (alloc_weights). The token embedding keeps its mapped rows, except that a tied quantized
  * output's copy serves it (pack_matrices); a tied float output gets its own panels, a tied
  * Q4_K one its own records (the embedding rows then come back from the file). */
-static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
+static bool pack_matrix(const skv_model *m, skv_pool *pool, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
     size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
@@ -467,7 +513,7 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
             skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", k16);
             return false;
         }
-        skv_k16_pack(w->data, (int)w->rows, (int)w->cols, w->k16);
+        copy_run(pool, COPY_K16, w, w->data, w->k16, 0);
         skv_gguf_release(m->gguf, w->data, raw);
         w->data = NULL;
         return true;
@@ -479,7 +525,7 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
             skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", raw);
             return false;
         }
-        memcpy(w->copy, w->data, raw);
+        copy_run(pool, COPY_BYTES, NULL, w->data, w->copy, raw);
         skv_gguf_release(m->gguf, w->data, raw);
         w->data = w->copy;
         return true;
@@ -489,7 +535,7 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", bytes);
         return false;
     }
-    skv_panels_pack(w->type, w->data, (int)w->rows, (int)w->cols, w->panels);
+    copy_run(pool, COPY_PANELS, w, w->data, w->panels, 0);
     /* The mapped rows leave memory (only a tied token embedding is read again, a few rows per
      * token, which come back from the file). */
     skv_gguf_release(m->gguf, w->data, raw);
@@ -503,8 +549,8 @@ static bool pack_matrix(const skv_model *m, skv_weight *w, skv_err *err) {
  * depend on the other rows), so the logits are the same bits. Float panels are concatenated
  * (each part a whole number of panels), quantized rows copied into one block; a group that
  * does not qualify stays as it is. */
-static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, int n,
-                 skv_err *err) {
+static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight *const *parts,
+                 int n, skv_err *err) {
     const skv_type type = parts[0]->type;
     const int64_t cols = parts[0]->cols;
     const bool panels = parts[0]->panels != NULL, k16 = parts[0]->k16 != NULL;
@@ -531,7 +577,7 @@ static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, 
     for (int i = 0; i < n; i++) {
         skv_weight *p = parts[i];
         const size_t b = rb * (size_t)p->rows;
-        memcpy(buf + off, panels ? p->panels : k16 ? p->k16 : p->data, b);
+        copy_run(pool, COPY_BYTES, NULL, panels ? p->panels : k16 ? p->k16 : p->data, buf + off, b);
         off += b;
         if (!panels && !k16 && !p->copy) skv_gguf_release(m->gguf, p->data, b);
         free(p->panels);
@@ -550,16 +596,19 @@ static bool fuse(const skv_model *m, skv_weight *dst, skv_weight *const *parts, 
 }
 
 static bool pack_matrices(skv_model *m, skv_err *err) {
-    for (int l = 0; l < m->hp.n_layer; l++) {
+    skv_pool *pool = skv_pool_new(0); /* NULL (no threads to be had): the caller alone */
+    bool ok = true;
+    for (int l = 0; ok && l < m->hp.n_layer; l++) {
         skv_layer_weights *L = &m->layers[l];
         skv_weight *mats[N_LAYER_MATRICES];
         layer_matrices(L, mats);
-        for (int i = 0; i < N_LAYER_MATRICES; i++)
-            if (!pack_matrix(m, mats[i], err)) return false;
+        for (int i = 0; ok && i < N_LAYER_MATRICES; i++) ok = pack_matrix(m, pool, mats[i], err);
         skv_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
-        if (!fuse(m, &L->wqkv, qkv, 3, err) || !fuse(m, &L->w_up, gate_up, 2, err)) return false;
+        ok = ok && fuse(m, pool, &L->wqkv, qkv, 3, err) && fuse(m, pool, &L->w_up, gate_up, 2, err);
     }
-    if (!pack_matrix(m, &m->output, err)) return false;
+    ok = ok && pack_matrix(m, pool, &m->output, err);
+    skv_pool_free(pool);
+    if (!ok) return false;
     /* A tied output copied as stored is the embedding too: read its rows there, so that they
      * are not in memory twice nor faulted back from the file. */
     if (m->hp.tied_output && m->output.copy) m->tok_embd.data = m->output.copy;
