@@ -6,7 +6,7 @@
 #
 # Synthetic models with SmolLM2-135M's exact shapes (random weights: the speed is that of the real
 # model) are generated into $SKV_BENCH_DIR (default ${TMPDIR:-/tmp}/sparsekv-bench) and reused
-# while they are newer than the CLI. Nothing here is committed (*.gguf is ignored).
+# until the sources that write them change (bench/synth_model.sh). Nothing here is committed (*.gguf is ignored).
 # A few minutes on an idle 2-core machine; slower when the machine is shared.
 set -euo pipefail
 
@@ -23,14 +23,9 @@ TMAX=${THREADS##*,}
 [ -x "$CLI" ] || { echo "bench/run.sh: no CLI at $CLI (run make first)" >&2; exit 1; }
 mkdir -p "$DIR"
 
-model() { # preset type -> path (generated when missing or older than the CLI)
-    local f="$DIR/$1-$2.gguf"
-    if [ ! -s "$f" ] || [ "$CLI" -nt "$f" ]; then
-        echo "generating $f" >&2
-        "$CLI" synth-model --preset "$1" --type "$2" --ctx 16384 --seed 1 -o "$f" >&2
-    fi
-    printf '%s\n' "$f"
-}
+# shellcheck source=bench/synth_model.sh
+. bench/synth_model.sh
+model() { synth_model "$CLI" "$DIR" "$1" "$2"; } # preset type -> path
 
 F16=$(model smollm2-135m f16)
 Q80=$(model smollm2-135m q8_0)

@@ -27,6 +27,8 @@ TG=${SKV_VS_TG:-128}
 [ -x "$LLAMA" ] || { echo "bench/vs_llama.sh: no llama-bench at $LLAMA" >&2; exit 1; }
 [ -x "$CLI" ] || { echo "bench/vs_llama.sh: no sparsekv at $CLI (run make first)" >&2; exit 1; }
 mkdir -p "$DIR"
+# shellcheck source=bench/synth_model.sh
+. "$(dirname "$0")/synth_model.sh"
 
 # t/s of one test from one JSON line per test: llama-bench's jsonl ("n_prompt", "n_gen",
 # "avg_ts") or sparsekv's ("test": "ppN"/"tgN", "tps_median").
@@ -55,11 +57,7 @@ echo "| model | type | test | llama.cpp t/s | sparsekv t/s | sparsekv / llama.cp
 echo "|---|---|---|---:|---:|---:|"
 for preset in $PRESETS; do
     for type in $TYPES; do
-        f="$DIR/$preset-$type.gguf"
-        if [ ! -s "$f" ] || [ "$CLI" -nt "$f" ]; then
-            echo "generating $f" >&2
-            "$CLI" synth-model --preset "$preset" --type "$type" --seed 1 -o "$f" >&2
-        fi
+        f=$(synth_model "$CLI" "$DIR" "$preset" "$type")
         lj="$DIR/vs-llama.jsonl" sj="$DIR/vs-skv.jsonl"
         : >"$lj"
         : >"$sj"

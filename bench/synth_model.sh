@@ -1,0 +1,26 @@
+# shellcheck shell=bash
+# bench/synth_model.sh — sourced by run.sh and vs_llama.sh.
+#
+#   synth_model CLI DIR PRESET TYPE -> prints DIR/PRESET-TYPE.gguf
+#
+# A synthetic model of a preset's real shapes (`sparsekv synth-model`, seed 1), generated when
+# missing, or when the sources that write it changed since: a hash of them is kept beside the
+# model (PATH.key). The kernels' code does not enter it, so a rebuilt CLI reuses the models (the
+# largest take minutes to write).
+SKV_SYNTH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+synth_model() {
+    local cli=$1 dir=$2 preset=$3 type=$4 f key
+    f="$dir/$preset-$type.gguf"
+    key=$({
+        echo "$preset $type seed 1 ctx 16384"
+        (cd "$SKV_SYNTH_ROOT" && cat src/synth.c src/synth.h src/quant.c src/gguf.c src/gguf.h \
+            src/arch.c src/rng.c src/types.c tools/cmd_synth_model.c)
+    } | sha256sum | cut -d' ' -f1)
+    if [ ! -s "$f" ] || [ "$(cat "$f.key" 2>/dev/null)" != "$key" ]; then
+        echo "generating $f" >&2
+        rm -f "$f.key"
+        "$cli" synth-model --preset "$preset" --type "$type" --ctx 16384 --seed 1 -o "$f" >&2
+        echo "$key" >"$f.key"
+    fi
+    printf '%s\n' "$f"
+}
