@@ -495,50 +495,58 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const 
     skv_pool_run(pool, copy_task, &j);
 }
 
-/* Float matrices are kept in panels, the layout the float kernels stream in decode and prefill
- * (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels in k16 records (kernels.h), which those
- * kernels read without unpacking; other quantized ones of 2 MB and more as a copy of their rows
- * (alloc_weights). The token embedding keeps its mapped rows, except that a tied quantized
- * output's copy serves it (pack_matrices); a tied float output gets its own panels, a tied
- * Q4_K one its own records (the embedding rows then come back from the file). */
+/* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
+ * kernels stream in decode and prefill (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels in
+ * k16 records (kernels.h), which those kernels read without unpacking; other quantized ones of
+ * 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping. The token
+ * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
+ * (pack_matrices); a tied float output gets its own panels, a tied Q4_K one its own records (the
+ * embedding rows then come back from the file). */
+typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
+
+static hold_kind hold_of(const skv_weight *w) {
+    if (skv_k16_wanted() && !keep_mapped() &&
+        skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) != 0)
+        return HOLD_K16;
+    if (skv_panels_bytes(w->type, (int)w->rows, (int)w->cols) != 0) return HOLD_PANELS;
+    return huge_wanted(skv_row_bytes(w->type, w->cols) * (size_t)w->rows) ? HOLD_COPY : HOLD_MAPPED;
+}
+
+/* The bytes a held row takes (panels and records: a row's share of its group of 16). */
+static size_t held_row_bytes(const skv_weight *w, hold_kind h) {
+    return h == HOLD_K16 ? (size_t)(w->cols / SKV_QK_K) * SKV_K16_RECORD / 16
+                         : skv_row_bytes(w->type, w->cols);
+}
+
+/* Writes w (mapped rows) as held by h into dst, then lets the mapped rows go. */
+static void hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h,
+                       void *dst) {
+    const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
+    copy_run(pool,
+             h == HOLD_K16      ? COPY_K16
+             : h == HOLD_PANELS ? COPY_PANELS
+                                : COPY_BYTES,
+             w, w->data, dst, raw);
+    /* only a tied token embedding is read again, a few rows per token, back from the file */
+    skv_gguf_release(m->gguf, w->data, raw);
+}
+
 static bool pack_matrix(const skv_model *m, skv_pool *pool, skv_weight *w, skv_err *err) {
     if (!w->data) return true;
-    size_t bytes = skv_panels_bytes(w->type, (int)w->rows, (int)w->cols);
-    const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
-    const size_t k16 =
-        skv_k16_wanted() && !keep_mapped() ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) : 0;
-    if (k16 && k16 != SIZE_MAX) { /* Q4_K at a SIMD level: records, read without unpacking */
-        w->k16 = alloc_weights(k16);
-        if (!w->k16) {
-            skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", k16);
-            return false;
-        }
-        copy_run(pool, COPY_K16, w, w->data, w->k16, 0);
-        skv_gguf_release(m->gguf, w->data, raw);
-        w->data = NULL;
-        return true;
-    }
-    if (bytes == 0) { /* quantized: used block by block as stored, from a copy in huge pages */
-        if (!huge_wanted(raw)) return true;
-        w->copy = alloc_weights(raw);
-        if (!w->copy) {
-            skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", raw);
-            return false;
-        }
-        copy_run(pool, COPY_BYTES, NULL, w->data, w->copy, raw);
-        skv_gguf_release(m->gguf, w->data, raw);
-        w->data = w->copy;
-        return true;
-    }
-    w->panels = bytes == SIZE_MAX ? NULL : alloc_weights(bytes);
-    if (!w->panels) {
+    const hold_kind h = hold_of(w);
+    if (h == HOLD_MAPPED) return true;
+    const size_t bytes = h == HOLD_K16      ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols)
+                         : h == HOLD_PANELS ? skv_panels_bytes(w->type, (int)w->rows, (int)w->cols)
+                                            : skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
+    void *buf = bytes == SIZE_MAX ? NULL : alloc_weights(bytes);
+    if (!buf) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", bytes);
         return false;
     }
-    copy_run(pool, COPY_PANELS, w, w->data, w->panels, 0);
-    /* The mapped rows leave memory (only a tied token embedding is read again, a few rows per
-     * token, which come back from the file). */
-    skv_gguf_release(m->gguf, w->data, raw);
+    hold_write(m, pool, w, h, buf);
+    if (h == HOLD_K16) w->k16 = buf, w->data = NULL;
+    if (h == HOLD_PANELS) w->panels = buf; /* data stays: the released mapping, never read */
+    if (h == HOLD_COPY) w->copy = buf, w->data = buf;
     return true;
 }
 
@@ -546,28 +554,28 @@ static bool pack_matrix(const skv_model *m, skv_pool *pool, skv_weight *w, skv_e
  * into wqkv; gate, up into w_up as [gate | up]: the layouts of the files that store them fused):
  * one product per group instead of two or three, so one quantization or packing of x and one
  * dispatch to the threads. Every output is computed as before (the kernels' results do not
- * depend on the other rows), so the logits are the same bits. Float panels are concatenated
- * (each part a whole number of panels), quantized rows copied into one block; a group that
- * does not qualify stays as it is. */
+ * depend on the other rows), so the logits are the same bits. Each part is written straight
+ * into its place in the group's buffer (panels and records: whole groups of 16 rows; quantized
+ * rows as stored, also those too small for a copy of their own); a group that does not qualify
+ * is left for pack_matrix. */
 static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight *const *parts,
                  int n, skv_err *err) {
     const skv_type type = parts[0]->type;
     const int64_t cols = parts[0]->cols;
-    const bool panels = parts[0]->panels != NULL, k16 = parts[0]->k16 != NULL;
+    hold_kind h = HOLD_MAPPED;
     int64_t rows = 0;
-    for (int i = 0; i < n; i++) { /* panels and records: whole groups of 16 rows */
+    for (int i = 0; i < n; i++) {
         const skv_weight *p = parts[i];
-        if (!skv_weight_present(p) || p->type != type || p->cols != cols ||
-            (p->panels != NULL) != panels || (p->k16 != NULL) != k16 ||
-            ((panels || k16) && p->rows % 16))
-            return true;
+        if (!p->data || p->type != type || p->cols != cols) return true;
+        hold_kind hp = hold_of(p);
+        if (hp == HOLD_MAPPED) hp = HOLD_COPY; /* fused rows are copied whatever their size */
+        if (i > 0 && hp != h) return true;
+        h = hp;
+        if ((h == HOLD_PANELS || h == HOLD_K16) && p->rows % 16) return true;
         rows += p->rows;
     }
-    if (!panels && !k16 && keep_mapped()) return true; /* quantized rows stay shared */
-    /* the bytes of a row (k16: a row's share of its records) */
-    const size_t rb = k16 ? (size_t)(cols / SKV_QK_K) * SKV_K16_RECORD / 16
-                          : skv_row_bytes(type, cols),
-                 total = rb * (size_t)rows;
+    if (h == HOLD_COPY && keep_mapped()) return true; /* quantized rows stay shared */
+    const size_t rb = held_row_bytes(parts[0], h), total = rb * (size_t)rows;
     uint8_t *buf = alloc_weights(total);
     if (!buf) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", total);
@@ -576,22 +584,17 @@ static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         skv_weight *p = parts[i];
-        const size_t b = rb * (size_t)p->rows;
-        copy_run(pool, COPY_BYTES, NULL, panels ? p->panels : k16 ? p->k16 : p->data, buf + off, b);
-        off += b;
-        if (!panels && !k16 && !p->copy) skv_gguf_release(m->gguf, p->data, b);
-        free(p->panels);
-        free(p->copy);
-        free(p->k16);
+        hold_write(m, pool, p, h, buf + off);
+        off += rb * (size_t)p->rows;
         *p = (skv_weight){.type = p->type, .rows = p->rows, .cols = p->cols};
     }
-    *dst = (skv_weight){.data = panels || k16 ? NULL : buf,
+    *dst = (skv_weight){.data = h == HOLD_COPY ? buf : NULL,
                         .type = type,
                         .rows = rows,
                         .cols = cols,
-                        .panels = panels ? buf : NULL,
-                        .copy = panels || k16 ? NULL : buf,
-                        .k16 = k16 ? buf : NULL};
+                        .panels = h == HOLD_PANELS ? buf : NULL,
+                        .copy = h == HOLD_COPY ? buf : NULL,
+                        .k16 = h == HOLD_K16 ? buf : NULL};
     return true;
 }
 
@@ -602,9 +605,9 @@ static bool pack_matrices(skv_model *m, skv_err *err) {
         skv_layer_weights *L = &m->layers[l];
         skv_weight *mats[N_LAYER_MATRICES];
         layer_matrices(L, mats);
-        for (int i = 0; ok && i < N_LAYER_MATRICES; i++) ok = pack_matrix(m, pool, mats[i], err);
         skv_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
-        ok = ok && fuse(m, pool, &L->wqkv, qkv, 3, err) && fuse(m, pool, &L->w_up, gate_up, 2, err);
+        ok = fuse(m, pool, &L->wqkv, qkv, 3, err) && fuse(m, pool, &L->w_up, gate_up, 2, err);
+        for (int i = 0; ok && i < N_LAYER_MATRICES; i++) ok = pack_matrix(m, pool, mats[i], err);
     }
     ok = ok && pack_matrix(m, pool, &m->output, err);
     skv_pool_free(pool);
