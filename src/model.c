@@ -532,7 +532,7 @@ static void hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, 
 }
 
 static bool pack_matrix(const skv_model *m, skv_pool *pool, skv_weight *w, skv_err *err) {
-    if (!w->data) return true;
+    if (!w->data || w->copy || w->panels || w->k16) return true; /* absent, or fused already */
     const hold_kind h = hold_of(w);
     if (h == HOLD_MAPPED) return true;
     const size_t bytes = h == HOLD_K16      ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols)
