@@ -57,19 +57,19 @@ $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h eval/*.h tools/*.h te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx2.o: src/%_avx2.c $(wildcard include/*.h src/*.h)
+$(BUILD)/src/%_avx2.o: src/%_avx2.c $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx512.o: src/%_avx512.c $(wildcard include/*.h src/*.h)
+$(BUILD)/src/%_avx512.o: src/%_avx512.c $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx512vnni.o: src/%_avx512vnni.c $(wildcard include/*.h src/*.h)
+$(BUILD)/src/%_avx512vnni.o: src/%_avx512vnni.c $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(VNNI_FLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx512bf16.o: src/%_avx512bf16.c $(wildcard include/*.h src/*.h)
+$(BUILD)/src/%_avx512bf16.o: src/%_avx512bf16.c $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BF16_FLAGS) -c $< -o $@
 
@@ -128,7 +128,7 @@ FUZZ_CC ?= clang
 fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_results $(BUILD)/fuzz_model
 # model and vocabulary loading: the loader's files instrumented, the rest of the engine from the
 # static library
-FUZZ_MODEL_SRC := src/model.c src/arch.c src/rope.c src/gguf.c src/tokenizer.c \
+FUZZ_MODEL_SRC := src/model/model.c src/model/arch.c src/rope.c src/gguf.c src/tokenizer.c \
                   $(wildcard src/tokenizer/*.c)
 $(BUILD)/fuzz_model: tests/fuzz_model.c $(FUZZ_MODEL_SRC) $(STATIC)
 	$(FUZZ_CC) $(CSTD) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \

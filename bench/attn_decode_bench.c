@@ -9,7 +9,7 @@
  *              bench/attn_decode_bench.c build/libsparsekv.a -lm -pthread -o attn_decode_bench
  *   usage: attn_decode_bench [--g G] [--hd HD] [--n N] [--copies C]
  *          (default: g 3, hd 64, n 8192, copies 16: SmolLM2-135M at depth 8192) */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdio.h>

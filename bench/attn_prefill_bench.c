@@ -9,7 +9,7 @@
  *              bench/attn_prefill_bench.c build/libsparsekv.a -lm -pthread -o attn_prefill_bench
  *   usage: attn_prefill_bench [--g G] [--hd HD] [--n N] [--ctx ENTRIES] [--peak GFLOPS]
  *          (default: g 3, hd 64, n 512, ctx 8192) */
-#include "attn_prefill.h"
+#include "kernels/attn_prefill.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,8 +15,8 @@
  *          (default: 2 threads, both, per-thread CPU time, all types; --cold: prefill reads
  *          W from memory too, a new copy each run, as a model's layers do; --llama-1b: the
  *          four shapes of llama-3.2-1b instead, 2048x2048, 512x2048, 8192x2048, 2048x8192) */
-#include "kernels.h"
-#include "roofline.h"
+#include "kernels/kernels.h"
+#include "kernels/roofline.h"
 
 #include <immintrin.h>
 #include <stdio.h>

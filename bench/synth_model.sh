@@ -13,8 +13,8 @@ synth_model() {
     f="$dir/$preset-$type.gguf"
     key=$({
         echo "$preset $type seed 1 ctx 16384"
-        (cd "$SKV_SYNTH_ROOT" && cat src/synth.c src/synth.h src/quant.c src/gguf.c src/gguf.h \
-            src/arch.c src/rng.c src/types.c tools/cmd_synth_model.c)
+        (cd "$SKV_SYNTH_ROOT" && cat src/model/synth.c src/model/synth.h src/kernels/quant.c \
+            src/gguf.c src/gguf.h src/model/arch.c src/rng.c src/types.c tools/cmd_synth_model.c)
     } | sha256sum | cut -d' ' -f1)
     if [ ! -s "$f" ] || [ "$(cat "$f.key" 2>/dev/null)" != "$key" ]; then
         echo "generating $f" >&2

@@ -5,7 +5,7 @@
  * selection that shrinks them really returns pages to the OS (malloc's heap may keep them), which
  * is the point of compressing a cache. */
 #include "cache.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>

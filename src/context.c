@@ -1,7 +1,7 @@
 /* context.c — per-sequence state over a shared model: create, clone, reset, accessors. */
 #include "context.h"
-#include "attn_prefill.h"
-#include "kernels.h"
+#include "kernels/attn_prefill.h"
+#include "kernels/kernels.h"
 #include "policies.h"
 
 #include <string.h>

@@ -3,7 +3,7 @@
 #define SKV_CONTEXT_H
 
 #include "cache.h"
-#include "model.h"
+#include "model/model.h"
 #include "threads.h"
 
 struct skv_context {
@@ -41,7 +41,8 @@ struct skv_context {
     struct skv_policy_state *pstate;
 };
 
-/* Prefill attention runs on blocks of this many tokens of one kv head (src/attn_prefill.c). */
+/* Prefill attention runs on blocks of this many tokens of one kv head (src/kernels/attn_prefill.c).
+ */
 #define SKV_ATTN_TOKENS 32
 
 /* Grows the scratch buffers to batches of n tokens. */

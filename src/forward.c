@@ -15,9 +15,9 @@
  *   logits = rmsnorm(x)·Wout
  * Which of these a model has is decided by its architecture descriptor (arch.c) at load time.
  */
-#include "attn_prefill.h"
+#include "kernels/attn_prefill.h"
 #include "context.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "policies.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
  * Multi-byte values are little-endian (the GGUF convention; the host is assumed to be too). */
 #include "gguf.h"
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>

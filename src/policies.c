@@ -1,7 +1,7 @@
 /* policies.c — the policy registry, the scorers, the allocators and the shared top-k selection
  * (score -> allocate -> select, see policies.h). Nothing here touches a cache's contents. */
 #include "policies.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* rope.c — see rope.h. */
 #include "rope.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /* types.c — names and block geometry of the tensor element types (ggml layouts). */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <string.h>
 #include <strings.h>

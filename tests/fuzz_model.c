@@ -1,8 +1,8 @@
 /* fuzz_model.c — libFuzzer target for model and vocabulary loading: the input is written to an
  * in-memory file and loaded with skv_model_load and skv_vocab_load, so that every architecture
- * rule (src/arch.c, src/model.c), RoPE metadata (src/rope.c) and both tokenizers' loaders
- * (src/tokenizer*) meet hostile metadata: a load either succeeds, and the model then runs one
- * token and the vocabulary encodes and decodes a text, or fails with a message. Seeds: the
+ * rule (src/model/arch.c, src/model/model.c), RoPE metadata (src/rope.c) and both tokenizers'
+ * loaders (src/tokenizer*) meet hostile metadata: a load either succeeds, and the model then runs
+ * one token and the vocabulary encodes and decodes a text, or fails with a message. Seeds: the
  * embedded stories260K; tests/corpus/model/model.dict steers mutations towards architecture and
  * tokenizer keys. Build: make fuzz; run: tests/fuzz_run.sh build/fuzz_model. */
 #include "sparsekv.h"

@@ -1,11 +1,11 @@
 /* ref_forward.c — see ref_forward.h. Deliberately simple: every weight is dequantized to
  * double once, and each call recomputes the whole sequence. The architecture rules are written
- * here again from their definitions (not taken from src/arch.c), so the engine is checked
+ * here again from their definitions (not taken from src/model/arch.c), so the engine is checked
  * against an independent reading. */
 #include "ref_forward.h"
 
 #include "gguf.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* support.c — see support.h. */
 #include "support.h"
-#include "synth.h"
+#include "model/synth.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -15,8 +15,8 @@
 
 #include "context.h"
 #include "gguf.h"
-#include "kernels.h"
-#include "model.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
 #include "ref_forward.h"
 #include "rope.h"
 #include "sparsekv.h"

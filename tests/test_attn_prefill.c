@@ -8,7 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "attn_prefill.h"
+#include "kernels/attn_prefill.h"
 #include "support.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "cache.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <string.h>

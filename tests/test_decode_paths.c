@@ -11,11 +11,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "ref_forward.h"
 #include "sparsekv.h"
 #include "support.h"
-#include "synth.h"
+#include "model/synth.h"
 
 #include <math.h>
 #include <stdio.h>

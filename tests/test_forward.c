@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "ref_forward.h"
-#include "synth.h"
+#include "model/synth.h"
 #include "sparsekv.h"
 #include "support.h"
 
@@ -229,8 +229,8 @@ static void test_cli_generate_reference(void **state) {
 }
 
 /* A model with real head shapes (head_dim 64, 3 query heads per kv head), where prefill
- * attention runs on the blocked kernel (src/attn_prefill.c) and decode on the per-token one:
- * both against the float64 reference and against each other, for f32 and f16 caches. */
+ * attention runs on the blocked kernel (src/kernels/attn_prefill.c) and decode on the per-token
+ * one: both against the float64 reference and against each other, for f32 and f16 caches. */
 static void test_blocked_prefill_attention(void **state) {
     (void)state;
     const char *path = test_synth_gqa64(512, 11, 1);

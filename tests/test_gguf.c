@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "support.h"
 
 #include <math.h>

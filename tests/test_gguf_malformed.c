@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "support.h"
 
 #include <stdio.h>

@@ -8,10 +8,10 @@
 #include <cmocka.h>
 
 #include "gguf.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "sparsekv.h"
 #include "support.h"
-#include "synth.h"
+#include "model/synth.h"
 
 #include <math.h>
 #include <stdio.h>

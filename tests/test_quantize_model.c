@@ -7,11 +7,11 @@
 #include <cmocka.h>
 
 #include "gguf.h"
-#include "kernels.h"
-#include "model.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
 #include "sparsekv.h"
 #include "support.h"
-#include "synth.h"
+#include "model/synth.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* cli_common.c — option parsing and error helpers shared by the subcommands. */
 #include "cli.h"
 #include "eval/eval.h"
-#include "model.h" /* skv_model_load_unpacked */
+#include "model/model.h" /* skv_model_load_unpacked */
 
 #include <errno.h>
 #include <limits.h>

@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "cli_args.h"
 
-#include "roofline.h"
+#include "kernels/roofline.h"
 #include "threads.h"
 
 #include <math.h>

@@ -2,7 +2,7 @@
 #include "cli.h"
 #include "cli_args.h"
 #include "gguf.h" /* the tensor table comes straight from the file */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,8 @@
 #include "cli.h"
 #include "cli_args.h"
 
-#include "kernels.h"
-#include "synth.h"
+#include "kernels/kernels.h"
+#include "model/synth.h"
 
 #include <stdio.h>
 #include <string.h>

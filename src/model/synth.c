@@ -4,7 +4,7 @@
 
 #include "arch.h"
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "threads.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * Norms (1-D) and matrices already in the type are copied from the input mapping; the others are
  * converted row by row (dequantize -> quantize) in parallel and streamed to the output, so memory
  * stays at a few megabytes whatever the model size. */
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "synth.h"
 #include "threads.h"
 

@@ -4,7 +4,7 @@
  * Every tensor of the file must be one the architecture uses (as llama.cpp requires). */
 #include "model.h"
 #include "arch.h"
-#include "kernels.h"
+#include "kernels/kernels.h"
 #include "threads.h"
 #include "tokenizer.h"
 
