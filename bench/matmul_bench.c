@@ -163,9 +163,8 @@ int main(int argc, char **argv) {
     g_pool = pool;
     double peak = skv_roofline_fma_gflops(pool, 100); /* the widest registers the CPU has */
     size_t bw_bytes = (size_t)512 << 20;
-    char *bw_buf = aligned_alloc(64, bw_bytes);
+    char *bw_buf = skv_roofline_buffer(bw_bytes); /* in huge pages, as the weights */
     if (!bw_buf) return 1;
-    memset(bw_buf, 1, bw_bytes);
     double bw = read_bw(pool, bw_buf, bw_bytes);
     free(bw_buf);
     printf("threads %d  simd %s  timing %s  FMA peak (%s) %.1f GFLOP/s  read bandwidth %.1f GB/s\n",
@@ -201,7 +200,9 @@ int main(int argc, char **argv) {
             const size_t kb = skv_k16_wanted() ? skv_k16_bytes(t, n_out, n_in) : 0;
             if (kb) pb = kb; /* Q4_K as a loaded model holds it at this level */
             int copies = (int)(((size_t)256 << 20) / wb) + 1;
-            uint8_t *w = malloc((pb ? pb : wb) * copies);
+            /* in huge pages, as a loaded model's weights */
+            uint8_t *w = skv_roofline_buffer((pb ? pb : wb) * copies);
+            if (!w) return 1;
             for (int r = 0; r < n_out; r++) skv_quantize_row(t, row, w + rb * r, n_in);
             if (pb) { /* panels or k16 records: packed from a copy of the rows */
                 uint8_t *rows = malloc(wb);

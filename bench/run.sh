@@ -216,8 +216,10 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
         echo
         echo "Synthetic models of the presets' real shapes, $TMAX threads, f16 KV cache on both"
         echo "sides; llama-bench and sparsekv bench alternate, ${SKV_VS_ROUNDS:-3} rounds each, medians"
-        echo "(min..max). llama.cpp was built for this machine (GGML_NATIVE): at SKV_SIMD below the"
-        echo "CPU's level the two do not use the same instructions."
+        echo "(min..max). The targets are checked on the ratio of the medians; \"per round\" is the ratio"
+        echo "of each round's two runs (seconds apart), median (min..max) over the rounds: how far the"
+        echo "cell moves from run to run. llama.cpp was built for this machine (GGML_NATIVE): at SKV_SIMD"
+        echo "below the CPU's level the two do not use the same instructions."
         echo
         cat "$VS_OUT"
         echo

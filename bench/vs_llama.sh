@@ -8,7 +8,10 @@
 # into $SKV_BENCH_DIR and reused), ROUNDS rounds of: llama-bench -p PP -n TG -r 1 and
 # sparsekv bench -p PP -n TG -r 1 (each does one warm-up first), in alternating order. Both use
 # an f16 KV cache (llama-bench's default) and THREADS threads. The table gives each side's median
-# t/s over the rounds (min..max) and the ratio of the medians.
+# t/s over the rounds (min..max), the ratio of the medians (what bench/run.sh checks against the
+# targets), and the ratio within each round (the two runs of a round are seconds apart, so a
+# minute when the machine is slower or faster moves both): median (min..max) over the rounds,
+# which says how far a cell moves from run to run.
 #
 # Environment: SKV_VS_PRESETS (default "smollm2-135m qwen2.5-0.5b llama-3.2-1b"),
 # SKV_VS_TYPES (default "f16 q8_0 q4_k"), SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512),
@@ -53,8 +56,8 @@ stats() { # values on stdin -> "median min max" (or "- - -")
         printf "%.2f %.2f %.2f\n", m, v[1], v[NR] }'
 }
 
-echo "| model | type | test | llama.cpp t/s | sparsekv t/s | sparsekv / llama.cpp |"
-echo "|---|---|---|---:|---:|---:|"
+echo "| model | type | test | llama.cpp t/s | sparsekv t/s | sparsekv / llama.cpp | per round |"
+echo "|---|---|---|---:|---:|---:|---:|"
 for preset in $PRESETS; do
     for type in $TYPES; do
         f=$(synth_model "$CLI" "$DIR" "$preset" "$type")
@@ -73,7 +76,14 @@ for preset in $PRESETS; do
             read -r lm lmin lmax < <(llama_tps "$lj" $test | stats)
             read -r sm smin smax < <(skv_tps "$sj" $test | stats)
             ratio=$(awk -v a="$sm" -v b="$lm" 'BEGIN { print (a == "-" || b == "-" || b == 0) ? "-" : sprintf("%.2fx", a / b) }')
-            echo "| $preset | $type | $test$n | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio |"
+            # round r's two runs are line r of each file (a failed run leaves the pairs unmatched)
+            read -r rm rmin rmax < <(
+                if [ "$(llama_tps "$lj" $test | wc -l)" = "$(skv_tps "$sj" $test | wc -l)" ]; then
+                    paste <(llama_tps "$lj" $test) <(skv_tps "$sj" $test) |
+                        awk '$1 > 0 { print $2 / $1 }'
+                fi | stats)
+            rr=$([ "$rm" = - ] && echo - || echo "${rm}x (${rmin}..${rmax})")
+            echo "| $preset | $type | $test$n | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio | $rr |"
         done
     done
 done

@@ -469,13 +469,12 @@ fail:
 /* ---- roofline ---------------------------------------------------------------------------- */
 
 static bool measure_peaks(const opts *o, peaks *pk) {
-    size_t bytes = (size_t)512 << 20; /* >> any last-level cache here */
-    char *buf = aligned_alloc(64, bytes);
+    size_t bytes = (size_t)512 << 20;       /* >> any last-level cache here */
+    char *buf = skv_roofline_buffer(bytes); /* in huge pages, as the weights */
     if (!buf) {
         cli_error(CMD, "out of memory for the %zu-byte bandwidth buffer", bytes);
         return false;
     }
-    memset(buf, 0x5a, bytes); /* touch every page before timing */
     if (!o->json) {
         printf("Machine ceilings (%s loops; %d online cores):\n\n", skv_roofline_impl(),
                skv_n_cores());

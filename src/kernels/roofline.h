@@ -22,7 +22,14 @@ double skv_roofline_fma_gflops(skv_pool *pool, double run_ms);
 
 /* Read bandwidth GB/s (1e9 bytes/s) of all of pool's threads streaming through buf (bytes, each
  * thread its own slice; make it much larger than the last-level cache, and touch it first): the
- * best of reps full passes. */
+ * best of 2 x reps full passes, each thread reading its slice as one sequential stream and as
+ * eight, by turns (which is faster depends on the machine; the scalar loop reads one). */
 double skv_roofline_read_gbs(skv_pool *pool, const void *buf, size_t bytes, int reps);
+
+/* A buffer of bytes for skv_roofline_read_gbs (and benchmarks' weights) laid out as a loaded
+ * model's weights are (model.c): on a 2 MB boundary with transparent huge pages advised, every
+ * page written, so that the ceiling is measured on the kind of memory decode reads. NULL when
+ * out of memory; free() it. */
+void *skv_roofline_buffer(size_t bytes);
 
 #endif
