@@ -197,7 +197,7 @@ uninstall:
 	-rmdir $(DESTDIR)$(PREFIX)/share/sparsekv 2>/dev/null
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h eval/*.c eval/*.h tools/*.c tools/*.h tests/*.c bench/*.c 2>/dev/null || true
+	clang-format -i $(wildcard include/*.h src/*.[ch] src/*/*.[ch] eval/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.c)
 
 clean:
 	rm -rf build build-asan build-tsan

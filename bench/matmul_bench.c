@@ -18,7 +18,6 @@
 #include "kernels/kernels.h"
 #include "kernels/roofline.h"
 
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,8 @@ static skv_pool *g_pool;
 static double g_t[64];
 
 static void probe_task(void *arg, int ith, int nth) {
+    (void)arg;
+    (void)nth;
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     g_t[ith] = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
@@ -58,52 +59,6 @@ static double tstop(void) {
     for (int i = 0; i < skv_pool_size(g_pool); i++)
         m = g_t[i] - t_before[i] > m ? g_t[i] - t_before[i] : m;
     return m;
-}
-
-typedef struct read_arg {
-    const char *buf;
-    size_t bytes;
-    long long sink[64];
-} read_arg;
-
-/* Read bandwidth: each thread streams its slice of a buffer far larger than the caches, as 4
- * sequential streams (one per quarter), which keeps more misses in flight than one stream. */
-static void read_task(void *p, int ith, int nth) {
-    read_arg *a = p;
-    size_t per = a->bytes / nth / 1024 * 1024, q = per / 4;
-    const char *b = a->buf + per * ith;
-    __m256i x0 = _mm256_setzero_si256(), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0,
-            x7 = x0;
-    for (size_t i = 0; i < q; i += 64) {
-        const __m256i *q0 = (const __m256i *)(b + i), *q1 = (const __m256i *)(b + q + i);
-        const __m256i *q2 = (const __m256i *)(b + 2 * q + i),
-                      *q3 = (const __m256i *)(b + 3 * q + i);
-        x0 = _mm256_xor_si256(x0, _mm256_load_si256(q0));
-        x1 = _mm256_xor_si256(x1, _mm256_load_si256(q0 + 1));
-        x2 = _mm256_xor_si256(x2, _mm256_load_si256(q1));
-        x3 = _mm256_xor_si256(x3, _mm256_load_si256(q1 + 1));
-        x4 = _mm256_xor_si256(x4, _mm256_load_si256(q2));
-        x5 = _mm256_xor_si256(x5, _mm256_load_si256(q2 + 1));
-        x6 = _mm256_xor_si256(x6, _mm256_load_si256(q3));
-        x7 = _mm256_xor_si256(x7, _mm256_load_si256(q3 + 1));
-    }
-    x0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_xor_si256(x0, x1), _mm256_xor_si256(x2, x3)),
-                          _mm256_xor_si256(_mm256_xor_si256(x4, x5), _mm256_xor_si256(x6, x7)));
-    a->sink[ith % 64] = _mm256_extract_epi64(x0, 0);
-}
-
-static double read_bw(skv_pool *pool, const char *buf, size_t bytes) {
-    read_arg a = {.buf = buf, .bytes = bytes};
-    double best = 0;
-    for (int rep = 0; rep < 30; rep++) {
-        tstart();
-        skv_pool_run(pool, read_task, &a);
-        double dt = tstop();
-        int nth = skv_pool_size(pool);
-        double gbs = (double)(bytes / nth / 1024 * 1024) * nth / (dt * 1e6);
-        best = gbs > best ? gbs : best;
-    }
-    return best;
 }
 
 /* Float weights as a loaded model holds them (panels), others as stored. */
@@ -165,7 +120,7 @@ int main(int argc, char **argv) {
     size_t bw_bytes = (size_t)512 << 20;
     char *bw_buf = skv_roofline_buffer(bw_bytes); /* in huge pages, as the weights */
     if (!bw_buf) return 1;
-    double bw = read_bw(pool, bw_buf, bw_bytes);
+    double bw = skv_roofline_read_gbs(pool, bw_buf, bw_bytes, 15); /* as bench --roofline */
     free(bw_buf);
     printf("threads %d  simd %s  timing %s  FMA peak (%s) %.1f GFLOP/s  read bandwidth %.1f GB/s\n",
            nth, skv_kernels_use_simd() ? skv_simd_name(skv_simd_active_id()) : "scalar",

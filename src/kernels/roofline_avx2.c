@@ -200,8 +200,8 @@ static uint64_t read_avx2(const char *p, size_t n, int streams) {
             for (int k = 0; k < S; k++) {
                 const char *a = p + (size_t)k * q + i;
                 x[k] = _mm256_xor_si256(x[k], _mm256_load_si256((const __m256i *)(const void *)a));
-                x[k] = _mm256_xor_si256(
-                    x[k], _mm256_load_si256((const __m256i *)(const void *)(a + 32)));
+                x[k] = _mm256_xor_si256(x[k],
+                                        _mm256_load_si256((const __m256i *)(const void *)(a + 32)));
             }
         }
     }
