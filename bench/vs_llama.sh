@@ -11,7 +11,12 @@
 # t/s over the rounds (min..max), the ratio of the medians (what bench/run.sh checks against the
 # targets), and the ratio within each round (the two runs of a round are seconds apart, so a
 # minute when the machine is slower or faster moves both): median (min..max) over the rounds,
-# which says how far a cell moves from run to run.
+# which says how far a cell moves from run to run. sparsekv runs with --roofline, so each round
+# also measures the machine's ceilings (FMA peak, read bandwidth) seconds before the two runs:
+# "of the ceiling" gives both programs' share of it (pp: of the float FMA peak, which quantized
+# products can pass; tg: of the read bandwidth, llama.cpp's bytes taken as sparsekv's for the
+# same file), medians over the rounds. A tg row where llama.cpp already reads at 90% of the
+# ceiling leaves room for 1.11x at most.
 #
 # Environment: SKV_VS_PRESETS (default "smollm2-135m qwen2.5-0.5b llama-3.2-1b"),
 # SKV_VS_TYPES (default "f16 q8_0 q4_k"), SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512),
@@ -49,6 +54,14 @@ skv_tps() { # file test(pp|tg)
           if (substr(t, 1, 2) == want) print ts }' "$1"
 }
 
+skv_pct() { # file test(pp|tg): sparsekv's share of the ceiling (pct_fma / pct_bw) per run
+    awk -v want="$2" '/"record":"test"/ {
+          t = $0; sub(/.*"test":"/, "", t); sub(/".*/, "", t)
+          key = want == "pp" ? "pct_fma" : "pct_bw"
+          if (substr(t, 1, 2) != want || index($0, "\"" key "\":") == 0) next
+          p = $0; sub(".*\"" key "\":", "", p); sub(/[^0-9.eE+-].*/, "", p); print p }' "$1"
+}
+
 stats() { # values on stdin -> "median min max" (or "- - -")
     sort -g | awk '{ v[NR] = $1 } END {
         if (NR == 0) { print "- - -"; exit }
@@ -56,8 +69,8 @@ stats() { # values on stdin -> "median min max" (or "- - -")
         printf "%.2f %.2f %.2f\n", m, v[1], v[NR] }'
 }
 
-echo "| model | type | test | llama.cpp t/s | sparsekv t/s | sparsekv / llama.cpp | per round |"
-echo "|---|---|---|---:|---:|---:|---:|"
+echo "| model | type | test | llama.cpp t/s | sparsekv t/s | sparsekv / llama.cpp | per round | of the ceiling: llama.cpp / sparsekv |"
+echo "|---|---|---|---:|---:|---:|---:|---:|"
 for preset in $PRESETS; do
     for type in $TYPES; do
         f=$(synth_model "$CLI" "$DIR" "$preset" "$type")
@@ -68,7 +81,7 @@ for preset in $PRESETS; do
             echo "vs llama.cpp: $preset $type round $r/$ROUNDS" >&2
             l() { "$LLAMA" -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 -o jsonl >>"$lj" 2>/dev/null ||
                 echo "llama-bench failed on $f" >&2; }
-            s() { "$CLI" bench -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 --kv-type f16 --json >>"$sj"; }
+            s() { "$CLI" bench -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 --kv-type f16 --roofline --json >>"$sj"; }
             if [ $((r % 2)) = 1 ]; then l; s; else s; l; fi
         done
         for test in pp tg; do
@@ -83,7 +96,16 @@ for preset in $PRESETS; do
                         awk '$1 > 0 { print $2 / $1 }'
                 fi | stats)
             rr=$([ "$rm" = - ] && echo - || echo "${rm}x (${rmin}..${rmax})")
-            echo "| $preset | $type | $test$n | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio | $rr |"
+            # llama.cpp's share of the round's ceiling: sparsekv's share x the two runs' t/s ratio
+            read -r pl _ _ < <(
+                if [ "$(llama_tps "$lj" $test | wc -l)" = "$(skv_pct "$sj" $test | wc -l)" ]; then
+                    paste <(llama_tps "$lj" $test) <(skv_tps "$sj" $test) <(skv_pct "$sj" $test) |
+                        awk '$2 > 0 { print $3 * $1 / $2 }'
+                fi | stats)
+            read -r ps _ _ < <(skv_pct "$sj" $test | stats)
+            pc=$(awk -v a="$pl" -v b="$ps" 'BEGIN {
+                if (a == "-" || b == "-") print "-"; else printf "%.0f%% / %.0f%%", a, b }')
+            echo "| $preset | $type | $test$n | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio | $rr | $pc |"
         done
     done
 done

@@ -1,10 +1,11 @@
-/* avx2_util.h — horizontal reductions (float and int32) and an 8x8 transpose shared by the files
- * compiled with -mavx2 -mfma -mf16c (the *_avx2.c files, and the AVX-512 ones, built on top of
- * those flags). */
+/* avx2_util.h — horizontal reductions (float and int32), an 8x8 transpose and a spread-out
+ * prefetch shared by the files compiled with -mavx2 -mfma -mf16c (the *_avx2.c files, and the
+ * AVX-512 ones, built on top of those flags). */
 #ifndef SKV_AVX2_UTIL_H
 #define SKV_AVX2_UTIL_H
 
 #include <immintrin.h>
+#include <stddef.h>
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -45,6 +46,30 @@ static inline __attribute__((always_inline)) void transpose8(__m256 v[8]) {
     v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
     v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
     v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Prefetch of a byte range in shares: prefetch_start(s, p, bytes, parts), then prefetch_share(s)
+ * up to parts times, each asking for the next bytes / parts (whole lines). Prefill uses it for
+ * the next W panel while the tiles of the current one run: a panel's block is read once per
+ * block of x rows, cold (from memory), and without it each panel began with a stall of misses
+ * until the hardware prefetcher caught on (llama-3.2-1b F16 pp512, AVX2 level: 4-24% faster). */
+typedef struct {
+    const char *p;
+    size_t left, step;
+} prefetch_stream;
+
+static inline void prefetch_start(prefetch_stream *s, const void *p, size_t bytes, size_t parts) {
+    s->p = (const char *)p;
+    s->left = p ? bytes : 0;
+    s->step = parts ? ((bytes + parts - 1) / parts + 63) & ~(size_t)63 : bytes;
+}
+
+static inline __attribute__((always_inline)) void prefetch_share(prefetch_stream *s) {
+    if (!s->left) return;
+    const size_t n = s->step < s->left ? s->step : s->left;
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch(s->p + o, _MM_HINT_T0);
+    s->p += n;
+    s->left -= n;
 }
 
 #endif

@@ -262,10 +262,20 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
                 const int nr = r1 - r < PANEL ? r1 - r : PANEL;
                 const float *b = mm->w_panels ? pack_panel(bp, mm, r, k0, k1, t)
                                               : (pack_rows(bp, mm, r, nr, k0, k1, t), bp);
+                /* the next panel's columns [k0, k1), a share per tile (prefetch_share) */
+                prefetch_stream pf;
+                const size_t es = elem_size(t);
+                prefetch_start(&pf,
+                               mm->w_panels && r + PANEL < r1
+                                   ? (const uint8_t *)mm->w +
+                                         ((size_t)(r + PANEL) * n + (size_t)k0 * PANEL) * es
+                                   : NULL,
+                               (size_t)(k1 - k0) * PANEL * es, (size_t)(mc1 - mc0 + MR - 1) / MR);
                 for (int i = mc0; i < mc1; i += MR) {
                     const int mr = mc1 - i < MR ? mc1 - i : MR;
                     const float *x = xp + (size_t)(i - mc0) * (size_t)(k1 - k0);
                     float *y = mm->y + (size_t)i * ldy + r;
+                    prefetch_share(&pf);
                     /* the next tile's outputs (from L3 or memory after the first block) */
                     if (!first && i + 2 * MR <= mc1)
                         for (int ii = MR; ii < 2 * MR; ii++) {

@@ -180,10 +180,28 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
                 const __mmask16 m0 = lanes(r1 - r), m1 = np > 1 ? lanes(r1 - r - PANEL) : 0;
                 const float *b0 = pack_panel(bp[0], mm, r, k0, k1, t);
                 const float *b1 = np > 1 ? pack_panel(bp[1], mm, r + PANEL, k0, k1, t) : b0;
+                /* the next two panels' columns [k0, k1) (avx2_util.h prefetch_share): the two
+                 * blocks are 2 * PANEL * n * es apart, so two streams, each a share per tile */
+                prefetch_stream pf0, pf1;
+                const size_t es = elem_size(t), blk = (size_t)(k1 - k0) * PANEL * es;
+                const size_t tiles = (size_t)(mc1 - mc0 + MR - 1) / MR;
+                const uint8_t *w = (const uint8_t *)mm->w;
+                prefetch_start(&pf0,
+                               r + 2 * PANEL < r1
+                                   ? w + ((size_t)(r + 2 * PANEL) * n + (size_t)k0 * PANEL) * es
+                                   : NULL,
+                               blk, tiles);
+                prefetch_start(&pf1,
+                               r + 3 * PANEL < r1
+                                   ? w + ((size_t)(r + 3 * PANEL) * n + (size_t)k0 * PANEL) * es
+                                   : NULL,
+                               blk, tiles);
                 for (int i = mc0; i < mc1; i += MR) {
                     const int mr = mc1 - i < MR ? mc1 - i : MR;
                     const float *x = xp + (size_t)(i - mc0) * (size_t)(k1 - k0);
                     float *y = mm->y + (size_t)i * ldy + r;
+                    prefetch_share(&pf0);
+                    prefetch_share(&pf1);
                     if (!first && i + 2 * MR <= mc1) /* the next tile's outputs */
                         for (int ii = MR; ii < 2 * MR; ii++)
                             _mm_prefetch((const char *)(y + (size_t)ii * ldy), _MM_HINT_T0);
