@@ -3,6 +3,8 @@
  *
  *   cc compress_and_decode.c $(pkg-config --cflags --libs --static sparsekv)
  *   ./a.out [MODEL.gguf] [PROMPT]
+ *
+ * MODEL defaults to $SKV_DEFAULT_MODEL, else models/stories260K.gguf (the source tree's root).
  */
 #include <sparsekv.h>
 
@@ -11,7 +13,8 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
-    const char *path = argc > 1 ? argv[1] : "../shared/models/stories260K/stories260K.gguf";
+    const char *env = getenv("SKV_DEFAULT_MODEL");
+    const char *path = argc > 1 ? argv[1] : env && *env ? env : "models/stories260K.gguf";
     const char *text = argc > 2 ? argv[2] : "Once upon a time, there was a little girl named";
     skv_err err;
     skv_model *m = skv_model_load(path, &err);

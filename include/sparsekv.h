@@ -497,8 +497,9 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
  * with the last min(params->n_window, interval) tokens' queries as the window (kept);
  * params->positions = rerotate re-rotates after every cut, and then the logical length may run
  * past n_ctx (each head never holds more than max_entries + interval). keep_frac, protocol and
- * window_tokens are ignored. max_entries = 0 removes the budget. The policy must allow decode
- * (skv_policy_about.decode). */
+ * window_tokens are ignored. max_entries = 0 removes the budget; otherwise it must be larger
+ * than the window, min(max(n_window, 1), interval) (SKV_ERR_INVALID_ARG). The policy must allow
+ * decode (skv_policy_about.decode). */
 SKV_API skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *params,
                                           int max_entries, int interval, skv_err *err);
 /* Cuts made under the budget so far. */

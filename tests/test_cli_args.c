@@ -113,8 +113,46 @@ static void test_refused(void **state) {
         /* after "--" everything is an operand, even what looks like an option */
         {"quantize -- -a.gguf -b.gguf", 2, "expected IN OUT TYPE"},
         {"convert-llama2c -- -x.bin -y.bin", 2, "expected CHECKPOINT.bin TOKENIZER.bin"},
+        /* a budget no larger than its window (the last 32 tokens) leaves nothing to choose;
+         * it used to fail at the first cut, after the prompt was printed */
+        {"generate -p " PROMPT " --policy tova --max-cache 16 -n 1", 2,
+         "--max-cache 16 is not larger than the window (the last 32 tokens"},
+        {"bench -p 0 -n 0", 2, "nothing to run"},
+        {"bench -t 1,", 2, "bad value '1,' for -t"},
+        {"bench -p 600 -n 1 -r 1", 2, "more than the model's context of 512"},
+        {"bench --kv-type q8_0 -p 8 -n 2 -r 1", 2, "needs head_dim to be a multiple of 32"},
+        {"compress -p hi --policy knorm --keep 0.5 --plot x.svg", 2, "give a FILE.png"},
+        {"compress -p hi --policy knorm --keep 0.5 --plot /nonexistent/x.png", 2,
+         "folder '/nonexistent/'"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* generate's --seed seeds the sampler with or without a policy (it was refused without
+ * --policy random), and an error found once the context exists leaves stdout empty. */
+static void test_generate_seed_and_clean_errors(void **state) {
+    (void)state;
+    static const cli_case cases[] = {
+        {"generate -p Once -n 4 --seed 3 --quiet", 0, NULL},
+        {"generate -p Once -n 4 --seed 3 --policy knorm --keep 0.5 --quiet", 0, NULL},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+    /* two seeds, the same prompt: sampled text differs somewhere over 8 more seeds */
+    char *a = test_cli_expect(0, "generate -p Once -n 24 --seed 1 --quiet");
+    bool differs = false;
+    for (int seed = 2; seed < 10 && !differs; seed++) {
+        char *b = test_cli_expect(0, "generate -p Once -n 24 --seed %d --quiet", seed);
+        differs = strcmp(a, b) != 0;
+        free(b);
+    }
+    free(a);
+    assert_true(differs);
+    char *out = test_cli_expect(2, "generate -p Once --kv-type q8_0 -n 2 2>/dev/null");
+    assert_string_equal(out, "");
+    free(out);
+    out = test_cli_expect(2, "bench --kv-type q8_0 -p 8 -n 2 -r 1 2>/dev/null");
+    assert_string_equal(out, "");
+    free(out);
 }
 
 /* An eval that evaluated nothing fails (every data line skipped). */
@@ -143,6 +181,7 @@ int main(void) {
         cmocka_unit_test(test_did_you_mean),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_eval_nothing),
+        cmocka_unit_test(test_generate_seed_and_clean_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

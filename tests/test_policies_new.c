@@ -596,6 +596,13 @@ static void test_budget_streaming(void **state) {
     p.policy = "tova";
     assert_int_equal(skv_context_set_budget(ctx, &p, 500, 16, &err), SKV_ERR_INVALID_ARG);
     assert_int_equal(skv_context_set_budget(ctx, &p, 40, 0, &err), SKV_ERR_INVALID_ARG);
+    /* no larger than the window min(n_window, interval), which every cut keeps */
+    p.n_window = 8;
+    assert_int_equal(skv_context_set_budget(ctx, &p, 8, 16, &err), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "not larger than its window of 8"));
+    p.n_window = 64;
+    assert_int_equal(skv_context_set_budget(ctx, &p, 16, 16, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_context_set_budget(ctx, &p, 17, 16, &err), SKV_OK);
     skv_context_free(ctx);
     free(lg);
 }

@@ -292,6 +292,16 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
                 return false;
             }
         }
+        /* the library's rule (skv_context_set_budget), checked before the model loads */
+        const int wn = o->window_n > 0 ? o->window_n : o->compress_every;
+        const int qw = wn < o->compress_every ? wn : o->compress_every;
+        if (o->max_cache <= qw) {
+            cli_error(cmd,
+                      "--max-cache %d is not larger than the window (the last %d tokens, always "
+                      "kept): raise --max-cache or lower --window / --compress-every",
+                      o->max_cache, qw);
+            return false;
+        }
         if (o->keep_given) {
             cli_error(cmd, "give either --keep (compress the prompt once) or --max-cache (a "
                            "decoding budget), not both");

@@ -33,7 +33,8 @@ static void usage(FILE *f) {
             "\n"
             "  -m MODEL       GGUF model (default %s)\n"
             "  -p LIST        prompt lengths (default 512; 0 = no prefill test)\n"
-            "  -n LIST        decode lengths (default 128; 0 = no decode test)\n"
+            "  -n LIST        decode lengths (default 128; 0 = no decode test); the longest test\n"
+            "                 (max of -p, and --depth + -n) must fit the model's context\n"
             "  -t LIST        thread counts (default: all %d cores)\n"
             "  -r REPS        repetitions (default 3)\n"
             "  --depth D      prefill D tokens first (not timed per token; its time is reported)\n"
@@ -48,7 +49,8 @@ static void usage(FILE *f) {
             "  --kv-type T    cache type (default f32)\n"
             "  --batch B      prefill batch size (default 512)\n"
             "  --roofline     measure the machine's FMA peak and read bandwidth at each thread\n"
-            "                 count first and print the %% of each the tests reach\n"
+            "                 count first and print the %% of each the tests reach (with -p 0\n"
+            "                 -n 0: only the ceilings, no model loaded)\n"
             "  --json         one JSON object per result line instead of tables\n"
             "  --seed S       seed of the random tokens (default 1)\n",
             SKV_DEFAULT_MODEL, skv_n_cores());
@@ -69,7 +71,7 @@ static int parse_list(const char *s, long lo, long hi, long *out) {
         if (!cli_parse_int(buf, lo, hi, &out[n])) return -1;
         n++;
         p += len;
-        if (*p == ',') p++;
+        if (*p == ',' && !*++p) return -1; /* "1," names an empty item */
     }
     return n;
 }
@@ -121,7 +123,7 @@ typedef struct model_facts {
     uint64_t params;
     double layer_matmul_params; /* per layer */
     double out_params;
-    int n_layer, n_head, head_dim, n_vocab;
+    int n_layer, n_head, head_dim, n_vocab, n_ctx_train;
 } model_facts;
 
 static model_facts facts_of(const skv_model *m, const char *path) {
@@ -141,6 +143,7 @@ static model_facts facts_of(const skv_model *m, const char *path) {
     f.n_head = hp->n_head;
     f.head_dim = hp->head_dim;
     f.n_vocab = hp->n_vocab;
+    f.n_ctx_train = hp->n_ctx_train;
     return f;
 }
 
@@ -624,6 +627,19 @@ int cmd_bench(int argc, char **argv) {
         cli_error(CMD, "--depth %d must be larger than the window %d", o.depth, o.window);
         return 2;
     }
+    {
+        bool any = false;
+        for (int i = 0; i < o.n_pp; i++) any |= o.pp[i] > 0;
+        for (int i = 0; i < o.n_tg; i++) any |= o.tg[i] > 0;
+        if (!any && !o.roofline) {
+            cli_error(CMD, "nothing to run: every -p and -n is 0 (and no --roofline)");
+            return 2;
+        }
+        if (!any) { /* -p 0 -n 0 --roofline: the machine's ceilings alone, no model */
+            peaks pk0[MAX_LIST];
+            return measure_peaks(&o, pk0) ? 0 : 1;
+        }
+    }
     o.model = cli_model_path(CMD, model_arg);
     if (!o.model) return 2;
 
@@ -638,6 +654,14 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < o.n_pp; i++) max_pp = SKV_MAX(max_pp, (int)o.pp[i]);
     for (int i = 0; i < o.n_tg; i++) max_tg = SKV_MAX(max_tg, (int)o.tg[i]);
     b.n_tokens = SKV_MAX(max_pp, o.depth + max_tg) + 1;
+    if (b.n_tokens - 1 > b.f.n_ctx_train) {
+        cli_error(CMD,
+                  "the longest test needs %d positions, more than the model's context of %d "
+                  "(lower -p, -n or --depth)",
+                  b.n_tokens - 1, b.f.n_ctx_train);
+        skv_model_free(model);
+        return 2;
+    }
     b.tokens = malloc((size_t)b.n_tokens * sizeof *b.tokens);
     b.logits = malloc((size_t)b.f.n_vocab * sizeof *b.logits);
     peaks pk[MAX_LIST];
@@ -659,6 +683,14 @@ int cmd_bench(int argc, char **argv) {
     if (o.roofline && !measure_peaks(&o, pk)) {
         rc = 1;
         goto done;
+    }
+    { /* a cache type the model cannot hold fails here, before the table's header */
+        skv_context *probe = new_context(&b, 1, 1, 0);
+        if (!probe) {
+            rc = 2;
+            goto done;
+        }
+        skv_context_free(probe);
     }
     print_header(&o);
     for (int ti = 0; ti < o.n_th && rc == 0; ti++) {

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,11 +133,22 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
         fprintf(f, ", chosen by score ");
         print_int_array(f, info->by_score, info->n_layer);
         fputc('\n', f);
-        if (sum_ints(info->by_score, info->n_layer) == 0 && info->keep < info->T)
-            fprintf(f,
-                    "note: nothing was chosen by score: every kept entry was forced (window "
-                    "%d, --window-keep %d, --sinks %d); raise --keep or lower those\n",
-                    info->window_tokens, o->params.window_keep, o->params.sinks);
+        if (sum_ints(info->by_score, info->n_layer) == 0 && info->keep < info->T) {
+            /* name only what forces entries for this policy */
+            const char *pol = o->params.policy;
+            fprintf(f, "note: nothing was chosen by score: every kept entry was forced (");
+            const char *sep = "";
+            if (info->window_tokens > 0) {
+                fprintf(f, "--window %d", info->window_tokens);
+                sep = ", ";
+            }
+            if (cli_policy_reads(pol, "window_keep")) {
+                fprintf(f, "%s--window-keep %d", sep, o->params.window_keep);
+                sep = ", ";
+            }
+            if (cli_policy_reads(pol, "sinks")) fprintf(f, "%s--sinks %d", sep, o->params.sinks);
+            fprintf(f, "); raise --keep or lower those\n");
+        }
     }
     double pct = info->bytes_before ? 100.0 * (double)info->bytes_after / info->bytes_before : 0;
     fprintf(f, "KV bytes: %llu -> %llu (%.1f%%)\n", (unsigned long long)info->bytes_before,
@@ -285,6 +297,21 @@ int cmd_compress(int argc, char **argv) {
         return 2;
     }
     if (!cli_policy_check(&opts, &args, true)) return 2;
+    if (plot_path) { /* before any work: gnuplot writes PNG, into a folder that must exist */
+        size_t n = strlen(plot_path);
+        if (n < 5 || strcasecmp(plot_path + n - 4, ".png") != 0) {
+            cli_error(CMD, "--plot writes a PNG image: give a FILE.png, not '%s'", plot_path);
+            return 2;
+        }
+        const char *slash = strrchr(plot_path, '/');
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - plot_path) + 1 : 1,
+                 slash ? plot_path : ".");
+        if (access(dir, W_OK) != 0) {
+            cli_error(CMD, "cannot write '%s': folder '%s': %s", plot_path, dir, strerror(errno));
+            return 2;
+        }
+    }
     const char *path = cli_model_path(CMD, model_path);
     if (!path) return 2;
     skv_model *model = cli_load_model(CMD, path);

@@ -109,6 +109,7 @@ int cmd_generate(int argc, char **argv) {
     const char *system_text = NULL, *chat_template = NULL;
     cli_policy_opts po;
     cli_policy_init(&po);
+    po.seed_shared = true; /* --seed seeds the sampler with or without a policy */
     enum {
         O_QUIET = CLI_LONG,
         O_SPECIAL,
@@ -285,15 +286,16 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "%s", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
-    fwrite(prompt, 1, strlen(prompt), stdout);
-    if (po.window_text) fputs(po.window_text, stdout);
-    fflush(stdout);
-
     double t0 = skv_time_ms();
     rc = cli_policy_run("generate", model, &cp, &po, &prompt_toks, true, &ctx, logits, &info);
     if (rc) goto done;
     rc = 1;
     double t1 = skv_time_ms();
+    /* after the context exists and the prompt ran: an error (a cache type the model cannot
+     * hold, a budget) leaves stdout empty */
+    fwrite(prompt, 1, strlen(prompt), stdout);
+    if (po.window_text) fputs(po.window_text, stdout);
+    fflush(stdout);
     int32_t prev = toks[n_prompt - 1];
     int n_done = 0, most = 0; /* most entries any kv head held after a step */
     char piece[256];

@@ -197,7 +197,13 @@ int cmd_logits(int argc, char **argv) {
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
-    if (n > hp->n_ctx_train) cp.n_ctx = n;
+    if (n > hp->n_ctx_train) { /* allowed (a comparison with another engine may want it) */
+        cp.n_ctx = n;
+        fprintf(stderr,
+                "sparsekv logits: warning: %d tokens run past the model's context of %d "
+                "(positions it was not trained on)\n",
+                n, hp->n_ctx_train);
+    }
     ctx = skv_context_new(model, &cp, &err);
     logits = malloc((size_t)n * hp->n_vocab * sizeof *logits);
     if (!ctx || !logits) {

@@ -42,6 +42,10 @@ class IOError_(Error, OSError):
     status = 2
 
 
+# exported as sparsekv.IOError (the trailing _ only keeps the builtin's name free in this module)
+IOError_.__name__ = IOError_.__qualname__ = "IOError"
+
+
 class FormatError(Error):
     status = 3
 
@@ -681,6 +685,8 @@ class Context:
         the last forward call). on_token(id, piece_bytes) is called for each new
         token (streaming). Returns a Generation (.tokens, .text)."""
         model = self.model
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+            raise _bad_arg("n must be an int >= 0 (tokens to sample), got %r" % (n,))
         if isinstance(prompt, str):
             ids = model.tokenize(prompt, bos=self.n_past == 0)
         elif prompt is None:

@@ -141,6 +141,15 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
         (params->positions != SKV_POSITIONS_ORIGINAL &&
          params->positions != SKV_POSITIONS_REROTATE))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "invalid compression parameters");
+    int qw = params->n_window > 0 ? params->n_window : 1;
+    if (qw > interval) qw = interval;
+    /* the window is always kept: a budget no larger leaves the policy nothing to choose, and
+     * a cut right after a prompt shorter than the window could not keep it at all */
+    if (max_entries <= qw)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "a budget of %d entries is not larger than its window of %d queries "
+                           "(min(n_window, interval), always kept)",
+                           max_entries, qw);
     if (skv_cache_position_mode(ctx->cache) == SKV_POSITIONS_REROTATE &&
         params->positions != SKV_POSITIONS_REROTATE)
         return skv_err_set(err, SKV_ERR_STATE,
@@ -154,8 +163,6 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
         ps = ctx->pstate = calloc(1, sizeof *ps);
         if (!ps) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
     }
-    int qw = params->n_window > 0 ? params->n_window : 1;
-    if (qw > interval) qw = interval;
     float *ring = calloc(ring_floats(ctx, qw), sizeof *ring);
     if (!ring) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the window queries");
     free(ps->qring);
