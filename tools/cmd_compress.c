@@ -283,7 +283,7 @@ int cmd_compress(int argc, char **argv) {
             break;
         case 't': {
             long t;
-            if (!cli_parse_int(v, 0, 4096, &t)) {
+            if (!cli_parse_int(v, 1, 1024, &t)) {
                 cli_error(CMD, "-t must be a thread count in [0, 4096], got '%s'", v);
                 return 2;
             }
