@@ -411,10 +411,27 @@ static void test_cli_command(void **state) {
     snprintf(cmd, sizeof cmd, "%s convert-llama2c /nonexistent.bin %s /tmp/never.gguf 2>&1", cli,
              *tok_path ? tok_path : "tok512.bin"); /* the checkpoint is opened first */
     out = test_run(cmd, &status);
-    assert_int_equal(status, 1);
+    assert_int_equal(status, 2); /* bad input, as for every command */
     assert_non_null(strstr(out, "sparsekv convert-llama2c: cannot open checkpoint"));
     free(out);
+    char text[4096];
+    snprintf(text, sizeof text, "%s", test_tmp_path(".md"));
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    fputs("# not a checkpoint, long enough for a header\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s /tmp/never.gguf 2>/dev/null", cli, text,
+             *tok_path ? tok_path : "tok512.bin");
+    free(test_run(cmd, &status));
+    assert_int_equal(status, 2);
+    unlink(text);
+    assert_true(access("/tmp/never.gguf", F_OK) != 0);
     if (!have_models()) return;
+    /* good inputs and an output that cannot be written: a runtime failure */
+    snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s /nonexistent-dir/x.gguf 2>/dev/null", cli,
+             ck_path, tok_path);
+    free(test_run(cmd, &status));
+    assert_int_equal(status, 1);
     char dst[4096];
     snprintf(dst, sizeof dst, "%s", test_tmp_path(".gguf"));
     snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s %s", cli, ck_path, tok_path, dst);

@@ -2,6 +2,8 @@
 #include "cli.h"
 #include "cli_args.h"
 
+#include "model/llama2c.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +22,8 @@ static void usage(FILE *f) {
                "  --rope-theta F   the RoPE base frequency the model was trained with (a llama2.c\n"
                "                   checkpoint does not record it; default 10000, llama2.c's)\n"
                "  -h, --help       show this help\n\n"
-               "exit status: 0 ok, 1 conversion failed, 2 usage error\n");
+               "exit status: 0 ok, 1 runtime failure (e.g. writing OUT.gguf), 2 bad usage or\n"
+               "bad input (a checkpoint or tokenizer missing, unreadable or malformed)\n");
 }
 
 int cmd_convert_llama2c(int argc, char **argv) {
@@ -59,9 +62,10 @@ int cmd_convert_llama2c(int argc, char **argv) {
         return 2;
     }
     skv_err err = {0};
-    if (skv_convert_llama2c_ex(pos[0], pos[1], pos[2], &params, &err) != SKV_OK) {
+    bool bad_input = false;
+    if (skv_llama2c_convert(pos[0], pos[1], pos[2], &params, &bad_input, &err) != SKV_OK) {
         cli_error(CMD, "%s", err.msg);
-        return 1;
+        return bad_input || err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
     }
     printf("wrote %s\n", pos[2]);
     return 0;

@@ -10,6 +10,8 @@
  *       wcls when unshared.
  * llama2.c's RoPE rotates adjacent pairs like GGUF's "llama" architecture, so Q and K are copied
  * unpermuted. w1 -> ffn_gate, w2 -> ffn_down, w3 -> ffn_up. */
+#include "llama2c.h"
+
 #include "common.h"
 #include "gguf.h"
 
@@ -394,6 +396,13 @@ skv_status skv_convert_llama2c(const char *checkpoint_path, const char *tokenize
 skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const char *tokenizer_path,
                                   const char *out_path, const skv_llama2c_params *params,
                                   skv_err *err) {
+    return skv_llama2c_convert(checkpoint_path, tokenizer_path, out_path, params, NULL, err);
+}
+
+skv_status skv_llama2c_convert(const char *checkpoint_path, const char *tokenizer_path,
+                               const char *out_path, const skv_llama2c_params *params,
+                               bool *bad_input, skv_err *err) {
+    if (bad_input) *bad_input = false;
     if (!checkpoint_path || !tokenizer_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "convert-llama2c: NULL path");
     const skv_llama2c_params p = params ? *params : skv_llama2c_default_params();
@@ -408,11 +417,13 @@ skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const char *token
     ck_weights cw = {0};
     uint64_t hdr = 0;
     skv_status st = map_file(checkpoint_path, "checkpoint", &m, err);
-    if (st != SKV_OK) return st;
-    st = read_config(&m, checkpoint_path, &c, &hdr, err);
+    if (st == SKV_OK) st = read_config(&m, checkpoint_path, &c, &hdr, err);
     if (st == SKV_OK) st = locate_weights(&m, checkpoint_path, &c, hdr, &cw, err);
     if (st == SKV_OK) st = read_vocab(tokenizer_path, c.vocab, &v, err);
-    if (st != SKV_OK) goto done;
+    if (st != SKV_OK) { /* everything so far only read the inputs */
+        if (bad_input) *bad_input = st != SKV_ERR_NOMEM;
+        goto done;
+    }
 
     w = skv_gguf_writer_new();
     name = model_name(checkpoint_path);
