@@ -4,8 +4,8 @@
 #   synth_model CLI DIR PRESET TYPE -> prints DIR/PRESET-TYPE.gguf
 #
 # A synthetic model of a preset's real shapes (`sparsekv synth-model`, seed 1), generated when
-# missing, or when the sources that write it changed since: a hash of them is kept beside the
-# model (PATH.key). The kernels' code does not enter it, so a rebuilt CLI reuses the models (the
+# missing, or when the sources that write it changed since (then written over: --overwrite): a
+# hash of them is kept beside the model (PATH.key). The kernels' code does not enter it, so a rebuilt CLI reuses the models (the
 # largest take minutes to write).
 SKV_SYNTH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 synth_model() {
@@ -19,7 +19,8 @@ synth_model() {
     if [ ! -s "$f" ] || [ "$(cat "$f.key" 2>/dev/null)" != "$key" ]; then
         echo "generating $f" >&2
         rm -f "$f.key"
-        "$cli" synth-model --preset "$preset" --type "$type" --ctx 16384 --seed 1 -o "$f" >&2
+        "$cli" synth-model --preset "$preset" --type "$type" --ctx 16384 --seed 1 -o "$f" \
+            --overwrite >&2
         echo "$key" >"$f.key"
     fi
     printf '%s\n' "$f"

@@ -121,14 +121,23 @@ static void test_quantize_refuses_its_input(void **state) {
     free(after);
     assert_int_equal(skv_quantize_model(in, out, SKV_TYPE_F16, 1, &err), SKV_OK);
 
-    /* The CLI says so and exits 2. */
+    /* The CLI says so and exits 2, with or without --overwrite (which never means IN). */
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s f16 2>&1", test_cli(), in, in);
-    int status = -1;
-    char *msg = test_run(cmd, &status);
-    assert_int_equal(status, 2);
-    assert_non_null(strstr(msg, "input of this conversion"));
-    free(msg);
+    const char *outs[] = {in, hard};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s f16%s 2>&1", test_cli(), in, outs[i % 2],
+                 i < 2 ? "" : " --overwrite");
+        int status = -1;
+        char *msg = test_run(cmd, &status);
+        assert_int_equal(status, 2);
+        assert_non_null(strstr(msg, "input of this conversion"));
+        free(msg);
+    }
+    size_t n3 = 0;
+    after = test_read_file(in, &n3);
+    assert_int_equal(n3, n);
+    assert_memory_equal(after, model, n);
+    free(after);
     free(model);
     unlink(in), unlink(hard), unlink(out), rmdir(dir);
 }
@@ -161,7 +170,8 @@ static void test_convert_refuses_its_input(void **state) {
     unlink(ckpt), unlink(tok), rmdir(dir);
 }
 
-/* synth-model writes through a temporary file it renames itself: same rule. */
+/* synth-model writes through a temporary file it renames itself: same rule, even with
+ * --overwrite (without it, anything at the path is refused). */
 static void test_synth_refuses_symlink(void **state) {
     (void)state;
     const char *dir = tmp_dir();
@@ -177,6 +187,13 @@ static void test_synth_refuses_symlink(void **state) {
              link);
     int status = -1;
     char *msg = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(msg, "--overwrite"));
+    assert_true(S_ISLNK(lmode(link)));
+    free(msg);
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type f32 -o %s --overwrite 2>&1",
+             test_cli(), link);
+    msg = test_run(cmd, &status);
     assert_int_not_equal(status, 0);
     assert_non_null(strstr(msg, "symbolic link"));
     assert_true(S_ISLNK(lmode(link)));

@@ -78,15 +78,20 @@ typedef struct file {
     int n;
 } file;
 
-static void add(file *f, skv_gguf_writer *w, const char *name, int nd, int64_t rows) {
+static void add_cols(file *f, skv_gguf_writer *w, const char *name, int nd, int64_t cols,
+                     int64_t rows) {
     int i = f->n++;
     snprintf(f->names[i], sizeof f->names[i], "%s", name);
-    int64_t ne[2] = {nd == 1 ? COLS : COLS, rows};
-    size_t nv = (size_t)(nd == 1 ? COLS : COLS * rows);
+    int64_t ne[2] = {cols, rows};
+    size_t nv = (size_t)(nd == 1 ? cols : cols * rows);
     f->data[i] = malloc(nv * sizeof(float));
     for (size_t j = 0; j < nv; j++) f->data[i][j] = nd == 1 ? 1.0f : rnd();
     assert_int_equal(skv_gguf_writer_add_tensor(w, f->names[i], SKV_TYPE_F32, nd, ne, f->data[i]),
                      SKV_OK);
+}
+
+static void add(file *f, skv_gguf_writer *w, const char *name, int nd, int64_t rows) {
+    add_cols(f, w, name, nd, COLS, rows);
 }
 
 static char *write_file(file *f, bool with_output) {
@@ -201,6 +206,74 @@ static void test_mix_file_tied(void **s) {
     check_mix(false);
 }
 
+/* Rows the K-quants cannot take: a multiple of 32 (288) falls back to Q8_0, of neither (100) to
+ * F16, whatever the mix asked (Q6_K or Q4_K); the 256-wide ones keep the mix. Read back: each
+ * tensor's type, and its values within the fallback type's error. The CLI says how many matrices
+ * fell back to which type. */
+static void test_mix_fallback(void **s) {
+    (void)s;
+    file f;
+    memset(&f, 0, sizeof f);
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    assert_non_null(w);
+    assert_int_equal(skv_gguf_writer_set_str(w, "general.architecture", "llama"), SKV_OK);
+    add_cols(&f, w, "token_embd.weight", 2, 288, 16); /* the tied output: Q6_K asked */
+    add_cols(&f, w, "blk.0.attn_q.weight", 2, 288, 4);
+    add_cols(&f, w, "blk.0.attn_v.weight", 2, 288, 4); /* layer 0: Q6_K asked */
+    add_cols(&f, w, "blk.0.ffn_up.weight", 2, 256, 4);
+    add_cols(&f, w, "blk.0.ffn_down.weight", 2, 100, 4);
+    add_cols(&f, w, "output_norm.weight", 1, 288, 1);
+    char *in = strdup(test_tmp_path(".gguf")), *out = strdup(test_tmp_path(".gguf"));
+    skv_err err = {0};
+    assert_int_equal(skv_gguf_writer_write(w, in, &err), SKV_OK);
+    skv_gguf_writer_free(w);
+
+    skv_quantize_opts o = {.mix = SKV_QMIX_Q4_K_M, .n_threads = 2};
+    skv_quantize_report rep;
+    assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
+    assert_int_equal(rep.n_fallback, 4);
+    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_Q8_0], 3);
+    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_F16], 1);
+    assert_non_null(strstr(rep.fallback_names, "blk.0.ffn_down.weight"));
+    assert_null(strstr(rep.fallback_names, "ffn_up"));
+    const skv_type want[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q8_0, SKV_TYPE_Q8_0,
+                             SKV_TYPE_Q4_K, SKV_TYPE_F16,  SKV_TYPE_F32};
+    skv_gguf *g = skv_gguf_open(out, &err);
+    assert_non_null(g);
+    assert_int_equal(skv_gguf_n_tensors(g), f.n);
+    for (int i = 0; i < f.n; i++) {
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+        assert_string_equal(t->name, f.names[i]);
+        assert_int_equal(t->type, want[i]);
+        /* uniform data in [-0.5, 0.5), rms 0.289: Q8_0 steps of max|x|/127 (<= 0.0039) err by
+         * step/sqrt(12) rms, <= 0.4% of it; F16 by at most 2^-11 relative; Q4_K as in check_mix */
+        double bound = want[i] == SKV_TYPE_Q8_0 ? 0.0045 : want[i] == SKV_TYPE_F16 ? 4.9e-4 : 0.07;
+        if (want[i] == SKV_TYPE_F32) bound = 0;
+        double r = rel_rms(t, f.data[i]);
+        if (getenv("SKV_TEST_VERBOSE"))
+            fprintf(stderr, "# %s %s %.5f\n", t->name, skv_type_name(t->type), r);
+        assert_true(r <= bound);
+    }
+    skv_gguf_close(g);
+    unlink(out);
+
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k_m -t 1 2>&1", test_cli(), in, out);
+    int st;
+    char *o2 = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(o2, "4 matrices cannot take q4_k_m"));
+    assert_non_null(strstr(o2, "written in f16 (1), q8_0 (3) instead"));
+    assert_non_null(strstr(o2, "4 fell back to f16 (1), q8_0 (3)"));
+    assert_non_null(strstr(o2, "matrices: 1 f16, 3 q8_0, 1 q4_k"));
+    free(o2);
+    unlink(in);
+    unlink(out);
+    free(in);
+    free(out);
+    for (int i = 0; i < f.n; i++) free(f.data[i]);
+}
+
 /* The CLI: `quantize ... q4_k_m` prints the mix, `info` shows it. */
 static void test_mix_cli(void **s) {
     (void)s;
@@ -225,7 +298,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_more_bits_rule),  cmocka_unit_test(test_mix_types),
         cmocka_unit_test(test_mix_file_untied), cmocka_unit_test(test_mix_file_tied),
-        cmocka_unit_test(test_mix_cli),
+        cmocka_unit_test(test_mix_cli),         cmocka_unit_test(test_mix_fallback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

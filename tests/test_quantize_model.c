@@ -123,8 +123,9 @@ static char *quantize_to(const char *in, skv_type t, int threads, skv_quantize_r
 
 /* stories260K (a real trained model) in every type, over 200 positions of the reference
  * sequence. Every matrix has 64-value rows except ffn_down (172): those stay F16 for the block
- * types, and no matrix has whole 256-value super-blocks, so the K-quant files must be exactly the
- * F16 file's weights (tested as identical logits).
+ * types, and no matrix has whole 256-value super-blocks, so the K-quants fall back as Q8_0 does
+ * (the 64-wide rows to Q8_0, ffn_down to F16): their files must be exactly the Q8_0 file's
+ * weights (tested as identical logits).
  * Bounds: F16/BF16/Q8_0 change each weight by at most 2^-11 / 2^-8 / 1/254 of its block's max.
  * F16 keeps top-1 >= 98% over all 200 positions (measured 100%). BF16 and Q8_0 move logits of
  * ~13 by up to ~0.05-0.4, and this sampled sequence has 12 positions where the F32 model's top
@@ -143,10 +144,10 @@ static void test_types_on_stories260k(void **state) {
     float *base = logits_of(stories(), tok, N_POS, &nv);
     const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
                               SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    float *f16 = NULL;
+    float *q8 = NULL;
     double kl_q8 = 1;
     printf("stories260K, %d positions, vs the F32 model:\n", N_POS);
-    printf("| type | fallback f16 | mean KL | max KL | top-1 | top-1 decisive | max |dlogit| |\n");
+    printf("| type | fallback | mean KL | max KL | top-1 | top-1 decisive | max |dlogit| |\n");
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         skv_quantize_report rep;
         char *path = quantize_to(stories(), types[k], 2, &rep);
@@ -173,17 +174,16 @@ static void test_types_on_stories260k(void **state) {
             assert_true(c.top1_decisive >= 0.98);
             assert_true(c.kl_mean < 1e-3);
             assert_true(c.max_abs > 0); /* something did change */
-            if (types[k] == SKV_TYPE_F16) {
-                assert_int_equal(rep.n_converted, 36);
-                f16 = lg;
-                lg = NULL;
-            }
+            if (types[k] == SKV_TYPE_F16) assert_int_equal(rep.n_converted, 36);
             if (types[k] == SKV_TYPE_Q8_0) {
                 kl_q8 = c.kl_mean;
                 assert_int_equal(rep.n_converted, 31);
                 assert_int_equal(rep.n_fallback, 5); /* the five ffn_down */
+                assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_F16], 5);
                 assert_non_null(strstr(rep.fallback_names, "blk.4.ffn_down.weight"));
                 assert_null(strstr(rep.fallback_names, "attn"));
+                q8 = lg;
+                lg = NULL;
             }
             break;
         case SKV_TYPE_Q4_0:
@@ -191,18 +191,21 @@ static void test_types_on_stories260k(void **state) {
             assert_true(c.kl_mean < 0.25);
             assert_true(c.kl_mean > 10 * kl_q8); /* 4 bits lose clearly more than 8 */
             break;
-        default: /* K-quants: everything fell back to F16 */
+        default: /* K-quants: everything fell back, as for Q8_0 */
             assert_int_equal(rep.n_fallback, 36);
+            assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_Q8_0], 31);
+            assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_F16], 5);
+            assert_int_equal(rep.n_by_type[SKV_TYPE_Q8_0], 31);
             assert_int_equal(rep.n_converted, 0);
-            assert_non_null(f16);
-            assert_memory_equal(lg, f16, sizeof(float) * N_POS * (size_t)nv);
+            assert_non_null(q8);
+            assert_memory_equal(lg, q8, sizeof(float) * N_POS * (size_t)nv);
             break;
         }
         free(lg);
         unlink(path);
         free(path);
     }
-    free(f16);
+    free(q8);
     free(base);
     free(tok);
 }
@@ -395,6 +398,66 @@ static void test_kquants_on_wide_model(void **state) {
     free(f32);
 }
 
+/* Rows of 288 (stories15M's dim) are whole Q8_0 blocks but no K-quant super-block: asked for
+ * q4_k_m they fall back to Q8_0, never to F16 (which made a Q8_0 model 1.8x larger). Read back:
+ * each tensor's type; a fallback matrix stored in Q8_0 or Q4_0 (no larger than Q8_0) is copied
+ * byte for byte, one stored in F32 is Q8_0 exactly as the row quantizer writes it; the 768-wide
+ * ffn_down take the mix's K-quants; a Q8_0 input comes out smaller, and the file loads. */
+static void test_kquant_fallback_to_q8_0(void **state) {
+    (void)state;
+    const skv_synth_shape shape = {"s15-like", "test", 512, 64,       64,    288, 2,
+                                   6,          6,      768, 10000.0f, 1e-5f, true};
+    const skv_type in_types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_F32};
+    for (size_t k = 0; k < 3; k++) {
+        char *in = strdup(test_tmp_path(".gguf")), *out = strdup(test_tmp_path(".gguf"));
+        skv_synth_params sp = {in_types[k], 3, 0, 2};
+        assert_int_equal(skv_synth_write(&shape, &sp, in, NULL), SKV_OK);
+        skv_quantize_opts o = {.mix = SKV_QMIX_Q4_K_M, .n_threads = 2};
+        skv_quantize_report rep;
+        skv_err err = {0};
+        assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
+        const skv_type fb = in_types[k] == SKV_TYPE_F32 ? SKV_TYPE_Q8_0 : in_types[k];
+        assert_int_equal(rep.n_fallback, 1 + 6 * 2); /* token_embd, and 6 per layer */
+        assert_int_equal(rep.n_fallback_by_type[fb], rep.n_fallback);
+        assert_int_equal(rep.n_by_type[SKV_TYPE_F16], 0);
+        assert_int_equal(rep.n_by_type[SKV_TYPE_Q4_K] + rep.n_by_type[SKV_TYPE_Q6_K], 2);
+        if (in_types[k] != SKV_TYPE_Q4_0) assert_true(rep.bytes_out < rep.bytes_in);
+        skv_gguf *a = skv_gguf_open(in, NULL), *b = skv_gguf_open(out, NULL);
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int64_t i = 0; i < skv_gguf_n_tensors(a); i++) {
+            const skv_gguf_tensor *ta = skv_gguf_tensor_at(a, i), *tb = skv_gguf_tensor_at(b, i);
+            assert_string_equal(ta->name, tb->name);
+            if (ta->n_dims == 1) continue;
+            if (ta->ne[0] == 768) { /* ffn_down: the mix's type */
+                assert_true(tb->type == SKV_TYPE_Q4_K || tb->type == SKV_TYPE_Q6_K);
+                continue;
+            }
+            assert_int_equal(ta->ne[0], 288);
+            assert_int_equal(tb->type, fb);
+            if (ta->type == fb) {
+                assert_int_equal(ta->size, tb->size);
+                assert_memory_equal(ta->data, tb->data, ta->size);
+                continue;
+            }
+            size_t rb = skv_row_bytes(SKV_TYPE_Q8_0, 288);
+            char *row = malloc(rb);
+            for (int64_t r = 0; r < ta->ne[1]; r++) {
+                skv_quantize_row(SKV_TYPE_Q8_0, (const float *)ta->data + r * 288, row, 288);
+                assert_memory_equal(row, (const char *)tb->data + r * (int64_t)rb, rb);
+            }
+            free(row);
+        }
+        skv_gguf_close(a);
+        skv_gguf_close(b);
+        skv_model *m = skv_model_load(out, &err);
+        assert_non_null(m);
+        skv_model_free(m);
+        unlink(in), unlink(out);
+        free(in), free(out);
+    }
+}
+
 /* Metadata copied, tensors in the same order with the same shapes, norms byte-identical, and
  * each Q8_0 block within half a quantization step of the original. */
 static void test_structure_preserved(void **state) {
@@ -545,13 +608,40 @@ static void test_command_line(void **state) {
     (void)state;
     char cmd[2048];
     int st;
-    const char *out = test_tmp_path(".gguf");
+    char *out = strdup(test_tmp_path(".gguf"));
     snprintf(cmd, sizeof cmd, "%s quantize %s %s q8_0 -t 2 2>&1", test_cli(), stories(), out);
     char *s = test_run(cmd, &st);
     assert_int_equal(st, 0);
     assert_non_null(strstr(s, "ffn_down")); /* the f16 fallback is said */
+    assert_non_null(strstr(s, "5 matrices cannot take q8_0"));
+    assert_non_null(strstr(s, "written in f16 instead"));
     free(s);
     assert_true(access(out, F_OK) == 0);
+    /* an existing OUT is refused (exit 2, naming --overwrite) and left as it was */
+    size_t n0, n1;
+    char *before = test_read_file(out, &n0);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s f16 -t 2 2>&1", test_cli(), stories(), out);
+    s = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(s, "--overwrite"));
+    free(s);
+    char *after = test_read_file(out, &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(before, after, n0);
+    free(after);
+    /* the k-quant fallback is said with its types (stories260K: 31 q8_0, 5 f16) */
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k -t 2 --overwrite 2>&1", test_cli(), stories(),
+             out);
+    s = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(s, "36 matrices cannot take q4_k"));
+    assert_non_null(strstr(s, "written in f16 (5), q8_0 (31) instead"));
+    assert_non_null(strstr(s, "matrices: 5 f16, 31 q8_0"));
+    free(s);
+    after = test_read_file(out, &n1);
+    assert_true(n1 != n0 || memcmp(before, after, n0) != 0); /* replaced */
+    free(after);
+    free(before);
     unlink(out);
     snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_1 2>/dev/null", test_cli(), stories(), out);
     free(test_run(cmd, &st));
@@ -559,16 +649,50 @@ static void test_command_line(void **state) {
     snprintf(cmd, sizeof cmd, "%s quantize %s 2>/dev/null", test_cli(), stories());
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
+    /* --simple is for k-quants: refused for a type without them, taken by the q4_k_m mix */
+    const char *no_k[] = {"q8_0", "q4_0", "f16", "bf16", "f32"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s %s --simple 2>&1", test_cli(), stories(), out,
+                 no_k[i]);
+        s = test_run(cmd, &st);
+        assert_int_equal(st, 2);
+        assert_non_null(strstr(s, "--simple only applies to the k-quants"));
+        free(s);
+        assert_true(access(out, F_OK) != 0);
+    }
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k_m --simple -t 1 >/dev/null 2>&1", test_cli(),
+             stories(), out);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 0);
+    unlink(out);
+    /* bad input exits 2 (missing, not a GGUF), a failed write 1; nothing is written */
     snprintf(cmd, sizeof cmd, "%s quantize /nonexistent.gguf %s q8_0 2>/dev/null", test_cli(), out);
     free(test_run(cmd, &st));
-    assert_int_equal(st, 1);
+    assert_int_equal(st, 2);
     assert_true(access(out, F_OK) != 0);
+    const char *text = strdup(test_tmp_path(".md"));
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    fputs("# not a model\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q8_0 2>/dev/null", test_cli(), text, out);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 2);
+    assert_true(access(out, F_OK) != 0);
+    unlink(text);
+    free((void *)text);
+    snprintf(cmd, sizeof cmd, "%s quantize %s /nonexistent-dir/out.gguf q8_0 2>/dev/null",
+             test_cli(), stories());
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 1);
+    free(out);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types_on_stories260k),
         cmocka_unit_test(test_kquants_on_wide_model),
+        cmocka_unit_test(test_kquant_fallback_to_q8_0),
         cmocka_unit_test(test_huge_page_weights),
         cmocka_unit_test(test_partial_fusion),
         cmocka_unit_test(test_structure_preserved),

@@ -264,7 +264,7 @@ static void test_types_share_weights(void **state) {
             skv_gguf_tensor_at(gf, skv_gguf_find_tensor(gf, "blk.2.attn_q.weight"));
         const skv_gguf_tensor *tq =
             skv_gguf_tensor_at(gq, skv_gguf_find_tensor(gq, "blk.2.attn_q.weight"));
-        skv_type tt = skv_matrix_type_for(types[k], 64); /* q4_k: 64 is no whole block -> f16 */
+        skv_type tt = skv_matrix_type_for(types[k], 64); /* q4_k: 64 is no whole block -> q8_0 */
         assert_int_equal(tq->type, tt);
         size_t rb = skv_row_bytes(tt, 64);
         void *row = malloc(rb);
@@ -340,9 +340,29 @@ static void test_loads_and_runs(void **state) {
 
 static void test_kquant_fallback_and_errors(void **state) {
     (void)state;
-    /* q4_k needs rows of 256: the 64-wide matrices fall back to f16, none is lost */
+    /* The fallback rule: a k-quant's rows must be whole super-blocks of 256, else Q8_0 takes
+     * rows of whole 32-blocks and F16 the rest (F32 stays F32); no F16 for what Q8_0 can hold. */
+    const skv_type kq[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(skv_matrix_type_for(kq[i], 512), kq[i]);
+        assert_int_equal(skv_matrix_type_for(kq[i], 288), SKV_TYPE_Q8_0);
+        assert_int_equal(skv_matrix_type_for(kq[i], 64), SKV_TYPE_Q8_0);
+        assert_int_equal(skv_matrix_type_for(kq[i], 172), SKV_TYPE_F16);
+    }
+    assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q8_0, 288), SKV_TYPE_Q8_0);
+    assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q8_0, 172), SKV_TYPE_F16);
+    assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q4_0, 100), SKV_TYPE_F16);
+    assert_int_equal(skv_matrix_type_for(SKV_TYPE_F32, 7), SKV_TYPE_F32);
+    assert_int_equal(skv_matrix_type_for(SKV_TYPE_BF16, 7), SKV_TYPE_BF16);
+    /* q4_k needs rows of 256: the 64-wide matrices fall back to q8_0, none is lost */
     char *path = write_model(&small, SKV_TYPE_Q4_K, 1, 0);
     check_file(path, &small, SKV_TYPE_Q4_K, small.n_ctx);
+    skv_gguf *g = skv_gguf_open(path, NULL);
+    assert_non_null(g);
+    const skv_gguf_tensor *tq =
+        skv_gguf_tensor_at(g, skv_gguf_find_tensor(g, "blk.0.attn_q.weight"));
+    assert_int_equal(tq->type, SKV_TYPE_Q8_0);
+    skv_gguf_close(g);
     unlink(path);
     free(path);
 
@@ -395,6 +415,45 @@ static void test_command_line(void **state) {
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
     assert_true(access(path, F_OK) != 0);
+    /* --list writes nothing: options for a model are refused with it, in either order */
+    const char *with_list[] = {"--list --preset tiny", "--preset tiny --list",
+                               "--list -o x.gguf",     "--list --type f32",
+                               "--list --seed 3",      "--list --overwrite"};
+    for (size_t i = 0; i < sizeof with_list / sizeof with_list[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s synth-model %s 2>&1", test_cli(), with_list[i]);
+        out = test_run(cmd, &st);
+        assert_int_equal(st, 2);
+        assert_non_null(strstr(out, "--list takes no other option"));
+        assert_null(strstr(out, "smollm2-135m"));
+        free(out);
+    }
+    /* an existing output (the embedded default model, say) is refused without --overwrite,
+     * and left as it was */
+    const char *old = "not a model\n";
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(old, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type f32 -o %s 2>&1", test_cli(),
+             path);
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(out, "exists"));
+    assert_non_null(strstr(out, "--overwrite"));
+    free(out);
+    size_t n = 0;
+    char *kept = test_read_file(path, &n);
+    assert_int_equal(n, strlen(old));
+    assert_memory_equal(kept, old, n);
+    free(kept);
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type f32 -o %s --overwrite",
+             test_cli(), path);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 0);
+    g = skv_gguf_open(path, NULL);
+    assert_non_null(g);
+    skv_gguf_close(g);
+    unlink(path);
 }
 
 /* The real families at small sizes: each architecture's options written as the real files

@@ -35,6 +35,10 @@ const char *cli_escape(const char *s, char *buf, size_t size, bool keep_newlines
 /* Prints "sparsekv <cmd>: <message>" on stderr, escaped as by cli_escape. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* false (after a message naming --overwrite) when something exists at path: a command that
+ * writes a file does not replace one unless asked (the embedded default model included). */
+bool cli_output_free(const char *cmd, const char *path);
+
 /* Strict number parsing: the whole string must be a number in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_u64(const char *s, uint64_t *out);

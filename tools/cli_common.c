@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Text from the file (or the command line) made safe for a terminal: control bytes (C0, DEL and
@@ -66,6 +67,13 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "sparsekv %s: %s\n", cmd, cli_escape(msg, shown, sizeof shown, true));
+}
+
+bool cli_output_free(const char *cmd, const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return true; /* nothing there (else the writer says what) */
+    cli_error(cmd, "%s exists: pass --overwrite to replace it, or choose another output", path);
+    return false;
 }
 
 bool cli_parse_int(const char *s, long lo, long hi, long *out) {

@@ -8,12 +8,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #define CMD "quantize"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple]\n"
+            "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple] [--overwrite]\n"
             "\n"
             "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
             "included) in TYPE: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k, or in the mix\n"
@@ -22,24 +23,58 @@ static void usage(FILE *f) {
             "every third layer in between, q4_k for the rest. Norms and other\n"
             "1-D tensors stay as they are (f32); metadata is copied (general.file_type updated).\n"
             "A matrix whose rows are not a multiple of TYPE's block size (32 for q8_0/q4_0, 256\n"
-            "for the k-quants) is written in f16 instead, and listed. Tensors are converted from\n"
-            "any type sparsekv reads and streamed one at a time, so memory stays small.\n"
-            "The k-quants search each sub-block's scale and min for the least rounding error,\n"
-            "weighted by the values' magnitude.\n"
+            "for the k-quants) is written in q8_0 instead when TYPE is a k-quant and its rows\n"
+            "are a multiple of 32, else in f16; one already stored in a type no larger than\n"
+            "that (q4_0 for q8_0, bf16 for f16) is copied as it is. Those matrices are listed.\n"
+            "Tensors are converted from any type sparsekv reads and streamed one at a time, so\n"
+            "memory stays small. The k-quants search each sub-block's scale and min for the\n"
+            "least rounding error, weighted by the values' magnitude.\n"
             "\n"
-            "  -t N       threads (default: all cores)\n"
-            "  --simple   k-quants with the plain min/max scales (faster; for comparisons)\n");
+            "  -t N         threads (default: all cores)\n"
+            "  --simple     k-quants with the plain min/max scales (faster; for comparisons);\n"
+            "               only for q4_k, q5_k, q6_k and q4_k_m\n"
+            "  --overwrite  replace OUT if it exists (without it an existing OUT is refused);\n"
+            "               OUT is never IN\n"
+            "\n"
+            "exit status: 0 ok, 1 runtime failure (e.g. writing OUT), 2 bad usage or bad input\n"
+            "(IN missing, unreadable or not a model sparsekv reads; OUT exists)\n");
+}
+
+/* The types the matrices that fell back were written in: "q8_0", or "q8_0 (35), f16 (2)". */
+static void fallback_types(const skv_quantize_report *r, char *buf, size_t size) {
+    size_t len = 0;
+    int n_types = 0;
+    for (int t = 0; t < SKV_TYPE_COUNT; t++) n_types += r->n_fallback_by_type[t] > 0;
+    buf[0] = 0;
+    for (int t = 0; t < SKV_TYPE_COUNT && len < size; t++) {
+        if (r->n_fallback_by_type[t] == 0) continue;
+        int n = n_types == 1 ? snprintf(buf, size, "%s", skv_type_name((skv_type)t))
+                             : snprintf(buf + len, size - len, "%s%s (%d)", len ? ", " : "",
+                                        skv_type_name((skv_type)t), r->n_fallback_by_type[t]);
+        if (n < 0) break;
+        len += (size_t)n;
+    }
+}
+
+/* IN and OUT name one file (OUT = IN, a hard link): the library refuses that itself, whatever
+ * --overwrite says, with the message that fits. */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
 }
 
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
     long threads = 0;
-    bool simple = false;
+    bool simple = false, overwrite = false;
+    enum { O_SIMPLE = CLI_LONG, O_OVERWRITE };
     static const cli_opt opts[] = {
         {"help", 'h', false, NULL, false},
         {"threads", 't', true, NULL, false},
-        {"simple", CLI_LONG, false, NULL, false},
+        {"simple", O_SIMPLE, false, NULL, false},
+        {"overwrite", O_OVERWRITE, false, NULL, false},
         {0},
     };
     cli_args args;
@@ -58,8 +93,11 @@ int cmd_quantize(int argc, char **argv) {
                 return 2;
             }
             break;
-        case CLI_LONG:
+        case O_SIMPLE:
             simple = true;
+            break;
+        case O_OVERWRITE:
+            overwrite = true;
             break;
         case CLI_OPERAND:
             if (n_pos == 3) {
@@ -87,23 +125,31 @@ int cmd_quantize(int argc, char **argv) {
     }
     skv_type type = qo.type;
     const char *target = qo.mix ? "q4_k_m" : skv_type_name(type);
+    if (simple && skv_type_block_size(type) != SKV_QK_K) {
+        cli_error(CMD, "--simple only applies to the k-quants (q4_k, q5_k, q6_k, q4_k_m), not %s",
+                  target);
+        return 2;
+    }
+    if (!overwrite && !same_file(pos[0], pos[1]) && !cli_output_free(CMD, pos[1])) return 2;
     skv_quantize_report rep;
     skv_err err = {0};
     if (skv_quantize_model_opts(pos[0], pos[1], &qo, &rep, &err) != SKV_OK) {
         cli_error(CMD, "%s", err.msg);
-        return err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
+        /* a missing, unreadable or malformed IN is bad input; a failed write is a runtime one */
+        return err.status == SKV_ERR_INVALID_ARG || rep.bad_input ? 2 : 1;
     }
+    char fb[256] = "";
+    fallback_types(&rep, fb, sizeof fb);
     if (rep.n_fallback > 0)
         fprintf(stderr,
-                "sparsekv %s: note: %d matri%s kept in %s: rows not a multiple of %s's block of "
-                "%d: %s\n",
-                CMD, rep.n_fallback, rep.n_fallback == 1 ? "x" : "ces",
-                skv_type_name(rep.fallback_type), target, skv_type_block_size(type),
-                rep.fallback_names);
-    printf("wrote %s: %d tensors, %d converted to %s, %d copied, %d in %s; tensor data %.2f MiB "
-           "-> %.2f MiB in %.2f s\n",
+                "sparsekv %s: note: %d matri%s cannot take %s (rows not a multiple of its block of "
+                "%d), written in %s instead: %s\n",
+                CMD, rep.n_fallback, rep.n_fallback == 1 ? "x" : "ces", target,
+                skv_type_block_size(type), fb, rep.fallback_names);
+    printf("wrote %s: %d tensors, %d converted to %s, %d copied, %d fell back%s%s; tensor data "
+           "%.2f MiB -> %.2f MiB in %.2f s\n",
            pos[1], rep.n_tensors, rep.n_converted, target, rep.n_unchanged, rep.n_fallback,
-           skv_type_name(rep.fallback_type), (double)rep.bytes_in / 1048576.0,
+           fb[0] ? " to " : "", fb, (double)rep.bytes_in / 1048576.0,
            (double)rep.bytes_out / 1048576.0, rep.ms / 1e3);
     printf("matrices:");
     for (int t = 0, first = 1; t < SKV_TYPE_COUNT; t++)

@@ -13,7 +13,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sparsekv synth-model --preset NAME --type TYPE [--ctx N] [--seed S] [-t N]\n"
-            "                            [--vocab VOCAB.gguf] -o FILE.gguf\n"
+            "                            [--vocab VOCAB.gguf] -o FILE.gguf [--overwrite]\n"
             "       sparsekv synth-model --list\n"
             "\n"
             "Writes a GGUF with random weights and the exact architecture and tensor shapes of\n"
@@ -33,12 +33,17 @@ static void usage(FILE *f) {
             "                  e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf, so text in and\n"
             "                  text out work; the vocabulary size becomes that file's\n"
             "  --type TYPE     matrix type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k\n"
-            "                  (matrices whose rows are not a multiple of the block size are\n"
-            "                  written in f16; norms are always f32)\n"
+            "                  (a matrix whose rows are not a multiple of the block size is\n"
+            "                  written in q8_0 for a k-quant when they are a multiple of 32,\n"
+            "                  else in f16; norms are always f32)\n"
             "  --ctx N         llama.context_length to write (default: the preset's)\n"
             "  --seed S        random seed (default 1)\n"
             "  -t N            threads (default: all cores)\n"
-            "  -o FILE         output path\n");
+            "  -o FILE         output path; an existing FILE is refused\n"
+            "  --overwrite     replace FILE if it exists\n"
+            "  --list          print the presets (takes no other option)\n"
+            "\n"
+            "exit status: 0 ok, 1 runtime failure (e.g. writing FILE), 2 bad usage or bad input\n");
 }
 
 static void list_presets(void) {
@@ -61,13 +66,20 @@ int cmd_synth_model(int argc, char **argv) {
     const char *preset = NULL, *type_name = NULL, *out = NULL, *vocab = NULL;
     long ctx = 0, threads = 0;
     uint64_t seed = 1;
-    enum { O_LIST = CLI_LONG, O_PRESET, O_TYPE, O_VOCAB, O_CTX, O_SEED };
+    bool list = false, overwrite = false;
+    enum { O_LIST = CLI_LONG, O_PRESET, O_TYPE, O_VOCAB, O_CTX, O_SEED, O_OVERWRITE };
     static const cli_opt opts[] = {
-        {"help", 'h', false, NULL, false},       {"list", O_LIST, false, NULL, false},
-        {"preset", O_PRESET, true, NULL, false}, {"type", O_TYPE, true, NULL, false},
-        {"vocab", O_VOCAB, true, NULL, false},   {"output", 'o', true, NULL, false},
-        {"ctx", O_CTX, true, NULL, false},       {"seed", O_SEED, true, NULL, false},
-        {"threads", 't', true, NULL, false},     {0},
+        {"help", 'h', false, NULL, false},
+        {"list", O_LIST, false, NULL, false},
+        {"preset", O_PRESET, true, NULL, false},
+        {"type", O_TYPE, true, NULL, false},
+        {"vocab", O_VOCAB, true, NULL, false},
+        {"output", 'o', true, NULL, false},
+        {"ctx", O_CTX, true, NULL, false},
+        {"seed", O_SEED, true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"overwrite", O_OVERWRITE, false, NULL, false},
+        {0},
     };
     cli_args args;
     if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
@@ -82,8 +94,11 @@ int cmd_synth_model(int argc, char **argv) {
             usage(stdout);
             return 0;
         case O_LIST:
-            list_presets();
-            return 0;
+            list = true;
+            break;
+        case O_OVERWRITE:
+            overwrite = true;
+            break;
         case O_PRESET:
             preset = v;
             break;
@@ -116,6 +131,18 @@ int cmd_synth_model(int argc, char **argv) {
             break;
         }
     }
+    if (list) {
+        /* --list writes nothing: an option for the model would be silently ignored */
+        const int others[] = {O_PRESET, O_TYPE, O_VOCAB, 'o', O_CTX, O_SEED, 't', O_OVERWRITE};
+        for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+            if (cli_args_given(&args, others[i])) {
+                cli_error(CMD, "--list takes no other option (%s given)",
+                          cli_args_name(&args, others[i]));
+                return 2;
+            }
+        list_presets();
+        return 0;
+    }
     if (!preset || !type_name || !out) {
         cli_error(CMD, "--preset, --type and -o are required (see --help)");
         return 2;
@@ -133,6 +160,7 @@ int cmd_synth_model(int argc, char **argv) {
                   type_name);
         return 2;
     }
+    if (!overwrite && !cli_output_free(CMD, out)) return 2;
     /* Say which matrices cannot take the type (their rows are not whole blocks). */
     const skv_synth_arch *sa = skv_synth_arch_of(shape);
     int hd = sa->head_dim > 0 ? sa->head_dim : shape->n_embd / shape->n_head;

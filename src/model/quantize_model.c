@@ -1,5 +1,6 @@
 /* quantize_model.c — rewrites a GGUF model with its 2-D weight matrices in another type.
- * Norms (1-D) and matrices already in the type are copied from the input mapping; the others are
+ * Norms (1-D) and matrices already in the type (or, for a matrix that cannot take it, in a type
+ * no larger than its fallback) are copied from the input mapping; the others are
  * converted row by row (dequantize -> quantize) in parallel and streamed to the output, so memory
  * stays at a few megabytes whatever the model size. */
 #include "kernels/kernels.h"
@@ -101,7 +102,6 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     skv_quantize_report rep_local;
     skv_quantize_report *rep = report ? report : &rep_local;
     memset(rep, 0, sizeof *rep);
-    rep->fallback_type = type == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
     double t0 = skv_time_ms();
     if (!in_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
@@ -112,7 +112,10 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
                            skv_type_name(type) ? skv_type_name(type) : "(unknown id)");
 
     skv_gguf *g = skv_gguf_open(in_path, err);
-    if (!g) return err ? err->status : SKV_ERR_FORMAT;
+    if (!g) {
+        rep->bad_input = !err || err->status != SKV_ERR_NOMEM;
+        return err ? err->status : SKV_ERR_FORMAT;
+    }
     int64_t n = skv_gguf_n_tensors(g);
     skv_status st = SKV_OK;
     skv_stream_tensor *out = calloc((size_t)(n > 0 ? n : 1), sizeof *out);
@@ -146,6 +149,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
             continue;
         }
         if (!skv_type_supported(t->type)) {
+            rep->bad_input = true;
             st = skv_err_set(err, SKV_ERR_UNSUPPORTED,
                              "tensor '%s' is stored in type id %d, which sparsekv cannot read",
                              t->name, (int)t->type);
@@ -153,9 +157,14 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
         }
         skv_type asked = mix ? skv_quant_mix_type(mix, t->name, n_layer, has_output) : type;
         skv_type want = skv_matrix_type_for(asked, t->ne[0]);
+        /* A fallback never grows a matrix: one stored no larger (Q4_0, Q8_0, BF16 against F16)
+         * is copied as it is, losslessly. */
+        if (want != asked && skv_row_bytes(t->type, t->ne[0]) <= skv_row_bytes(want, t->ne[0]))
+            want = t->type;
         rep->n_by_type[want]++;
         if (want != asked) {
             rep->n_fallback++;
+            rep->n_fallback_by_type[want]++;
             note_fallback(rep, t->name);
         }
         if (want == t->type) {

@@ -153,6 +153,10 @@ uint32_t skv_ftype_of(skv_type t) {
 
 skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
     if (skv_row_bytes(want, cols) > 0) return want;
+    /* K-quant super-blocks (256) often do not divide a row (288, 576, 896...): Q8_0 keeps such
+     * rows at 8.5 bits a weight where F16 takes 16 (a q4_k file larger than the q8_0 one). */
+    if (skv_type_block_size(want) == SKV_QK_K && skv_row_bytes(SKV_TYPE_Q8_0, cols) > 0)
+        return SKV_TYPE_Q8_0;
     return want == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
 }
 

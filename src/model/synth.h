@@ -106,7 +106,8 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
 uint32_t skv_ftype_of(skv_type t);
 
 /* The type a matrix with rows of cols values is written in when want is asked for: want when
- * cols is a multiple of its block size, else F16 (F32 when want is F32). */
+ * cols is a multiple of its block size; else Q8_0 for a K-quant (Q4_K, Q5_K, Q6_K) when cols is
+ * a multiple of 32; else F16 (F32 when want is F32). */
 skv_type skv_matrix_type_for(skv_type want, int64_t cols);
 
 /* --- model rewriting (skv_quantize_model with a report) ------------------------------------ */
@@ -116,16 +117,20 @@ typedef struct skv_quantize_report {
     int n_converted; /* 2-D tensors rewritten in the requested type */
     int n_unchanged; /* already in the requested type, or not a matrix (norms): copied */
     int n_fallback;  /* matrices whose rows are not a multiple of the type's block size,
-                        written in fallback_type instead */
-    skv_type fallback_type;
+                        written in another type instead (skv_matrix_type_for's, or the stored
+                        one when that is no larger) */
+    int n_fallback_by_type[SKV_TYPE_COUNT]; /* those by the type they were written in */
     char fallback_names[512];     /* comma-separated names of those (truncated with "...") */
     uint64_t bytes_in, bytes_out; /* tensor data bytes */
     double ms;
     int n_by_type[SKV_TYPE_COUNT]; /* 2-D tensors written in each type (the mix) */
+    bool bad_input; /* the failure was the input's: missing, unreadable, not a GGUF, or holding a
+                       tensor type sparsekv cannot read (else the output's, or the arguments') */
 } skv_quantize_report;
 
 /* skv_quantize_model, filling report (may be NULL). A matrix whose row length is not a multiple
- * of type's block size is written in F16 (F32 when type is F32) and listed in the report. */
+ * of type's block size is written in skv_matrix_type_for(type, row length) (Q8_0 or F16), or
+ * copied when it is stored in a type no larger than that, and listed in the report. */
 skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_type type,
                                  int n_threads, skv_quantize_report *report, skv_err *err);
 
