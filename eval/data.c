@@ -39,8 +39,9 @@ static long part_size(double spec, int n_eff) {
 bool skv_eval_cut(const int32_t *tokens, int n, const skv_eval_split *split, int n_ctx, int greedy,
                   skv_eval_sample *s, char *why, size_t why_size) {
     /* fractions and "the rest" are taken of the tokens that fit beside the greedy run */
-    int n_eff = n;
-    if (n_ctx - greedy < n_eff) n_eff = n_ctx - greedy;
+    int room = n_ctx - greedy;
+    bool ctx_bound = room < n; /* the context, not the sample, limits the parts */
+    int n_eff = ctx_bound ? room : n;
     if (n_eff < 0) n_eff = 0;
     long W = part_size(split->window, n_eff);
     long C = part_size(split->cont, n_eff);
@@ -49,18 +50,54 @@ bool skv_eval_cut(const int32_t *tokens, int n, const skv_eval_split *split, int
     if (split->prefix > 0 && split->prefix < 1 && T + W + C > n_eff && T + W + C <= n_eff + 2)
         T = n_eff - W - C;
     long greedy_room = C > greedy ? C : greedy;
-    if (T < 1 || W < 1 || C < 1 || T + W + C > n) {
+    /* The messages name the limit that failed and the options that move it, and print no
+     * negative count: with --prefix rest a short sample gives T < 0. */
+    char of[160], has[160];
+    if (ctx_bound) {
+        snprintf(of, sizeof of,
+                 "of the %d tokens the model's context of %d leaves beside --greedy %d", n_eff,
+                 n_ctx, greedy);
+        snprintf(has, sizeof has, "the model's context of %d leaves %d beside --greedy %d", n_ctx,
+                 n_eff, greedy);
+    } else {
+        snprintf(of, sizeof of, "of the sample's %d tokens", n);
+        snprintf(has, sizeof has, "the sample has %d", n);
+    }
+    const char *lead = ctx_bound ? "sample does not fit" : "sample too short";
+    if (ctx_bound && room < 3) {
         snprintf(why, why_size,
-                 "sample too short: %d tokens cut as prefix %ld + window %ld + continuation %ld "
-                 "(each must be >= 1 and together at most the sample)",
-                 n, T, W, C);
+                 "%s: --greedy %d leaves %d of the model's context of %d for prefix, window and "
+                 "continuation (at least 1 token each): lower --greedy",
+                 lead, greedy, room > 0 ? room : 0, n_ctx);
+        return false;
+    }
+    if (W < 1 || C < 1 || (split->prefix > 0 && T < 1)) { /* a fraction rounded to 0 tokens */
+        const char *opt = W < 1 ? "--window" : C < 1 ? "--continuation" : "--prefix";
+        double spec = W < 1 ? split->window : C < 1 ? split->cont : split->prefix;
+        snprintf(why, why_size, "%s: %s %g %s is 0 tokens: give %s as a token count", lead, opt,
+                 spec, of, opt);
+        return false;
+    }
+    if (T < 1) { /* --prefix rest: nothing left */
+        snprintf(why, why_size,
+                 "%s: window %ld + continuation %ld leave no prefix: the three parts need at least "
+                 "%ld tokens and %s: lower %s--window or --continuation",
+                 lead, W, C, W + C + 1, has, ctx_bound ? "--greedy, " : "");
+        return false;
+    }
+    if (T + W + C > n) {
+        snprintf(why, why_size,
+                 "sample too short: prefix %ld + window %ld + continuation %ld = %ld tokens, the "
+                 "sample has %d: lower --prefix, --window or --continuation",
+                 T, W, C, T + W + C, n);
         return false;
     }
     if (T + W + greedy_room > n_ctx) {
         snprintf(why, why_size,
                  "sample too long for the model's context of %d: prefix %ld + window %ld + "
-                 "max(continuation %ld, greedy %d) tokens (lower --prefix)",
-                 n_ctx, T, W, C, greedy);
+                 "max(continuation %ld, greedy %d) = %ld tokens: lower --prefix, --window or %s",
+                 n_ctx, T, W, C, greedy, T + W + greedy_room,
+                 C > greedy ? "--continuation" : "--greedy");
         return false;
     }
     int total = (int)(T + W + C);
@@ -289,6 +326,17 @@ static skv_status line_sample(const skv_json *v, const char *path, int line, con
         free(all);
         return SKV_OK;
     }
+    /* the line sets the parts, not --prefix/--window/--continuation: say so when they overflow */
+    int room = pn[2] > greedy ? pn[2] : greedy;
+    if ((long)pn[0] + pn[1] + room > n_ctx) {
+        snprintf(why, why_size,
+                 "sample too long for the model's context of %d: context %d + window %d + "
+                 "max(continuation %d, greedy %d) = %ld tokens: shorten the line's %s",
+                 n_ctx, pn[0], pn[1], pn[2], greedy, (long)pn[0] + pn[1] + room,
+                 pn[2] >= greedy ? "parts" : "context or window, or lower --greedy");
+        free(all);
+        return SKV_OK;
+    }
     *ok = skv_eval_cut(all, total, &exact, n_ctx, greedy, s, why, why_size);
     free(all);
     return SKV_OK;
@@ -358,7 +406,7 @@ skv_status skv_eval_load_jsonl(const char *path, const skv_vocab *vocab,
         s->index = i;
         s->line = line;
         bool ok;
-        char why[256] = "";
+        char why[512] = "";
         st = line_sample(v, path, line, vocab, split, n_ctx, greedy, s, &ok, why, sizeof why, err);
         skv_json_free(v);
         if (st) goto done;
@@ -366,7 +414,7 @@ skv_status skv_eval_load_jsonl(const char *path, const skv_vocab *vocab,
             out->n++;
         } else {
             out->n_skipped++;
-            char msg[400];
+            char msg[1024];
             snprintf(msg, sizeof msg, "%s:%d: skipped: %s", path, line, why);
             if ((st = add_warning(out, msg, err))) goto done;
         }
@@ -404,6 +452,18 @@ skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory generating samples");
         goto done;
     }
+    /* every sample has n_total tokens and cuts alike: a cut that fails is refused once, before
+     * the generating, not skipped sample by sample */
+    memset(toks, 0, (size_t)n_total * sizeof *toks);
+    skv_eval_sample probe = {0};
+    char why[512] = "";
+    if (!skv_eval_cut(toks, n_total, split, n_ctx, greedy, &probe, why, sizeof why)) {
+        bool oom = !strcmp(why, "out of memory");
+        st = skv_err_set(err, oom ? SKV_ERR_NOMEM : SKV_ERR_INVALID_ARG,
+                         "generated samples of %d tokens: %s", n_total, why);
+        goto done;
+    }
+    free(probe.tokens);
     ctx = skv_context_new(model, &cp, err);
     if (!ctx) {
         st = err ? err->status : SKV_ERR_STATE;
@@ -432,12 +492,11 @@ skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *
         skv_eval_sample *s = &out->samples[out->n];
         memset(s, 0, sizeof *s);
         s->index = i;
-        char why[256] = "";
         if (skv_eval_cut(toks, n_total, split, n_ctx, greedy, s, why, sizeof why)) {
             out->n++;
         } else {
             out->n_skipped++;
-            char msg[400];
+            char msg[600];
             snprintf(msg, sizeof msg, "generated sample %d: skipped: %s", i, why);
             if ((st = add_warning(out, msg, err))) goto done;
         }

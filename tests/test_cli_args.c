@@ -167,8 +167,19 @@ static void test_eval_nothing(void **state) {
     fclose(f);
     snprintf(args, sizeof args, "eval --data %s --out %s -q --policies knorm --keep 0.5", data,
              out);
-    cli_case c = {args, 2, "nothing was evaluated: every sample was skipped"};
-    run_cases(&c, 1);
+    cli_case c[] = {{args, 2, "nothing was evaluated: every sample was skipped"},
+                    {args, 2, "lower --window or --continuation"}};
+    run_cases(c, 2);
+    /* generated samples in a context of 128: --greedy leaves no prefix, refused before the
+     * generating, naming --greedy (not "too short") */
+    char model[512];
+    snprintf(model, sizeof model, "%s", test_synth_gqa64(128, 3, 1));
+    snprintf(args, sizeof args, "eval -m %s --out %s -q --samples 2 --policies knorm --keep 0.5",
+             model, out);
+    cli_case g = {args, 2,
+                  "the model's context of 128 leaves 96 beside --greedy 32: lower --greedy"};
+    run_cases(&g, 1);
+    unlink(model);
     unlink(data);
     char rm[1100];
     snprintf(rm, sizeof rm, "rm -rf '%s'", out);

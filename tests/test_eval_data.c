@@ -41,6 +41,9 @@ static void expect_refused(int n, double p, double w, double c, int n_ctx, int g
     char why[256];
     assert_false(cut(n, p, w, c, n_ctx, greedy, &s, why));
     if (!strstr(why, msg)) fail_msg("'%s' does not say '%s'", why, msg);
+    /* a count the user cannot act on: "prefix -91" */
+    for (const char *q = why; *q; q++)
+        if (q[0] == '-' && q[1] >= '0' && q[1] <= '9') fail_msg("'%s' has a negative count", why);
 }
 
 static void test_cut(void **state) {
@@ -60,8 +63,22 @@ static void test_cut(void **state) {
     expect_refused(20, 0, 8, 16, 512, 8, "too short");
     expect_refused(100, 80, 10, 20, 512, 8, "too short");
     expect_refused(100, 0, 0.001, 20, 512, 8, "too short"); /* window rounds to 0 */
+    /* the message names the limit that failed and the options that move it */
+    expect_refused(11, 0, 32, 64, 512, 32,
+                   "need at least 97 tokens and the sample has 11: lower --window or "
+                   "--continuation");
+    expect_refused(100, 0, 0.001, 20, 512, 8, "--window 0.001 of the sample's 100 tokens is 0");
+    expect_refused(100, 80, 10, 20, 512, 8, "lower --prefix, --window or --continuation");
+    /* a short context: --greedy takes the room, not the sample's length (112 tokens) */
+    expect_refused(112, 0, 32, 64, 128, 32,
+                   "the model's context of 128 leaves 96 beside --greedy 32: lower --greedy, "
+                   "--window or --continuation");
+    expect_refused(112, 0, 32, 64, 128, 127, "lower --greedy");
+    expect_refused(112, 0, 32, 64, 128, 200, "--greedy 200 leaves 0 of the model's context");
     /* T + W + max(C, G) must fit the context */
     expect_refused(500, 400, 32, 64, 480, 8, "too long for the model's context of 480");
+    expect_refused(500, 400, 32, 64, 480, 8, "= 496 tokens: lower --prefix, --window or --cont");
+    expect_refused(500, 400, 32, 8, 500, 90, "= 522 tokens: lower --prefix, --window or --greedy");
     expect_cut(500, 400, 32, 64, 512 + 8, 70, 400, 32, 64);
 }
 
