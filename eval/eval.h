@@ -438,6 +438,11 @@ void skv_eval_write_csv_field(FILE *f, const char *s);
 void skv_eval_write_gnuplot_string(FILE *f, const char *s);
 void skv_eval_write_md_cell(FILE *f, const char *s);
 
+/* In plots.gp after a figure's last `set output`: when the caller set skv_marks (sparsekv
+ * does), gnuplot prints "sparsekv-drawn: NAME", so the figures finished before an error are
+ * kept. */
+void skv_eval_write_drawn_mark(FILE *f, const char *name);
+
 /* The name of a policy's fixed plot colour ("#rrggbb"): the same for a policy in every run
  * whatever the order of --policies; unknown names get one of a fallback set by a hash. */
 const char *skv_eval_policy_colour(const char *policy);

@@ -923,6 +923,12 @@ void skv_eval_write_csv_field(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+void skv_eval_write_drawn_mark(FILE *f, const char *name) {
+    fputs("if (exists('skv_marks')) print 'sparsekv-drawn: ' . ", f);
+    skv_eval_write_gnuplot_string(f, name);
+    fputc('\n', f);
+}
+
 void skv_eval_write_gnuplot_string(FILE *f, const char *s) {
     /* In a single-quoted gnuplot string only '' is special; a raw line break would end the
      * command, so control bytes (and DEL) become '?'. */
@@ -1360,6 +1366,10 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
     for (int pl = 0; pl < n_plots; pl++) {
         const struct plotdef *d = lm ? &defs_lm[pl] : &defs_pk[pl];
         fprintf(f, "\n# ---- %s\n", d->name);
+        if (d->kind == 3 && greedy == 0) { /* an empty 0..0 axis is a gnuplot error */
+            fprintf(f, "# not drawn: --greedy 0 decoded no greedy tokens\n");
+            continue;
+        }
         /* the y axis of this figure, set again in every panel */
         char *yset = NULL;
         size_t yset_len = 0;
@@ -1541,6 +1551,7 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
         }
         free(yset);
         fprintf(f, "set output\n");
+        skv_eval_write_drawn_mark(f, d->name);
     }
     st = skv_eval_close_tmp(f, path, err);
     f = NULL;

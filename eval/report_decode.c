@@ -312,6 +312,7 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
                         min_budget, min_budget + every_min);
             fputs("\nset output\n", f);
         }
+        skv_eval_write_drawn_mark(f, fig == 0 ? "kl_vs_budget" : "entries_vs_step");
     }
     if ((st = skv_eval_close_tmp(f, path, err))) {
         f = NULL;

@@ -153,6 +153,7 @@ skv_status skv_eval_write_depth_figure(const skv_eval_rows *rows, const char *di
         }
         fputs("unset multiplot\nset output\n", f);
     }
+    skv_eval_write_drawn_mark(f, "accuracy_vs_depth");
     if (fclose(f) != 0) st = skv_err_set(err, SKV_ERR_IO, "error writing %s", path);
 done:
     free(cells), free(dense);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
@@ -442,11 +443,92 @@ static void test_kept_map(void **state) {
     unlink(png);
 }
 
+static bool file_is_png(const char *dir, const char *name) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    size_t n = 0;
+    unsigned char *img = test_read_file(p, &n);
+    bool png = img && n > 8 && !memcmp(img, "\x89PNG\r\n\x1a\n", 8);
+    free(img);
+    return png;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+/* --greedy 0 measures no greedy tokens: the other figures are drawn and greedy_vs_keep is left
+ * out (its empty 0..0 axis used to stop gnuplot before any figure). A gnuplot that fails keeps
+ * the figures it finished and is a warning that labels gnuplot's words; the run exits 0. */
+static void test_plots_cli(void **state) {
+    (void)state;
+    const char *model = test_model_path("stories260K/stories260K.gguf");
+    char dir[4096], bin[4096], cmd[16384];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("_g0"));
+    int st = 0;
+    free(test_run("command -v gnuplot", &st));
+    bool gnuplot = st == 0;
+    snprintf(cmd, sizeof cmd,
+             "'%s' eval -m '%s' -t 1 --samples 1 --policies knorm --keep 0.5 --protocols seed "
+             "--greedy 0 --out '%s' 2>&1 >/dev/null",
+             test_cli(), model, dir);
+    char *log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval --greedy 0 exited %d:\n%s", st, log);
+    if (gnuplot) {
+        if (strstr(log, "gnuplot")) fail_msg("gnuplot complained:\n%s", log);
+        assert_true(file_is_png(dir, "kl_vs_keep.png"));
+        assert_true(file_is_png(dir, "top1_vs_keep.png"));
+        assert_true(file_is_png(dir, "ppl_vs_keep.png"));
+        assert_true(file_exists(dir, "ppl_vs_keep.svg"));
+        assert_false(file_exists(dir, "greedy_vs_keep.png"));
+        assert_non_null(strstr(log, "plots in"));
+        assert_null(strstr(log, "greedy_vs_keep"));
+    }
+    free(log);
+
+    /* a gnuplot that finishes kl_vs_keep, starts top1_vs_keep and fails */
+    snprintf(bin, sizeof bin, "%s", test_tmp_path("_bin"));
+    assert_int_equal(mkdir(bin, 0777), 0);
+    char fake[4200];
+    snprintf(fake, sizeof fake, "%s/gnuplot", bin);
+    FILE *f = fopen(fake, "w");
+    assert_non_null(f);
+    fputs("#!/bin/sh\n"
+          "echo x > kl_vs_keep.png.tmp; echo x > kl_vs_keep.svg.tmp\n"
+          "echo 'sparsekv-drawn: kl_vs_keep' >&2\n"
+          "echo x > top1_vs_keep.png.tmp\n"
+          "echo '\"plots.gp\" line 9: no such thing' >&2\n"
+          "exit 1\n",
+          f);
+    fclose(f);
+    assert_int_equal(chmod(fake, 0755), 0);
+    snprintf(cmd, sizeof cmd,
+             "PATH='%s':\"$PATH\" '%s' eval -m '%s' -t 1 --samples 1 --policies knorm --keep "
+             "0.5 --protocols seed --greedy 2 --overwrite --out '%s' 2>&1 >/dev/null",
+             bin, test_cli(), model, dir);
+    log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval with a failing gnuplot exited %d:\n%s", st, log);
+    assert_non_null(strstr(log, "warning: gnuplot failed on"));
+    assert_non_null(strstr(log, "only kl_vs_keep drawn"));
+    assert_non_null(strstr(log, "sparsekv eval: gnuplot: \"plots.gp\" line 9: no such thing"));
+    assert_null(strstr(log, "sparsekv-drawn"));
+    free(log);
+    assert_true(file_exists(dir, "kl_vs_keep.png"));
+    assert_true(file_exists(dir, "kl_vs_keep.svg"));
+    assert_false(file_exists(dir, "top1_vs_keep.png"));
+    assert_false(file_exists(dir, "top1_vs_keep.png.tmp"));
+    assert_false(file_exists(dir, "kl_vs_keep.png.tmp"));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, bin);
+    free(test_run(cmd, &st));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_summary),     cmocka_unit_test(test_merge_errors),
         cmocka_unit_test(test_read_errors), cmocka_unit_test(test_plots),
-        cmocka_unit_test(test_kept_map),
+        cmocka_unit_test(test_kept_map),    cmocka_unit_test(test_plots_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

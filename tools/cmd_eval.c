@@ -84,8 +84,8 @@ static void usage(FILE *f) {
         "  -h, --help           this help\n\n"
         "Writes DIR/results.jsonl (one line per sample x configuration), summary.csv,\n"
         "summary.md, timing.csv, run.json, plot_data.dat, plots.gp and, when gnuplot is\n"
-        "installed, kl_vs_keep, top1_vs_keep, ppl_vs_keep and greedy_vs_keep as PNG and\n"
-        "SVG; prints summary.md.\n"
+        "installed, kl_vs_keep, top1_vs_keep, ppl_vs_keep and greedy_vs_keep (when\n"
+        "--greedy > 0) as PNG and SVG; prints summary.md.\n"
         "Merge shards with `sparsekv eval-merge DIR... --out DIR`.\n",
         SKV_DEFAULT_MODEL);
 }
@@ -299,36 +299,121 @@ static bool have_gnuplot(void) {
     return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
 
-/* Runs gnuplot plots.gp inside dir; false when it failed. */
-static bool run_gnuplot(const char *dir) {
+/* What a gnuplot run left: its messages (the figure marks taken out) and which figures it
+ * finished. */
+typedef struct gnuplot_run {
+    char log[8192];
+    size_t log_len;
+    bool drawn[sizeof FIGURES / sizeof FIGURES[0]];
+} gnuplot_run;
+
+/* One line of gnuplot's output: a figure mark (plots.gp prints one after each whole figure
+ * when skv_marks is set) or a message kept for the user. */
+static void gnuplot_line(gnuplot_run *g, const char *line, size_t len) {
+    static const char mark[] = "sparsekv-drawn: ";
+    if (len >= sizeof mark - 1 && !memcmp(line, mark, sizeof mark - 1)) {
+        const char *name = line + sizeof mark - 1;
+        size_t n = len - (sizeof mark - 1);
+        for (int i = 0; FIGURES[i]; i++)
+            if (strlen(FIGURES[i]) == n && !memcmp(FIGURES[i], name, n)) g->drawn[i] = true;
+        return;
+    }
+    if (len == 0 || g->log_len + len + 2 > sizeof g->log) return;
+    memcpy(g->log + g->log_len, line, len);
+    g->log_len += len;
+    g->log[g->log_len++] = '\n';
+    g->log[g->log_len] = 0;
+}
+
+/* Runs gnuplot plots.gp inside dir, its output captured in g; false when it failed. The
+ * figures go to NAME.png.tmp / NAME.svg.tmp and are renamed into place when whole: all of
+ * them after a clean run, the ones marked finished after a failed one. */
+static bool run_gnuplot(const char *dir, gnuplot_run *g) {
+    memset(g, 0, sizeof *g);
     fflush(stdout);
     fflush(stderr);
+    int fd[2];
+    if (pipe(fd) != 0) return false;
     pid_t pid = fork();
-    if (pid < 0) return false;
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return false;
+    }
     if (pid == 0) {
+        close(fd[0]);
         if (chdir(dir) != 0) _exit(127);
-        /* keep our stdout for the summary: gnuplot talks on stderr only */
-        if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) _exit(127);
-        execlp("gnuplot", "gnuplot", "-e", "out_suffix='.tmp'", "plots.gp", (char *)NULL);
+        /* our stdout carries the summary: gnuplot's output is read through the pipe */
+        if (dup2(fd[1], STDOUT_FILENO) < 0 || dup2(fd[1], STDERR_FILENO) < 0) _exit(127);
+        close(fd[1]);
+        execlp("gnuplot", "gnuplot", "-e", "out_suffix='.tmp'; skv_marks=1", "plots.gp",
+               (char *)NULL);
         _exit(127);
     }
+    close(fd[1]);
+    char buf[4096], line[1024];
+    size_t ll = 0;
+    for (;;) {
+        ssize_t n = read(fd[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == '\n') {
+                gnuplot_line(g, line, ll);
+                ll = 0;
+            } else if (ll < sizeof line - 1) {
+                line[ll++] = buf[i];
+            }
+        }
+    }
+    if (ll) gnuplot_line(g, line, ll);
+    close(fd[0]);
     int status;
+    bool ok = true;
     while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return false;
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    /* the figures were drawn to NAME.png.tmp / NAME.svg.tmp: renamed into place when whole */
-    for (int i = 0; FIGURES[i]; i++)
+        if (errno != EINTR) {
+            ok = false;
+            break;
+        }
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    for (int i = 0; FIGURES[i]; i++) {
+        bool keep = ok || g->drawn[i];
+        g->drawn[i] = false;
         for (int k = 0; k < 2; k++) {
             char from[4300], to[4200];
             snprintf(to, sizeof to, "%s/%s.%s", dir, FIGURES[i], k ? "svg" : "png");
             snprintf(from, sizeof from, "%s.tmp", to);
-            if (access(from, F_OK) != 0) continue;
-            if (!ok || rename(from, to) != 0) {
+            if (access(from, F_OK) != 0) {
+                keep = false;
+                continue;
+            }
+            if (!keep || rename(from, to) != 0) {
                 unlink(from);
-                ok = false;
+                if (keep) ok = false;
+                keep = false;
             }
         }
+        g->drawn[i] = keep;
+    }
     return ok;
+}
+
+/* gnuplot's messages, each line labelled as gnuplot's. */
+static void print_gnuplot_log(const char *cmd, const gnuplot_run *g) {
+    for (const char *l = g->log; *l;) {
+        const char *e = strchr(l, '\n');
+        fprintf(stderr, "sparsekv %s: gnuplot: %.*s\n", cmd, (int)(e - l), l);
+        l = e + 1;
+    }
+}
+
+/* "kl_vs_keep, top1_vs_keep" for the figures g holds (empty when none). */
+static void drawn_list(const gnuplot_run *g, char *out, size_t size) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; FIGURES[i] && o < size; i++)
+        if (g->drawn[i])
+            o += (size_t)snprintf(out + o, size - o, "%s%s", o ? ", " : "", FIGURES[i]);
 }
 
 /* Reports from rows (already checked) into out, plots, summary on stdout. Shared with
@@ -346,19 +431,28 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
+    gnuplot_run g;
+    char drawn[512];
     if (!have_gnuplot()) {
         fprintf(stderr,
                 "sparsekv %s: gnuplot is not installed: no plots drawn (plot_data.dat "
                 "and plots.gp are in %s; run `gnuplot plots.gp` there later)\n",
                 cmd, out);
-    } else if (!run_gnuplot(out)) {
-        fprintf(stderr, "sparsekv %s: gnuplot failed on %s/plots.gp: no plots drawn\n", cmd, out);
-    } else if (!quiet) {
-        fprintf(stderr, "sparsekv %s: plots in %s (%s.png/.svg)\n", cmd, out,
-                decoding ? "kl_vs_budget, entries_vs_step"
-                : rows->rows[0].task == SKV_EVAL_LM
-                    ? "kl_vs_keep, top1_vs_keep, ppl_vs_keep, greedy_vs_keep"
-                    : "passkey_vs_keep, accuracy_vs_depth");
+    } else if (!run_gnuplot(out, &g)) {
+        /* the measurements are whole: a figure that could not be drawn is a warning, with
+         * gnuplot's own words labelled as such, not a failed run */
+        drawn_list(&g, drawn, sizeof drawn);
+        fprintf(stderr,
+                "sparsekv %s: warning: gnuplot failed on %s/plots.gp: %s%s%s (the results and "
+                "summaries are complete; once fixed, run `gnuplot plots.gp` in %s)\n",
+                cmd, out, drawn[0] ? "only " : "no figures drawn", drawn, drawn[0] ? " drawn" : "",
+                out);
+        print_gnuplot_log(cmd, &g);
+    } else {
+        print_gnuplot_log(cmd, &g); /* warnings of a run that drew everything */
+        drawn_list(&g, drawn, sizeof drawn);
+        if (!quiet && drawn[0])
+            fprintf(stderr, "sparsekv %s: plots in %s (%s.png/.svg)\n", cmd, out, drawn);
     }
     fputs(md, stdout);
     fflush(stdout);
