@@ -482,7 +482,8 @@ typedef struct skv_eval_runinfo {
     int n_inputs;
     char **missing; /* eval-merge --allow-partial: what is missing, one sentence each */
     int n_missing;
-    char *model, *data; /* paths as given (not compared: they may differ between machines) */
+    char *model, *data; /* absolute paths (not compared: they may differ between machines) */
+    char *cwd;          /* the directory the run was started from: the command's relative paths */
     int shard_k, shard_n;
     skv_eval_run_field config[SKV_EVAL_RUN_FIELDS];
     int n_config;

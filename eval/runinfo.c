@@ -47,6 +47,7 @@ void skv_eval_runinfo_free(skv_eval_runinfo *r) {
     free_strs(r->missing, r->n_missing);
     free(r->model);
     free(r->data);
+    free(r->cwd);
     memset(r, 0, sizeof *r);
 }
 
@@ -119,6 +120,10 @@ skv_status skv_eval_runinfo_write(const char *dir, const skv_eval_runinfo *r, sk
     write_str(f, r->model);
     fputs(",\"data\":", f);
     write_str(f, r->data);
+    if (r->cwd) {
+        fputs(",\"cwd\":", f);
+        write_str(f, r->cwd);
+    }
     fprintf(f, ",\"shard\":\"%d/%d\",\"config\":{", r->shard_k, r->shard_n);
     for (int i = 0; i < r->n_config; i++) {
         if (i) fputc(',', f);
@@ -228,6 +233,8 @@ skv_status skv_eval_runinfo_read(const char *path, skv_eval_runinfo *r, skv_err 
     r->partial = r->n_missing > 0;
     if (skv_json_get_string(o, "model", &s) && !(r->model = strdup(s))) goto oom;
     if (skv_json_get_string(o, "data", &s) && !(r->data = strdup(s))) goto oom;
+    /* absent in run.json files from before it was recorded */
+    if (skv_json_get_string(o, "cwd", &s) && *s && !(r->cwd = strdup(s))) goto oom;
     r->shard_k = 0;
     r->shard_n = 1;
     if (skv_json_get_string(o, "shard", &s)) {

@@ -246,10 +246,105 @@ static void test_overwrite(void **state) {
     rm_rf(d);
 }
 
+/* --resume DIR alone from another working directory: run.json records where the run started
+ * ("cwd") and absolute model and data paths, and the recorded command's relative -m / --data
+ * are taken from there. An older run.json (relative paths, no "cwd") still resumes from the
+ * directory it started in, and elsewhere is refused with a message that says why. */
+static void test_resume_elsewhere(void **state) {
+    (void)state;
+    char root[2048], real[4096], cmd[16384], p[4096];
+    snprintf(root, sizeof root, "%s", test_tmp_path("_cwd"));
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/m' '%s/d' && cp '%s' '%s/m/model.gguf'", root, root,
+             model(), root);
+    int st = 0;
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 0);
+    assert_non_null(realpath(root, real));
+    char cli[4096]; /* the commands below change directory */
+    assert_non_null(realpath(test_cli(), cli));
+    /* three samples of 40 token ids */
+    snprintf(p, sizeof p, "%s/d/data.jsonl", root);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    for (int s = 0; s < 3; s++) {
+        fputs("{\"tokens\": [1", f);
+        for (int i = 1; i < 40; i++) fprintf(f, ", %d", 3 + (s * 131 + i * 37) % 500);
+        fputs("]}\n", f);
+    }
+    fclose(f);
+    /* started in root with relative paths everywhere, --out included */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' eval -m m/model.gguf --data d/data.jsonl -t 1 -q --policies "
+             "sink_recent,knorm --keep 0.5 --protocols seed --window 4 --continuation 8 "
+             "--greedy 2 --out run 2>&1 >/dev/null",
+             root, cli);
+    char *log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval failed (%d): %s", st, log);
+    free(log);
+    snprintf(p, sizeof p, "%s/run", root);
+    char *want = file_in(p, "summary.csv");
+    assert_non_null(want);
+    char *rj = file_in(p, "run.json");
+    char field[8400];
+    snprintf(field, sizeof field, "\"model\":\"%s/m/model.gguf\"", real);
+    assert_non_null(strstr(rj, field));
+    snprintf(field, sizeof field, "\"data\":\"%s/d/data.jsonl\"", real);
+    assert_non_null(strstr(rj, field));
+    assert_non_null(strstr(rj, "\"cwd\":\""));
+    assert_non_null(strstr(rj, "\"-m\",\"m/model.gguf\"")); /* the command as typed */
+    free(rj);
+
+    /* cut to 2 of 12 rows, resumed from / */
+    char rows_path[4200];
+    snprintf(rows_path, sizeof rows_path, "%s/results.jsonl", p);
+    char *rows = test_read_file(rows_path, NULL);
+    assert_non_null(rows);
+    char *nl = strchr(strchr(rows, '\n') + 1, '\n') + 1;
+    f = fopen(rows_path, "w");
+    assert_non_null(f);
+    fwrite(rows, 1, (size_t)(nl - rows), f);
+    fclose(f);
+    free(rows);
+    snprintf(cmd, sizeof cmd, "cd / && '%s' eval --resume '%s/run' 2>&1 >/dev/null", cli, root);
+    log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval --resume from / failed (%d): %s", st, log);
+    assert_non_null(strstr(log, "2 of 12 rows already done"));
+    free(log);
+    char *got = file_in(p, "summary.csv");
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
+
+    /* an older run.json: relative model and data paths, no "cwd" */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s/run' && sed -i -e 's|,\"cwd\":\"[^\"]*\"||' -e "
+             "'s|\"model\":\"[^\"]*\"|\"model\":\"m/model.gguf\"|' -e "
+             "'s|\"data\":\"[^\"]*\"|\"data\":\"d/data.jsonl\"|' run.json && "
+             "grep -c '\"cwd\"' run.json; cd / && '%s' eval --resume '%s/run' 2>&1 >/dev/null",
+             root, cli, root);
+    log = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(log, "0\n")); /* the edit took "cwd" out */
+    assert_non_null(strstr(log, "relative path 'm/model.gguf'"));
+    assert_non_null(strstr(log, "an older run.json"));
+    free(log);
+    /* from the directory it started in, it resumes, and then records "cwd" */
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' eval --resume run 2>&1 >/dev/null", root, cli);
+    log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval --resume of an older run.json failed (%d): %s", st, log);
+    free(log);
+    rj = file_in(p, "run.json");
+    assert_non_null(strstr(rj, "\"cwd\":\""));
+    free(rj);
+    free(want);
+    rm_rf(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_and_resume),
         cmocka_unit_test(test_overwrite),
+        cmocka_unit_test(test_resume_elsewhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -556,6 +556,25 @@ static bool truncate_partial(const char *path, long long *dropped) {
 
 static int eval_main(int argc, char **argv);
 
+/* `--resume DIR` alone: the directory the recorded command was typed in (run.json "cwd"), or
+ * NULL. Its relative -m / --data paths are taken from there. */
+static const char *replay_cwd;
+
+/* A relative path of the replayed command, joined to the directory the run started in when it
+ * is readable there; else as it is (relative to here, as before run.json held "cwd"). */
+static const char *replayed_path(const char *p, char *buf, size_t size) {
+    if (!p || !replay_cwd || p[0] == '/') return p;
+    int n = snprintf(buf, size, "%s/%s", replay_cwd, p);
+    if (n < 0 || (size_t)n >= size || access(buf, R_OK) != 0) return p;
+    return buf;
+}
+
+/* p made absolute (malloc'd, NULL when out of memory): run.json's model and data paths. */
+static char *absolute_path(const char *p) {
+    char *r = realpath(p, NULL);
+    return r ? r : strdup(p);
+}
+
 /* `eval --resume DIR` alone (or with -q / -t N): the arguments recorded in DIR/run.json. */
 int cmd_eval(int argc, char **argv) {
     const char *resume = NULL;
@@ -585,6 +604,22 @@ int cmd_eval(int argc, char **argv) {
         skv_eval_runinfo_free(&rec);
         return 2;
     }
+    /* an older run.json: its relative paths hold only from the directory the run started in,
+     * which it does not record */
+    const char *inputs[2] = {rec.model, rec.data}, *what[2] = {"model", "data file"};
+    for (int i = 0; !rec.cwd && i < 2; i++) {
+        const char *p = inputs[i];
+        if (p && *p && *p != '/' && access(p, R_OK) != 0) {
+            cli_error(CMD,
+                      "cannot resume %s: its run.json names the %s by the relative path '%s', "
+                      "which is not found from this directory, and does not record the "
+                      "directory the run was started from (an older run.json): resume from "
+                      "there, or give the run's arguments again with paths that work here",
+                      resume, what[i], p);
+            skv_eval_runinfo_free(&rec);
+            return 2;
+        }
+    }
     char **av = calloc((size_t)(rec.n_command + argc + 1), sizeof *av);
     if (!av) {
         skv_eval_runinfo_free(&rec);
@@ -613,7 +648,9 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     for (int i = 1; i < argc; i++) av[n++] = argv[i];
+    replay_cwd = rec.cwd;
     int rc = eval_main(n, av);
+    replay_cwd = NULL;
     free(av);
     skv_eval_runinfo_free(&rec);
     return rc;
@@ -853,6 +890,10 @@ static int eval_main(int argc, char **argv) {
             return 2;
         }
     }
+    char model_buf[4200], data_buf[4200];
+    const char *model_typed = model_arg; /* the rows' "model": the same in a resumed run's */
+    model_arg = replayed_path(model_arg, model_buf, sizeof model_buf);
+    data = replayed_path(data, data_buf, sizeof data_buf);
     /* options that would be ignored are refused */
     if (!cli_args_requires(&args, O_COMPRESS_EVERY, O_BUDGET, NULL)) return 2;
     if (!passkey) {
@@ -1122,7 +1163,7 @@ static int eval_main(int argc, char **argv) {
         skv_eval_runinfo_free(&prev);
         return cli_model_rc;
     }
-    st.model_path = model_path;
+    st.model_path = model_typed ? model_typed : model_path;
     /* a tiny model loses more to thread hand-offs than it gains (stories260K: 10x slower with
      * 2 threads on a busy machine), so the default is 1 thread below 32 MiB of weights */
     if (threads < 0) threads = skv_model_weight_bytes(model) < ((uint64_t)32 << 20) ? 1 : 0;
@@ -1235,9 +1276,15 @@ static int eval_main(int argc, char **argv) {
         }
         cur.shard_k = (int)shard_k;
         cur.shard_n = (int)shard_n;
-        cur.model = strdup(model_path);
-        cur.data = data ? strdup(data) : NULL;
-        if (!cur.model || (data && !cur.data)) {
+        /* absolute, and the directory the command was typed in: its relative paths then
+         * resolve from anywhere (--resume DIR alone); a resumed run keeps its start's */
+        char cwd_buf[4096];
+        const char *cwd =
+            resume && prev.n_command && prev.cwd ? prev.cwd : getcwd(cwd_buf, sizeof cwd_buf);
+        cur.model = absolute_path(model_path);
+        cur.data = data ? absolute_path(data) : NULL;
+        cur.cwd = cwd ? strdup(cwd) : NULL;
+        if (!cur.model || (data && !cur.data) || (cwd && !cur.cwd)) {
             cli_error(CMD, "out of memory");
             goto done;
         }

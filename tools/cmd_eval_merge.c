@@ -339,6 +339,9 @@ int cmd_eval_merge(int argc, char **argv) {
         merged.n_missing = miss.n;
         miss.items = NULL;
         miss.n = 0;
+        /* the directory this command's relative paths (merged_from) are relative to */
+        char cwd[4096];
+        if (getcwd(cwd, sizeof cwd) && !(merged.cwd = strdup(cwd))) goto oom;
         if (!(merged.command = calloc((size_t)argc + 1, sizeof *merged.command)) ||
             !(merged.inputs = calloc((size_t)n_inputs + 1, sizeof *merged.inputs)))
             goto oom;
