@@ -817,7 +817,7 @@ static int eval_main(int argc, char **argv) {
             ok = cli_parse_int(v, 0, 1 << 20, &greedy);
             break;
         case 't':
-            ok = cli_parse_int(v, 0, 4096, &threads);
+            ok = cli_parse_int(v, 1, 1024, &threads);
             break;
         case O_PASSKEY_TOKENS:
             ok = cli_parse_int(v, 2, 1 << 24, &passkey_tokens);
