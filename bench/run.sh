@@ -193,14 +193,15 @@ fi
 
 # The targets of a vs_llama.sh table: pp >= 1.1x, tg >= 1.2x (PREFIX names the level). The last
 # column is the ratio sparsekv would reach at 100% of the ceiling (llama.cpp's share of it in the
-# same rounds): for decode and float prefill, where the ceiling binds; quantized prefill multiplies
-# in integers and can pass the float FMA peak, so none is given there.
+# same rounds): for decode and F16/F32 prefill, where the ceiling binds; quantized prefill
+# multiplies in integers and BF16 in vdpbf16ps (two products per lane), both can pass the float
+# FMA peak, so none is given there.
 vs_targets() { # prefix table
     awk -F'|' -v pre="$1" '/^\| [a-z]/ && $7 ~ /x/ {
         r = $7 + 0; t = $4; gsub(/ /, "", t); m = $2 $3; gsub(/^ +| +$/, "", m)
         ty = $3; gsub(/ /, "", ty); gsub(/  +/, " ", m); goal = (t ~ /^pp/) ? 1.1 : 1.2
         lp = $9 + 0; cap = "-"
-        if (lp > 0 && (t ~ /^tg/ || ty ~ /^(f16|bf16|f32)$/)) cap = sprintf("%.2fx", 100 / lp)
+        if (lp > 0 && (t ~ /^tg/ || ty ~ /^(f16|f32)$/)) cap = sprintf("%.2fx", 100 / lp)
         printf "| %s%s %s: sparsekv / llama.cpp = %.2fx | >= %.1fx | %s | %s |\n", pre, m, t, r,
             goal, (r >= goal) ? "yes" : "**no**", cap }' "$2"
 }
@@ -225,7 +226,7 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
         echo "of each round's two runs (seconds apart), median (min..max) over the rounds: how far the"
         echo "cell moves from run to run. \"Of the ceiling\": each program's share of the ceilings that"
         echo "sparsekv bench --roofline measured seconds before it in the same round (pp: float FMA"
-        echo "peak, which quantized products can pass; tg: read bandwidth), medians over the rounds;"
+        echo "peak, which quantized and BF16 products can pass; tg: read bandwidth), medians over the rounds;"
         echo "the targets' last column is the ratio sparsekv would have at 100% of it. llama.cpp was"
         echo "built for this machine (GGML_NATIVE): at SKV_SIMD below the CPU's level the two do not"
         echo "use the same instructions."

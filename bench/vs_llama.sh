@@ -14,7 +14,7 @@
 # which says how far a cell moves from run to run. sparsekv runs with --roofline, so each round
 # also measures the machine's ceilings (FMA peak, read bandwidth) seconds before the two runs:
 # "of the ceiling" gives both programs' share of it (pp: of the float FMA peak, which quantized
-# products can pass; tg: of the read bandwidth, llama.cpp's bytes taken as sparsekv's for the
+# and BF16 (vdpbf16ps) products can pass; tg: of the read bandwidth, llama.cpp's bytes taken as sparsekv's for the
 # same file), medians over the rounds. A tg row where llama.cpp already reads at 90% of the
 # ceiling leaves room for 1.11x at most.
 #
@@ -98,7 +98,9 @@ for preset in $PRESETS; do
             rr=$([ "$rm" = - ] && echo - || echo "${rm}x (${rmin}..${rmax})")
             # llama.cpp's share of the round's ceiling: sparsekv's share x the two runs' t/s ratio
             read -r pl _ _ < <(
-                if [ "$(llama_tps "$lj" $test | wc -l)" = "$(skv_pct "$sj" $test | wc -l)" ]; then
+                nl=$(llama_tps "$lj" $test | wc -l)
+                if [ "$nl" = "$(skv_tps "$sj" $test | wc -l)" ] &&
+                    [ "$nl" = "$(skv_pct "$sj" $test | wc -l)" ]; then
                     paste <(llama_tps "$lj" $test) <(skv_tps "$sj" $test) <(skv_pct "$sj" $test) |
                         awk '$2 > 0 { print $3 * $1 / $2 }'
                 fi | stats)

@@ -631,8 +631,9 @@ int cmd_bench(int argc, char **argv) {
         bool any = false;
         for (int i = 0; i < o.n_pp; i++) any |= o.pp[i] > 0;
         for (int i = 0; i < o.n_tg; i++) any |= o.tg[i] > 0;
+        any |= o.depth > 0; /* the depth prefill is a row of its own */
         if (!any && !o.roofline) {
-            cli_error(CMD, "nothing to run: every -p and -n is 0 (and no --roofline)");
+            cli_error(CMD, "nothing to run: every -p and -n is 0 (and no --depth or --roofline)");
             return 2;
         }
         if (!any) { /* -p 0 -n 0 --roofline: the machine's ceilings alone, no model */
@@ -680,17 +681,17 @@ int cmd_bench(int argc, char **argv) {
         b.tokens[i] = b.f.n_vocab > 8 ? 3 + (int32_t)skv_rng_below(&rng, (uint64_t)b.f.n_vocab - 3)
                                       : (int32_t)skv_rng_below(&rng, (uint64_t)b.f.n_vocab);
 
-    if (o.roofline && !measure_peaks(&o, pk)) {
-        rc = 1;
-        goto done;
-    }
-    { /* a cache type the model cannot hold fails here, before the table's header */
+    { /* a cache type the model cannot hold fails here, before anything is printed */
         skv_context *probe = new_context(&b, 1, 1, 0);
         if (!probe) {
             rc = 2;
             goto done;
         }
         skv_context_free(probe);
+    }
+    if (o.roofline && !measure_peaks(&o, pk)) {
+        rc = 1;
+        goto done;
     }
     print_header(&o);
     for (int ti = 0; ti < o.n_th && rc == 0; ti++) {

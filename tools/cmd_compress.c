@@ -284,7 +284,7 @@ int cmd_compress(int argc, char **argv) {
         case 't': {
             long t;
             if (!cli_parse_int(v, 1, 1024, &t)) {
-                cli_error(CMD, "-t must be a thread count in [0, 4096], got '%s'", v);
+                cli_error(CMD, "-t must be a thread count in [1, 1024], got '%s'", v);
                 return 2;
             }
             n_threads = (int)t;

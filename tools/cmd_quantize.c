@@ -5,10 +5,12 @@
 #include "kernels/kernels.h"
 #include "model/synth.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CMD "quantize"
 
@@ -128,6 +130,10 @@ int cmd_quantize(int argc, char **argv) {
     if (simple && skv_type_block_size(type) != SKV_QK_K) {
         cli_error(CMD, "--simple only applies to the k-quants (q4_k, q5_k, q6_k, q4_k_m), not %s",
                   target);
+        return 2;
+    }
+    if (access(pos[0], R_OK) != 0) { /* before the output's checks: the first fault first */
+        cli_error(CMD, "cannot open '%s': %s", pos[0], strerror(errno));
         return 2;
     }
     if (!overwrite && !same_file(pos[0], pos[1]) && !cli_output_free(CMD, pos[1])) return 2;

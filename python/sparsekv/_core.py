@@ -44,6 +44,7 @@ class IOError_(Error, OSError):
 
 # exported as sparsekv.IOError (the trailing _ only keeps the builtin's name free in this module)
 IOError_.__name__ = IOError_.__qualname__ = "IOError"
+IOError_.__module__ = "sparsekv"  # where pickle finds it (a worker process's error comes back)
 
 
 class FormatError(Error):

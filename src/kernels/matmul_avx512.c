@@ -181,7 +181,8 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
                 const float *b0 = pack_panel(bp[0], mm, r, k0, k1, t);
                 const float *b1 = np > 1 ? pack_panel(bp[1], mm, r + PANEL, k0, k1, t) : b0;
                 /* the next two panels' columns [k0, k1) (avx2_util.h prefetch_share): the two
-                 * blocks are 2 * PANEL * n * es apart, so two streams, each a share per tile */
+                 * blocks are PANEL * n * es apart (not contiguous: a panel holds all n columns),
+                 * so two streams, each a share per tile */
                 prefetch_stream pf0, pf1;
                 const size_t es = elem_size(t), blk = (size_t)(k1 - k0) * PANEL * es;
                 const size_t tiles = (size_t)(mc1 - mc0 + MR - 1) / MR;

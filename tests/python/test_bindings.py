@@ -4,6 +4,7 @@ reference logits of stories260K, and the C CLI (`sparsekv compress --json`, `tok
 Environment: SKV_CLI (the CLI, default build/sparsekv), SKV_LIB (the shared library),
 SKV_MODELS (the shared models, default ../shared/models beside the repository)."""
 
+import pickle
 import gc
 import json
 import os
@@ -340,6 +341,10 @@ def test_model_errors_carry_library_message(tmp_path):
     assert isinstance(e.value, sparsekv.Error) and isinstance(e.value, OSError)
     assert missing in str(e.value) and e.value.status == 2
     assert e.value.status_name
+    # it travels between processes (pickle finds the class by its module and name)
+    back = pickle.loads(pickle.dumps(e.value))
+    assert type(back) is sparsekv.IOError and type(back).__name__ == "IOError"
+    assert str(back) == str(e.value) and back.status == 2
     p = cli("generate", "-m", missing, "-n", "1", check=False)
     assert p.returncode != 0 and str(e.value) in p.stderr
     bad = tmp_path / "bad.gguf"
