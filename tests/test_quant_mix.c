@@ -257,11 +257,7 @@ static void test_mix_fallback(void **s) {
     skv_gguf_close(g);
     unlink(out);
 
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k_m -t 1 2>&1", test_cli(), in, out);
-    int st;
-    char *o2 = test_run(cmd, &st);
-    assert_int_equal(st, 0);
+    char *o2 = test_cli_expect(0, "quantize %s %s q4_k_m -t 1 2>&1", in, out);
     assert_non_null(strstr(o2, "4 matrices cannot take q4_k_m"));
     assert_non_null(strstr(o2, "written in f16 (1), q8_0 (3) instead"));
     assert_non_null(strstr(o2, "4 fell back to f16 (1), q8_0 (3)"));

@@ -434,10 +434,7 @@ static void test_command_line(void **state) {
     assert_non_null(f);
     fputs(old, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type f32 -o %s 2>&1", test_cli(),
-             path);
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 2);
+    out = test_cli_expect(2, "synth-model --preset tiny --type f32 -o %s 2>&1", path);
     assert_non_null(strstr(out, "exists"));
     assert_non_null(strstr(out, "--overwrite"));
     free(out);
