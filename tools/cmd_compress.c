@@ -30,8 +30,9 @@ static void usage(FILE *f) {
             "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
             "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
             "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
-            "                      prompt_tokens, kept [layer][head], and layers: per layer,\n"
-            "                      per kv head, the retained positions\n"
+            "                      prompt_tokens, kept [layer][head], forced and by_score\n"
+            "                      [layer] (entries forced in / chosen by score), and layers:\n"
+            "                      per layer and kv head, the retained positions\n"
             "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
             "                      kv head, one column per position) with gnuplot\n"
             "  -h, --help          this help\n\n",

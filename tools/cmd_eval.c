@@ -36,8 +36,8 @@ static void usage(FILE *f) {
         "  --data FILE          JSONL, one sample a line: {\"text\": ...}, {\"tokens\": [ids]}\n"
         "                       or {\"context\": ..., \"window\": ..., \"continuation\": ...}\n"
         "                       (default: samples the model generates from BOS, seed i)\n"
-        "  --samples N          samples to use (default 8 generated / passkey prompts;\n"
-        "                       with --data all lines)\n"
+        "  --samples N          samples to use (default 8 generated; with --data all lines;\n"
+        "                       with --task: prompts per depth, default 8)\n"
         "  --prefix X           prefix tokens: a count, a fraction like 0.6, or 'rest'\n"
         "                       (default rest)\n"
         "  --window X           window tokens, count or fraction (default 32)\n"
@@ -197,13 +197,20 @@ static void check_degenerate(sink *s, const skv_eval_result *r) {
     for (int l = 0; l < r->n_layer; l++) scored += r->by_score[l];
     const char *proto = c->protocol == SKV_PROTOCOL_ENGINE ? "engine" : "seed";
     snprintf(key, sizeof key, "none %s %g %s", c->policy, c->keep_frac, proto);
-    if (scored == 0 && r->keep < r->T && first_warning(s, key))
+    if (scored == 0 && r->keep < r->T && first_warning(s, key)) {
+        /* name only what forces entries for this policy (as compress's note does) */
+        char forced[96];
+        int n = snprintf(forced, sizeof forced, "window %d", r->sample->n_window);
+        if (cli_policy_reads(c->policy, "window_keep"))
+            n += snprintf(forced + n, sizeof forced - (size_t)n, ", --window-keep %d",
+                          s->st->window_keep);
+        if (cli_policy_reads(c->policy, "sinks"))
+            snprintf(forced + n, sizeof forced - (size_t)n, ", --sinks %d", s->st->sinks);
         fprintf(stderr,
                 "sparsekv eval: warning: %s at keep %g (%s protocol) chose nothing by score: "
-                "keep = %d entries are all forced (window %d, --window-keep %d, --sinks %d); "
-                "raise --keep or lower --window/--window-keep\n",
-                c->policy, c->keep_frac, proto, r->keep, r->sample->n_window, s->st->window_keep,
-                s->st->sinks);
+                "keep = %d entries are all forced (%s); raise --keep or lower those\n",
+                c->policy, c->keep_frac, proto, r->keep, forced);
+    }
     if (r->sample->index != s->sample) {
         s->sample = r->sample->index;
         s->n_seen = 0;
