@@ -66,7 +66,7 @@ static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, s
                int n_out, int n_in, void *work) {
     if (skv_panels_bytes(t, n_out, n_in))
         skv_matmul_panels(pool, y, x, m, w, t, n_out, n_in, work);
-    else if (skv_k16_wanted() && skv_k16_bytes(t, n_out, n_in))
+    else if (skv_k16_wanted(t) && skv_k16_bytes(t, n_out, n_in))
         skv_matmul_k16(pool, y, x, m, w, t, n_out, n_in, work);
     else
         skv_matmul(pool, y, x, m, w, t, n_out, n_in, work);
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
             /* Decode reads each matrix once per token from memory, not from cache: rotate
              * through enough copies to overflow the last-level cache. */
             size_t wb = rb * n_out, pb = skv_panels_bytes(t, n_out, n_in);
-            const size_t kb = skv_k16_wanted() ? skv_k16_bytes(t, n_out, n_in) : 0;
+            const size_t kb = skv_k16_wanted(t) ? skv_k16_bytes(t, n_out, n_in) : 0;
             if (kb) pb = kb; /* Q4_K as a loaded model holds it at this level */
             int copies = (int)(((size_t)256 << 20) / wb) + 1;
             /* in huge pages, as a loaded model's weights */
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
                 uint8_t *rows = malloc(wb);
                 memcpy(rows, w, wb);
                 if (kb)
-                    skv_k16_pack(rows, n_out, n_in, w);
+                    skv_k16_pack(t, rows, n_out, n_in, w);
                 else
                     skv_panels_pack(t, rows, n_out, n_in, w);
                 free(rows);

@@ -182,10 +182,11 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Q4_K in k16 records: unpacking gives back the rows byte for byte (any row range), and the
- * products are the same bits as from the rows, for any m, thread count and SIMD level (the
- * SIMD kernels read the records; the scalar level unpacks them). Ragged groups (n_out % 16),
- * several tiles and column blocks, NaN rows of x. */
+/* Q4_K and Q8_0 in k16 records: unpacking gives back the rows byte for byte (any row range),
+ * and the products are the same bits as from the rows, for any m, thread count and SIMD level
+ * (the kernels that have record code read the records: Q4_K at the SIMD levels, Q8_0 at the
+ * AVX2 level; the others unpack them). Ragged groups (n_out % 16), several tiles and column
+ * blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
     /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code;
@@ -193,56 +194,64 @@ static void test_k16(void **s) {
      * x's sums for on its stack */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792},
               ms[] = {1, 2, 3, 7, 33, 200};
-    for (int oi = 0; oi < 5; oi++)
-        for (int ni = 0; ni < 4; ni++) {
-            const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
-            if (n_in > 4096 && n_out != 17) continue;
-            const size_t rb = skv_row_bytes(SKV_TYPE_Q4_K, n_in);
-            const size_t kb = skv_k16_bytes(SKV_TYPE_Q4_K, n_out, n_in);
-            assert_int_equal(kb, (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD);
-            float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
-            uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
-                    *back = malloc(kb > rb * n_out ? kb : rb * n_out);
-            float *y = malloc(sizeof(float) * M * n_out), *y16 = malloc(sizeof(float) * M * n_out);
-            for (int r = 0; r < n_out; r++) {
-                fill_w(wf, 1, n_in);
-                for (int k = 0; k < n_in; k++) wf[k] *= 1.0f + 0.37f * (float)((r * 7 + k) % 5);
-                skv_quantize_row(SKV_TYPE_Q4_K, wf, w + r * rb, n_in);
+    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++)
+        for (int oi = 0; oi < 5; oi++)
+            for (int ni = 0; ni < 4; ni++) {
+                const skv_type t = types[ti];
+                const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
+                if (n_in > 4096 && n_out != 17) continue;
+                const size_t rb = skv_row_bytes(t, n_in);
+                const size_t kb = skv_k16_bytes(t, n_out, n_in);
+                assert_int_equal(kb,
+                                 t == SKV_TYPE_Q4_K
+                                     ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
+                                     : (size_t)(n_out + 15) / 16 * (n_in / 32) * SKV_K16_Q8_RECORD);
+                float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
+                uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
+                        *back = malloc(kb > rb * n_out ? kb : rb * n_out);
+                float *y = malloc(sizeof(float) * M * n_out),
+                      *y16 = malloc(sizeof(float) * M * n_out);
+                for (int r = 0; r < n_out; r++) {
+                    fill_w(wf, 1, n_in);
+                    for (int k = 0; k < n_in; k++) wf[k] *= 1.0f + 0.37f * (float)((r * 7 + k) % 5);
+                    skv_quantize_row(t, wf, w + r * rb, n_in);
+                }
+                fill_x(x, M, n_in);
+                x[(size_t)(M > 5 ? 5 : M - 1) * n_in + 3] = NAN;
+                skv_k16_pack_ref(t, w, n_out, n_in, back); /* the plain C packer: the same bytes */
+                skv_k16_pack(t, w, n_out, n_in, k16);
+                assert_memory_equal(back, k16, kb);
+                skv_k16_unpack_rows(t, k16, n_in, 0, n_out, back);
+                assert_memory_equal(back, w, rb * n_out);
+                skv_k16_unpack_rows(t, k16, n_in, n_out / 2, n_out, back);
+                assert_memory_equal(back, w + rb * (n_out / 2), rb * (n_out - n_out / 2));
+                void *work = malloc(skv_matmul_work_size(t, M, n_in));
+                for (int simd = 1; simd >= 0; simd--) {
+                    skv_kernels_force_ref(!simd);
+                    for (int mi = 0; mi < 6; mi++)
+                        for (int p = 0; p < 3; p++) {
+                            const int m = ms[mi];
+                            if (m > M ||
+                                m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
+                                continue;
+                            skv_matmul(pools[p], y, x, m, w, t, n_out, n_in, work);
+                            skv_matmul_k16(pools[p], y16, x, m, k16, t, n_out, n_in, work);
+                            if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
+                                fail_msg("%s k16 m=%d n_out=%d n_in=%d simd=%d pool %d: other bits",
+                                         skv_type_name(t), m, n_out, n_in, simd, p);
+                        }
+                }
+                skv_kernels_force_ref(false);
+                free(work);
+                free(x);
+                free(wf);
+                free(w);
+                free(k16);
+                free(back);
+                free(y);
+                free(y16);
             }
-            fill_x(x, M, n_in);
-            x[(size_t)(M > 5 ? 5 : M - 1) * n_in + 3] = NAN;
-            skv_k16_pack_ref(w, n_out, n_in, back); /* the plain C packer writes the same bytes */
-            skv_k16_pack(w, n_out, n_in, k16);
-            assert_memory_equal(back, k16, kb);
-            skv_k16_unpack_rows(k16, n_in, 0, n_out, back);
-            assert_memory_equal(back, w, rb * n_out);
-            skv_k16_unpack_rows(k16, n_in, n_out / 2, n_out, back);
-            assert_memory_equal(back, w + rb * (n_out / 2), rb * (n_out - n_out / 2));
-            void *work = malloc(skv_matmul_work_size(SKV_TYPE_Q4_K, M, n_in));
-            for (int simd = 1; simd >= 0; simd--) {
-                skv_kernels_force_ref(!simd);
-                for (int mi = 0; mi < 6; mi++)
-                    for (int p = 0; p < 3; p++) {
-                        const int m = ms[mi];
-                        if (m > M || m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
-                            continue;
-                        skv_matmul(pools[p], y, x, m, w, SKV_TYPE_Q4_K, n_out, n_in, work);
-                        skv_matmul_k16(pools[p], y16, x, m, k16, SKV_TYPE_Q4_K, n_out, n_in, work);
-                        if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
-                            fail_msg("k16 m=%d n_out=%d n_in=%d simd=%d pool %d: other bits", m,
-                                     n_out, n_in, simd, p);
-                    }
-            }
-            skv_kernels_force_ref(false);
-            free(work);
-            free(x);
-            free(wf);
-            free(w);
-            free(k16);
-            free(back);
-            free(y);
-            free(y16);
-        }
 }
 
 static void run_type(skv_type t, const int *n_ins, int n_n_in) {
@@ -377,7 +386,8 @@ static void test_group(void **s) {
             float *x = malloc(sizeof(float) * M * N_IN), *wf = malloc(sizeof(float) * N_IN);
             uint8_t *w[G_PARTS], *lay[G_PARTS];
             float *y[G_PARTS], *yg[G_PARTS];
-            const bool panels = skv_panels_bytes(t, MAX_OUT, N_IN) > 0, k16 = t == SKV_TYPE_Q4_K;
+            const bool panels = skv_panels_bytes(t, MAX_OUT, N_IN) > 0,
+                       k16 = skv_k16_bytes(t, MAX_OUT, N_IN) > 0; /* Q4_K, Q8_0 */
             for (int j = 0; j < G_PARTS; j++) {
                 w[j] = malloc(rb * MAX_OUT);
                 for (int r = 0; r < no[j]; r++) {
@@ -385,10 +395,10 @@ static void test_group(void **s) {
                     skv_quantize_row(t, wf, w[j] + r * rb, N_IN);
                 }
                 size_t lb = panels ? skv_panels_bytes(t, MAX_OUT, N_IN)
-                                   : skv_k16_bytes(SKV_TYPE_Q4_K, MAX_OUT, N_IN);
+                                   : skv_k16_bytes(k16 ? t : SKV_TYPE_Q4_K, MAX_OUT, N_IN);
                 lay[j] = malloc(lb);
                 if (panels && no[j]) skv_panels_pack(t, w[j], no[j], N_IN, lay[j]);
-                if (k16 && no[j]) skv_k16_pack(w[j], no[j], N_IN, lay[j]);
+                if (k16 && no[j]) skv_k16_pack(t, w[j], no[j], N_IN, lay[j]);
                 y[j] = malloc(sizeof(float) * M * MAX_OUT);
                 yg[j] = malloc(sizeof(float) * M * MAX_OUT);
             }
@@ -646,7 +656,7 @@ static void test_k_formula(void **s) {
         if (t == SKV_TYPE_Q4_K) {
             k16_mem = malloc(skv_k16_bytes(t, N_OUT, N_IN));
             assert_non_null(k16_mem);
-            skv_k16_pack(w, N_OUT, N_IN, k16_mem);
+            skv_k16_pack(t, w, N_OUT, N_IN, k16_mem);
             k16 = k16_mem;
         }
         const int ms[] = {1, 2, 3, 5, 7, M}; /* 5: a 2-row tile */

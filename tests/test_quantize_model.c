@@ -227,10 +227,11 @@ static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
  * read from the mapping) and as unpacked (skv_model_load_unpacked: raw rows), and the copy must
  * really be what the model reads. One layer with n_ff 8192: ffn_gate/up/down hold 2M weights
  * (Q8_0 2.1 MB, Q4_K 1.1 MB: ffn_down in K-quants stays mapped, the path below 2 MB, except
- * at the SIMD levels, where Q4_K matrices become k16 records; gate and up are fused into
+ * at the SIMD levels, where Q4_K matrices become k16 records, as Q8_0 ones at the AVX2
+ * level; gate and up are fused into
  * one new block at load, 4.2 / 2.2 MB, except quantized ones with SKV_NO_HUGE); the tied
- * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix, and the embedding rows
- * are then read from that copy. */
+ * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix (or made records), and
+ * the embedding rows are then read from that copy (or from the file). */
 static void test_huge_page_weights(void **state) {
     (void)state;
     char *f32 = synth_f32(8192, 1, 8192, 5);
@@ -249,7 +250,9 @@ static void test_huge_page_weights(void **state) {
             skv_model *m = skv_model_load(path, &err);
             assert_non_null(m);
             const skv_weight *down = &m->layers[0].w_down;
-            const bool big_q = types[k] == SKV_TYPE_Q8_0;
+            /* Q4_K at the SIMD levels and Q8_0 at the AVX2 level: k16 records (skv_k16_wanted) */
+            const bool k16 = skv_k16_wanted(types[k]) && huge;
+            const bool big_q = types[k] == SKV_TYPE_Q8_0 && !k16;
             assert_int_equal(down->copy != NULL, huge && big_q);
             if (down->copy) assert_ptr_equal(down->data, down->copy);
             assert_int_equal(m->output.copy != NULL, huge && big_q);
@@ -261,7 +264,6 @@ static void test_huge_page_weights(void **state) {
              * panels, k16 records or a copy of the rows, 2 MB-aligned with huge pages; with
              * SKV_NO_HUGE quantized matrices stay in the mapping, unfused, as rows */
             const bool fused = types[k] == SKV_TYPE_F32 || huge;
-            const bool k16 = types[k] == SKV_TYPE_Q4_K && skv_k16_wanted() && huge;
             const skv_weight *gu = &m->layers[0].w_up;
             assert_int_equal(skv_weight_present(&m->layers[0].w_gate), !fused);
             assert_int_equal(skv_weight_present(&m->layers[0].wqkv), fused);

@@ -87,21 +87,33 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  *   sc[8][16]        the 6-bit scale of sub-block j of row k
  *   mn[4][16][2]     the 6-bit mins of sub-blocks 2p and 2p + 1 of row k
  *   d[16], dmin[16]  f16
- * (2.8% more bytes than the rows.) Results are the same bits as from the rows at every SIMD
- * level (the scalar level unpacks rows, skv_k16_unpack_rows, and uses its own code).
- * skv_k16_bytes is 0 for other types, SIZE_MAX on overflow. */
+ * (2.8% more bytes than the rows.)
+ * Q8_0 W in k16 records too, at the AVX2 level (without AVX-512 VNNI, whose kernels read rows):
+ * per group of 16 rows and block b of 32 values one record of SKV_K16_Q8_RECORD bytes at index
+ * (row / 16) * (n_in / 32) + b:
+ *   d[16]            f16, row k's scale
+ *   q[2][8][8][4]    octet h (rows 8h..8h+7), group g, row k: codes 4g..4g+3 of row 8h + k
+ * (the rows' bytes): 4 codes of each of 8 rows in one vector, met by 4 x codes broadcast, and
+ * the 8 rows' scales one load, where rows need a transpose and 8 scale loads per block.
+ * Results are the same bits as from the rows at every SIMD level (a level without record
+ * kernels unpacks rows, skv_k16_unpack_rows, and uses its own code). skv_k16_bytes is 0 for
+ * other types, SIZE_MAX on overflow. */
 #define SKV_K16_RECORD 2368
 enum { SKV_K16_Q = 0, SKV_K16_SC = 2048, SKV_K16_MN = 2176, SKV_K16_D = 2304, SKV_K16_DMIN = 2336 };
+#define SKV_K16_Q8_RECORD 544
+enum { SKV_K16_Q8_D = 0, SKV_K16_Q8_Q = 32 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out Q4_K rows w into records (dst: skv_k16_bytes); _ref is the plain C version, which the
- * AVX2 one (matmul_avx2.c) matches byte for byte. */
-void skv_k16_pack(const void *w, int n_out, int n_in, void *dst);
-void skv_k16_pack_ref(const void *w, int n_out, int n_in, void *dst);
-/* Rows [r0, r1) as Q4_K rows, into dst (r1 - r0 rows). */
-void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
-/* Whether a model loaded now should keep its Q4_K matrices as k16 records (the AVX2 and AVX-512
- * levels). */
-bool skv_k16_wanted(void);
+/* n_out rows w of type wt (Q4_K or Q8_0) into records (dst: skv_k16_bytes); _ref is the plain
+ * C version, which the AVX2 Q4_K one (matmul_avx2.c) matches byte for byte. */
+void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
+void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
+/* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
+void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst);
+/* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K at the
+ * AVX2 and AVX-512 levels, Q8_0 at the AVX2 level (and AVX-512 without VNNI). */
+bool skv_k16_wanted(skv_type wt);
+/* Whether the kernels in use now read wt's records as they are (else they unpack rows). */
+bool skv_k16_kernels(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
 /* Several products of one x at once (a layer's q, k and v; gate and up): y_j[m, n_out_j] =
@@ -109,8 +121,8 @@ void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void 
  * at a time: x is quantized once (work as for skv_matmul; BF16 panels without work take the
  * float path) and the pool runs once, so no thread waits between the products. The same bits as
  * one call per part. The y_j must not overlap each other or x; parts with n_out <= 0 are
- * skipped; panels of a quantized type and k16 records of a type other than Q4_K do nothing (as
- * skv_matmul_panels and skv_matmul_k16). */
+ * skipped; panels of a quantized type and k16 records of a type other than Q4_K / Q8_0 do nothing
+ * (as skv_matmul_panels and skv_matmul_k16). */
 #define SKV_MM_GROUP_MAX 3
 typedef enum skv_mm_layout { SKV_MM_ROWS, SKV_MM_PANELS, SKV_MM_K16 } skv_mm_layout;
 typedef struct skv_mm_part {
@@ -168,7 +180,7 @@ typedef struct skv_mm {
     skv_type wt;
     int m, n_out, n_in;
     bool w_panels; /* float W in panels (skv_panels_pack) */
-    bool w_k16;    /* Q4_K W in k16 records (skv_k16_pack) */
+    bool w_k16;    /* Q4_K or Q8_0 W in k16 records (skv_k16_pack) */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */

@@ -129,7 +129,7 @@ typedef struct mm_task {
     bool k_order;     /* ... and the codes in K order (the VNNI level's Q4_K/Q5_K rows) */
     bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
-    bool k16_kernels; /* k16 records read as they are (the AVX2 and AVX-512 levels) */
+    bool k16_kernels; /* k16 records read as they are (skv_k16_kernels) */
 } mm_task;
 
 /* Products of one x run together (skv_matmul_group): one pool run, no thread waits between
@@ -202,7 +202,7 @@ static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     }
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         const int c1 = r1 - c0 < chunk ? r1 : c0 + chunk;
-        skv_k16_unpack_rows(t->mm.w, t->mm.n_in, c0, c1, rows);
+        skv_k16_unpack_rows(t->mm.wt, t->mm.w, t->mm.n_in, c0, c1, rows);
         skv_mm mm = t->mm;
         mm.w = rows;
         mm.w_k16 = false;
@@ -332,7 +332,7 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
         t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
-    t->k16_kernels = t->mm.w_k16 && t->simd;
+    t->k16_kernels = t->mm.w_k16 && skv_k16_kernels(wt);
 #endif
 }
 
@@ -342,7 +342,7 @@ void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const flo
         skv_matmul_group(pool, parts, SKV_MM_GROUP_MAX, x, m, wt, layout, n_in, work);
     if (n <= 0 || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
-        (layout == SKV_MM_K16 && wt != SKV_TYPE_Q4_K))
+        (layout == SKV_MM_K16 && wt != SKV_TYPE_Q4_K && wt != SKV_TYPE_Q8_0))
         return;
     mm_group g;
     g.n = 0;
@@ -390,12 +390,20 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
     matmul_run(pool, y, x, m, panels, wt, SKV_MM_PANELS, n_out, n_in, work);
 }
 
-bool skv_k16_wanted(void) {
+bool skv_k16_kernels(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AVX2
-    return skv_kernels_use_simd();
+    if (!skv_kernels_use_simd()) return false;
+    if (wt == SKV_TYPE_Q4_K) return true;
+    /* Q8_0: the AVX2 code; the VNNI level reads rows (sixteen of them in the lanes) */
+    return wt == SKV_TYPE_Q8_0 && !(skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_vnni());
 #else
+    (void)wt;
     return false;
 #endif
+}
+
+bool skv_k16_wanted(skv_type wt) {
+    return skv_k16_kernels(wt);
 }
 
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,

@@ -482,6 +482,22 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int
     }
 }
 
+/* The Q8_0 k16 record (kernels.h) of 16-row group g, block b. */
+static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) {
+    return (const uint8_t *)mm->w +
+           ((size_t)g * (size_t)(mm->n_in / 32) + (size_t)b) * SKV_K16_Q8_RECORD;
+}
+
+/* prep_octet from records: octet h of group g holds the prepared codes as they are. */
+INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb) {
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *rec = q8_rec(mm, g, b0 + b);
+        memcpy(p->q + 256 * b, rec + SKV_K16_Q8_Q + 256 * h, 256);
+        _mm256_store_ps(p->d + 8 * b, _mm256_cvtph_ps(_mm_loadu_si128(
+                                          (const __m128i *)(rec + SKV_K16_Q8_D + 16 * h))));
+    }
+}
+
 /* mr x rows times NO8 octets over blocks [b0, b0 + nb) of x (the octets start at b0). */
 INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p, int nb,
                       __m256 acc[MR8][NO8]) {
@@ -559,6 +575,10 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KB8, nb = nblk - b0 < KB8 ? nblk - b0 : KB8;
                 for (int c = 0; c < no; c++) {
+                    if (mm->w_k16) { /* records: r is a multiple of 16 */
+                        prep_octet_rec(&prep[c], mm, r / 16, c, b0, nb);
+                        continue;
+                    }
                     const uint8_t *w[8];
                     lane_rows(mm, r + 8 * c, r + nr, 8, w);
                     prep_octet(&prep[c], w, q4, b0, nb);
@@ -588,8 +608,61 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     }
 }
 
+/* Decode from Q8_0 records: the thread's groups one after the other (W read as one stream), per
+ * block each octet's 8 rows in the lanes of one chain, as the tiles of gemm_q8 run them, and
+ * its 8 scales one load: no transpose of partial sums (sum8_i32) nor 8 scale gathers per block
+ * as gemv_q8 needs on rows. Same bits. Zen 4 at SKV_SIMD=avx2: matmul_bench --llama-1b q8_0,
+ * 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2 threads, alternated with the rows' build and
+ * llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5 -> 22.6-30.2 t/s (llama.cpp 15.2-17.7),
+ * qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 -> 154-189. */
+static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int nb = mm->n_in / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 32);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int g = r0 / 16; 16 * g < r1; g++) {
+            const uint8_t *rec = q8_rec(mm, g, 0);
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* rows 16g + [0, 8), [8, 16) */
+            for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
+                __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++) {
+                    int32_t x4;
+                    memcpy(&x4, a.q + 32 * b + 4 * q, 4);
+                    const __m256i x = _mm256_set1_epi32(x4);
+                    const __m256i w0 =
+                        _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q));
+                    const __m256i w1 =
+                        _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q));
+                    s0 = _mm256_add_epi32(
+                        s0, _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(w0), _mm256_sign_epi8(x, w0)),
+                                ones));
+                    s1 = _mm256_add_epi32(
+                        s1, _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(x, w1)),
+                                ones));
+                }
+                const __m256 dx = _mm256_set1_ps(a.d[b]);
+                const __m256 d0 =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D)));
+                const __m256 d1 =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D + 16)));
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dx, d0), acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dx, d1), acc1);
+            }
+            const int n = r1 - 16 * g;
+            store_lanes(y + 16 * g, acc0, n < 8 ? n : 8);
+            if (n > 8) store_lanes(y + 16 * g + 8, acc1, n < 16 ? n - 8 : 8);
+        }
+    }
+}
+
 INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
-    if (mm->m < GEMM_Q_MIN_M)
+    if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
+        gemv_q8_rec(mm, i0, i1, r0, r1);
+    else if (mm->m < GEMM_Q_MIN_M)
         gemv_q8(mm, i0, i1, r0, r1, q4);
     else
         gemm_q8(mm, i0, i1, r0, r1, q4);

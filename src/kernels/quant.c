@@ -832,22 +832,60 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     return acc;
 }
 
-/* ---- Q4_K in k16 records -------------------------------------------------------------------
+/* ---- Q4_K and Q8_0 in k16 records ----------------------------------------------------------
  * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
  * bytes use all their 96 bits). */
 
 _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
 
+_Static_assert(SKV_K16_Q8_Q + 512 == SKV_K16_Q8_RECORD, "the Q8_0 record's parts fill it");
+
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
-    if (wt != SKV_TYPE_Q4_K || n_out <= 0 || n_in <= 0 || n_in % SKV_QK_K) return 0;
-    uint64_t groups = ((uint64_t)n_out + 15) / 16, total;
-    if (!skv_mul_ok(groups * (uint64_t)(n_in / SKV_QK_K), SKV_K16_RECORD, &total) ||
+    const int unit = wt == SKV_TYPE_Q4_K ? SKV_QK_K : wt == SKV_TYPE_Q8_0 ? 32 : 0;
+    if (!unit || n_out <= 0 || n_in <= 0 || n_in % unit) return 0;
+    const uint64_t groups = ((uint64_t)n_out + 15) / 16;
+    uint64_t total;
+    if (!skv_mul_ok(groups * (uint64_t)(n_in / unit),
+                    wt == SKV_TYPE_Q4_K ? SKV_K16_RECORD : SKV_K16_Q8_RECORD, &total) ||
         total > SIZE_MAX)
         return SIZE_MAX;
     return (size_t)total;
 }
 
-void skv_k16_pack_ref(const void *w, int n_out, int n_in, void *dst) {
+/* Q8_0 rows into records: scales and codes moved, nothing changed (rows past n_out zero). */
+static void q8_pack(const void *w, int n_out, int n_in, void *dst) {
+    const int nb = n_in / 32;
+    uint8_t *rec = dst;
+    for (int g = 0; g < (n_out + 15) / 16; g++)
+        for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
+            memset(rec, 0, SKV_K16_Q8_RECORD);
+            for (int k = 0; k < 16 && 16 * g + k < n_out; k++) {
+                const uint8_t *blk = (const uint8_t *)w + ((size_t)(16 * g + k) * nb + b) * 34;
+                memcpy(rec + SKV_K16_Q8_D + 2 * k, blk, 2);
+                for (int q = 0; q < 8; q++)
+                    memcpy(rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8),
+                           blk + 2 + 4 * q, 4);
+            }
+        }
+}
+
+static void q8_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
+    const int nb = n_in / 32;
+    for (int r = r0; r < r1; r++) {
+        const int g = r / 16, k = r % 16;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *rec =
+                (const uint8_t *)k16 + ((size_t)g * (size_t)nb + (size_t)b) * SKV_K16_Q8_RECORD;
+            uint8_t *blk = (uint8_t *)dst + ((size_t)(r - r0) * (size_t)nb + (size_t)b) * 34;
+            memcpy(blk, rec + SKV_K16_Q8_D + 2 * k, 2);
+            for (int q = 0; q < 8; q++)
+                memcpy(blk + 2 + 4 * q, rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8),
+                       4);
+        }
+    }
+}
+
+static void q4k_pack_ref(const void *w, int n_out, int n_in, void *dst) {
     const int nsb = n_in / SKV_QK_K;
     const size_t rb = (size_t)nsb * 144;
     uint8_t *rec = dst;
@@ -879,17 +917,33 @@ void skv_k16_pack_ref(const void *w, int n_out, int n_in, void *dst) {
         }
 }
 
-void skv_k16_pack(const void *w, int n_out, int n_in, void *dst) {
+void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
+    if (wt == SKV_TYPE_Q8_0)
+        q8_pack(w, n_out, n_in, dst);
+    else if (wt == SKV_TYPE_Q4_K)
+        q4k_pack_ref(w, n_out, n_in, dst);
+}
+
+void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
 #ifdef SKV_HAVE_MATMUL_AVX2
-    if (skv_kernels_use_simd()) {
+    if (wt == SKV_TYPE_Q4_K && skv_kernels_use_simd()) {
         skv_k16_pack_avx2(w, n_out, n_in, dst);
         return;
     }
 #endif
-    skv_k16_pack_ref(w, n_out, n_in, dst);
+    skv_k16_pack_ref(wt, w, n_out, n_in, dst);
 }
 
-void skv_k16_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
+static void q4k_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
+
+void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst) {
+    if (wt == SKV_TYPE_Q8_0)
+        q8_unpack_rows(k16, n_in, r0, r1, dst);
+    else if (wt == SKV_TYPE_Q4_K)
+        q4k_unpack_rows(k16, n_in, r0, r1, dst);
+}
+
+static void q4k_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
     const int nsb = n_in / SKV_QK_K;
     for (int r = r0; r < r1; r++) {
         const int g = r / 16, k = r % 16;

@@ -484,8 +484,8 @@ static void copy_task(void *arg, int ith, int nth) {
         skv_panels_pack(j->type, src, (int)(r1 - r0), (int)j->cols,
                         j->dst + (size_t)g0 * 16 * skv_row_bytes(j->type, j->cols));
     else
-        skv_k16_pack(src, (int)(r1 - r0), (int)j->cols,
-                     j->dst + (size_t)g0 * (size_t)(j->cols / SKV_QK_K) * SKV_K16_RECORD);
+        skv_k16_pack(j->type, src, (int)(r1 - r0), (int)j->cols,
+                     j->dst + skv_k16_bytes(j->type, (int)(16 * g0), (int)j->cols));
 }
 
 static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
@@ -496,16 +496,17 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const 
 }
 
 /* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
- * kernels stream in decode and prefill (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels in
- * k16 records (kernels.h), which those kernels read without unpacking; other quantized ones of
- * 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping. The token
- * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
- * (pack_matrices); a tied float output gets its own panels, a tied Q4_K one its own records (the
- * embedding rows then come back from the file). */
+ * kernels stream in decode and prefill (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels and
+ * Q8_0 ones at the AVX2 level in k16 records (kernels.h, skv_k16_wanted), which those kernels
+ * read without unpacking; other quantized ones of 2 MB and more as a copy of their rows
+ * (alloc_weights), smaller ones from the mapping. The token embedding keeps its mapped rows,
+ * except that a tied quantized output's copy serves it (pack_matrices); a tied float output gets
+ * its own panels, a tied one in records its own records (the embedding rows then come back from
+ * the file). */
 typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
 
 static hold_kind hold_of(const skv_weight *w) {
-    if (skv_k16_wanted() && !keep_mapped() &&
+    if (skv_k16_wanted(w->type) && !keep_mapped() &&
         skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) != 0)
         return HOLD_K16;
     if (skv_panels_bytes(w->type, (int)w->rows, (int)w->cols) != 0) return HOLD_PANELS;
@@ -514,7 +515,7 @@ static hold_kind hold_of(const skv_weight *w) {
 
 /* The bytes a held row takes (panels and records: a row's share of its group of 16). */
 static size_t held_row_bytes(const skv_weight *w, hold_kind h) {
-    return h == HOLD_K16 ? (size_t)(w->cols / SKV_QK_K) * SKV_K16_RECORD / 16
+    return h == HOLD_K16 ? skv_k16_bytes(w->type, 16, (int)w->cols) / 16
                          : skv_row_bytes(w->type, w->cols);
 }
 
