@@ -186,10 +186,10 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
 }
 
 /* k16 records at a level without their kernels (a model loaded at a SIMD level, then
- * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time, each chunk a product of its own
- * (y shifted to its first row): the same bits as from the rows. */
+ * skv_kernels_force_ref; Q8_0 records met by the VNNI level): rows unpacked K16_CHUNK at a time,
+ * each chunk a product of its own (y shifted to its first row): the same bits as from the rows. */
 #define K16_CHUNK   64
-#define K16_ONE_ROW 9216 /* a Q4_K row of up to 16384 values, on the stack */
+#define K16_ONE_ROW 9216 /* a Q4_K row of up to 16384 values (Q8_0: 8672), on the stack */
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     const size_t rb = skv_row_bytes(t->mm.wt, t->mm.n_in);
     int chunk = K16_CHUNK;
@@ -226,6 +226,8 @@ static void mm_rect(const mm_task *t, int i0, int i1, int r0, int r1) {
  * threads finish close together. Not below DECODE_MIN rows: stories260K's 64-row matrices split
  * in two were 10% slower to decode than whole. */
 #define DECODE_MIN 64
+/* gemv_k16 and gemv_q8_rec start at whole 16-row groups of records */
+_Static_assert(SKV_MM_ROW_ALIGN % 16 == 0 && DECODE_MIN % 16 == 0, "rows split in whole groups");
 
 static void mm_worker(void *arg, int ith, int nth) {
     mm_group *g = arg;
@@ -332,7 +334,10 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
         t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
-    t->k16_kernels = t->mm.w_k16 && skv_k16_kernels(wt);
+    /* from this task's own level flags (skv_k16_kernels reads the level again) */
+    t->k16_kernels =
+        t->mm.w_k16 && t->simd &&
+        (wt == SKV_TYPE_Q4_K || (wt == SKV_TYPE_Q8_0 && !(t->avx512 && skv_simd_has_vnni())));
 #endif
 }
 

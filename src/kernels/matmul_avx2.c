@@ -17,7 +17,8 @@
  *   maddubs (u8 x s8 -> s16 pairs) and madd (s16 -> s32), scaled per block in float.
  *   - Q8_0/Q4_0: eight W rows in the eight lanes, one float chain per output over the blocks
  *     (see the section below); one or two x rows read the raw blocks, more read 8-row octets
- *     transposed once, in 4 x 16 tiles.
+ *     transposed once, in 4 x 16 tiles. Q8_0 in k16 records (a loaded model's at this level)
+ *     holds the octets already: decode reads them as they lie, prefill copies them.
  *   - K-quants: two exact integers per output and super-block, then one float chain (the
  *     formula of the AVX-512 VNNI level: the same bits); one or two x rows read 4 raw rows side
  *     by side, more put 16 W rows in the lanes of two vectors (3 x 16 tiles); Q4_K in k16
@@ -394,7 +395,10 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
  * a cvt, a mul and an fma per row and block: measured 1.25-1.5x slower in the tiles). One or two x
  * rows read the raw rows, and a block's 8 partial-sum vectors are summed across lanes into the
  * rows' lanes; more x rows read "octets": 8 rows whose codes are transposed once so that one
- * 32-byte load holds 4 codes of each row, met by 4 x codes broadcast. */
+ * 32-byte load holds 4 codes of each row, met by 4 x codes broadcast. Q8_0 k16 records
+ * (kernels.h) are those octets, made at load: decode (gemv_q8_rec) and prefill
+ * (prep_octet_rec) read them without the transposes; the raw-row paths serve other callers
+ * (skv_matmul on rows, SKV_NO_HUGE, Q4_0). */
 
 /* Stores the first n (1..8) lanes of v. */
 static inline void store_lanes(float *y, __m256 v, int n) {
@@ -614,7 +618,8 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
  * as gemv_q8 needs on rows. Same bits. Zen 4 at SKV_SIMD=avx2: matmul_bench --llama-1b q8_0,
  * 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2 threads, alternated with the rows' build and
  * llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5 -> 22.6-30.2 t/s (llama.cpp 15.2-17.7),
- * qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 -> 154-189. */
+ * qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 -> 154-189. r0 is a multiple of 16
+ * (matmul.c splits rows so), or the first group's outputs before r0 would be written. */
 static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     const int nb = mm->n_in / 32;
     const __m256i ones = _mm256_set1_epi16(1);

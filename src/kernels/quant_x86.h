@@ -1,7 +1,7 @@
 /* quant_x86.h — unpacking the quantized weight blocks with AVX2 (256-bit) instructions, shared
  * by the AVX2 and AVX-512 matmuls (include only from files compiled with at least
  * -mavx2 -mfma -mf16c): activation rows, W row pointers, block unpacking, K-quant decode
- * helpers, the k16 record accessor (the layout is in kernels.h). */
+ * helpers, the Q4_K k16 record accessor (the layout is in kernels.h). */
 #ifndef SKV_QUANT_X86_H
 #define SKV_QUANT_X86_H
 
@@ -218,7 +218,7 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* The k16 record (kernels.h) of 16-row group g, super-block s. */
+/* The Q4_K k16 record (kernels.h) of 16-row group g, super-block s. */
 static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) {
     const int nsb = mm->n_in / 256;
     return (const uint8_t *)mm->w + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
