@@ -61,8 +61,8 @@ static double tstop(void) {
     return m;
 }
 
-/* Weights as a loaded model holds them: float in panels, Q4_K (and Q8_0 where its AVX2 code
- * runs) in k16 records, others as stored. */
+/* Weights as a loaded model holds them: float in panels, Q4_K and Q8_0 (at the SIMD
+ * levels) in k16 records, others as stored. */
 static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
                int n_out, int n_in, void *work) {
     if (skv_panels_bytes(t, n_out, n_in))

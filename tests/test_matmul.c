@@ -184,9 +184,8 @@ static int teardown(void **state) {
 
 /* Q4_K and Q8_0 in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
- * (the kernels that have record code read the records: Q4_K at the SIMD levels, Q8_0 at the
- * AVX2 level; the others unpack them). Ragged groups (n_out % 16), several tiles and column
- * blocks, NaN rows of x. */
+ * (the SIMD kernels read the records; the scalar level unpacks them). Ragged groups (n_out % 16),
+ * several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
     /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code;

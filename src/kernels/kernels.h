@@ -88,7 +88,7 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  *   mn[4][16][2]     the 6-bit mins of sub-blocks 2p and 2p + 1 of row k
  *   d[16], dmin[16]  f16
  * (2.8% more bytes than the rows.)
- * Q8_0 W in k16 records too, at the AVX2 level (without AVX-512 VNNI, whose kernels read rows):
+ * Q8_0 W in k16 records too (the AVX2 and AVX-512 levels):
  * per group of 16 rows and block b of 32 values one record of SKV_K16_Q8_RECORD bytes at index
  * (row / 16) * (n_in / 32) + b:
  *   d[16]            f16, row k's scale
@@ -110,7 +110,7 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
 /* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst);
 /* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K at the
- * AVX2 and AVX-512 levels, Q8_0 at the AVX2 level (and AVX-512 without VNNI). */
+ * AVX2 and AVX-512 levels, and Q8_0. */
 bool skv_k16_wanted(skv_type wt);
 /* Whether the kernels in use now read wt's records as they are (else they unpack rows). */
 bool skv_k16_kernels(skv_type wt);

@@ -186,7 +186,7 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
 }
 
 /* k16 records at a level without their kernels (a model loaded at a SIMD level, then
- * skv_kernels_force_ref; Q8_0 records met by the VNNI level): rows unpacked K16_CHUNK at a time,
+ * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time,
  * each chunk a product of its own (y shifted to its first row): the same bits as from the rows. */
 #define K16_CHUNK   64
 #define K16_ONE_ROW 9216 /* a Q4_K row of up to 16384 values (Q8_0: 8672), on the stack */
@@ -335,9 +335,7 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
     /* from this task's own level flags (skv_k16_kernels reads the level again) */
-    t->k16_kernels =
-        t->mm.w_k16 && t->simd &&
-        (wt == SKV_TYPE_Q4_K || (wt == SKV_TYPE_Q8_0 && !(t->avx512 && skv_simd_has_vnni())));
+    t->k16_kernels = t->mm.w_k16 && t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q8_0);
 #endif
 }
 
@@ -399,8 +397,7 @@ bool skv_k16_kernels(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AVX2
     if (!skv_kernels_use_simd()) return false;
     if (wt == SKV_TYPE_Q4_K) return true;
-    /* Q8_0: the AVX2 code; the VNNI level reads rows (sixteen of them in the lanes) */
-    return wt == SKV_TYPE_Q8_0 && !(skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_vnni());
+    return wt == SKV_TYPE_Q8_0; /* the AVX2 code, or the AVX-512 VNNI code */
 #else
     (void)wt;
     return false;

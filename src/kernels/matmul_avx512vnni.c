@@ -617,6 +617,27 @@ INLINE void prep_hexad(prep_hex *p, const uint8_t *const *w, int q4, int b0, int
     }
 }
 
+/* prep_hexad from Q8_0 k16 records (kernels.h): group g's two octets side by side are the
+ * hexad's codes as they lie, its 16 scales one load. */
+INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb) {
+    const size_t nblk = (size_t)(mm->n_in / 32);
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *rec =
+            (const uint8_t *)mm->w + ((size_t)g * nblk + (size_t)(b0 + b)) * SKV_K16_Q8_RECORD;
+        __m512i bias = _mm512_setzero_si512();
+        for (int q = 0; q < 8; q++) {
+            const __m512i v =
+                join(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
+                     _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)));
+            _mm512_store_si512(p->q + 512 * b + 64 * q, v);
+            bias = _mm512_dpbusd_epi32(bias, _mm512_set1_epi8((char)0x80), v);
+        }
+        _mm512_store_si512(p->nb + 16 * b, _mm512_sub_epi32(_mm512_setzero_si512(), bias));
+        _mm512_store_ps(p->d + 16 * b,
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_D))));
+    }
+}
+
 /* mr x rows times NOH hexads over blocks [b0, b0 + nb) of x (the hexads start at b0). */
 INLINE void tile_hex(int mr, const act_row *a, int b0, const prep_hex *const *p, int nb,
                      __m512 acc[MRH][NOH]) {
@@ -691,6 +712,10 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KBH, nb = nblk - b0 < KBH ? nblk - b0 : KBH;
                 for (int c = 0; c < no; c++) {
+                    if (mm->w_k16) { /* records: r is a multiple of 16 */
+                        prep_hexad_rec(&prep[c], mm, r / 16 + c, b0, nb);
+                        continue;
+                    }
                     const uint8_t *w[16];
                     lane_rows(mm, r + 16 * c, r + nr, 16, w);
                     prep_hexad(&prep[c], w, q4, b0, nb);
@@ -825,6 +850,64 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     }
 }
 
+/* Decode from Q8_0 k16 records: the thread's groups one after the other (W as one stream), per
+ * block each octet's 8 rows in the lanes of one chain: vpdpbusd of the codes made unsigned
+ * (w ^ 0x80) with 4 x codes broadcast, less 128 * the sum of x's block (xb); the 8 scales one
+ * load. The operations of a lane of the tiles, as gemv_hex's: the same bits. r0 is a multiple
+ * of 16 (matmul.c). */
+static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int nb = mm->n_in / 32;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 32);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int g = r0 / 16; 16 * g < r1; g++) {
+            const uint8_t *rec =
+                (const uint8_t *)mm->w + (size_t)g * (size_t)nb * SKV_K16_Q8_RECORD;
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* rows 16g + [0, 8), [8, 16) */
+            for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
+                __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(a.q + 32 * b));
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++) {
+                    int32_t x4;
+                    memcpy(&x4, a.q + 32 * b + 4 * q, 4);
+                    const __m256i x = _mm256_set1_epi32(x4);
+                    s0 = _mm256_dpbusd_epi32(
+                        s0,
+                        _mm256_xor_si256(
+                            _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
+                            flip),
+                        x);
+                    s1 = _mm256_dpbusd_epi32(
+                        s1,
+                        _mm256_xor_si256(_mm256_loadu_si256(
+                                             (const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)),
+                                         flip),
+                        x);
+                }
+                /* 128 * the sum of x's block, in every lane */
+                const __m256i xb = _mm256_set1_epi32(
+                    hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, xv)));
+                const __m256 dx = _mm256_set1_ps(a.d[b]);
+                const __m256 d0 =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D)));
+                const __m256 d1 =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D + 16)));
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s0, xb)),
+                                       _mm256_mul_ps(dx, d0), acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s1, xb)),
+                                       _mm256_mul_ps(dx, d1), acc1);
+            }
+            const int n = r1 - 16 * g;
+            float t[16];
+            _mm256_storeu_ps(t, acc0);
+            _mm256_storeu_ps(t + 8, acc1);
+            memcpy(y + 16 * g, t, sizeof(float) * (size_t)(n < 16 ? n : 16));
+        }
+    }
+}
+
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
 
@@ -842,7 +925,9 @@ void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
 
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0) {
-        if (mm->m < GEMM_Q_MIN_M)
+        if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
+            gemv_hex_rec(mm, i0, i1, r0, r1);
+        else if (mm->m < GEMM_Q_MIN_M)
             gemv_hex(mm, i0, i1, r0, r1, mm->wt == SKV_TYPE_Q4_0);
         else
             gemm_hex(mm, i0, i1, r0, r1, mm->wt == SKV_TYPE_Q4_0);
