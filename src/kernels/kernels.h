@@ -109,11 +109,10 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst);
-/* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K at the
- * AVX2 and AVX-512 levels, and Q8_0. */
+/* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K and Q8_0
+ * at the AVX2 and AVX-512 levels, whose kernels read them as they are (the scalar level unpacks
+ * rows). */
 bool skv_k16_wanted(skv_type wt);
-/* Whether the kernels in use now read wt's records as they are (else they unpack rows). */
-bool skv_k16_kernels(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
 /* Several products of one x at once (a layer's q, k and v; gate and up): y_j[m, n_out_j] =

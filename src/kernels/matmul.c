@@ -129,7 +129,7 @@ typedef struct mm_task {
     bool k_order;     /* ... and the codes in K order (the VNNI level's Q4_K/Q5_K rows) */
     bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
-    bool k16_kernels; /* k16 records read as they are (skv_k16_kernels) */
+    bool k16_kernels; /* k16 records read as they are (the AVX2 and AVX-512 levels) */
 } mm_task;
 
 /* Products of one x run together (skv_matmul_group): one pool run, no thread waits between
@@ -334,8 +334,7 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
         t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
-    /* from this task's own level flags (skv_k16_kernels reads the level again) */
-    t->k16_kernels = t->mm.w_k16 && t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q8_0);
+    t->k16_kernels = t->mm.w_k16 && t->simd; /* skv_matmul_group refuses other types' records */
 #endif
 }
 
@@ -393,19 +392,13 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
     matmul_run(pool, y, x, m, panels, wt, SKV_MM_PANELS, n_out, n_in, work);
 }
 
-bool skv_k16_kernels(skv_type wt) {
+bool skv_k16_wanted(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AVX2
-    if (!skv_kernels_use_simd()) return false;
-    if (wt == SKV_TYPE_Q4_K) return true;
-    return wt == SKV_TYPE_Q8_0; /* the AVX2 code, or the AVX-512 VNNI code */
+    return skv_kernels_use_simd() && skv_k16_bytes(wt, 16, 256) != 0;
 #else
     (void)wt;
     return false;
 #endif
-}
-
-bool skv_k16_wanted(skv_type wt) {
-    return skv_k16_kernels(wt);
 }
 
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,

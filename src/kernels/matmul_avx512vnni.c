@@ -858,16 +858,23 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
 static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     const int nb = mm->n_in / 32;
     const __m256i flip = _mm256_set1_epi8((char)0x80);
+    int32_t xb[MAX_XB]; /* 128 * the sum of each block of x's codes, once per x row */
+    if (nb > MAX_XB) {  /* wider than any model layer: the AVX2 code, same bits */
+        skv_matmul_avx2(mm, i0, i1, r0, r1);
+        return;
+    }
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
+        for (int b = 0; b < nb; b++)
+            xb[b] = hsum_i32(_mm256_dpbusd_epi32(
+                _mm256_setzero_si256(), flip, _mm256_loadu_si256((const __m256i *)(a.q + 32 * b))));
         for (int g = r0 / 16; 16 * g < r1; g++) {
             const uint8_t *rec =
                 (const uint8_t *)mm->w + (size_t)g * (size_t)nb * SKV_K16_Q8_RECORD;
             __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* rows 16g + [0, 8), [8, 16) */
             for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
                 __m256i s0 = _mm256_setzero_si256(), s1 = s0;
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)(a.q + 32 * b));
 #pragma GCC unroll 8
                 for (int q = 0; q < 8; q++) {
                     int32_t x4;
@@ -886,17 +893,15 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                                          flip),
                         x);
                 }
-                /* 128 * the sum of x's block, in every lane */
-                const __m256i xb = _mm256_set1_epi32(
-                    hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, xv)));
+                const __m256i xbv = _mm256_set1_epi32(xb[b]);
                 const __m256 dx = _mm256_set1_ps(a.d[b]);
                 const __m256 d0 =
                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D)));
                 const __m256 d1 =
                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D + 16)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s0, xb)),
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s0, xbv)),
                                        _mm256_mul_ps(dx, d0), acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s1, xb)),
+                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s1, xbv)),
                                        _mm256_mul_ps(dx, d1), acc1);
             }
             const int n = r1 - 16 * g;
