@@ -206,6 +206,13 @@ vs_targets() { # prefix table
             goal, (r >= goal) ? "yes" : "**no**", cap }' "$2"
 }
 
+# llama_version BIN: the first line of its --version ("version: 0.5.0-dev (build 1, commit ...)")
+llama_version() {
+    local v
+    v=$("$1" --version 2>&1 | head -n 1 | tr -d '\r`') || true
+    echo "${v:-unknown (no --version output)}"
+}
+
 # Side by side with llama.cpp (make bench LLAMA_BENCH=path/to/llama-bench): the same files, the
 # two programs alternating; SKV_VS_* choose the presets and types (bench/vs_llama.sh).
 if [ -n "${LLAMA_BENCH:-}" ]; then
@@ -219,6 +226,8 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
     {
         echo
         echo "## Side by side with llama.cpp ($LLAMA_BENCH)"
+        echo
+        echo "llama-bench --version: \`$(llama_version "$LLAMA_BENCH")\`."
         echo
         echo "Synthetic models of the presets' real shapes, $TMAX threads, f16 KV cache on both"
         echo "sides; llama-bench and sparsekv bench alternate, ${SKV_VS_ROUNDS:-3} rounds each, medians"
@@ -255,6 +264,8 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
         {
             echo
             echo "$title"
+            echo
+            echo "llama-bench --version: \`$(llama_version "${LLAMA_BENCH_AVX2:-$LLAMA_BENCH}")\`."
             echo
             cat "$VS2_OUT"
             if [ -n "${LLAMA_BENCH_AVX2:-}" ]; then

@@ -5,6 +5,9 @@
  *   - Q8_0/Q4_0 (the section at the end): sixteen W rows in the lanes, vpdpbusd of 4 x codes
  *     (unsigned: + 128) broadcast against 4 codes of each row; one row or two (decode) read W
  *     rows front to back and sum in the same order: the same bits (also as the AVX2 level's).
+ *     Q8_0 in k16 records (a loaded model's): decode reads each octet's 8 rows in the lanes of
+ *     one chain, W codes made unsigned (^ 0x80) against signed x, less 128 times the block's x
+ *     sum (gemv_hex_rec); prefill joins a group's two octets into its hexads (prep_hexad_rec).
  *   - K-quants (the first section): per super-block two exact integers per output (the codes'
  *     dot with x times the sub-block scales, and the mins / offsets times x's group sums), then
  *     one float chain over super-blocks; prefill with sixteen W rows in the lanes (vpdpbusd,
