@@ -61,8 +61,8 @@ static double tstop(void) {
     return m;
 }
 
-/* Weights as a loaded model holds them: float in panels, Q4_K and Q8_0 (at the SIMD
- * levels) in k16 records, others as stored. */
+/* Weights as a loaded model holds them: float in panels, Q4_K, Q8_0 and Q6_K in k16 records
+ * where skv_k16_wanted says so, others as stored. */
 static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
                int n_out, int n_in, void *work) {
     if (skv_panels_bytes(t, n_out, n_in))
@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
              * through enough copies to overflow the last-level cache. */
             size_t wb = rb * n_out, pb = skv_panels_bytes(t, n_out, n_in);
             const size_t kb = skv_k16_wanted(t) ? skv_k16_bytes(t, n_out, n_in) : 0;
-            if (kb) pb = kb; /* Q4_K / Q8_0 as a loaded model holds it at this level */
+            if (kb) pb = kb; /* k16 records, as a loaded model holds them at this level */
             int copies = (int)(((size_t)256 << 20) / wb) + 1;
             /* in huge pages, as a loaded model's weights */
             uint8_t *w = skv_roofline_buffer((pb ? pb : wb) * copies);

@@ -19,15 +19,16 @@
 # ceiling leaves room for 1.11x at most.
 #
 # Environment: SKV_VS_PRESETS (default "smollm2-135m qwen2.5-0.5b llama-3.2-1b"),
-# SKV_VS_TYPES (default "f16 q8_0 q4_k"), SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512),
-# SKV_VS_TG (128), SKV_BENCH_DIR. Progress goes to stderr, the markdown table to stdout.
+# SKV_VS_TYPES (default "f16 q8_0 q4_k q4_k_m"; q4_k_m: the f16 model quantized to that mix),
+# SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512), SKV_VS_TG (128), SKV_BENCH_DIR.
+# Progress goes to stderr, the markdown table to stdout.
 set -euo pipefail
 
 LLAMA=${1:?usage: bench/vs_llama.sh LLAMA_BENCH [sparsekv]}
 CLI=${2:-build/sparsekv}
 DIR=${SKV_BENCH_DIR:-${TMPDIR:-/tmp}/sparsekv-bench}
 PRESETS=${SKV_VS_PRESETS:-smollm2-135m qwen2.5-0.5b llama-3.2-1b}
-TYPES=${SKV_VS_TYPES:-f16 q8_0 q4_k}
+TYPES=${SKV_VS_TYPES:-f16 q8_0 q4_k q4_k_m}
 ROUNDS=${SKV_VS_ROUNDS:-3}
 T=${SKV_VS_THREADS:-2}
 PP=${SKV_VS_PP:-512}

@@ -220,8 +220,8 @@ static void per_token(tok_task *t, tok_op op, const float *norm, const float *bi
         skv_pool_run(t->ctx->pool, tok_worker, t);
 }
 
-/* How the model holds W: panels (float), k16 records (Q4_K, Q8_0; at the SIMD levels), or
- * the rows. */
+/* How the model holds W: panels (float), k16 records (Q4_K, Q8_0 at the SIMD levels; Q6_K
+ * where its kernels are the AVX2 ones), or the rows. */
 static const void *w_layout(const skv_weight *w, skv_mm_layout *layout) {
     *layout = w->panels ? SKV_MM_PANELS : w->k16 ? SKV_MM_K16 : SKV_MM_ROWS;
     return w->panels ? w->panels : w->k16 ? w->k16 : w->data;

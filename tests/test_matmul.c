@@ -182,7 +182,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Q4_K and Q8_0 in k16 records: unpacking gives back the rows byte for byte (any row range),
+/* Q4_K, Q8_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
  * (the SIMD kernels read the records; the scalar level unpacks them). Ragged groups (n_out % 16),
  * several tiles and column blocks, NaN rows of x. */
@@ -194,20 +194,21 @@ static void test_k16(void **s) {
     /* Q8_0 also at 32 (one block) and 1056 (33 blocks: a last column block of one in prefill) */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
-    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0};
-    for (int ti = 0; ti < 2; ti++)
+    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K};
+    for (int ti = 0; ti < 3; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];
-                if (n_ins[ni] % 256 && t == SKV_TYPE_Q4_K) continue;
+                if (n_ins[ni] % 256 && t != SKV_TYPE_Q8_0) continue;
                 const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
                 if (n_in > 4096 && n_out != 17) continue;
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
-                assert_int_equal(kb,
-                                 t == SKV_TYPE_Q4_K
-                                     ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
-                                     : (size_t)(n_out + 15) / 16 * (n_in / 32) * SKV_K16_Q8_RECORD);
+                assert_int_equal(kb, t == SKV_TYPE_Q4_K
+                                         ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
+                                     : t == SKV_TYPE_Q6_K
+                                         ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 210
+                                         : (size_t)(n_out + 15) / 16 * (n_in / 32) * 16 * 34);
                 float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
                 uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
                         *back = malloc(kb > rb * n_out ? kb : rb * n_out);
@@ -388,7 +389,7 @@ static void test_group(void **s) {
             uint8_t *w[G_PARTS], *lay[G_PARTS];
             float *y[G_PARTS], *yg[G_PARTS];
             const bool panels = skv_panels_bytes(t, MAX_OUT, N_IN) > 0,
-                       k16 = skv_k16_bytes(t, MAX_OUT, N_IN) > 0; /* Q4_K, Q8_0 */
+                       k16 = skv_k16_bytes(t, MAX_OUT, N_IN) > 0; /* Q4_K, Q8_0, Q6_K */
             for (int j = 0; j < G_PARTS; j++) {
                 w[j] = malloc(rb * MAX_OUT);
                 for (int r = 0; r < no[j]; r++) {

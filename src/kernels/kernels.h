@@ -95,6 +95,20 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  *   q[2][8][8][4]    octet h (rows 8h..8h+7), group g, row k: codes 4g..4g+3 of row 8h + k
  * (the rows' bytes): 4 codes of each of 8 rows in one vector, met by 4 x codes broadcast, and
  * the 8 rows' scales one load, where rows need a transpose and 8 scale loads per block.
+ * Q6_K W in k16 records too (where the Q6_K kernels in use are the AVX2 ones: not at the AVX-512
+ * VNNI level, whose Q6_K code reads rows): per group of 16 rows and super-block s one record of
+ * SKV_K16_Q6_RECORD bytes (the rows' bytes) at index (row / 16) * (n_in / 256) + s. Scale
+ * groups 2p and 2p + 1 (16 codes each) form pair p; its vector j (0..7) holds, for each row k
+ * of octet h (rows 8h..8h+7), codes 2j, 2j + 1 of group 2p and 2j, 2j + 1 of group 2p + 1, so
+ * that vpmaddubsw's two sums of a row belong to the two groups and meet the scale pair in
+ * vpmaddwd:
+ *   per pair p, SKV_K16_Q6_PAIR bytes from p * SKV_K16_Q6_PAIR (read front to back):
+ *     sc[2][8][2]      octet h, row k: the int8 scales of groups 2p, 2p + 1
+ *     qh[2][2][8][4]   half f, octet h, row k: the top 2 bits of vectors 4f .. 4f + 3 at bits
+ *                      0-1, 2-3, 4-5, 6-7
+ *     ql[4][2][8][4]   vector jj < 4, octet h, row k: the low 4 bits of vector jj's code in the
+ *                      low nibble, of vector jj + 4's in the high one
+ *   d[16]              f16, after the 8 pairs
  * Results are the same bits as from the rows at every SIMD level (a level without record
  * kernels unpacks rows, skv_k16_unpack_rows, and uses its own code). skv_k16_bytes is 0 for
  * other types, SIZE_MAX on overflow. */
@@ -102,16 +116,20 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
 enum { SKV_K16_Q = 0, SKV_K16_SC = 2048, SKV_K16_MN = 2176, SKV_K16_D = 2304, SKV_K16_DMIN = 2336 };
 #define SKV_K16_Q8_RECORD 544
 enum { SKV_K16_Q8_D = 0, SKV_K16_Q8_Q = 32 };
+#define SKV_K16_Q6_RECORD 3360
+#define SKV_K16_Q6_PAIR   416
+enum { SKV_K16_Q6_SC = 0, SKV_K16_Q6_QH = 32, SKV_K16_Q6_QL = 160, SKV_K16_Q6_D = 3328 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out rows w of type wt (Q4_K or Q8_0) into records (dst: skv_k16_bytes); _ref is the plain
- * C version, which the AVX2 Q4_K one (matmul_avx2.c) matches byte for byte. */
+/* n_out rows w of type wt (Q4_K, Q8_0 or Q6_K) into records (dst: skv_k16_bytes); _ref is the
+ * plain C version, code by code, which the AVX2 Q4_K one (matmul_avx2.c) and the word-wise Q6_K
+ * one match byte for byte. */
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst);
 /* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K and Q8_0
- * at the AVX2 and AVX-512 levels, whose kernels read them as they are (the scalar level unpacks
- * rows). */
+ * at the AVX2 and AVX-512 levels, Q6_K where its kernels are the AVX2 ones (not with AVX-512
+ * VNNI), whose decode and prefill read them as they are (the scalar level unpacks rows). */
 bool skv_k16_wanted(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
@@ -120,8 +138,8 @@ void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void 
  * at a time: x is quantized once (work as for skv_matmul; BF16 panels without work take the
  * float path) and the pool runs once, so no thread waits between the products. The same bits as
  * one call per part. The y_j must not overlap each other or x; parts with n_out <= 0 are
- * skipped; panels of a quantized type and k16 records of a type other than Q4_K / Q8_0 do nothing
- * (as skv_matmul_panels and skv_matmul_k16). */
+ * skipped; panels of a quantized type and k16 records of a type other than Q4_K / Q8_0 / Q6_K do
+ * nothing (as skv_matmul_panels and skv_matmul_k16). */
 #define SKV_MM_GROUP_MAX 3
 typedef enum skv_mm_layout { SKV_MM_ROWS, SKV_MM_PANELS, SKV_MM_K16 } skv_mm_layout;
 typedef struct skv_mm_part {
@@ -179,7 +197,7 @@ typedef struct skv_mm {
     skv_type wt;
     int m, n_out, n_in;
     bool w_panels; /* float W in panels (skv_panels_pack) */
-    bool w_k16;    /* Q4_K or Q8_0 W in k16 records (skv_k16_pack) */
+    bool w_k16;    /* Q4_K, Q8_0 or Q6_K W in k16 records (skv_k16_pack) */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */

@@ -129,7 +129,7 @@ typedef struct mm_task {
     bool k_order;     /* ... and the codes in K order (the VNNI level's Q4_K/Q5_K rows) */
     bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
-    bool k16_kernels; /* k16 records read as they are (the AVX2 and AVX-512 levels) */
+    bool k16_kernels; /* k16 records read as they are (the SIMD levels; Q6_K: AVX2 code only) */
 } mm_task;
 
 /* Products of one x run together (skv_matmul_group): one pool run, no thread waits between
@@ -189,7 +189,7 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
  * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time,
  * each chunk a product of its own (y shifted to its first row): the same bits as from the rows. */
 #define K16_CHUNK   64
-#define K16_ONE_ROW 9216 /* a Q4_K row of up to 16384 values (Q8_0: 8672), on the stack */
+#define K16_ONE_ROW 9216 /* a row on the stack: Q4_K to 16384 values, Q8_0 8672, Q6_K 11008 */
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     const size_t rb = skv_row_bytes(t->mm.wt, t->mm.n_in);
     int chunk = K16_CHUNK;
@@ -226,7 +226,7 @@ static void mm_rect(const mm_task *t, int i0, int i1, int r0, int r1) {
  * threads finish close together. Not below DECODE_MIN rows: stories260K's 64-row matrices split
  * in two were 10% slower to decode than whole. */
 #define DECODE_MIN 64
-/* gemv_k16 and gemv_q8_rec start at whole 16-row groups of records */
+/* gemv_k16, gemv_q8_rec and gemv_q6_rec start at whole 16-row groups of records */
 _Static_assert(SKV_MM_ROW_ALIGN % 16 == 0 && DECODE_MIN % 16 == 0, "rows split in whole groups");
 
 static void mm_worker(void *arg, int ith, int nth) {
@@ -334,7 +334,10 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
         t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
-    t->k16_kernels = t->mm.w_k16 && t->simd; /* skv_matmul_group refuses other types' records */
+    /* skv_matmul_group refuses other types' records; Q6_K's are read by the AVX2 code only
+     * (the VNNI level's Q6_K kernels read rows) */
+    t->k16_kernels =
+        t->mm.w_k16 && t->simd && (wt != SKV_TYPE_Q6_K || !(t->avx512 && skv_simd_has_vnni()));
 #endif
 }
 
@@ -344,7 +347,7 @@ void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const flo
         skv_matmul_group(pool, parts, SKV_MM_GROUP_MAX, x, m, wt, layout, n_in, work);
     if (n <= 0 || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
     if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
-        (layout == SKV_MM_K16 && wt != SKV_TYPE_Q4_K && wt != SKV_TYPE_Q8_0))
+        (layout == SKV_MM_K16 && skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0))
         return;
     mm_group g;
     g.n = 0;
@@ -394,6 +397,7 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
 
 bool skv_k16_wanted(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AVX2
+    if (wt == SKV_TYPE_Q6_K && skv_kernels_use_avx512() && skv_simd_has_vnni()) return false;
     return skv_kernels_use_simd() && skv_k16_bytes(wt, 16, 256) != 0;
 #else
     (void)wt;

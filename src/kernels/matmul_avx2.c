@@ -21,8 +21,9 @@
  *     holds the octets already: decode reads them as they lie, prefill copies them.
  *   - K-quants: two exact integers per output and super-block, then one float chain (the
  *     formula of the AVX-512 VNNI level: the same bits); one or two x rows read 4 raw rows side
- *     by side, more put 16 W rows in the lanes of two vectors (3 x 16 tiles); Q4_K in k16
- *     records (a loaded model's) is read as it lies in decode. */
+ *     by side, more put 16 W rows in the lanes of two vectors (3 x 16 tiles); Q4_K and Q6_K in
+ *     k16 records (a loaded model's) are read as they lie in decode, and prefill prepares its
+ *     tiles from them. */
 #include "kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -691,8 +692,8 @@ static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
  * by the scale; M from vpmaddwd of mn pairs against pairs of x's group sums, which are int32 in
  * the activation row (skv_act_rows_k_int). Integers are exact in any order, so decode (4 raw
  * rows side by side) and prefill (sixteen W rows in the lanes of two vectors, "hexads") agree
- * bit for bit. Q4_K in k16 records (kernels.h): decode reads them as they lie (gemv_k16),
- * prefill prepares its hexads from them. */
+ * bit for bit. Q4_K and Q6_K in k16 records (kernels.h): decode reads them as they lie
+ * (gemv_k16, gemv_q6_rec), prefill prepares its hexads from them (prep_hk_rec, prep_hk_q6rec). */
 
 void skv_act_rows_k_int(uint8_t *row, int64_t n, bool k_order) {
     int32_t *s = (int32_t *)(row + skv_act_off_s(n, 256));
@@ -940,6 +941,120 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     }
 }
 
+/* Decode from Q6_K k16 records (kernels.h): per pair of scale groups and octet, 8 code vectors
+ * made from their low nibbles and top 2 bits, vpmaddubsw against 4 x codes broadcast (2 of
+ * each group: x reordered once per x row, q6_xr), two at a time summed in 16 bits (2 x 2 x 63
+ * x 127 < 2^15), then vpmaddwd by the two groups' scales. U and M are the exact integers of the
+ * rows' code (u_raw, k_chain4), so the same bits. */
+#define Q6_MAX_SB 64 /* x reordered on the stack up to 16384 columns; wider: per step */
+
+/* x codes of super-block s in the records' order: per pair p and vector j, codes 2j, 2j + 1 of
+ * group 2p, then of group 2p + 1. */
+INLINE void q6_xr(const int8_t *xq, int8_t xr[256]) {
+    for (int p = 0; p < 8; p++) {
+        const __m128i g0 = _mm_loadu_si128((const __m128i *)(xq + 32 * p));
+        const __m128i g1 = _mm_loadu_si128((const __m128i *)(xq + 32 * p + 16));
+        _mm_storeu_si128((__m128i *)(xr + 32 * p), _mm_unpacklo_epi16(g0, g1));
+        _mm_storeu_si128((__m128i *)(xr + 32 * p + 16), _mm_unpackhi_epi16(g0, g1));
+    }
+}
+
+/* The top 2 bits of vector jj (of 4) of a qh vector, at bits 4-5 of each byte. */
+INLINE __m256i q6_top(__m256i qh, int jj) {
+    const __m256i m = _mm256_set1_epi8(0x30);
+    switch (jj) {
+    case 0:
+        return _mm256_and_si256(_mm256_slli_epi16(qh, 4), m);
+    case 1:
+        return _mm256_and_si256(_mm256_slli_epi16(qh, 2), m);
+    case 2:
+        return _mm256_and_si256(qh, m);
+    default:
+        return _mm256_and_si256(_mm256_srli_epi16(qh, 2), m);
+    }
+}
+
+/* Code vectors jj and jj + 4 (values 0..63) of octet h of pair record pr. */
+INLINE void q6_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i *cb) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i qa = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q6_QH + 32 * h));
+    const __m256i qb = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q6_QH + 64 + 32 * h));
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q6_QL + 64 * jj + 32 * h));
+    *ca = _mm256_or_si256(_mm256_and_si256(v, m4), q6_top(qa, jj));
+    *cb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), q6_top(qb, jj));
+}
+
+INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,
+                    __m256 acc[2]) {
+    __m256i u[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, mm[2] = {u[0], u[1]};
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *pr = rec + SKV_K16_Q6_PAIR * p; /* the pair's bytes, read in order */
+        const __m256i xpair = _mm256_set1_epi32(xp[p]);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i sc = _mm256_cvtepi8_epi16(
+                _mm_loadu_si128((const __m128i *)(pr + SKV_K16_Q6_SC + 16 * h)));
+            mm[h] = _mm256_add_epi32(mm[h], _mm256_madd_epi16(sc, xpair));
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++) {
+                __m256i ca, cb;
+                q6_rec_codes(pr, h, jj, &ca, &cb);
+                int32_t xa, xb;
+                memcpy(&xa, xr + 32 * p + 4 * jj, 4);
+                memcpy(&xb, xr + 32 * p + 4 * (jj + 4), 4);
+                const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(ca, _mm256_set1_epi32(xa)),
+                                                   _mm256_maddubs_epi16(cb, _mm256_set1_epi32(xb)));
+                u[h] = _mm256_add_epi32(u[h], _mm256_madd_epi16(t, sc));
+            }
+        }
+    }
+    /* as k_chain4: acc = fma(U, d dx, acc), then fma(M, (d (-32)) dx, acc) */
+    const __m256 vdx = _mm256_set1_ps(dx), m32 = _mm256_set1_ps(-32.0f);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256 d =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q6_D + 16 * h)));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[h]), _mm256_mul_ps(d, vdx), acc[h]);
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm[h]),
+                                 _mm256_mul_ps(_mm256_mul_ps(d, m32), vdx), acc[h]);
+    }
+}
+
+static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int nsb = mm->n_in / 256;
+    const bool pre = nsb <= Q6_MAX_SB;
+    int8_t xr[Q6_MAX_SB][256] ALIGNED32;
+    int32_t xp[Q6_MAX_SB][8];
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 256);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        for (int s = 0; pre && s < nsb; s++) {
+            q6_xr(a.q + 256 * s, xr[s]);
+            k_xpairs(a, s, 1, xp[s]);
+        }
+        for (int g = r0 / 16; 16 * g < r1; g++) {
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int s = 0; s < nsb; s++) {
+                const uint8_t *rec = (const uint8_t *)mm->w +
+                                     ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_Q6_RECORD;
+                if (pre) {
+                    q6_step(rec, xr[s], xp[s], a.d[s], acc);
+                } else {
+                    int8_t one[256] ALIGNED32;
+                    int32_t onep[8];
+                    q6_xr(a.q + 256 * s, one);
+                    k_xpairs(a, s, 1, onep);
+                    q6_step(rec, one, onep, a.d[s], acc);
+                }
+            }
+            const int n = r1 - 16 * g;
+            store_lanes(y + 16 * g, acc[0], n < 8 ? n : 8);
+            if (n > 8) store_lanes(y + 16 * g + 8, acc[1], n < 16 ? n - 8 : 8);
+        }
+    }
+}
+
 static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     switch (mm->wt) {
     case SKV_TYPE_Q4_K:
@@ -952,7 +1067,10 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
         break;
     default:
-        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q6_K);
+        if (mm->w_k16)
+            gemv_q6_rec(mm, i0, i1, r0, r1);
+        else
+            gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q6_K);
         break;
     }
 }
@@ -1068,6 +1186,46 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
     }
 }
 
+/* The same from Q6_K k16 records (kernels.h): a pair's vectors 2g and 2g + 1 hold codes
+ * 4g..4g+3 of its two groups, 2 of each in a row's lane: the low words of the two make group
+ * 2p's 4 codes, the high words group 2p + 1's. */
+static void prep_hk_q6rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
+    const int nsb = mm->n_in / 256;
+    for (int s = 0; s < nb; s++) {
+        const uint8_t *rec = (const uint8_t *)mm->w +
+                             ((size_t)g16 * (size_t)nsb + (size_t)(b0 + s)) * SKV_K16_Q6_RECORD;
+        uint8_t *q = p->q + 4096 * s;
+        for (int pp = 0; pp < 8; pp++) {
+            const uint8_t *pr = rec + SKV_K16_Q6_PAIR * pp;
+            for (int h = 0; h < 2; h++) {
+                __m256i v[8];
+                for (int jj = 0; jj < 4; jj++) q6_rec_codes(pr, h, jj, &v[jj], &v[jj + 4]);
+                for (int g = 0; g < 4; g++) {
+                    const __m256i a = v[2 * g], b = v[2 * g + 1];
+                    const __m256i even = _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xaa);
+                    const __m256i odd = _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xaa);
+                    _mm256_store_si256((__m256i *)(q + 64 * (8 * pp + g) + 32 * h), even);
+                    _mm256_store_si256((__m256i *)(q + 64 * (8 * pp + 4 + g) + 32 * h), odd);
+                }
+                /* row k's (sc_2p, sc_2p+1): the mins' pair, and each one in both words */
+                const __m256i sc = _mm256_cvtepi8_epi16(
+                    _mm_loadu_si128((const __m128i *)(pr + SKV_K16_Q6_SC + 16 * h)));
+                _mm256_store_si256((__m256i *)(p->mn + 128 * s + 16 * pp + 8 * h), sc);
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp) + 8 * h),
+                                   _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc, 0xa0), 0xa0));
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp + 1) + 8 * h),
+                                   _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc, 0xf5), 0xf5));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q6_D + 16 * h)));
+            _mm256_store_ps(p->d + 16 * s + 8 * h, d);
+            _mm256_store_ps(p->dm + 16 * s + 8 * h, _mm256_mul_ps(_mm256_set1_ps(-32.0f), d));
+        }
+    }
+}
+
 /* mr x rows times the hexad over super-blocks [b0, b0 + nb) of x; acc: [mr][16] floats, the
  * chains so far. */
 INLINE void tile_hk(int mr, skv_type t, const act_row *a, int b0, const prep_hk *p, int nb,
@@ -1156,7 +1314,9 @@ INLINE void gemm_hk(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t
             memset(acc, 0, sizeof(float) * 16 * (size_t)(mc1 - mc0));
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KBA, nb = nblk - b0 < KBA ? nblk - b0 : KBA;
-                if (mm->w_k16) { /* r is a multiple of 16 */
+                if (mm->w_k16 && t == SKV_TYPE_Q6_K) { /* r is a multiple of 16 */
+                    prep_hk_q6rec(&prep, mm, r / 16, b0, nb);
+                } else if (mm->w_k16) {
                     prep_hk_rec(&prep, mm, r / 16, b0, nb);
                 } else {
                     const uint8_t *w[16];

@@ -832,7 +832,7 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     return acc;
 }
 
-/* ---- Q4_K and Q8_0 in k16 records ----------------------------------------------------------
+/* ---- Q4_K, Q8_0 and Q6_K in k16 records -------------------------------------------------------
  * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
  * bytes use all their 96 bits). */
 
@@ -840,88 +840,170 @@ _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it"
 
 _Static_assert(SKV_K16_Q8_Q + 512 == SKV_K16_Q8_RECORD, "the Q8_0 record's parts fill it");
 
+_Static_assert(SKV_K16_Q6_QH == SKV_K16_Q6_SC + 32 && SKV_K16_Q6_QL == SKV_K16_Q6_QH + 128 &&
+                   SKV_K16_Q6_PAIR == SKV_K16_Q6_QL + 256 && SKV_K16_Q6_D == 8 * SKV_K16_Q6_PAIR &&
+                   SKV_K16_Q6_D + 32 == SKV_K16_Q6_RECORD && SKV_K16_Q6_RECORD == 16 * 210,
+               "the Q6_K record's parts fill it, with the rows' bytes");
+
+static size_t k16_record_bytes(skv_type wt) {
+    return wt == SKV_TYPE_Q4_K   ? SKV_K16_RECORD
+           : wt == SKV_TYPE_Q8_0 ? SKV_K16_Q8_RECORD
+           : wt == SKV_TYPE_Q6_K ? SKV_K16_Q6_RECORD
+                                 : 0;
+}
+
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
-    const int unit = wt == SKV_TYPE_Q4_K ? SKV_QK_K : wt == SKV_TYPE_Q8_0 ? 32 : 0;
-    if (!unit || n_out <= 0 || n_in <= 0 || n_in % unit) return 0;
+    const int unit = wt == SKV_TYPE_Q8_0 ? 32 : SKV_QK_K;
+    const size_t rec = k16_record_bytes(wt);
+    if (!rec || n_out <= 0 || n_in <= 0 || n_in % unit) return 0;
     const uint64_t groups = ((uint64_t)n_out + 15) / 16;
     uint64_t total;
-    if (!skv_mul_ok(groups * (uint64_t)(n_in / unit),
-                    wt == SKV_TYPE_Q4_K ? SKV_K16_RECORD : SKV_K16_Q8_RECORD, &total) ||
-        total > SIZE_MAX)
+    if (!skv_mul_ok(groups * (uint64_t)(n_in / unit), rec, &total) || total > SIZE_MAX)
         return SIZE_MAX;
     return (size_t)total;
 }
 
-/* Q8_0 rows into records: scales and codes moved, nothing changed (rows past n_out zero). */
-static void q8_pack(const void *w, int n_out, int n_in, void *dst) {
-    const int nb = n_in / 32;
-    uint8_t *rec = dst;
-    for (int g = 0; g < (n_out + 15) / 16; g++)
-        for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
-            memset(rec, 0, SKV_K16_Q8_RECORD);
-            for (int k = 0; k < 16 && 16 * g + k < n_out; k++) {
-                const uint8_t *blk = (const uint8_t *)w + ((size_t)(16 * g + k) * nb + b) * 34;
-                memcpy(rec + SKV_K16_Q8_D + 2 * k, blk, 2);
-                for (int q = 0; q < 8; q++)
-                    memcpy(rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8),
-                           blk + 2 + 4 * q, 4);
-            }
-        }
+/* Q6_K: where code c (0..255) of a super-block lies in the record, for row k of its group: the
+ * byte of its low 4 bits and the nibble (0 low, 4 high), the byte of its top 2 bits and their
+ * shift. Pair p = c / 32, group parity gp = c / 16 % 2, vector j = c % 16 / 2 (code 2j + e). */
+static void q6_place(int c, int k, int *ql, int *ql_shift, int *qh, int *qh_shift) {
+    const int p = c / 32, gp = c / 16 % 2, j = c % 16 / 2, e = c % 2, h = k / 8, row = k % 8;
+    const int b = 4 * row + 2 * gp + e; /* the byte within the octet's 32 */
+    *ql = SKV_K16_Q6_PAIR * p + SKV_K16_Q6_QL + 64 * (j % 4) + 32 * h + b;
+    *ql_shift = j < 4 ? 0 : 4;
+    *qh = SKV_K16_Q6_PAIR * p + SKV_K16_Q6_QH + 64 * (j / 4) + 32 * h + b;
+    *qh_shift = 2 * (j % 4);
 }
 
-static void q8_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
-    const int nb = n_in / 32;
-    for (int r = r0; r < r1; r++) {
-        const int g = r / 16, k = r % 16;
-        for (int b = 0; b < nb; b++) {
-            const uint8_t *rec =
-                (const uint8_t *)k16 + ((size_t)g * (size_t)nb + (size_t)b) * SKV_K16_Q8_RECORD;
-            uint8_t *blk = (uint8_t *)dst + ((size_t)(r - r0) * (size_t)nb + (size_t)b) * 34;
-            memcpy(blk, rec + SKV_K16_Q8_D + 2 * k, 2);
-            for (int q = 0; q < 8; q++)
-                memcpy(blk + 2 + 4 * q, rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8),
-                       4);
+/* Row k's super-block b into its Q6_K record: q6_put_ref's bytes, whole 32-bit lanes at a time
+ * (a loaded model's tied Q6_K output is ~270M codes: code by code took seconds): the 256 codes
+ * as the format stores them, then per pair p and vector j the row's lane (codes 2j, 2j + 1 of
+ * group 2p, then of 2p + 1), and from 8 lanes the row's 4 QL and 2 QH words. */
+static void q6_put(uint8_t *rec, int k, const uint8_t *b) {
+    uint8_t code[SKV_QK_K];
+    for (int half = 0; half < 2; half++) {
+        const uint8_t *ql = b + 64 * half, *qh = b + 128 + 32 * half;
+        uint8_t *c = code + 128 * half;
+        for (int l = 0; l < 32; l++) {
+            c[l] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
+            c[l + 32] = (uint8_t)((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4);
+            c[l + 64] = (uint8_t)((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4);
+            c[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4);
         }
     }
+    const int h = k / 8, row = k % 8;
+    for (int p = 0; p < 8; p++) {
+        uint32_t v[8];
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *c0 = code + 32 * p + 2 * j, *c1 = c0 + 16;
+            v[j] = (uint32_t)c0[0] | (uint32_t)c0[1] << 8 | (uint32_t)c1[0] << 16 |
+                   (uint32_t)c1[1] << 24;
+        }
+        uint8_t *pr = rec + SKV_K16_Q6_PAIR * p;
+        for (int jj = 0; jj < 4; jj++) {
+            const uint32_t lo = (v[jj] & 0x0f0f0f0fu) | (v[jj + 4] & 0x0f0f0f0fu) << 4;
+            memcpy(pr + SKV_K16_Q6_QL + 64 * jj + 32 * h + 4 * row, &lo, 4);
+        }
+        for (int f = 0; f < 2; f++) {
+            uint32_t top = 0;
+            for (int jj = 0; jj < 4; jj++) top |= (v[4 * f + jj] >> 4 & 0x03030303u) << 2 * jj;
+            memcpy(pr + SKV_K16_Q6_QH + 64 * f + 32 * h + 4 * row, &top, 4);
+        }
+        memcpy(pr + SKV_K16_Q6_SC + 16 * h + 2 * row, b + 192 + 2 * p, 2);
+    }
+    memcpy(rec + SKV_K16_Q6_D + 2 * k, b + 208, 2);
 }
 
-static void q4k_pack_ref(const void *w, int n_out, int n_in, void *dst) {
-    const int nsb = n_in / SKV_QK_K;
-    const size_t rb = (size_t)nsb * 144;
+/* The same code by code, through q6_place: the layout's definition. */
+static void q6_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+    for (int c = 0; c < SKV_QK_K; c++) {
+        int ql, qls, qh, qhs;
+        q6_place(c, k, &ql, &qls, &qh, &qhs);
+        const int code = q6_code(b, b + 128, c);
+        rec[ql] |= (uint8_t)((code & 15) << qls);
+        rec[qh] |= (uint8_t)((code >> 4) << qhs);
+    }
+    for (int grp = 0; grp < 16; grp++)
+        rec[SKV_K16_Q6_PAIR * (grp / 2) + SKV_K16_Q6_SC + 16 * (k / 8) + 2 * (k % 8) + grp % 2] =
+            b[192 + grp];
+    memcpy(rec + SKV_K16_Q6_D + 2 * k, b + 208, 2);
+}
+
+static void q6_get(const uint8_t *rec, int k, uint8_t *b) {
+    memset(b, 0, 192);
+    for (int c = 0; c < SKV_QK_K; c++) {
+        int ql, qls, qh, qhs;
+        q6_place(c, k, &ql, &qls, &qh, &qhs);
+        const int code = (rec[ql] >> qls & 15) | (rec[qh] >> qhs & 3) << 4;
+        /* the inverse of q6_code */
+        const int h = c / 128, l = c % 32, q = c % 128 / 32;
+        b[64 * h + l + 32 * (q & 1)] |= (uint8_t)((code & 15) << (q & 2 ? 4 : 0));
+        b[128 + 32 * h + l] |= (uint8_t)((code >> 4) << 2 * q);
+    }
+    for (int grp = 0; grp < 16; grp++)
+        b[192 + grp] =
+            rec[SKV_K16_Q6_PAIR * (grp / 2) + SKV_K16_Q6_SC + 16 * (k / 8) + 2 * (k % 8) + grp % 2];
+    memcpy(b + 208, rec + SKV_K16_Q6_D + 2 * k, 2);
+}
+
+/* The packers' common walk: per 16-row group and block (of unit values, blk bytes in a row)
+ * one record of rec_bytes, zeroed (rows past n_out stay zero), then put(record, row k of the
+ * group, the row's block) for each row there is. */
+typedef void (*k16_put_fn)(uint8_t *rec, int k, const uint8_t *blk);
+static void k16_pack_with(const void *w, int n_out, int n_in, int unit, size_t blk,
+                          size_t rec_bytes, void *dst, k16_put_fn put) {
+    const int nb = n_in / unit;
     uint8_t *rec = dst;
     for (int g = 0; g < (n_out + 15) / 16; g++)
-        for (int s = 0; s < nsb; s++, rec += SKV_K16_RECORD) {
-            memset(rec, 0, SKV_K16_RECORD); /* rows past n_out stay zero */
-            for (int k = 0; k < 16 && 16 * g + k < n_out; k++) {
-                const uint8_t *b = (const uint8_t *)w + (size_t)(16 * g + k) * rb + (size_t)s * 144;
-                uint8_t code[SKV_QK_K];
-                for (int c = 0; c < 4; c++)
-                    for (int l = 0; l < 32; l++) {
-                        code[64 * c + l] = b[16 + 32 * c + l] & 15;
-                        code[64 * c + 32 + l] = b[16 + 32 * c + l] >> 4;
-                    }
-                for (int j = 0; j < 8; j++) {
-                    for (int gp = 0; gp < 4; gp++)
-                        for (int e = 0; e < 4; e++)
-                            rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e] =
-                                (uint8_t)(code[32 * j + 4 * gp + e] | code[32 * j + 4 * gp + 16 + e]
-                                                                          << 4);
-                    int sc, m;
-                    k_scale_min(b + 4, j, &sc, &m);
-                    rec[SKV_K16_SC + 16 * j + k] = (uint8_t)sc;
-                    rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2] = (uint8_t)m;
-                }
-                memcpy(rec + SKV_K16_D + 2 * k, b, 2);
-                memcpy(rec + SKV_K16_DMIN + 2 * k, b + 2, 2);
-            }
+        for (int b = 0; b < nb; b++, rec += rec_bytes) {
+            memset(rec, 0, rec_bytes);
+            for (int k = 0; k < 16 && 16 * g + k < n_out; k++)
+                put(rec, k, (const uint8_t *)w + ((size_t)(16 * g + k) * nb + b) * blk);
         }
+}
+
+/* A Q8_0 row's block into its record: scales and codes moved, nothing changed. */
+static void q8_put(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q8_D + 2 * k, blk, 2);
+    for (int q = 0; q < 8; q++)
+        memcpy(rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8), blk + 2 + 4 * q, 4);
+}
+
+static void q8_get(const uint8_t *rec, int k, uint8_t *blk) {
+    memcpy(blk, rec + SKV_K16_Q8_D + 2 * k, 2);
+    for (int q = 0; q < 8; q++)
+        memcpy(blk + 2 + 4 * q, rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8), 4);
+}
+
+/* A Q4_K row's super-block into its record, code by code (skv_k16_pack_avx2 makes the same). */
+static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+    uint8_t code[SKV_QK_K];
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            code[64 * c + l] = b[16 + 32 * c + l] & 15;
+            code[64 * c + 32 + l] = b[16 + 32 * c + l] >> 4;
+        }
+    for (int j = 0; j < 8; j++) {
+        for (int gp = 0; gp < 4; gp++)
+            for (int e = 0; e < 4; e++)
+                rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e] =
+                    (uint8_t)(code[32 * j + 4 * gp + e] | code[32 * j + 4 * gp + 16 + e] << 4);
+        int sc, m;
+        k_scale_min(b + 4, j, &sc, &m);
+        rec[SKV_K16_SC + 16 * j + k] = (uint8_t)sc;
+        rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2] = (uint8_t)m;
+    }
+    memcpy(rec + SKV_K16_D + 2 * k, b, 2);
+    memcpy(rec + SKV_K16_DMIN + 2 * k, b + 2, 2);
 }
 
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
-        q8_pack(w, n_out, n_in, dst);
+        k16_pack_with(w, n_out, n_in, 32, 34, SKV_K16_Q8_RECORD, dst, q8_put);
     else if (wt == SKV_TYPE_Q4_K)
-        q4k_pack_ref(w, n_out, n_in, dst);
+        k16_pack_with(w, n_out, n_in, SKV_QK_K, 144, SKV_K16_RECORD, dst, q4k_put_ref);
+    else if (wt == SKV_TYPE_Q6_K)
+        k16_pack_with(w, n_out, n_in, SKV_QK_K, 210, SKV_K16_Q6_RECORD, dst, q6_put_ref);
 }
 
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
@@ -931,44 +1013,51 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
         return;
     }
 #endif
-    skv_k16_pack_ref(wt, w, n_out, n_in, dst);
+    if (wt == SKV_TYPE_Q6_K)
+        k16_pack_with(w, n_out, n_in, SKV_QK_K, 210, SKV_K16_Q6_RECORD, dst, q6_put);
+    else
+        skv_k16_pack_ref(wt, w, n_out, n_in, dst);
 }
 
-static void q4k_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst);
+/* The unpackers' walk, the packers' in reverse: get(record, row k of its group, the block). */
+typedef void (*k16_get_fn)(const uint8_t *rec, int k, uint8_t *blk);
+static void k16_unpack_with(const void *k16, int n_in, int unit, size_t blk, size_t rec_bytes,
+                            int r0, int r1, void *dst, k16_get_fn get) {
+    const int nb = n_in / unit;
+    for (int r = r0; r < r1; r++)
+        for (int b = 0; b < nb; b++)
+            get((const uint8_t *)k16 + ((size_t)(r / 16) * (size_t)nb + (size_t)b) * rec_bytes,
+                r % 16, (uint8_t *)dst + ((size_t)(r - r0) * (size_t)nb + (size_t)b) * blk);
+}
+
+static void q4k_get(const uint8_t *rec, int k, uint8_t *b);
 
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
-        q8_unpack_rows(k16, n_in, r0, r1, dst);
+        k16_unpack_with(k16, n_in, 32, 34, SKV_K16_Q8_RECORD, r0, r1, dst, q8_get);
     else if (wt == SKV_TYPE_Q4_K)
-        q4k_unpack_rows(k16, n_in, r0, r1, dst);
+        k16_unpack_with(k16, n_in, SKV_QK_K, 144, SKV_K16_RECORD, r0, r1, dst, q4k_get);
+    else if (wt == SKV_TYPE_Q6_K)
+        k16_unpack_with(k16, n_in, SKV_QK_K, 210, SKV_K16_Q6_RECORD, r0, r1, dst, q6_get);
 }
 
-static void q4k_unpack_rows(const void *k16, int n_in, int r0, int r1, void *dst) {
-    const int nsb = n_in / SKV_QK_K;
-    for (int r = r0; r < r1; r++) {
-        const int g = r / 16, k = r % 16;
-        for (int s = 0; s < nsb; s++) {
-            const uint8_t *rec =
-                (const uint8_t *)k16 + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
-            uint8_t *b = (uint8_t *)dst + ((size_t)(r - r0) * (size_t)nsb + (size_t)s) * 144;
-            uint8_t code[SKV_QK_K];
-            int sc[8], m[8];
-            for (int j = 0; j < 8; j++) {
-                for (int gp = 0; gp < 4; gp++)
-                    for (int e = 0; e < 4; e++) {
-                        const uint8_t q = rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e];
-                        code[32 * j + 4 * gp + e] = q & 15;
-                        code[32 * j + 4 * gp + 16 + e] = q >> 4;
-                    }
-                sc[j] = rec[SKV_K16_SC + 16 * j + k];
-                m[j] = rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2];
+static void q4k_get(const uint8_t *rec, int k, uint8_t *b) {
+    uint8_t code[SKV_QK_K];
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        for (int gp = 0; gp < 4; gp++)
+            for (int e = 0; e < 4; e++) {
+                const uint8_t q = rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e];
+                code[32 * j + 4 * gp + e] = q & 15;
+                code[32 * j + 4 * gp + 16 + e] = q >> 4;
             }
-            memcpy(b, rec + SKV_K16_D + 2 * k, 2);
-            memcpy(b + 2, rec + SKV_K16_DMIN + 2 * k, 2);
-            k_pack_scales(b + 4, sc, m);
-            for (int c = 0; c < 4; c++)
-                for (int l = 0; l < 32; l++)
-                    b[16 + 32 * c + l] = (uint8_t)(code[64 * c + l] | code[64 * c + 32 + l] << 4);
-        }
+        sc[j] = rec[SKV_K16_SC + 16 * j + k];
+        m[j] = rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2];
     }
+    memcpy(b, rec + SKV_K16_D + 2 * k, 2);
+    memcpy(b + 2, rec + SKV_K16_DMIN + 2 * k, 2);
+    k_pack_scales(b + 4, sc, m);
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            b[16 + 32 * c + l] = (uint8_t)(code[64 * c + l] | code[64 * c + 32 + l] << 4);
 }

@@ -496,13 +496,13 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const 
 }
 
 /* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
- * kernels stream in decode and prefill (kernels.h); Q4_K ones at the AVX2 and AVX-512 levels and
- * Q8_0 ones in k16 records (kernels.h, skv_k16_wanted), which those
- * kernels read without unpacking; other quantized ones of 2 MB and more as a copy of their rows
- * (alloc_weights), smaller ones from the mapping. The token embedding keeps its mapped rows,
- * except that a tied quantized output's copy serves it (pack_matrices); a tied float output gets
- * its own panels, a tied one in records its own records (the embedding rows then come back from
- * the file). */
+ * kernels stream in decode and prefill (kernels.h); Q4_K and Q8_0 ones at the AVX2 and AVX-512
+ * levels, and Q6_K ones where its kernels are the AVX2 ones, in k16 records (kernels.h,
+ * skv_k16_wanted), which those kernels read without unpacking; other quantized ones of 2 MB and
+ * more as a copy of their rows (alloc_weights), smaller ones from the mapping. The token
+ * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
+ * (pack_matrices); a tied float output gets its own panels, a tied one in records its own
+ * records (the embedding rows then come back from the file). */
 typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
 
 static hold_kind hold_of(const skv_weight *w) {
