@@ -312,6 +312,16 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
     }
 }
 
+#ifdef SKV_HAVE_MATMUL_AVX2
+/* Whether the kernels of a level (simd: AVX2 or above, avx512: the AVX-512 products) read
+ * wt's k16 records as they are: all of the SIMD code for Q4_K and Q8_0, the AVX2 code only for
+ * Q6_K (the VNNI level's Q6_K kernels read rows). skv_k16_wanted and the tasks ask this. */
+static bool k16_readable(skv_type wt, bool simd, bool avx512) {
+    if (!simd || skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0) return false;
+    return wt != SKV_TYPE_Q6_K || !(avx512 && skv_simd_has_vnni());
+}
+#endif
+
 static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void *w, skv_type wt,
                          skv_mm_layout layout, int n_out, int n_in) {
     memset(t, 0, sizeof *t);
@@ -334,10 +344,7 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
         t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
-    /* skv_matmul_group refuses other types' records; Q6_K's are read by the AVX2 code only
-     * (the VNNI level's Q6_K kernels read rows) */
-    t->k16_kernels =
-        t->mm.w_k16 && t->simd && (wt != SKV_TYPE_Q6_K || !(t->avx512 && skv_simd_has_vnni()));
+    t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
 #endif
 }
 
@@ -397,8 +404,7 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
 
 bool skv_k16_wanted(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AVX2
-    if (wt == SKV_TYPE_Q6_K && skv_kernels_use_avx512() && skv_simd_has_vnni()) return false;
-    return skv_kernels_use_simd() && skv_k16_bytes(wt, 16, 256) != 0;
+    return k16_readable(wt, skv_kernels_use_simd(), skv_kernels_use_avx512());
 #else
     (void)wt;
     return false;

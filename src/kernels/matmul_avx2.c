@@ -487,12 +487,6 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int
     }
 }
 
-/* The Q8_0 k16 record (kernels.h) of 16-row group g, block b. */
-static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) {
-    return (const uint8_t *)mm->w +
-           ((size_t)g * (size_t)(mm->n_in / 32) + (size_t)b) * SKV_K16_Q8_RECORD;
-}
-
 /* prep_octet from records: octet h of group g holds the prepared codes as they are. */
 INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb) {
     for (int b = 0; b < nb; b++) {
@@ -629,7 +623,7 @@ static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         float *y = mm->y + (size_t)i * mm->n_out;
         for (int g = r0 / 16; 16 * g < r1; g++) {
             const uint8_t *rec = q8_rec(mm, g, 0);
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* rows 16g + [0, 8), [8, 16) */
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
                 __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
@@ -650,17 +644,9 @@ static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                                 _mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(x, w1)),
                                 ones));
                 }
-                const __m256 dx = _mm256_set1_ps(a.d[b]);
-                const __m256 d0 =
-                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D)));
-                const __m256 d1 =
-                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D + 16)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dx, d0), acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dx, d1), acc1);
+                q8_rec_chain(rec, s0, s1, a.d[b], acc);
             }
-            const int n = r1 - 16 * g;
-            store_lanes(y + 16 * g, acc0, n < 8 ? n : 8);
-            if (n > 8) store_lanes(y + 16 * g + 8, acc1, n < 16 ? n - 8 : 8);
+            store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }
@@ -934,9 +920,7 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
                          _mm256_set1_ps(a.d[s]), acc);
             }
-            const int n = r1 - 16 * g;
-            store_lanes(y + 16 * g, acc[0], n < 8 ? n : 8);
-            if (n > 8) store_lanes(y + 16 * g + 8, acc[1], n < 16 ? n - 8 : 8);
+            store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }
@@ -1036,8 +1020,7 @@ static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         for (int g = r0 / 16; 16 * g < r1; g++) {
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int s = 0; s < nsb; s++) {
-                const uint8_t *rec = (const uint8_t *)mm->w +
-                                     ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_Q6_RECORD;
+                const uint8_t *rec = q6_rec(mm, g, s);
                 if (pre) {
                     q6_step(rec, xr[s], xp[s], a.d[s], acc);
                 } else {
@@ -1048,9 +1031,7 @@ static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                     q6_step(rec, one, onep, a.d[s], acc);
                 }
             }
-            const int n = r1 - 16 * g;
-            store_lanes(y + 16 * g, acc[0], n < 8 ? n : 8);
-            if (n > 8) store_lanes(y + 16 * g + 8, acc[1], n < 16 ? n - 8 : 8);
+            store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }
@@ -1190,10 +1171,8 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
  * 4g..4g+3 of its two groups, 2 of each in a row's lane: the low words of the two make group
  * 2p's 4 codes, the high words group 2p + 1's. */
 static void prep_hk_q6rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
-    const int nsb = mm->n_in / 256;
     for (int s = 0; s < nb; s++) {
-        const uint8_t *rec = (const uint8_t *)mm->w +
-                             ((size_t)g16 * (size_t)nsb + (size_t)(b0 + s)) * SKV_K16_Q6_RECORD;
+        const uint8_t *rec = q6_rec(mm, g16, b0 + s);
         uint8_t *q = p->q + 4096 * s;
         for (int pp = 0; pp < 8; pp++) {
             const uint8_t *pr = rec + SKV_K16_Q6_PAIR * pp;

@@ -814,6 +814,14 @@ INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, 
     for (int r = 0; r < NS; r++) y[r] = out[r];
 }
 
+/* xb[b] = 128 * the sum of x's codes in block b (what vpdpbusd of the codes made unsigned
+ * adds), once per x row. */
+static inline void hex_xsums(act_row a, int nb, int32_t *xb) {
+    for (int b = 0; b < nb; b++)
+        xb[b] = hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80),
+                                             _mm256_loadu_si256((const __m256i *)(a.q + 32 * b))));
+}
+
 /* Rows [r0, r1) for x rows [i0, i1) (one or two): rows j, j + h, j + 2h, j + 3h at once, four
  * streams; the last (r1 - r0) % 4 rows with copies of the last one (computed, not stored).
  * Measured (Zen 4, llama-3.2-1b Q8_0 tg64): pairs of adjacent rows instead were 2x slower,
@@ -829,12 +837,7 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        for (int b = 0; b < nb; b++) {
-            const __m256i d =
-                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80),
-                                    _mm256_loadu_si256((const __m256i *)(a.q + 32 * b)));
-            xb[b] = hsum_i32(d);
-        }
+        hex_xsums(a, nb, xb);
         for (int j = r0; j < r0 + h; j++) {
             const uint8_t *w[NS];
             float v[NS];
@@ -869,13 +872,10 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        for (int b = 0; b < nb; b++)
-            xb[b] = hsum_i32(_mm256_dpbusd_epi32(
-                _mm256_setzero_si256(), flip, _mm256_loadu_si256((const __m256i *)(a.q + 32 * b))));
+        hex_xsums(a, nb, xb);
         for (int g = r0 / 16; 16 * g < r1; g++) {
-            const uint8_t *rec =
-                (const uint8_t *)mm->w + (size_t)g * (size_t)nb * SKV_K16_Q8_RECORD;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0; /* rows 16g + [0, 8), [8, 16) */
+            const uint8_t *rec = q8_rec(mm, g, 0);
+            __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
                 __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
@@ -897,21 +897,10 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                         x);
                 }
                 const __m256i xbv = _mm256_set1_epi32(xb[b]);
-                const __m256 dx = _mm256_set1_ps(a.d[b]);
-                const __m256 d0 =
-                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D)));
-                const __m256 d1 =
-                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D + 16)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s0, xbv)),
-                                       _mm256_mul_ps(dx, d0), acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s1, xbv)),
-                                       _mm256_mul_ps(dx, d1), acc1);
+                q8_rec_chain(rec, _mm256_sub_epi32(s0, xbv), _mm256_sub_epi32(s1, xbv), a.d[b],
+                             acc);
             }
-            const int n = r1 - 16 * g;
-            float t[16];
-            _mm256_storeu_ps(t, acc0);
-            _mm256_storeu_ps(t + 8, acc1);
-            memcpy(y + 16 * g, t, sizeof(float) * (size_t)(n < 16 ? n : 16));
+            store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }

@@ -1,7 +1,8 @@
 /* quant_x86.h — unpacking the quantized weight blocks with AVX2 (256-bit) instructions, shared
  * by the AVX2 and AVX-512 matmuls (include only from files compiled with at least
  * -mavx2 -mfma -mf16c): activation rows, W row pointers, block unpacking, K-quant decode
- * helpers, the Q4_K k16 record accessor (the layout is in kernels.h). */
+ * helpers, the k16 record accessors and the steps their decode kernels share (the layout is in
+ * kernels.h). */
 #ifndef SKV_QUANT_X86_H
 #define SKV_QUANT_X86_H
 
@@ -218,10 +219,42 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* The Q4_K k16 record (kernels.h) of 16-row group g, super-block s. */
-static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) {
-    const int nsb = mm->n_in / 256;
-    return (const uint8_t *)mm->w + ((size_t)g * (size_t)nsb + (size_t)s) * SKV_K16_RECORD;
+/* The k16 record (kernels.h) of 16-row group g, block b (of unit values, rec bytes each). */
+static inline const uint8_t *k16_at(const skv_mm *mm, int g, int b, int unit, size_t rec) {
+    return (const uint8_t *)mm->w + ((size_t)g * (size_t)(mm->n_in / unit) + (size_t)b) * rec;
+}
+static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) { /* Q4_K */
+    return k16_at(mm, g, s, 256, SKV_K16_RECORD);
+}
+static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) { /* Q8_0 */
+    return k16_at(mm, g, b, 32, SKV_K16_Q8_RECORD);
+}
+static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K */
+    return k16_at(mm, g, s, 256, SKV_K16_Q6_RECORD);
+}
+
+/* One Q8_0 record's step of its 16 rows' chains: s0 / s1 the exact integer dots of rows
+ * [0, 8) / [8, 16), acc += s (dx d), as every Q8_0 kernel sums (the same bits). */
+static inline void q8_rec_chain(const uint8_t *rec, __m256i s0, __m256i s1, float dx,
+                                __m256 acc[2]) {
+    const __m256 vdx = _mm256_set1_ps(dx);
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D)));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q8_D + 16)));
+    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(vdx, d0), acc[0]);
+    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(vdx, d1), acc[1]);
+}
+
+/* A 16-row group's outputs (acc[0]: rows 0-7, acc[1]: 8-15), the first n (1..16) stored. */
+static inline void store_group(float *y, const __m256 acc[2], int n) {
+    if (n >= 16) {
+        _mm256_storeu_ps(y, acc[0]);
+        _mm256_storeu_ps(y + 8, acc[1]);
+        return;
+    }
+    float t[16];
+    _mm256_storeu_ps(t, acc[0]);
+    _mm256_storeu_ps(t + 8, acc[1]);
+    memcpy(y, t, sizeof(float) * (size_t)n);
 }
 
 #endif
