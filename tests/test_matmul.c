@@ -277,13 +277,11 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     }
     if (!skv_act_block(t)) {
         /* float: two column blocks, panels ending inside a thread; then two x blocks (MC = 192
-         * rows) times two column blocks; then decode over many panels per thread (4 quarters
+         * rows) times two column blocks; then x rows split over 3 threads (SKV_MM_X_SPLIT_ROWS:
+         * "big" above splits them over 2); then decode over many panels per thread (4 quarters
          * with a tail and a partial last panel) */
-        const mm_case more[] = {{t, 13, 37, 1100},
-                                {t, 200, 37, 1300},
-                                {t, 1, 150, 288},
-                                {t, 1, 63, 600},
-                                {t, 1, 80, 288}};
+        const mm_case more[] = {{t, 13, 37, 1100}, {t, 200, 37, 1300}, {t, 400, 37, 288},
+                                {t, 1, 150, 288},  {t, 1, 63, 600},    {t, 1, 80, 288}};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&more[i], pools);
     }
 }
