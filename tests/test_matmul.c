@@ -277,10 +277,10 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     }
     if (!skv_act_block(t)) {
         /* float: two column blocks, panels ending inside a thread; then two x blocks (MC = 192
-         * rows) times two column blocks; then x rows split over 3 threads (SKV_MM_X_SPLIT_ROWS:
+         * rows) times two column blocks; then x rows split over 3 threads (mm_split's x_split:
          * "big" above splits them over 2); then decode over many panels per thread (4 quarters
          * with a tail and a partial last panel) */
-        const mm_case more[] = {{t, 13, 37, 1100}, {t, 200, 37, 1300}, {t, 400, 37, 288},
+        const mm_case more[] = {{t, 13, 37, 1100}, {t, 200, 37, 1300}, {t, 768, 37, 288},
                                 {t, 1, 150, 288},  {t, 1, 63, 600},    {t, 1, 80, 288}};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&more[i], pools);
     }
@@ -704,13 +704,13 @@ static double bf16_round(float f) {
 /* BF16 panels with vdpbf16ps (where the CPU has AVX512_BF16): the product of x rounded to bf16
  * with the weights, within float accumulation error of a float64 loop; each row the same bits
  * alone or in a batch, on any thread count; NaN in x stays in its row. Sizes: odd n_in (a padded
- * pair), several column blocks (320 pairs each), more than one row block (192 rows), enough
- * panels for decode's 4 streams per thread. */
+ * pair), several column blocks (320 pairs each), more than one row block (192 rows), x rows
+ * split over 2 threads (mm_split's x_split), enough panels for decode's 4 streams per thread. */
 static void test_bf16_dot(void **s) {
     (void)s;
     if (!skv_kernels_use_bf16()) skip();
     /* n_out 130: 9 panels, so that decode streams 4 quarters per thread */
-    const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 200}, n_outs[] = {37, 130};
+    const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 400}, n_outs[] = {37, 130};
     for (int ni = 0; ni < 4; ni++)
         for (int mi = 0; mi < 4; mi++) {
             const int n_in = n_ins[ni], m = ms[mi % 2], N_OUT = n_outs[mi / 2];

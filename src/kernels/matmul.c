@@ -3,7 +3,8 @@
  * matmul_avx512vnni.c and matmul_avx512bf16.c.
  *
  * Threads split W's rows (each streams its own weights) in chunks of SKV_MM_ROW_ALIGN rows;
- * when there are fewer chunks than threads and m is large, the rows of x are split too. In
+ * when there are fewer chunks than threads and m is large, the rows of x are split too, and for
+ * float W in panels with many x rows the rows of x instead (mm_split says when). In
  * decode (one x row) the threads instead take chunks of rows from a counter as they go. Products
  * of one x (skv_matmul_group) run in one pool run. Every output element is computed by the same
  * sequence of operations whichever thread gets it and however many rows x has, so results
@@ -143,16 +144,23 @@ typedef struct mm_group {
 
 /* Thread ith's rectangle: W rows split in chunks of SKV_MM_ROW_ALIGN over nr threads, x rows
  * over nth / nr groups (only when W has too few chunks and m is large enough). Float W in panels
- * with at least SKV_MM_X_SPLIT_ROWS x rows per thread splits x rows instead: each thread packs
- * only its own x rows (pack_x), where with W rows apart every thread packed all of them, and
- * makes each panel floats as often as before (once per block of x rows). Intel Xeon (AMX class),
- * smollm2-135m F16 pp512, 2 threads, 3 alternated rounds: 1016/1104/1088 -> 1153/1164/1155 t/s;
- * SKV_SIMD=avx2 784/717/777 -> 810/774/802; BF16 (vdpbf16ps) unchanged. */
+ * splits x rows instead (x_split) when each thread gets at least SKV_MM_X_SPLIT_ROWS of them and
+ * W is read no more often than with W rows apart (the kernels take x in blocks of ~256 rows and
+ * read the W they own once per block): each thread then packs only its own x rows (pack_x),
+ * where with W rows apart every thread packed all of them. Intel Xeon (AMX class), smollm2-135m
+ * F16 pp512, 2 threads, 3 alternated rounds: 1016/1104/1088 -> 1153/1164/1155 t/s;
+ * SKV_SIMD=avx2 784/717/777 -> 810/774/802; BF16 (vdpbf16ps, no pack_x) unchanged. */
 #define SKV_MM_X_SPLIT_ROWS 128
+static bool x_split(const skv_mm *mm, int nth) {
+    if (!mm->w_panels || nth < 2 || mm->m < SKV_MM_X_SPLIT_ROWS * nth) return false;
+    const int per = (mm->m + nth - 1) / nth; /* x rows of the largest share */
+    return nth * ((per + 255) / 256) <= (mm->m + 255) / 256;
+}
+
 static void mm_split(const skv_mm *mm, int ith, int nth, int *i0, int *i1, int *r0, int *r1) {
     int chunks = (mm->n_out + SKV_MM_ROW_ALIGN - 1) / SKV_MM_ROW_ALIGN;
     int nr = nth < chunks ? nth : chunks;
-    if (mm->w_panels && mm->m >= SKV_MM_X_SPLIT_ROWS * nth) nr = 1; /* x rows apart */
+    if (x_split(mm, nth)) nr = 1;
     int nm = nth / nr;
     if (nm > 1 && mm->m < nm * SKV_MM_MIN_ROWS_PER_THREAD) {
         nm = mm->m / SKV_MM_MIN_ROWS_PER_THREAD;
