@@ -852,8 +852,13 @@ static size_t k16_record_bytes(skv_type wt) {
                                  : 0;
 }
 
+/* Values per record: a Q8_0 block, or a K-quant super-block. */
+static int k16_unit(skv_type wt) {
+    return wt == SKV_TYPE_Q8_0 ? 32 : SKV_QK_K;
+}
+
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
-    const int unit = wt == SKV_TYPE_Q8_0 ? 32 : SKV_QK_K;
+    const int unit = k16_unit(wt);
     const size_t rec = k16_record_bytes(wt);
     if (!rec || n_out <= 0 || n_in <= 0 || n_in % unit) return 0;
     const uint64_t groups = ((uint64_t)n_out + 15) / 16;
@@ -946,13 +951,14 @@ static void q6_get(const uint8_t *rec, int k, uint8_t *b) {
     memcpy(b + 208, rec + SKV_K16_Q6_D + 2 * k, 2);
 }
 
-/* The packers' common walk: per 16-row group and block (of unit values, blk bytes in a row)
- * one record of rec_bytes, zeroed (rows past n_out stay zero), then put(record, row k of the
- * group, the row's block) for each row there is. */
+/* The packers' common walk: per 16-row group and block of k16_unit values one record, zeroed
+ * (rows past n_out stay zero), then put(record, row k of the group, the row's block) for each
+ * row there is. */
 typedef void (*k16_put_fn)(uint8_t *rec, int k, const uint8_t *blk);
-static void k16_pack_with(const void *w, int n_out, int n_in, int unit, size_t blk,
-                          size_t rec_bytes, void *dst, k16_put_fn put) {
-    const int nb = n_in / unit;
+static void k16_pack_with(skv_type wt, const void *w, int n_out, int n_in, void *dst,
+                          k16_put_fn put) {
+    const int unit = k16_unit(wt), nb = n_in / unit;
+    const size_t blk = skv_row_bytes(wt, unit), rec_bytes = k16_record_bytes(wt);
     uint8_t *rec = dst;
     for (int g = 0; g < (n_out + 15) / 16; g++)
         for (int b = 0; b < nb; b++, rec += rec_bytes) {
@@ -999,11 +1005,11 @@ static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
 
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
-        k16_pack_with(w, n_out, n_in, 32, 34, SKV_K16_Q8_RECORD, dst, q8_put);
+        k16_pack_with(wt, w, n_out, n_in, dst, q8_put);
     else if (wt == SKV_TYPE_Q4_K)
-        k16_pack_with(w, n_out, n_in, SKV_QK_K, 144, SKV_K16_RECORD, dst, q4k_put_ref);
+        k16_pack_with(wt, w, n_out, n_in, dst, q4k_put_ref);
     else if (wt == SKV_TYPE_Q6_K)
-        k16_pack_with(w, n_out, n_in, SKV_QK_K, 210, SKV_K16_Q6_RECORD, dst, q6_put_ref);
+        k16_pack_with(wt, w, n_out, n_in, dst, q6_put_ref);
 }
 
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
@@ -1014,16 +1020,17 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
     }
 #endif
     if (wt == SKV_TYPE_Q6_K)
-        k16_pack_with(w, n_out, n_in, SKV_QK_K, 210, SKV_K16_Q6_RECORD, dst, q6_put);
+        k16_pack_with(wt, w, n_out, n_in, dst, q6_put);
     else
         skv_k16_pack_ref(wt, w, n_out, n_in, dst);
 }
 
 /* The unpackers' walk, the packers' in reverse: get(record, row k of its group, the block). */
 typedef void (*k16_get_fn)(const uint8_t *rec, int k, uint8_t *blk);
-static void k16_unpack_with(const void *k16, int n_in, int unit, size_t blk, size_t rec_bytes,
-                            int r0, int r1, void *dst, k16_get_fn get) {
-    const int nb = n_in / unit;
+static void k16_unpack_with(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst,
+                            k16_get_fn get) {
+    const int unit = k16_unit(wt), nb = n_in / unit;
+    const size_t blk = skv_row_bytes(wt, unit), rec_bytes = k16_record_bytes(wt);
     for (int r = r0; r < r1; r++)
         for (int b = 0; b < nb; b++)
             get((const uint8_t *)k16 + ((size_t)(r / 16) * (size_t)nb + (size_t)b) * rec_bytes,
@@ -1034,11 +1041,11 @@ static void q4k_get(const uint8_t *rec, int k, uint8_t *b);
 
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
-        k16_unpack_with(k16, n_in, 32, 34, SKV_K16_Q8_RECORD, r0, r1, dst, q8_get);
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q8_get);
     else if (wt == SKV_TYPE_Q4_K)
-        k16_unpack_with(k16, n_in, SKV_QK_K, 144, SKV_K16_RECORD, r0, r1, dst, q4k_get);
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4k_get);
     else if (wt == SKV_TYPE_Q6_K)
-        k16_unpack_with(k16, n_in, SKV_QK_K, 210, SKV_K16_Q6_RECORD, r0, r1, dst, q6_get);
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q6_get);
 }
 
 static void q4k_get(const uint8_t *rec, int k, uint8_t *b) {
