@@ -2,12 +2,18 @@
  * 8 rows per vector. */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
+#include "avx2_util.h"
 #include <immintrin.h>
 
 #define VL             8
 #define V              __m256
 #define VI             __m256i
 #define V_LOAD(p)      _mm256_load_ps(p)
+#define V_LOADU(p)     _mm256_loadu_ps(p)
+#define V_STOREU(p, x) _mm256_storeu_ps(p, x)
+#define V_DIV(a, b)    _mm256_div_ps(a, b)
+#define V_GT(a, b)     _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define V_TRANSPOSE(v) transpose8(v)
 #define V_STORE(p, x)  _mm256_store_ps(p, x)
 #define V_SET1(f)      _mm256_set1_ps(f)
 #define V_ZERO()       _mm256_setzero_ps()

@@ -2,12 +2,18 @@
  * 16 rows per vector, the same bits as the AVX2 build of it. */
 #if defined(__AVX512F__)
 
+#include "avx512_util.h"
 #include <immintrin.h>
 
 #define VL             16
 #define V              __m512
 #define VI             __m512i
 #define V_LOAD(p)      _mm512_load_ps(p)
+#define V_LOADU(p)     _mm512_loadu_ps(p)
+#define V_STOREU(p, x) _mm512_storeu_ps(p, x)
+#define V_DIV(a, b)    _mm512_div_ps(a, b)
+#define V_GT(a, b)     _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define V_TRANSPOSE(v) transpose16(v)
 #define V_STORE(p, x)  _mm512_store_ps(p, x)
 #define V_SET1(f)      _mm512_set1_ps(f)
 #define V_ZERO()       _mm512_setzero_ps()
