@@ -199,10 +199,63 @@ static void test_long_context(void **state) {
     cfg b = {.g = 2, .hd = 16, .n = 33, .entries = 1499, .pat = PAT_JUMPS, .t = SKV_TYPE_F16};
     b.scale = 0.25f;
     run_case(&b);
-    /* a block of 48 rows spanning one whole and one partial block, all entries visible */
-    cfg c = {.g = 4, .hd = 8, .n = 13, .entries = 1031, .pat = PAT_EQUAL, .t = SKV_TYPE_F32};
+    /* rows past one whole block of SKV_AP_ROWS (96) into a partial one, all entries visible:
+     * at 8 lanes (hd 8) and at every width (hd 16) */
+    _Static_assert(SKV_AP_ROWS == 96, "the row counts below straddle a block");
+    cfg c = {.g = 4, .hd = 8, .n = 25, .entries = 1031, .pat = PAT_EQUAL, .t = SKV_TYPE_F32};
     c.scale = 1.0f;
     run_case(&c);
+    cfg d = {.g = 4, .hd = 16, .n = 49, .entries = 1031, .pat = PAT_EQUAL, .t = SKV_TYPE_F16};
+    d.scale = 0.25f;
+    run_case(&d);
+}
+
+/* An entry a row does not see must not touch it, even when it holds an infinity or a NaN (an F16
+ * cache saturates to infinity past 65504): causal rows before the bad entry match the reference
+ * computed without it, at every width and on the scalar path; rows that see it are not
+ * checked. */
+static void test_unseen_infinity(void **state) {
+    (void)state;
+    static const int hds[] = {8, 16, 64};
+    for (int b = 0; b < 3; b++)
+        for (int t = 0; t < 2; t++)
+            for (int bad = 0; bad < 2; bad++) {
+                const int g = 2, hd = hds[b], n = 60, e = 60, at = 37;
+                const skv_type kt = t ? SKV_TYPE_F16 : SKV_TYPE_F32;
+                const size_t st = (size_t)g * hd;
+                float *q = malloc(sizeof(float) * n * st), *out = malloc(sizeof(float) * n * st);
+                double *kd = malloc(sizeof(double) * e * hd), *vd = malloc(sizeof(double) * e * hd);
+                double *ref = malloc(sizeof(double) * n * st);
+                int *vis = malloc(sizeof(int) * n);
+                void *work = malloc(skv_attn_prefill_work_size(n, g, hd));
+                assert_true(q && out && kd && vd && ref && vis && work);
+                for (size_t i = 0; i < n * st; i++) q[i] = rnd_uni(-1.0f, 1.0f);
+                void *k = make_kv(kt, e, hd, kd, -1.0f, 1.0f), *v = make_kv(kt, e, hd, vd, -1, 1);
+                for (int i = 0; i < n; i++) vis[i] = i + 1;
+                reference(ref, q, st, n, g, hd, kd, vd, vis, 0.3f);
+                /* then spoil entry `at` of V (and of K: its score is masked, not multiplied) */
+                for (int c = 0; c < hd; c += 3) {
+                    float x = bad ? NAN : (c & 1 ? -INFINITY : INFINITY);
+                    size_t o = (size_t)at * hd + c;
+                    if (t)
+                        ((uint16_t *)v)[o] = ((uint16_t *)k)[o] = skv_f32_to_f16(x);
+                    else
+                        ((float *)v)[o] = ((float *)k)[o] = x;
+                }
+                for (int pass = 0; pass < 2; pass++) {
+                    skv_kernels_force_ref(pass == 1);
+                    assert_true(
+                        skv_attn_prefill(out, st, q, st, n, g, hd, k, v, kt, vis, 0.3f, work));
+                    for (size_t i = 0; i < (size_t)at * st; i++)
+                        if (!(fabs(out[i] - ref[i]) <= TOL))
+                            fail_msg("hd=%d %s %s value %zu: %g, expected %g (%s)", hd,
+                                     skv_type_name(kt), bad ? "NaN" : "inf", i, out[i], ref[i],
+                                     pass ? "scalar" : "default");
+                }
+                skv_kernels_force_ref(false);
+                free(q), free(out), free(kd), free(vd), free(ref), free(vis), free(work), free(k),
+                    free(v);
+            }
 }
 
 /* Head sizes that are not multiples of 8 take the scalar path even with SIMD on. */
@@ -294,31 +347,34 @@ static void test_edges(void **state) {
     free(work);
 }
 
-/* The work size covers the reference path's per-head state too; 0 only for no heads. */
 /* The AVX-512 body is the AVX2 one at 16 lanes: every row's operations are the same but for keys
- * the row does not see, which a wider tile may run through with weight exactly 0 (no change for
- * finite entries), so the outputs must be the same bits (odd counts, partial blocks, F32 and
- * F16, causal and random visibility). Only on a CPU with AVX-512. */
+ * the row does not see, which a wider tile runs through without adding anything to the row, so
+ * the outputs must be the same bits (odd counts, partial blocks, F32 and F16, causal and random
+ * visibility, padded strides). Only on a CPU with AVX-512. */
 static void test_widths_same_bits(void **state) {
     (void)state;
 #if defined(__x86_64__) || defined(__i386__)
     if (skv_simd_cpu_id() < SKV_SIMD_AVX512) skip();
-    static const int gs[] = {1, 3, 4}, hds[] = {16, 64, 128}, ns[] = {1, 13, 50, 100};
-    for (int a = 0; a < 3; a++)
+    /* g = 7 moves to the next token at a different lane in each vector; n = 32 at g = 3 is
+     * forward.c's block, exactly one block of rows; strides padded (q by 3, out by 5 floats) */
+    static const int gs[] = {1, 2, 3, 4, 7}, hds[] = {16, 64, 128}, ns[] = {1, 13, 32, 50, 100};
+    for (int a = 0; a < 5; a++)
         for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 4; c++)
+            for (int c = 0; c < 5; c++)
                 for (int t = 0; t < 2; t++) {
                     const int g = gs[a], hd = hds[b], n = ns[c], entries = n + 300 + 37 * c;
                     const skv_type kt = t ? SKV_TYPE_F16 : SKV_TYPE_F32;
+                    const size_t qs = (size_t)g * hd + 3, os = (size_t)g * hd + 5;
                     double *vals = malloc(sizeof(double) * (size_t)entries * hd);
-                    float *q = malloc(sizeof(float) * (size_t)n * g * hd);
-                    float *o2 = malloc(sizeof(float) * (size_t)n * g * hd);
-                    float *o5 = malloc(sizeof(float) * (size_t)n * g * hd);
+                    float *q = malloc(sizeof(float) * (size_t)n * qs);
+                    float *o2 = malloc(sizeof(float) * (size_t)n * os);
+                    float *o5 = malloc(sizeof(float) * (size_t)n * os);
                     int *vis = malloc(sizeof(int) * (size_t)n);
                     assert_true(vals && q && o2 && o5 && vis);
                     void *k = make_kv(kt, entries, hd, vals, -1.0f, 1.0f);
                     void *v = make_kv(kt, entries, hd, vals, -1.0f, 1.0f);
-                    for (int i = 0; i < n * g * hd; i++) q[i] = rnd_uni(-1.0f, 1.0f);
+                    for (size_t i = 0; i < (size_t)n * qs; i++) q[i] = rnd_uni(-1.0f, 1.0f);
+                    for (size_t i = 0; i < (size_t)n * os; i++) o2[i] = o5[i] = NAN;
                     for (int i = 0; i < n; i++)
                         vis[i] = c % 2 ? entries - n + i + 1 : rnd_int(entries + 1);
                     size_t ws = skv_attn_prefill_work_size(n, g, hd) + 64;
@@ -326,12 +382,14 @@ static void test_widths_same_bits(void **state) {
                     assert_non_null(work);
                     void *w = (void *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
                     const float scale = 1.0f / sqrtf((float)hd);
-                    const size_t st = (size_t)g * hd;
-                    skv_attn_prefill_avx2(o2, st, q, st, n, g, hd, k, v, kt, vis, scale, w);
-                    skv_attn_prefill_avx512(o5, st, q, st, n, g, hd, k, v, kt, vis, scale, w);
-                    if (memcmp(o2, o5, sizeof(float) * (size_t)n * st) != 0)
+                    skv_attn_prefill_avx2(o2, os, q, qs, n, g, hd, k, v, kt, vis, scale, w);
+                    skv_attn_prefill_avx512(o5, os, q, qs, n, g, hd, k, v, kt, vis, scale, w);
+                    if (memcmp(o2, o5, sizeof(float) * (size_t)n * os) != 0)
                         fail_msg("g=%d hd=%d n=%d %s: AVX2 and AVX-512 outputs differ", g, hd, n,
                                  skv_type_name(kt));
+                    for (int i = 0; i < n; i++) /* the padding between rows left alone */
+                        for (size_t x = (size_t)g * hd; x < os; x++)
+                            assert_true(isnan(o5[(size_t)i * os + x]));
                     free(work), free(k), free(v), free(vals), free(q), free(o2), free(o5),
                         free(vis);
                 }
@@ -340,6 +398,7 @@ static void test_widths_same_bits(void **state) {
 #endif
 }
 
+/* The work size covers the reference path's per-head state too; 0 only for no heads. */
 static void test_work_size(void **state) {
     (void)state;
     size_t a = skv_attn_prefill_work_size(1, 3, 64), b = skv_attn_prefill_work_size(512, 3, 64);
@@ -350,13 +409,10 @@ static void test_work_size(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_shapes),
-        cmocka_unit_test(test_long_context),
-        cmocka_unit_test(test_odd_head_size),
-        cmocka_unit_test(test_rising_scores),
-        cmocka_unit_test(test_edges),
-        cmocka_unit_test(test_work_size),
-        cmocka_unit_test(test_widths_same_bits),
+        cmocka_unit_test(test_random_shapes),   cmocka_unit_test(test_long_context),
+        cmocka_unit_test(test_odd_head_size),   cmocka_unit_test(test_rising_scores),
+        cmocka_unit_test(test_unseen_infinity), cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_work_size),       cmocka_unit_test(test_widths_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

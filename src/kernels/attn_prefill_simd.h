@@ -37,6 +37,7 @@ enum {
     TK = VL >= 16 ? 8 : 4, /* keys per score tile, value columns per output tile */
 };
 _Static_assert(MB % (VL * TV) == 0 && KC % TK == 0, "blocking");
+_Static_assert(VL % TK == 0, "pv_tile's TK columns at a time: hd is a multiple of VL");
 
 /* 2^x for x <= 0. x = k + f with |f| <= 1/2; 2^f from the Taylor series of e^(f ln 2) to degree
  * 6 (relative error below 1.3e-7); 2^k built in the exponent field. Inputs below -125 (also
@@ -127,8 +128,10 @@ AI void softmax_rows(const ap_ctx *a, int r, int j0, int lim) {
 }
 
 /* ot[c][r] = ot[c][r] * alpha[r] + sum_{j < lim} st[j][r] V[j][c] for the tile's rv row
- * vectors, TK value columns at a time. */
-AI void pv_tile(int rv, const float *st, const float *vb, int hd, int lim, float *ot,
+ * vectors, TK value columns at a time. Keys j >= full are past some row's count: a row that does
+ * not see key j (weight exactly 0) keeps its sum as it is rather than adding 0 * V[j][c], which
+ * is NaN when an entry it must not see holds an infinity (an F16 cache saturates at 65504). */
+AI void pv_tile(int rv, const float *st, const float *vb, int hd, int full, int lim, float *ot,
                 const float *alpha) {
     V al[TV];
     UNROLL for (int w = 0; w < rv; w++) al[w] = V_LOAD(alpha + VL * w);
@@ -137,12 +140,22 @@ AI void pv_tile(int rv, const float *st, const float *vb, int hd, int lim, float
         UNROLL for (int x = 0; x < TK; x++) UNROLL for (int w = 0; w < rv; w++) acc[x][w] =
             V_ZERO();
         const float *vr = vb + c0;
-        for (int j = 0; j < lim; j++, vr += hd) {
+        int j = 0;
+        for (; j < full; j++, vr += hd) {
             V p[TV];
             UNROLL for (int w = 0; w < rv; w++) p[w] = V_LOAD(st + (size_t)j * MB + VL * w);
             UNROLL for (int x = 0; x < TK; x++) {
                 const V b = V_SET1(vr[x]);
                 UNROLL for (int w = 0; w < rv; w++) acc[x][w] = V_FMA(p[w], b, acc[x][w]);
+            }
+        }
+        for (; j < lim; j++, vr += hd) {
+            V p[TV];
+            UNROLL for (int w = 0; w < rv; w++) p[w] = V_LOAD(st + (size_t)j * MB + VL * w);
+            UNROLL for (int x = 0; x < TK; x++) {
+                const V b = V_SET1(vr[x]);
+                UNROLL for (int w = 0; w < rv; w++) acc[x][w] =
+                    V_SEL(V_NE(p[w], V_ZERO()), V_FMA(p[w], b, acc[x][w]), acc[x][w]);
             }
         }
         UNROLL for (int x = 0; x < TK; x++) UNROLL for (int w = 0; w < rv; w++) {
@@ -152,12 +165,14 @@ AI void pv_tile(int rv, const float *st, const float *vb, int hd, int lim, float
     }
 }
 
-/* Scores, softmax and values of one tile of rv row vectors starting at row vector w0. */
-AI void tile(int rv, const ap_ctx *a, int w0, const float *kb, const float *vb, int j0, int lim) {
+/* Scores, softmax and values of one tile of rv row vectors starting at row vector w0: keys
+ * j < lim of the chunk, all rows of the tile seeing keys j < full. */
+AI void tile(int rv, const ap_ctx *a, int w0, const float *kb, const float *vb, int j0, int full,
+             int lim) {
     int r = VL * w0;
     qk_tile(rv, a->qt + r, a->st + r, kb, a->hd, lim);
     for (int w = 0; w < rv; w++) softmax_rows(a, r + VL * w, j0, lim);
-    pv_tile(rv, a->st + r, vb, a->hd, lim, a->ot + r, a->alpha + r);
+    pv_tile(rv, a->st + r, vb, a->hd, full, lim, a->ot + r, a->alpha + r);
 }
 
 /* Rows j0 .. j0+nk-1 of an F16 K or V into floats. */
@@ -185,9 +200,11 @@ static void block(ap_ctx *a, int64_t r0, int nr) {
     const int hd = a->hd, g = a->g;
     int nw = (nr + VL - 1) / VL; /* row vectors */
     int maxcnt = 0;
-    for (int r = 0; r < VL * nw; r++) {
+    int64_t tok = r0 / g;
+    for (int r = 0, h = (int)(r0 % g); r < VL * nw; r++) {
         /* padding rows: zero queries (below), counts as the last real row (harmless) */
-        a->cnt[r] = r < nr ? SKV_MAX(a->n_vis[(r0 + r) / g], 0) : a->cnt[nr - 1];
+        a->cnt[r] = r < nr ? SKV_MAX(a->n_vis[tok], 0) : a->cnt[nr - 1];
+        if (++h == g) h = 0, tok++;
         maxcnt = SKV_MAX(maxcnt, a->cnt[r]);
         a->mx[r] = -INFINITY, a->sum[r] = 0.0f;
     }
@@ -220,27 +237,31 @@ static void block(ap_ctx *a, int64_t r0, int nr) {
             vb = (const float *)(a->v + (size_t)j0 * a->rb);
         }
         for (int w0 = 0; w0 < nw; w0 += TV) {
-            int rv = SKV_MIN(TV, nw - w0), tmax = 0;
-            for (int r = VL * w0; r < VL * (w0 + rv); r++) tmax = SKV_MAX(tmax, a->cnt[r]);
-            int lim = SKV_MIN(nk, tmax - j0);
+            int rv = SKV_MIN(TV, nw - w0), tmax = 0, tmin = INT32_MAX;
+            for (int r = VL * w0; r < VL * (w0 + rv); r++) {
+                tmax = SKV_MAX(tmax, a->cnt[r]);
+                tmin = SKV_MIN(tmin, a->cnt[r]);
+            }
+            int lim = SKV_MIN(nk, tmax - j0), full = SKV_MAX(0, SKV_MIN(lim, tmin - j0));
             if (lim <= 0) continue; /* no row of the tile sees this chunk */
             if (rv == 3)
-                tile(3, a, w0, kb, vb, j0, lim);
+                tile(3, a, w0, kb, vb, j0, full, lim);
             else if (rv == 2)
-                tile(2, a, w0, kb, vb, j0, lim);
+                tile(2, a, w0, kb, vb, j0, full, lim);
             else
-                tile(1, a, w0, kb, vb, j0, lim);
+                tile(1, a, w0, kb, vb, j0, full, lim);
         }
     }
 
-    /* out = O / sum, transposed back VL x VL at a time */
+    /* out = O * (1 / sum), transposed back VL x VL at a time */
     for (int r = 0; r < nr; r += VL) {
         const V s = V_LOAD(a->sum + r);
         const V inv = V_SEL(V_GT(s, V_ZERO()), V_DIV(V_SET1(1.0f), s), V_ZERO());
         rows_at(off, a->out_stride, r0 + r, g, hd);
         for (int c = 0; c < hd; c += VL) {
             V t[VL];
-            for (int j = 0; j < VL; j++) t[j] = V_MUL(V_LOAD(a->ot + (size_t)(c + j) * MB + r), inv);
+            for (int j = 0; j < VL; j++)
+                t[j] = V_MUL(V_LOAD(a->ot + (size_t)(c + j) * MB + r), inv);
             V_TRANSPOSE(t);
             for (int i = 0; i < VL && r + i < nr; i++) V_STOREU(a->out + off[i] + c, t[i]);
         }
