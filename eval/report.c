@@ -1670,11 +1670,19 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
                     "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int k = 0; k < n_groups; k++) write_md_row(mf, &groups[k], &stats[k]);
-    fprintf(mf, "\nn = samples; ± = 95%% confidence interval over samples (Student t); KL in "
-                "nats per continuation token; same top p pooled over all tokens "
-                "(± binomial standard error, as llama-perplexity prints it); random: every "
-                "sample is first averaged over its seeds, seed sd = standard deviation of the "
-                "per-seed means; KV kept = bytes after / before compression.\n");
+    if (lm)
+        fprintf(mf, "\nn = samples; ± = 95%% confidence interval over samples (Student t); KL "
+                    "in nats per continuation token; same top p pooled over all tokens "
+                    "(± binomial standard error, as llama-perplexity prints it); random: every "
+                    "sample is first averaged over its seeds, seed sd = standard deviation of "
+                    "the per-seed means; KV kept = bytes after / before compression.\n");
+    else
+        fprintf(mf, "\nn = samples; accuracy = exact match of the greedy answer; ± = 95%% "
+                    "confidence interval over samples (Student t), 0 when all n samples agree "
+                    "(then only the rule of three bounds the rate: at 95%%, within 3/n of 0 or "
+                    "1); random: every sample is first averaged over its seeds, seed sd = "
+                    "standard deviation of the per-seed means; KV kept = bytes after / before "
+                    "compression.\n");
     if (fclose(mf) != 0) {
         mf = NULL;
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");

@@ -216,8 +216,13 @@ static void per_token(tok_task *t, tok_op op, const float *norm, const float *bi
     t->bias = bias;
     if (t->n == 1) /* one token: not worth waking the pool */
         tok_worker(t, 0, 1);
-    else
+    else /* (several: the workers are kept busy between the products, so they keep spinning) */
         skv_pool_run(t->ctx->pool, tok_worker, t);
+}
+
+/* The pool for `work` multiply-adds, or NULL (the caller alone) below SKV_POOL_MIN_WORK. */
+static skv_pool *pool_for(const skv_context *ctx, int64_t work) {
+    return work < SKV_POOL_MIN_WORK ? NULL : ctx->pool;
 }
 
 /* How the model holds W: panels (float), k16 records (Q4_K, Q8_0 at the SIMD levels; Q6_K
@@ -232,7 +237,8 @@ static void mm_w(skv_context *ctx, float *y, const float *x, int n, const skv_we
                  int n_in) {
     skv_mm_layout layout;
     const skv_mm_part part = {y, w_layout(w, &layout), n_out};
-    skv_matmul_group(ctx->pool, &part, 1, x, n, w->type, layout, n_in, ctx->work);
+    skv_matmul_group(pool_for(ctx, (int64_t)n * n_out * n_in), &part, 1, x, n, w->type, layout,
+                     n_in, ctx->work);
 }
 
 /* Two or three products of one x (q, k, v; gate, up) that the loader did not fuse into one
@@ -250,7 +256,10 @@ static void mm_w_group(skv_context *ctx, const float *x, int n, int n_in, int co
         same = lj == layout && w[j]->type == w[0]->type;
     }
     if (same) {
-        skv_matmul_group(ctx->pool, parts, count, x, n, w[0]->type, layout, n_in, ctx->work);
+        int64_t outs = 0;
+        for (int j = 0; j < count; j++) outs += n_out[j];
+        skv_matmul_group(pool_for(ctx, n * outs * n_in), parts, count, x, n, w[0]->type, layout,
+                         n_in, ctx->work);
         return;
     }
     for (int j = 0; j < count; j++) mm_w(ctx, y[j], x, n, w[j], n_out[j], n_in);
@@ -297,7 +306,11 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         int nth = ctx->params.n_threads, n_split = 1;
         if (n == 1 && nth > 1 && skv_cache_head_at(cache, l, 0)->n >= 256 * nth) n_split = nth;
         attn_task at = {ctx, ctx->q, ctx->att, l, n, pos0, n_split};
-        skv_pool_run(ctx->pool, attn_worker, &at);
+        /* (one token over a short cache: the caller alone) */
+        skv_pool_run(
+            n == 1 ? pool_for(ctx, (int64_t)hp->n_head * hd * skv_cache_head_at(cache, l, 0)->n)
+                   : ctx->pool,
+            attn_worker, &at);
         if (n_split > 1) attn_merge(ctx, ctx->att, n_split);
         if (ctx->pstate) skv_pstate_layer(ctx, l, n, pos0); /* h2o sums, budget window */
         mm_w(ctx, xb, ctx->att, n, &L->wo, d, dq);

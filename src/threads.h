@@ -18,4 +18,10 @@ void skv_pool_run(skv_pool *pool, skv_task_fn fn, void *arg);
 /* Number of online cores. */
 int skv_n_cores(void);
 
+/* Work (multiply-adds) below which a task runs on the caller alone: waking the workers costs
+ * more than it saves, and a worker another process keeps off its core would stall the run for
+ * a scheduler time slice (a toy model decoding at 2 threads beside one busy process ran ~50x
+ * slower than at 1 thread). */
+#define SKV_POOL_MIN_WORK (1 << 17)
+
 #endif

@@ -11,6 +11,8 @@ for t in "$@"; do
     name=$(basename "$t")
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out" | grep -E '^\[  (FAILED|  ERROR  )|^\[ +(ERROR|FAILED) +\]' | sed "s/^/$name: /"
+    # why tests were skipped (support.c's "fixture ... not found"), each reason once
+    printf '%s\n' "$out" | grep -E '^\[  SKIP    \] .' | sort -u | sed "s/^/$name: /"
     p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     k=$(printf '%s\n' "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' | tail -1)

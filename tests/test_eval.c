@@ -459,6 +459,18 @@ static void test_cli_reproducible_and_shards(void **state) {
     assert_string_equal(ra, rm);
     free(rm);
 
+    /* an --out that holds another merge's results is refused; --overwrite replaces them; one
+     * of the shards may be the --out */
+    snprintf(args, sizeof args, "eval-merge %s %s --out %s -q", s0, s1, m);
+    assert_int_equal(cli(args, NULL, &err), 2);
+    assert_non_null(strstr(err, "--overwrite"));
+    free(err);
+    snprintf(args, sizeof args, "eval-merge %s %s --out %s -q --overwrite", s0, s1, m);
+    assert_int_equal(cli(args, NULL, NULL), 0);
+    rm = without_ms(pb);
+    assert_string_equal(ra, rm);
+    free(rm);
+
     /* merging a shard twice is refused */
     snprintf(args, sizeof args, "eval-merge %s %s --out %s", s0, s0, m);
     assert_int_equal(cli(args, NULL, &err), 2);

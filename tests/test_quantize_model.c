@@ -632,6 +632,10 @@ static void test_command_line(void **state) {
     assert_memory_equal(before, after, n0);
     free(after);
     /* the k-quant fallback is said with its types (stories260K: 31 q8_0, 5 f16) */
+    FILE *junk = fopen(out, "w");
+    assert_non_null(junk);
+    fputs("not a model", junk);
+    fclose(junk);
     snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k -t 2 --overwrite 2>&1", test_cli(), stories(),
              out);
     s = test_run(cmd, &st);
@@ -640,8 +644,11 @@ static void test_command_line(void **state) {
     assert_non_null(strstr(s, "written in f16 (5), q8_0 (31) instead"));
     assert_non_null(strstr(s, "matrices: 5 f16, 31 q8_0"));
     free(s);
+    /* replaced, by what the q8_0 run wrote: no matrix took q4_k, so the file is the same bytes,
+     * labelled MOSTLY_Q8_0 as they are (not Q4_K_S) */
     after = test_read_file(out, &n1);
-    assert_true(n1 != n0 || memcmp(before, after, n0) != 0); /* replaced */
+    assert_int_equal(n0, n1);
+    assert_memory_equal(before, after, n0);
     free(after);
     free(before);
     unlink(out);
@@ -683,10 +690,20 @@ static void test_command_line(void **state) {
     assert_true(access(out, F_OK) != 0);
     unlink(text);
     free((void *)text);
-    snprintf(cmd, sizeof cmd, "%s quantize %s /nonexistent-dir/out.gguf q8_0 2>/dev/null",
-             test_cli(), stories());
-    free(test_run(cmd, &st));
-    assert_int_equal(st, 1);
+    /* an OUT in a directory that is not there, or a directory: refused up front, naming it
+     * (not the writer's temporary file) */
+    snprintf(cmd, sizeof cmd, "%s quantize %s /nonexistent-dir/out.gguf q8_0 2>&1", test_cli(),
+             stories());
+    s = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(s, "/nonexistent-dir is not a directory"));
+    assert_null(strstr(s, ".tmp"));
+    free(s);
+    snprintf(cmd, sizeof cmd, "%s quantize %s /tmp q8_0 --overwrite 2>&1", test_cli(), stories());
+    s = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(s, "/tmp is a directory"));
+    free(s);
     free(out);
 }
 

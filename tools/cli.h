@@ -35,9 +35,11 @@ const char *cli_escape(const char *s, char *buf, size_t size, bool keep_newlines
 /* Prints "sparsekv <cmd>: <message>" on stderr, escaped as by cli_escape. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* false (after a message naming --overwrite) when something exists at path: a command that
- * writes a file does not replace one unless asked (the embedded default model included). */
-bool cli_output_free(const char *cmd, const char *path);
+/* false (after a message) when path cannot be the output file: a directory, in a directory
+ * that does not exist, or (without overwrite: the message names --overwrite) something already
+ * there: a command that writes a file does not replace one unless asked (the embedded default
+ * model included). */
+bool cli_output_ok(const char *cmd, const char *path, bool overwrite);
 
 /* Strict number parsing: the whole string must be a number in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);

@@ -69,9 +69,23 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     fprintf(stderr, "sparsekv %s: %s\n", cmd, cli_escape(msg, shown, sizeof shown, true));
 }
 
-bool cli_output_free(const char *cmd, const char *path) {
+bool cli_output_ok(const char *cmd, const char *path, bool overwrite) {
     struct stat st;
-    if (lstat(path, &st) != 0) return true; /* nothing there (else the writer says what) */
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cli_error(cmd, "%s is a directory: give the output file's name", path);
+        return false;
+    }
+    /* the directory it goes in (the writer's temporary file beside it would name the fault) */
+    const char *slash = strrchr(path, '/');
+    if (slash && slash != path) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            cli_error(cmd, "cannot write %s: %s is not a directory", path, dir);
+            return false;
+        }
+    }
+    if (overwrite || lstat(path, &st) != 0) return true; /* nothing there (else the writer says) */
     cli_error(cmd, "%s exists: pass --overwrite to replace it, or choose another output", path);
     return false;
 }

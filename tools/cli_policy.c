@@ -285,10 +285,22 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
             skv_policy_about a;
             if (skv_policy_describe(i, &a, NULL) == SKV_OK &&
                 !strcmp(a.name, skv_policy_canonical(p->policy)) && !a.decode) {
+                char names[512] = "";
+                size_t len = 0;
+                for (int j = 0; j < skv_policy_count(); j++) {
+                    skv_policy_about b;
+                    if (skv_policy_describe(j, &b, NULL) == SKV_OK && b.decode &&
+                        len < sizeof names)
+                        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s",
+                                                len ? ", " : "", b.name);
+                }
                 cli_error(cmd,
-                          "policy '%s' cannot run under --max-cache (it gives heads or layers "
-                          "different counts); `sparsekv policies` lists the decode ones",
-                          p->policy);
+                          "policy '%s' does not run under --max-cache%s; the decode policies: %s",
+                          p->policy,
+                          a.layer_budgets ? " (it gives layers their own budgets, where a "
+                                            "decoding budget is one count for every head)"
+                                          : "",
+                          names);
                 return false;
             }
         }
@@ -315,7 +327,10 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
         return true;
     }
     if (!o->keep_given) {
-        cli_error(cmd, "--keep F is required with --policy (a fraction in (0, 1])");
+        cli_error(cmd, "%s is required with --policy",
+                  strcmp(cmd, "generate") ? "--keep F (a fraction in (0, 1])"
+                                          : "--keep F (a fraction in (0, 1], after the prompt) or "
+                                            "--max-cache N (entries per kv head, while decoding)");
         return false;
     }
     if (o->window_n > 0 && o->window_text) {

@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer and\n"
             "kv head under policy P and reports what was kept.\n\n"
             "  -m MODEL            GGUF model (default %s)\n"
-            "  -p PROMPT           the prompt text\n"
+            "  -p, --prompt PROMPT the prompt text\n"
             "  -t N                threads (default: all cores)\n"
             "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
             "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
@@ -117,6 +117,9 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
         fprintf(f, ", window %d tokens (%s)", info->window_tokens,
                 o->params.protocol == SKV_PROTOCOL_ENGINE ? "kept in the cache"
                                                           : "scored on a copy, not kept");
+    else if (o->params.protocol == SKV_PROTOCOL_SEED && prompt_tokens > info->T)
+        fprintf(f, ", window %d tokens (not in the cache; %s does not score with it)",
+                prompt_tokens - info->T, info->policy);
     fputc('\n', f);
     if (has_layer_budgets(info->policy)) {
         fprintf(f, "layer budgets: ");

@@ -25,7 +25,8 @@ static const char *CMD = "eval";
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: sparsekv eval [-m MODEL] [--data FILE.jsonl | --task passkey] [options]\n\n"
+        "usage: sparsekv eval [-m MODEL] [--data FILE.jsonl | --task passkey|kv|multikey]\n"
+        "                     [options]\n\n"
         "Measures what each KV-cache compression policy costs in quality against the full\n"
         "cache. Each sample is cut into prefix (cached and compressed), window (the\n"
         "observation window) and continuation (teacher-forced); the continuation's\n"
@@ -33,8 +34,10 @@ static void usage(FILE *f) {
         "cache's, and G tokens are decoded greedily under both.\n\n"
         "data:\n"
         "  -m MODEL             GGUF model (default %s)\n"
-        "  --data FILE          JSONL, one sample a line: {\"text\": ...}, {\"tokens\": [ids]}\n"
-        "                       or {\"context\": ..., \"window\": ..., \"continuation\": ...}\n"
+        "  --data FILE          JSONL, one sample a line: {\"text\": ...}, {\"tokens\": [ids]},\n"
+        "                       {\"context\": ..., \"window\": ..., \"continuation\": ...} or\n"
+        "                       {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (a\n"
+        "                       conversation in the model's chat template)\n"
         "                       (default: samples the model generates from BOS, seed i)\n"
         "  --samples N          samples to use (default 8 generated; with --data all lines;\n"
         "                       with --task: prompts per depth, default 8)\n"
@@ -207,9 +210,10 @@ static void check_degenerate(sink *s, const skv_eval_result *r) {
         if (cli_policy_reads(c->policy, "sinks"))
             snprintf(forced + n, sizeof forced - (size_t)n, ", --sinks %d", s->st->sinks);
         fprintf(stderr,
-                "sparsekv eval: warning: %s at keep %g (%s protocol) chose nothing by score: "
-                "keep = %d entries are all forced (%s); raise --keep or lower those\n",
-                c->policy, c->keep_frac, proto, r->keep, forced);
+                "sparsekv eval: warning: %s at keep %g (%s protocol) chose nothing by score "
+                "(first seen at sample %d, T = %d): keep = %d entries are all forced (%s); "
+                "raise --keep or lower those\n",
+                c->policy, c->keep_frac, proto, r->sample->index, r->T, r->keep, forced);
     }
     if (r->sample->index != s->sample) {
         s->sample = r->sample->index;
@@ -504,8 +508,9 @@ static bool dir_nonempty(const char *dir) {
 }
 
 /* --overwrite: removes what a previous run wrote (only the names eval writes), so no stale
- * summary or figure stays beside the new results. */
-static bool remove_outputs(const char *dir) {
+ * summary or figure stays beside the new results. Shared with eval-merge. */
+bool cmd_eval_remove_outputs(const char *dir);
+bool cmd_eval_remove_outputs(const char *dir) {
     static const char *const files[] = {
         "results.jsonl", "summary.csv", "summary.md",   "timing.csv",     "plot_data.dat",
         "plots.gp",      "run.json",    "decode.jsonl", "depth_data.dat", NULL};
@@ -1365,6 +1370,9 @@ static int eval_main(int argc, char **argv) {
             rc = s == SKV_ERR_FORMAT || s == SKV_ERR_IO || s == SKV_ERR_INVALID_ARG ? 2 : 1;
             goto done;
         }
+        if (samples > 0 && ds.n_total < samples)
+            fprintf(stderr, "sparsekv eval: note: --samples %ld, but %s holds %d sample%s\n",
+                    (long)samples, data, ds.n_total, ds.n_total == 1 ? "" : "s");
     } else {
         skv_eval_gen_params gp = {.n_samples = samples > 0 ? (int)samples : 8,
                                   .n_total = n_default * 7 / 8,
@@ -1407,7 +1415,7 @@ static int eval_main(int argc, char **argv) {
         cli_error(CMD, "%s", err.msg);
         goto done;
     }
-    if (overwrite && !remove_outputs(out)) {
+    if (overwrite && !cmd_eval_remove_outputs(out)) {
         cli_error(CMD, "cannot remove the previous results in %s: %s", out, strerror(errno));
         goto done;
     }

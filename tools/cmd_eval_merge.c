@@ -17,9 +17,11 @@ static const char *CMD = "eval-merge";
 /* defined in cmd_eval.c */
 int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out, bool quiet,
                     const skv_eval_labels *labels);
+bool cmd_eval_remove_outputs(const char *dir);
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sparsekv eval-merge DIR|FILE.jsonl... --out DIR [--label K=TEXT] [-q]\n\n"
+    fprintf(f, "usage: sparsekv eval-merge DIR|FILE.jsonl... --out DIR [--overwrite]\n"
+               "                          [--allow-partial] [--label K=TEXT] [-q]\n\n"
                "Reads DIR/results.jsonl and DIR/run.json of every shard, checks that the shards\n"
                "belong together (same model file by size and header hash, data file,\n"
                "configuration, cut sizes, KV type), that every shard i/n of the set is there\n"
@@ -29,7 +31,9 @@ static void usage(FILE *f) {
                "timing.csv, run.json, plot data and plots, exactly as `sparsekv eval` over all\n"
                "samples would; prints summary.md. A shard that does not fit: exit 2, naming the\n"
                "shard and the field.\n\n"
-               "  --out DIR     output directory (required; may be one of the inputs)\n"
+               "  --out DIR     output directory (required; may be one of the inputs); one\n"
+               "                that holds the results of another run or merge is refused\n"
+               "  --overwrite   replace those (what eval and eval-merge write there)\n"
                "  --allow-partial  merge anyway when shards are missing, unfinished or have no\n"
                "                run.json: what is missing is said on stderr and recorded in\n"
                "                the merged run.json (\"complete\": false, \"missing\")\n"
@@ -64,7 +68,7 @@ static bool missing_add(missing_list *m, const char *fmt, ...) {
 
 int cmd_eval_merge(int argc, char **argv) {
     const char *out = NULL;
-    bool quiet = false, allow_partial = false;
+    bool quiet = false, allow_partial = false, overwrite = false;
     const char **inputs = calloc((size_t)argc, sizeof *inputs);
     int n_inputs = 0;
     skv_eval_label *label_items = calloc((size_t)argc, sizeof *label_items);
@@ -76,13 +80,14 @@ int cmd_eval_merge(int argc, char **argv) {
         free(label_items);
         return 1;
     }
-    enum { O_ALLOW_PARTIAL = CLI_LONG, O_OUT, O_LABEL };
+    enum { O_ALLOW_PARTIAL = CLI_LONG, O_OUT, O_LABEL, O_OVERWRITE };
     static const cli_opt opts[] = {
         {"help", 'h', false, NULL, false},
         {"quiet", 'q', false, NULL, false},
         {"allow-partial", O_ALLOW_PARTIAL, false, NULL, false},
         {"out", O_OUT, true, NULL, false},
         {"label", O_LABEL, true, NULL, true},
+        {"overwrite", O_OVERWRITE, false, NULL, false},
         {0},
     };
     cli_args args;
@@ -107,6 +112,9 @@ int cmd_eval_merge(int argc, char **argv) {
             break;
         case O_OUT:
             out = v;
+            break;
+        case O_OVERWRITE:
+            overwrite = true;
             break;
         case O_LABEL:
             if (n_labels == argc ||
@@ -283,6 +291,37 @@ int cmd_eval_merge(int argc, char **argv) {
         rc = 2;
         goto done;
     }
+    /* an --out that holds another run's (or merge's) results is not replaced by accident; one
+     * of the inputs is, as documented: the merge is a superset of that shard */
+    bool out_is_input = false;
+    struct stat ob;
+    if (stat(out, &ob) == 0)
+        for (int i = 0; i < n_inputs && !out_is_input; i++) {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s", paths[i]);
+            char *slash = strrchr(dir, '/');
+            if (slash)
+                *slash = '\0';
+            else
+                snprintf(dir, sizeof dir, ".");
+            struct stat ib;
+            out_is_input = stat(dir, &ib) == 0 && ib.st_dev == ob.st_dev && ib.st_ino == ob.st_ino;
+        }
+    char held[4200];
+    snprintf(held, sizeof held, "%s/results.jsonl", out);
+    bool holds = access(held, F_OK) == 0;
+    if (!holds) {
+        snprintf(held, sizeof held, "%s/run.json", out);
+        holds = access(held, F_OK) == 0;
+    }
+    if (holds && !out_is_input && !overwrite) {
+        cli_error(CMD,
+                  "%s holds the results of another run or merge (%s): pass --overwrite to "
+                  "replace them, or choose another --out",
+                  out, held);
+        rc = 2;
+        goto done;
+    }
     if (miss.n) {
         fprintf(stderr, "sparsekv eval-merge: WARNING: PARTIAL MERGE (--allow-partial): the "
                         "results below do not cover the whole run:\n");
@@ -290,6 +329,10 @@ int cmd_eval_merge(int argc, char **argv) {
     }
     if (skv_eval_mkdirs(out, &err)) {
         cli_error(CMD, "%s", err.msg);
+        goto done;
+    }
+    if (overwrite && !out_is_input && !cmd_eval_remove_outputs(out)) {
+        cli_error(CMD, "cannot remove the previous results in %s: %s", out, strerror(errno));
         goto done;
     }
     char path[4096], tmp[4200];

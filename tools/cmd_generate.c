@@ -21,7 +21,8 @@ static void usage(FILE *f) {
         "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
         "cache is compressed after the prefill and generation continues on it.\n\n"
         "  -m MODEL      GGUF model (default %s)\n"
-        "  -p PROMPT     prompt text (BOS is prepended)\n"
+        "  -p, --prompt PROMPT\n"
+        "                prompt text (BOS is prepended)\n"
         "  -n N          tokens to generate (default 256)\n"
         "  --temp T      temperature; 0 = greedy (default 0.8)\n"
         "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
@@ -248,6 +249,19 @@ int cmd_generate(int argc, char **argv) {
         rc = format_chat(vocab, chat_template, system_text, prompt, &chat_text);
         if (rc) goto done;
         prompt = chat_text;
+        /* a format the vocabulary has no marker tokens for: they go in as plain text */
+        static const struct {
+            const char *name, *marker;
+        } markers[] = {
+            {"chatml", "<|im_start|>"}, {"llama3", "<|start_header_id|>"}, {"phi3", "<|user|>"}};
+        const char *name = skv_chat_template_name(vocab, chat_template, NULL);
+        for (size_t i = 0; name && i < sizeof markers / sizeof markers[0]; i++)
+            if (!strcmp(name, markers[i].name) && skv_vocab_find(vocab, markers[i].marker) < 0)
+                fprintf(stderr,
+                        "sparsekv generate: warning: the vocabulary has no %s token, so the %s "
+                        "markers are read as plain text (the model was not trained on this "
+                        "format)\n",
+                        markers[i].marker, name);
     }
     if (chat || special) /* a chat template writes BOS itself */
         rc = tokenize_special(vocab, prompt, !chat, po.window_n, &prompt_toks);

@@ -41,7 +41,7 @@ static void each_param(const char *list, void (*fn)(const skv_policy_param_about
 
 static void print_param_text(const skv_policy_param_about *p, int k, void *u) {
     (void)k;
-    fprintf(u, "      %-14s %-12s default %-6s %-12s %s\n", p->name, p->flag, p->def, p->range,
+    fprintf(u, "      %-14s %-13s default %-6s %-12s %s\n", p->name, p->flag, p->def, p->range,
             p->help);
 }
 

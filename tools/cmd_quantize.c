@@ -136,7 +136,7 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CMD, "cannot open '%s': %s", pos[0], strerror(errno));
         return 2;
     }
-    if (!overwrite && !same_file(pos[0], pos[1]) && !cli_output_free(CMD, pos[1])) return 2;
+    if (!same_file(pos[0], pos[1]) && !cli_output_ok(CMD, pos[1], overwrite)) return 2;
     skv_quantize_report rep;
     skv_err err = {0};
     if (skv_quantize_model_opts(pos[0], pos[1], &qo, &rep, &err) != SKV_OK) {
@@ -163,6 +163,8 @@ int cmd_quantize(int argc, char **argv) {
             printf("%s %d %s", first ? "" : ",", rep.n_by_type[t], skv_type_name((skv_type)t));
             first = 0;
         }
-    printf("%s\n", simple ? " (simple k-quant scales)" : "");
+    const int k_written =
+        rep.n_by_type[SKV_TYPE_Q4_K] + rep.n_by_type[SKV_TYPE_Q5_K] + rep.n_by_type[SKV_TYPE_Q6_K];
+    printf("%s\n", simple && k_written ? " (simple k-quant scales)" : "");
     return 0;
 }

@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             skv_version());
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nWith no -m, commands use %s.\n", SKV_DEFAULT_MODEL);
+    fprintf(f, "\nWith no -m, commands use %s. sparsekv --version prints the version.\n",
+            SKV_DEFAULT_MODEL);
 }
 
 /* Everything a command printed must have reached stdout: a full disk or a closed pipe is a

@@ -9,6 +9,13 @@
 
 import ctypes
 
+try:
+    import numpy  # noqa: F401 (every array in and out is a NumPy array)
+except ImportError as _e:
+    raise ImportError("sparsekv needs NumPy, which this Python (%s) does not have: "
+                      "apt-get install python3-numpy for the system Python, or pip install "
+                      "numpy" % (__import__("sys").executable,)) from _e
+
 from . import _lib
 from ._core import (Context, Error, FormatError, Generation, InvalidArgumentError, Model,
                     OutOfMemoryError, StateError, UnsupportedError, default_model_path)

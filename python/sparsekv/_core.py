@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import warnings
 import weakref
 from ctypes import byref, c_int
 
@@ -82,6 +83,24 @@ def _check(status, err):
 
 def _bad_arg(msg):
     return InvalidArgumentError(msg, 1)
+
+
+def _policy_reads(name):
+    """(canonical name, the set of skv_compress_params fields it reads) of a policy or alias,
+    or (None, None) when the registry does not know it."""
+    if not isinstance(name, str) or not L.have("skv_policy_describe"):
+        return None, None
+    canon = _lib.skv_policy_canonical(name.encode())
+    if not canon:
+        return None, None
+    for i in range(_lib.skv_policy_count()):
+        buf = ctypes.create_string_buffer(ctypes.sizeof(L.skv_policy_about) + 256)
+        a = L.skv_policy_about.from_buffer(buf)
+        err = L.skv_err()
+        if _lib.skv_policy_describe(i, byref(a), byref(err)) == L.OK and a.name == canon:
+            params = (a.params or b"").decode()
+            return canon.decode(), {f for f in params.split(",") if f}
+    return None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +353,11 @@ class Model:
         length; threads 0 = all cores; kv_type "f32", "f16" or "q8_0"; capture_window W > 0
         keeps the queries of each forward call's last W tokens (needed by compress(...,
         protocol="engine", window=W))."""
+        train = self.hparams.get("n_ctx_train", 0)
+        if isinstance(n_ctx, (int, np.integer)) and train > 0 and int(n_ctx) > train:
+            warnings.warn("n_ctx %d is past the model's training context (%d): positions past "
+                          "it are ones the model never saw" % (int(n_ctx), train),
+                          stacklevel=2)
         return Context(self, n_ctx=n_ctx, kv_type=kv_type, threads=threads,
                        capture_window=capture_window)
 
@@ -535,6 +559,7 @@ class Context:
         if name is None:
             raise _bad_arg("policy must be a string, got %r" % (policy,))
         p.policy = name
+        canon, reads = _policy_reads(policy)
         try:
             p.keep_frac = float(keep)
         except (TypeError, ValueError):
@@ -542,6 +567,10 @@ class Context:
         p.protocol = _enum(_PROTOCOLS, protocol, "protocol")
         p.positions = _enum(_POSITIONS, positions, "positions")
         win = None
+        if window is None and canon is not None and _lib.skv_policy_needs_window(policy.encode()):
+            raise _bad_arg("policy '%s' scores with window queries: give window=the window's "
+                           "token ids (protocol 'seed'), or window=W with protocol='engine' "
+                           "(the context made with capture_window >= W)" % canon)
         if window is not None:
             if p.protocol == L.PROTOCOL_ENGINE:
                 if not isinstance(window, (int, np.integer)) or isinstance(window, bool):
@@ -561,6 +590,9 @@ class Context:
             if k not in _POLICY_PARAMS:
                 raise TypeError("compress() got an unexpected keyword argument %r (policy "
                                 "parameters: %s)" % (k, ", ".join(_POLICY_PARAMS)))
+            if reads is not None and k not in reads:  # as the CLI: not silently ignored
+                raise _bad_arg("%s does not apply to policy '%s' (it reads %s)"
+                               % (k, canon, ", ".join(sorted(reads)) or "no parameters"))
             conv = _CONVERT.get(k)
             try:
                 setattr(p, k, conv(v) if conv else v)
@@ -694,6 +726,12 @@ class Context:
             ids = np.zeros(0, dtype=np.int32)
         else:
             ids = model._check_ids(prompt)
+        # refused up front, as the CLI does, rather than failing with the context full and the
+        # tokens sampled so far lost
+        if self.n_past + len(ids) + int(n) > self.n_ctx:
+            raise _bad_arg("generate: %d cached + %d prompt + %d new tokens would exceed n_ctx "
+                           "= %d (lower n, or make the context larger)"
+                           % (self.n_past, len(ids), int(n), self.n_ctx))
         if len(ids):
             logits = self.forward(ids, logits="last")
             prev = int(ids[-1])

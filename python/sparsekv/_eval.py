@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ._core import Error, Model, _bad_arg
+from ._core import Error, Model, _bad_arg, _policy_reads
 
 DEFAULT_POLICIES = ("sink_recent", "random", "attention", "pyramid")
 DEFAULT_KEEPS = (0.1, 0.25, 0.5, 1.0)
@@ -118,11 +118,13 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
     a list of token-id sequences. Each sample is cut into prefix (T; default: what is left of
     min(n, n_ctx - greedy) after window and continuation) | window (W) | continuation (C).
     random runs seeds 0..seeds-1. policy_params (sinks, kernel, pooling, window_keep) go to
-    every compress call. Returns a list of dicts, one per sample x configuration: sample,
+    the compress calls of the policies that read them (one that none of them reads:
+    InvalidArgumentError). Returns a list of dicts, one per sample x configuration: sample,
     policy, keep_frac, protocol, positions, seed, T, keep, n_prefix, n_window, n_continuation,
     kl_mean/median/p90/p99/max, top1, same_top, n_tokens, nll_ref, nll_cmp, ppl_ref, ppl_cmp,
     ln_ppl_ratio, ppl_ratio, greedy_match, greedy, kv_bytes_before/after, kept, compress_ms.
-    Samples that do not fit are skipped (listed in the `skipped` attribute of the result)."""
+    Samples that do not fit are skipped (listed in the `skipped` attribute of the result);
+    when none fits, InvalidArgumentError."""
     if isinstance(model, str) or model is None:
         model = Model(model)
     if isinstance(policies, str):
@@ -136,6 +138,13 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
     for p in protocols:
         if p not in ("seed", "engine"):
             raise _bad_arg("protocol must be seed or engine, got %r" % (p,))
+    # a parameter goes to the policies that read it; one that none of them reads is refused
+    # (the CLI's rule), as compress() refuses one its policy does not read
+    reads = {pol: _policy_reads(pol)[1] for pol in policies}
+    for k in policy_params:
+        if all(r is not None and k not in r for r in reads.values()):
+            raise _bad_arg("%s does not apply to any of the policies %s"
+                           % (k, ", ".join(map(str, policies))))
     n_ctx = model.hparams["n_ctx_train"]
     results = EvalResults()
     W, C, G = int(window), int(continuation), int(greedy)
@@ -164,21 +173,30 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
                         for pos in positions:
                             for seed in seed_list:
                                 r = _run_config(base, s, proto, pol, keep, pos, seed, first,
-                                                ref_logits, ref_greedy, policy_params)
+                                                ref_logits, ref_greedy, policy_params,
+                                                reads[pol])
                                 r["sample"] = si
                                 results.append(r)
                                 if progress:
                                     progress(r)
             finally:
                 base.close()
+    if not results:  # as the CLI's exit 2: an empty list would read as a result
+        raise _bad_arg("nothing was evaluated: %s" % (
+            "every sample was skipped (each needs window %d + continuation %d tokens and a "
+            "prefix within the model's context of %d)" % (W, C, n_ctx) if results.skipped
+            else "no samples"))
     return results
 
 
-def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_greedy, params):
+def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_greedy, params,
+                reads):
+    kw = dict(params, seed=seed)
+    if reads is not None:
+        kw = {k: v for k, v in kw.items() if k in reads}
     with base.clone() as c:
         info = c.compress(pol, keep, protocol=proto,
-                          window=s.window if proto == "seed" else s.W, positions=pos,
-                          seed=seed, **params)
+                          window=s.window if proto == "seed" else s.W, positions=pos, **kw)
         with c.clone() as g:
             cmp = _teacher_force(c, s, proto, first)
             m = compare_logits(ref_logits, cmp, s.cont)

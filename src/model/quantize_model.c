@@ -180,9 +180,9 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     rep->n_tensors = (int)n;
 
     if ((st = skv_gguf_writer_copy_kv(w, g, NULL)) != SKV_OK ||
-        (st = skv_gguf_writer_set_u32(w, "general.file_type",
-                                      mix == SKV_QMIX_Q4_K_M ? 15u : skv_ftype_of(type))) !=
-            SKV_OK) {
+        (st = skv_gguf_writer_set_u32(
+             w, "general.file_type",
+             skv_ftype_label(type, mix == SKV_QMIX_Q4_K_M, rep->n_by_type))) != SKV_OK) {
         skv_err_set(err, st, "cannot copy the metadata of '%s'", in_path);
         goto done;
     }

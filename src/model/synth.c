@@ -151,6 +151,16 @@ uint32_t skv_ftype_of(skv_type t) {
     }
 }
 
+uint32_t skv_ftype_label(skv_type asked, bool q4_k_m, const int n_by_type[SKV_TYPE_COUNT]) {
+    const bool took =
+        q4_k_m ? n_by_type[SKV_TYPE_Q4_K] + n_by_type[SKV_TYPE_Q6_K] > 0 : n_by_type[asked] > 0;
+    if (took) return q4_k_m ? 15u : skv_ftype_of(asked);
+    int most = -1;
+    for (int t = 0; t < SKV_TYPE_COUNT; t++)
+        if (n_by_type[t] > 0 && (most < 0 || n_by_type[t] > n_by_type[most])) most = t;
+    return most < 0 ? (q4_k_m ? 15u : skv_ftype_of(asked)) : skv_ftype_of((skv_type)most);
+}
+
 skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
     if (skv_row_bytes(want, cols) > 0) return want;
     /* K-quant super-blocks (256) often do not divide a row (288, 576, 896...): Q8_0 keeps such
@@ -701,13 +711,17 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
 #undef ADD
 #undef ADD_DATA
 
+    int n_by_type[SKV_TYPE_COUNT] = {0}; /* matrices by the type they are written in */
+    for (int64_t i = 0; i < k; i++)
+        if (t[i].n_dims == 2) n_by_type[t[i].type]++;
     char gname[160], key[128];
     snprintf(gname, sizeof gname, "synthetic %s (random weights, seed %llu)",
              s->name ? s->name : "custom", (unsigned long long)p->seed);
 #define AKEY(x) (snprintf(key, sizeof key, "%s." x, arch), key)
     if ((st = skv_gguf_writer_set_str(w, "general.architecture", arch)) ||
         (st = skv_gguf_writer_set_str(w, "general.name", gname)) ||
-        (st = skv_gguf_writer_set_u32(w, "general.file_type", skv_ftype_of(p->type))) ||
+        (st = skv_gguf_writer_set_u32(w, "general.file_type",
+                                      skv_ftype_label(p->type, false, n_by_type))) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("context_length"), (uint32_t)n_ctx)) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("embedding_length"), (uint32_t)e)) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("feed_forward_length"), (uint32_t)ff)) ||

@@ -104,6 +104,11 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
 
 /* GGUF general.file_type (llama.cpp's ftype numbering) for a model whose matrices are t. */
 uint32_t skv_ftype_of(skv_type t);
+/* general.file_type for a file whose matrices were asked in `asked` (or the Q4_K_M mix: 15)
+ * and written n_by_type[t] in each type t: the asked one when any matrix took it, else that of
+ * the type most of them were written in (a model whose rows are no whole k-quant blocks is not
+ * labelled a k-quant file). */
+uint32_t skv_ftype_label(skv_type asked, bool q4_k_m, const int n_by_type[SKV_TYPE_COUNT]);
 
 /* The type a matrix with rows of cols values is written in when want is asked for: want when
  * cols is a multiple of its block size; else Q8_0 for a K-quant (Q4_K, Q5_K, Q6_K) when cols is

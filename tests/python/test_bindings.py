@@ -492,3 +492,36 @@ def test_library_lookup(tmp_path):
     p = _import_in_subprocess(str(tmp_path / "missing.so"))
     assert p.returncode != 0 and "cannot load libsparsekv" in p.stderr
     assert "missing.so" in p.stderr
+
+
+# ---- what the CLI refuses, Python refuses too (helper-33's new-user trial) --------------------
+
+def test_refusals_as_the_cli(model):
+    ids = model.tokenize(PROMPT)
+    with model.new_context(n_ctx=512) as ctx:
+        ctx.forward(ids, logits="none")
+        # a parameter the policy does not read is an error, not silently ignored
+        with pytest.raises(sparsekv.InvalidArgumentError,
+                           match="sinks does not apply to policy 'knorm'"):
+            ctx.compress("knorm", 0.5, sinks=3)
+        # a policy that needs a window, without one: the message speaks of window=, not of
+        # the C structure's fields
+        with pytest.raises(sparsekv.InvalidArgumentError, match="window=") as e:
+            ctx.compress("snapkv", 0.5)
+        assert "n_window" not in str(e.value) and "window_tokens" not in str(e.value)
+        assert ctx.kept_positions(0, 0).size == len(ids)  # nothing changed
+    with model.new_context(n_ctx=64) as ctx:
+        # refused before anything runs, where it used to fail half way with the tokens lost
+        with pytest.raises(sparsekv.InvalidArgumentError, match="n_ctx = 64"):
+            ctx.generate(ids[:10], n=1000)
+        assert ctx.n_past == 0
+        g = ctx.generate(ids[:10], n=54, stop_at_eos=False)  # exactly fills the context
+        assert len(g.tokens) == 54 and ctx.n_past == 64
+    with pytest.warns(UserWarning, match="training context"):
+        model.new_context(n_ctx=2 * model.hparams["n_ctx_train"]).close()
+    # evaluate: nothing evaluated is an error (the CLI exits 2), as is a parameter that none of
+    # the policies reads
+    with pytest.raises(sparsekv.InvalidArgumentError, match="nothing was evaluated"):
+        sparsekv.evaluate(model, [model.tokenize("short")], policies=["knorm"], keeps=[0.5])
+    with pytest.raises(sparsekv.InvalidArgumentError, match="sinks does not apply"):
+        sparsekv.evaluate(model, [ids], policies=["knorm"], keeps=[0.5], sinks=2)
