@@ -459,15 +459,34 @@ static void test_cli_reproducible_and_shards(void **state) {
     assert_string_equal(ra, rm);
     free(rm);
 
-    /* an --out that holds another merge's results is refused; --overwrite replaces them; one
-     * of the shards may be the --out */
+    /* an --out that holds another merge's results is refused and left as it was; --overwrite
+     * replaces them (a stale file of the previous run goes too); one of the shards may be the
+     * --out without it */
+    char junk[4200];
+    snprintf(junk, sizeof junk, "%s/results.jsonl", m);
+    FILE *jf = fopen(junk, "w");
+    assert_non_null(jf);
+    fputs("{\"not\": \"a result\"}\n", jf);
+    fclose(jf);
+    snprintf(junk, sizeof junk, "%s/decode.jsonl", m);
+    assert_non_null(jf = fopen(junk, "w"));
+    fclose(jf);
     snprintf(args, sizeof args, "eval-merge %s %s --out %s -q", s0, s1, m);
     assert_int_equal(cli(args, NULL, &err), 2);
     assert_non_null(strstr(err, "--overwrite"));
     free(err);
+    char *kept = file_in(m, "results.jsonl");
+    assert_string_equal(kept, "{\"not\": \"a result\"}\n");
+    free(kept);
     snprintf(args, sizeof args, "eval-merge %s %s --out %s -q --overwrite", s0, s1, m);
     assert_int_equal(cli(args, NULL, NULL), 0);
     rm = without_ms(pb);
+    assert_string_equal(ra, rm);
+    free(rm);
+    assert_true(access(junk, F_OK) != 0); /* decode.jsonl: not this run's */
+    snprintf(args, sizeof args, "eval-merge %s %s --out %s -q", s1, s0, s0);
+    assert_int_equal(cli(args, NULL, NULL), 0); /* into a shard: allowed */
+    rm = without_ms(strcat(strcpy(pb, s0), "/results.jsonl"));
     assert_string_equal(ra, rm);
     free(rm);
 

@@ -71,6 +71,10 @@ void cli_error(const char *cmd, const char *fmt, ...) {
 
 bool cli_output_ok(const char *cmd, const char *path, bool overwrite) {
     struct stat st;
+    if (!*path) {
+        cli_error(cmd, "the output file's name is empty");
+        return false;
+    }
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         cli_error(cmd, "%s is a directory: give the output file's name", path);
         return false;
@@ -80,7 +84,11 @@ bool cli_output_ok(const char *cmd, const char *path, bool overwrite) {
     if (slash && slash != path) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if (stat(dir, &st) != 0) {
+            cli_error(cmd, "cannot write %s: %s: %s", path, dir, strerror(errno));
+            return false;
+        }
+        if (!S_ISDIR(st.st_mode)) {
             cli_error(cmd, "cannot write %s: %s is not a directory", path, dir);
             return false;
         }

@@ -118,8 +118,8 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
                 o->params.protocol == SKV_PROTOCOL_ENGINE ? "kept in the cache"
                                                           : "scored on a copy, not kept");
     else if (o->params.protocol == SKV_PROTOCOL_SEED && prompt_tokens > info->T)
-        fprintf(f, ", window %d tokens (not in the cache; %s does not score with it)",
-                prompt_tokens - info->T, info->policy);
+        fprintf(f, ", window %d token%s (not in the cache; %s does not score with it)",
+                prompt_tokens - info->T, prompt_tokens - info->T == 1 ? "" : "s", info->policy);
     fputc('\n', f);
     if (has_layer_budgets(info->policy)) {
         fprintf(f, "layer budgets: ");

@@ -292,23 +292,16 @@ int cmd_eval_merge(int argc, char **argv) {
         goto done;
     }
     /* an --out that holds another run's (or merge's) results is not replaced by accident; one
-     * of the inputs is, as documented: the merge is a superset of that shard */
+     * whose results.jsonl is one of the inputs is, as documented: the merge is a superset of
+     * that shard */
     bool out_is_input = false;
-    struct stat ob;
-    if (stat(out, &ob) == 0)
-        for (int i = 0; i < n_inputs && !out_is_input; i++) {
-            char dir[4096];
-            snprintf(dir, sizeof dir, "%s", paths[i]);
-            char *slash = strrchr(dir, '/');
-            if (slash)
-                *slash = '\0';
-            else
-                snprintf(dir, sizeof dir, ".");
-            struct stat ib;
-            out_is_input = stat(dir, &ib) == 0 && ib.st_dev == ob.st_dev && ib.st_ino == ob.st_ino;
-        }
     char held[4200];
     snprintf(held, sizeof held, "%s/results.jsonl", out);
+    struct stat ob, ib;
+    if (stat(held, &ob) == 0)
+        for (int i = 0; i < n_inputs && !out_is_input; i++)
+            out_is_input =
+                stat(paths[i], &ib) == 0 && ib.st_dev == ob.st_dev && ib.st_ino == ob.st_ino;
     bool holds = access(held, F_OK) == 0;
     if (!holds) {
         snprintf(held, sizeof held, "%s/run.json", out);

@@ -15,31 +15,33 @@
 #define CMD "quantize"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple] [--overwrite]\n"
-            "\n"
-            "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
-            "included) in TYPE: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k, or in the mix\n"
-            "q4_k_m: q6_k for the output matrix (the token embedding when the output is tied to\n"
-            "it) and for attn_v and ffn_down of the first and last eighth of the layers and of\n"
-            "every third layer in between, q4_k for the rest. Norms and other\n"
-            "1-D tensors stay as they are (f32); metadata is copied (general.file_type updated).\n"
-            "A matrix whose rows are not a multiple of TYPE's block size (32 for q8_0/q4_0, 256\n"
-            "for the k-quants) is written in q8_0 instead when TYPE is a k-quant and its rows\n"
-            "are a multiple of 32, else in f16; one already stored in a type no larger than\n"
-            "that (q4_0 for q8_0, bf16 for f16) is copied as it is. Those matrices are listed.\n"
-            "Tensors are converted from any type sparsekv reads and streamed one at a time, so\n"
-            "memory stays small. The k-quants search each sub-block's scale and min for the\n"
-            "least rounding error, weighted by the values' magnitude.\n"
-            "\n"
-            "  -t N         threads (default: all cores)\n"
-            "  --simple     k-quants with the plain min/max scales (faster; for comparisons);\n"
-            "               only for q4_k, q5_k, q6_k and q4_k_m\n"
-            "  --overwrite  replace OUT if it exists (without it an existing OUT is refused);\n"
-            "               OUT is never IN\n"
-            "\n"
-            "exit status: 0 ok, 1 runtime failure (e.g. writing OUT), 2 bad usage or bad input\n"
-            "(IN missing, unreadable or not a model sparsekv reads; OUT exists)\n");
+    fprintf(
+        f,
+        "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple] [--overwrite]\n"
+        "\n"
+        "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
+        "included) in TYPE: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k, or in the mix\n"
+        "q4_k_m: q6_k for the output matrix (the token embedding when the output is tied to\n"
+        "it) and for attn_v and ffn_down of the first and last eighth of the layers and of\n"
+        "every third layer in between, q4_k for the rest. Norms and other\n"
+        "1-D tensors stay as they are (f32); metadata is copied (general.file_type updated).\n"
+        "A matrix whose rows are not a multiple of TYPE's block size (32 for q8_0/q4_0, 256\n"
+        "for the k-quants) is written in q8_0 instead when TYPE is a k-quant and its rows\n"
+        "are a multiple of 32, else in f16; one already stored in a type no larger than\n"
+        "that (q4_0 for q8_0, bf16 for f16) is copied as it is. Those matrices are listed.\n"
+        "Tensors are converted from any type sparsekv reads and streamed one at a time, so\n"
+        "memory stays small. The k-quants search each sub-block's scale and min for the\n"
+        "least rounding error, weighted by the values' magnitude.\n"
+        "\n"
+        "  -t N         threads (default: all cores)\n"
+        "  --simple     k-quants with the plain min/max scales (faster; for comparisons);\n"
+        "               only for q4_k, q5_k, q6_k and q4_k_m\n"
+        "  --overwrite  replace OUT if it exists (without it an existing OUT is refused);\n"
+        "               OUT is never IN\n"
+        "\n"
+        "exit status: 0 ok, 1 runtime failure (e.g. writing OUT), 2 bad usage or bad input\n"
+        "(IN missing, unreadable or not a model sparsekv reads; OUT exists, is a directory or is\n"
+        "in no directory)\n");
 }
 
 /* The types the matrices that fell back were written in: "q8_0", or "q8_0 (35), f16 (2)". */

@@ -567,7 +567,11 @@ class Context:
         p.protocol = _enum(_PROTOCOLS, protocol, "protocol")
         p.positions = _enum(_POSITIONS, positions, "positions")
         win = None
-        if window is None and canon is not None and _lib.skv_policy_needs_window(policy.encode()):
+        no_window = window is None or (isinstance(window, (int, np.integer)) and
+                                       not isinstance(window, bool) and window < 1) or \
+            (not isinstance(window, (int, np.integer)) and hasattr(window, "__len__") and
+             len(window) == 0)
+        if no_window and canon is not None and _lib.skv_policy_needs_window(policy.encode()):
             raise _bad_arg("policy '%s' scores with window queries: give window=the window's "
                            "token ids (protocol 'seed'), or window=W with protocol='engine' "
                            "(the context made with capture_window >= W)" % canon)

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ._core import Error, Model, _bad_arg, _policy_reads
+from ._core import _POLICY_PARAMS, Error, Model, _bad_arg, _policy_reads
 
 DEFAULT_POLICIES = ("sink_recent", "random", "attention", "pyramid")
 DEFAULT_KEEPS = (0.1, 0.25, 0.5, 1.0)
@@ -135,6 +135,13 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
         protocols = [protocols]
     if isinstance(positions, str):
         positions = [positions]
+    # lists: each is walked once per sample (a generator would be spent after the first)
+    policies, keeps, protocols, positions = (list(policies), list(keeps), list(protocols),
+                                             list(positions))
+    for what, v in (("policies", policies), ("keeps", keeps), ("protocols", protocols),
+                    ("positions", positions)):
+        if not v:
+            raise _bad_arg("evaluate needs at least one of %s" % what)
     for p in protocols:
         if p not in ("seed", "engine"):
             raise _bad_arg("protocol must be seed or engine, got %r" % (p,))
@@ -142,6 +149,9 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
     # (the CLI's rule), as compress() refuses one its policy does not read
     reads = {pol: _policy_reads(pol)[1] for pol in policies}
     for k in policy_params:
+        if k not in _POLICY_PARAMS:  # as compress() says it
+            raise TypeError("evaluate() got an unexpected keyword argument %r (policy "
+                            "parameters: %s)" % (k, ", ".join(_POLICY_PARAMS)))
         if all(r is not None and k not in r for r in reads.values()):
             raise _bad_arg("%s does not apply to any of the policies %s"
                            % (k, ", ".join(map(str, policies))))

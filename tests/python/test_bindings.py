@@ -509,6 +509,9 @@ def test_refusals_as_the_cli(model):
         with pytest.raises(sparsekv.InvalidArgumentError, match="window=") as e:
             ctx.compress("snapkv", 0.5)
         assert "n_window" not in str(e.value) and "window_tokens" not in str(e.value)
+        for empty in ([], 0):
+            with pytest.raises(sparsekv.InvalidArgumentError, match="window="):
+                ctx.compress("snapkv", 0.5, window=empty)
         assert ctx.kept_positions(0, 0).size == len(ids)  # nothing changed
     with model.new_context(n_ctx=64) as ctx:
         # refused before anything runs, where it used to fail half way with the tokens lost
@@ -525,3 +528,12 @@ def test_refusals_as_the_cli(model):
         sparsekv.evaluate(model, [model.tokenize("short")], policies=["knorm"], keeps=[0.5])
     with pytest.raises(sparsekv.InvalidArgumentError, match="sinks does not apply"):
         sparsekv.evaluate(model, [ids], policies=["knorm"], keeps=[0.5], sinks=2)
+    with pytest.raises(TypeError, match="sink"):  # a misspelt parameter, as compress() says
+        sparsekv.evaluate(model, [ids], policies=["sink_recent"], keeps=[0.5], sink=2)
+    with pytest.raises(sparsekv.InvalidArgumentError, match="policies"):
+        sparsekv.evaluate(model, [ids], policies=[], keeps=[0.5])
+    # any iterable of policies, a generator included (walked once per sample)
+    long_ids = model.tokenize(PROMPT * 3)
+    res = sparsekv.evaluate(model, [long_ids, long_ids], policies=(p for p in ["knorm"]),
+                            keeps=[0.5], window=8, continuation=8, greedy=4)
+    assert len(res) == 2
