@@ -41,6 +41,13 @@ const char *test_model_path(const char *rel) {
     return NULL; /* not reached: skip() leaves the test */
 }
 
+bool test_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
 void *test_read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -21,6 +21,8 @@ const char *test_fixture_path(const char *rel);
 const char *test_stories_path(void);
 /* Whole file into a malloc'd buffer (caller frees); NULL when missing. */
 void *test_read_file(const char *path, size_t *size);
+/* path's whole content becomes text (created or replaced); false when it cannot be written. */
+bool test_write_text(const char *path, const char *text);
 /* A fresh temporary file path under $TMPDIR with the given suffix (static buffer). */
 const char *test_tmp_path(const char *suffix);
 /* Path of the CLI binary ($SKV_CLI). */

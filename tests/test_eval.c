@@ -464,13 +464,9 @@ static void test_cli_reproducible_and_shards(void **state) {
      * --out without it */
     char junk[4200];
     snprintf(junk, sizeof junk, "%s/results.jsonl", m);
-    FILE *jf = fopen(junk, "w");
-    assert_non_null(jf);
-    fputs("{\"not\": \"a result\"}\n", jf);
-    fclose(jf);
+    assert_true(test_write_text(junk, "{\"not\": \"a result\"}\n"));
     snprintf(junk, sizeof junk, "%s/decode.jsonl", m);
-    assert_non_null(jf = fopen(junk, "w"));
-    fclose(jf);
+    assert_true(test_write_text(junk, ""));
     snprintf(args, sizeof args, "eval-merge %s %s --out %s -q", s0, s1, m);
     assert_int_equal(cli(args, NULL, &err), 2);
     assert_non_null(strstr(err, "--overwrite"));
