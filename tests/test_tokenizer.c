@@ -1112,6 +1112,15 @@ static void test_cli_tokenize(void **state) {
     out = test_cli_expect(2, "tokenize -m %s 2>/dev/null", /* no text */
                           test_model_path("stories260K/stories260K.gguf"));
     free(out);
+    /* a written <s> parsed as BOS after the added one: said, and not with --no-bos */
+    out = test_cli_expect(0, "tokenize -m %s --special -p '<s>Once' 2>&1",
+                          test_model_path("stories260K/stories260K.gguf"));
+    assert_non_null(strstr(out, "two BOS tokens"));
+    free(out);
+    out = test_cli_expect(0, "tokenize -m %s --special --no-bos -p '<s>Once' 2>&1",
+                          test_model_path("stories260K/stories260K.gguf"));
+    assert_null(strstr(out, "BOS"));
+    free(out);
     /* a vocabulary that does not open is bad input (2), as a model that does not load */
     out = test_cli_expect(2, "tokenize --vocab-llama2c /nonexistent.bin 0 -p x 2>&1");
     assert_non_null(strstr(out, "sparsekv tokenize: cannot open tokenizer file"));

@@ -88,6 +88,9 @@ static int tokenize_special(const skv_vocab *vocab, const char *text, bool add_s
     if (n == 0) { /* nothing to start from: BOS alone */
         toks[n++] = skv_vocab_bos(vocab);
     }
+    if (n >= 2 && toks[0] == skv_vocab_bos(vocab) && toks[1] == toks[0])
+        fprintf(stderr, "sparsekv generate: warning: the prompt starts with BOS and another was "
+                        "added: two BOS tokens (drop the prompt's)\n");
     if (window_n > 0 && window_n >= n) {
         free(toks);
         cli_error("generate",

@@ -178,6 +178,9 @@ int cmd_tokenize(int argc, char **argv) {
         goto done;
     }
     int n = need;
+    if (n >= 2 && tokens[0] == skv_vocab_bos(v) && tokens[1] == tokens[0])
+        fprintf(stderr, "sparsekv tokenize: warning: the text starts with BOS and another was "
+                        "added: two BOS tokens (--no-bos, or drop the text's)\n");
     if (json) {
         printf("{\"tokens\":[");
         for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", (int)tokens[i]);
