@@ -236,6 +236,10 @@ typedef struct skv_chat_message {
  * tokenizer.chat_template. NULL (err filled) when there is no template or it is not recognised.
  * vocab may be NULL when tmpl is given (to check a name before a model is loaded). */
 SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *tmpl, skv_err *err);
+/* The special token that opens a message in that format ("<|start_header_id|>", "<|im_start|>",
+ * "<|user|>"), or NULL as skv_chat_template_name. A vocabulary without it as a token
+ * (skv_vocab_find < 0) reads the formatted conversation's markers as plain text. */
+SKV_API const char *skv_chat_template_opener(const skv_vocab *vocab, const char *tmpl);
 
 /* Formats a conversation as the template (tmpl as above) does, ending with the assistant's
  * header when add_generation_prompt. The text holds the special tokens' text (BOS included where

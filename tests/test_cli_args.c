@@ -106,6 +106,13 @@ static void test_refused(void **state) {
         {"tokenize --vocab-llama2c /nonexistent/tok.bin 512 -p hi", 2, "cannot open"},
         {"generate --chat --chat-template bogus -n 1", 2,
          "invalid value 'bogus' for --chat-template (llama3, chatml or phi3)"},
+        /* said, not silent: a format the vocabulary has no markers for, a doubled BOS */
+        {"generate --chat -p hi --chat-template chatml -n 1 -t 1 --quiet", 0,
+         "the vocabulary has no <|im_start|> token"},
+        {"generate --special -p '<s>Once' -n 1 -t 1 --quiet", 0, "two BOS tokens"},
+        {"generate --policy random --max-cache 64 -n 1", 2,
+         "the decode policies: sink_recent, attention"},
+        {"generate --policy snapkv -n 1", 2, "or --max-cache N"},
         /* a label for what the run does not evaluate: a note (the run then fails on its data) */
         {"eval --policies knorm --keep 0.5 --label random=Rand --data /nonexistent.jsonl", 2,
          "note: --label random: this run does not evaluate 'random'"},

@@ -545,6 +545,13 @@ static void test_chat_templates(void **state) {
     need_vocabs("qwen2", "phi-3", "llama-bpe");
     skv_vocab *q = load_vocab("qwen2");
     assert_string_equal(skv_chat_template_name(q, NULL, NULL), "chatml");
+    /* each format's opening marker, a token of the vocabularies made for it (151644 below) */
+    assert_string_equal(skv_chat_template_opener(q, NULL), "<|im_start|>");
+    assert_int_equal(skv_vocab_find(q, skv_chat_template_opener(q, NULL)), 151644);
+    assert_string_equal(skv_chat_template_opener(NULL, "llama3"), "<|start_header_id|>");
+    assert_string_equal(skv_chat_template_opener(NULL, "phi3"), "<|user|>");
+    assert_null(skv_chat_template_opener(NULL, "jinja of some other kind"));
+    assert_null(skv_chat_template_opener(NULL, NULL));
     char *s = chat(q, NULL, m, 4, true);
     assert_string_equal(s, "<|im_start|>system\nBe brief.<|im_end|>\n"
                            "<|im_start|>user\nHi!<|im_end|>\n"

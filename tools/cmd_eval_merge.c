@@ -298,11 +298,9 @@ int cmd_eval_merge(int argc, char **argv) {
     char held[4200];
     snprintf(held, sizeof held, "%s/results.jsonl", out);
     struct stat ob, ib;
-    if (stat(held, &ob) == 0)
-        for (int i = 0; i < n_inputs && !out_is_input; i++)
-            out_is_input =
-                stat(paths[i], &ib) == 0 && ib.st_dev == ob.st_dev && ib.st_ino == ob.st_ino;
-    bool holds = access(held, F_OK) == 0;
+    bool holds = stat(held, &ob) == 0;
+    for (int i = 0; holds && i < n_inputs && !out_is_input; i++)
+        out_is_input = stat(paths[i], &ib) == 0 && ib.st_dev == ob.st_dev && ib.st_ino == ob.st_ino;
     if (!holds) {
         snprintf(held, sizeof held, "%s/run.json", out);
         holds = access(held, F_OK) == 0;

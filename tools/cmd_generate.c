@@ -253,18 +253,12 @@ int cmd_generate(int argc, char **argv) {
         if (rc) goto done;
         prompt = chat_text;
         /* a format the vocabulary has no marker tokens for: they go in as plain text */
-        static const struct {
-            const char *name, *marker;
-        } markers[] = {
-            {"chatml", "<|im_start|>"}, {"llama3", "<|start_header_id|>"}, {"phi3", "<|user|>"}};
-        const char *name = skv_chat_template_name(vocab, chat_template, NULL);
-        for (size_t i = 0; name && i < sizeof markers / sizeof markers[0]; i++)
-            if (!strcmp(name, markers[i].name) && skv_vocab_find(vocab, markers[i].marker) < 0)
-                fprintf(stderr,
-                        "sparsekv generate: warning: the vocabulary has no %s token, so the %s "
-                        "markers are read as plain text (the model was not trained on this "
-                        "format)\n",
-                        markers[i].marker, name);
+        const char *opener = skv_chat_template_opener(vocab, chat_template);
+        if (opener && skv_vocab_find(vocab, opener) < 0)
+            fprintf(stderr,
+                    "sparsekv generate: warning: the vocabulary has no %s token, so the %s "
+                    "markers are read as plain text (the model was not trained on this format)\n",
+                    opener, skv_chat_template_name(vocab, chat_template, NULL));
     }
     if (chat || special) /* a chat template writes BOS itself */
         rc = tokenize_special(vocab, prompt, !chat, po.window_n, &prompt_toks);

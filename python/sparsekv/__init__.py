@@ -7,8 +7,6 @@
     info = ctx.compress("streaming", keep=0.5)   # per layer and kv head selection
 """
 
-import ctypes
-
 try:
     import numpy  # noqa: F401 (every array in and out is a NumPy array)
 except ImportError as _e:
@@ -19,6 +17,7 @@ except ImportError as _e:
 from . import _lib
 from ._core import (Context, Error, FormatError, Generation, InvalidArgumentError, Model,
                     OutOfMemoryError, StateError, UnsupportedError, default_model_path)
+from ._core import _policy_rows
 from ._core import IOError_ as IOError  # noqa: A001 (sparsekv.IOError, also an OSError)
 from ._eval import EvalResults, compare_logits, evaluate, log_softmax
 
@@ -41,21 +40,7 @@ def simd_level():
 def policies():
     """The library's policy registry: one dict per policy (name, alias, paper, rule, cost,
     params, needs_window, needs_prefill_attention, decode, builtin)."""
-    if not _lib.have("skv_policy_describe"):
-        return [{"name": n} for n in ("sink_recent", "random", "attention", "pyramid")]
-    out = []
-    for i in range(_lib.lib.skv_policy_count()):
-        buf = ctypes.create_string_buffer(ctypes.sizeof(_lib.skv_policy_about) + 256)
-        a = _lib.skv_policy_about.from_buffer(buf)  # room for fields newer than _lib.py
-        err = _lib.skv_err()
-        if _lib.lib.skv_policy_describe(i, ctypes.byref(a), ctypes.byref(err)) != 0:
-            raise Error(err.msg.decode(), err.status)
-        d = {}
-        for f, t in _lib.skv_policy_about._fields_:
-            v = getattr(a, f)
-            d[f] = v.decode() if isinstance(v, bytes) else v
-        out.append(d)
-    return out
+    return _policy_rows()
 
 
 def policy_canonical(name):

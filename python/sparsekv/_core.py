@@ -85,21 +85,32 @@ def _bad_arg(msg):
     return InvalidArgumentError(msg, 1)
 
 
+def _policy_rows():
+    """The library's policy registry, one dict per row (sparsekv.policies())."""
+    if not L.have("skv_policy_describe"):
+        return [{"name": n} for n in ("sink_recent", "random", "attention", "pyramid")]
+    out = []
+    for i in range(_lib.skv_policy_count()):
+        buf = ctypes.create_string_buffer(ctypes.sizeof(L.skv_policy_about) + 256)
+        a = L.skv_policy_about.from_buffer(buf)  # room for fields newer than _lib.py
+        err = L.skv_err()
+        if _lib.skv_policy_describe(i, byref(a), byref(err)) != L.OK:
+            _raise(err)
+        d = {}
+        for f, _ in L.skv_policy_about._fields_:
+            v = getattr(a, f)
+            d[f] = v.decode() if isinstance(v, bytes) else v
+        out.append(d)
+    return out
+
+
 def _policy_reads(name):
     """(canonical name, the set of skv_compress_params fields it reads) of a policy or alias,
     or (None, None) when the registry does not know it."""
-    if not isinstance(name, str) or not L.have("skv_policy_describe"):
-        return None, None
-    canon = _lib.skv_policy_canonical(name.encode())
-    if not canon:
-        return None, None
-    for i in range(_lib.skv_policy_count()):
-        buf = ctypes.create_string_buffer(ctypes.sizeof(L.skv_policy_about) + 256)
-        a = L.skv_policy_about.from_buffer(buf)
-        err = L.skv_err()
-        if _lib.skv_policy_describe(i, byref(a), byref(err)) == L.OK and a.name == canon:
-            params = (a.params or b"").decode()
-            return canon.decode(), {f for f in params.split(",") if f}
+    canon = _lib.skv_policy_canonical(name.encode()) if isinstance(name, str) else None
+    for row in _policy_rows() if canon else ():
+        if row["name"] == canon.decode() and "params" in row:
+            return row["name"], {f for f in (row["params"] or "").split(",") if f}
     return None, None
 
 
@@ -567,10 +578,8 @@ class Context:
         p.protocol = _enum(_PROTOCOLS, protocol, "protocol")
         p.positions = _enum(_POSITIONS, positions, "positions")
         win = None
-        no_window = window is None or (isinstance(window, (int, np.integer)) and
-                                       not isinstance(window, bool) and window < 1) or \
-            (not isinstance(window, (int, np.integer)) and hasattr(window, "__len__") and
-             len(window) == 0)
+        no_window = window is None or (hasattr(window, "__len__") and len(window) == 0) or \
+            (isinstance(window, (int, np.integer)) and not isinstance(window, bool) and window < 1)
         if no_window and canon is not None and _lib.skv_policy_needs_window(policy.encode()):
             raise _bad_arg("policy '%s' scores with window queries: give window=the window's "
                            "token ids (protocol 'seed'), or window=W with protocol='engine' "

@@ -149,6 +149,8 @@ AI void pv_tile(int rv, const float *st, const float *vb, int hd, int full, int 
                 UNROLL for (int w = 0; w < rv; w++) acc[x][w] = V_FMA(p[w], b, acc[x][w]);
             }
         }
+        /* (the same loop with the select: one body taking a `masked` flag ran ~5% slower at
+         * 8 lanes in attn_prefill_bench, f16 causal 88 -> 83 GFLOP/s) */
         for (; j < lim; j++, vr += hd) {
             V p[TV];
             UNROLL for (int w = 0; w < rv; w++) p[w] = V_LOAD(st + (size_t)j * MB + VL * w);

@@ -154,11 +154,11 @@ uint32_t skv_ftype_of(skv_type t) {
 uint32_t skv_ftype_label(skv_type asked, bool q4_k_m, const int n_by_type[SKV_TYPE_COUNT]) {
     const bool took =
         q4_k_m ? n_by_type[SKV_TYPE_Q4_K] + n_by_type[SKV_TYPE_Q6_K] > 0 : n_by_type[asked] > 0;
-    if (took) return q4_k_m ? 15u : skv_ftype_of(asked);
     int most = -1;
     for (int t = 0; t < SKV_TYPE_COUNT; t++)
         if (n_by_type[t] > 0 && (most < 0 || n_by_type[t] > n_by_type[most])) most = t;
-    return most < 0 ? (q4_k_m ? 15u : skv_ftype_of(asked)) : skv_ftype_of((skv_type)most);
+    if (!took && most >= 0) return skv_ftype_of((skv_type)most);
+    return q4_k_m ? 15u : skv_ftype_of(asked);
 }
 
 skv_type skv_matrix_type_for(skv_type want, int64_t cols) {

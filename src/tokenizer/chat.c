@@ -23,11 +23,16 @@
 
 typedef enum chat_kind { CHAT_NONE, CHAT_LLAMA3, CHAT_CHATML, CHAT_PHI3 } chat_kind;
 
+/* The special token that opens a message in each format (also what recognises a template). */
+static const char *const OPENER[] = {[CHAT_LLAMA3] = "<|start_header_id|>",
+                                     [CHAT_CHATML] = "<|im_start|>",
+                                     [CHAT_PHI3] = "<|user|>"};
+
 static chat_kind detect(const char *t) {
     if (!t) return CHAT_NONE;
-    if (strstr(t, "<|start_header_id|>") && strstr(t, "<|end_header_id|>")) return CHAT_LLAMA3;
-    if (strstr(t, "<|im_start|>")) return CHAT_CHATML;
-    if (strstr(t, "<|user|>") && strstr(t, "<|end|>")) return CHAT_PHI3;
+    if (strstr(t, OPENER[CHAT_LLAMA3]) && strstr(t, "<|end_header_id|>")) return CHAT_LLAMA3;
+    if (strstr(t, OPENER[CHAT_CHATML])) return CHAT_CHATML;
+    if (strstr(t, OPENER[CHAT_PHI3]) && strstr(t, "<|end|>")) return CHAT_PHI3;
     return CHAT_NONE;
 }
 
@@ -71,6 +76,12 @@ const char *skv_chat_template_name(const skv_vocab *v, const char *tmpl, skv_err
     default:
         return NULL;
     }
+}
+
+const char *skv_chat_template_opener(const skv_vocab *v, const char *tmpl) {
+    if (!v && !tmpl) return NULL;
+    chat_kind k = resolve(v, tmpl, NULL);
+    return k == CHAT_NONE ? NULL : OPENER[k];
 }
 
 /* An output buffer that counts what does not fit. */
