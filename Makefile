@@ -17,10 +17,11 @@ LDLIBS   += -lpcre2-8 -lm
 # them, so the library still runs on any x86-64 (and builds elsewhere without that file's SIMD).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 # The *_avx512.c files: AVX-512 F/BW/VL/DQ on top; *_avx512vnni.c: and VNNI; *_avx512bf16.c: and
-# AVX512_BF16 (each picked only when the CPU has them).
+# AVX512_BF16; *_amx.c: and AMX-TILE/AMX-BF16 (each picked only when the CPU has them).
 AVX512_FLAGS := $(SIMD_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq
 VNNI_FLAGS   := $(AVX512_FLAGS) -mavx512vnni
 BF16_FLAGS   := $(AVX512_FLAGS) -mavx512bf16
+AMX_FLAGS    := $(BF16_FLAGS) -mamx-tile -mamx-bf16
 
 LIB_SRC  := $(sort $(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -72,6 +73,10 @@ $(BUILD)/src/%_avx512vnni.o: src/%_avx512vnni.c $(wildcard include/*.h src/*.h s
 $(BUILD)/src/%_avx512bf16.o: src/%_avx512bf16.c $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BF16_FLAGS) -c $< -o $@
+
+$(BUILD)/src/%_amx.o: src/%_amx.c $(wildcard include/*.h src/*.h src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AMX_FLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@

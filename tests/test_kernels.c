@@ -228,13 +228,20 @@ static void test_dispatch_switch(void **state) {
     (void)state;
     bool on = skv_kernels_use_simd();
     char want[40];
-    snprintf(want, sizeof want, "%s%s%s",
+    const bool wide = on && skv_simd_active_id() >= SKV_SIMD_AVX512;
+    snprintf(want, sizeof want, "%s%s%s%s",
              !on                                      ? "scalar"
              : skv_simd_active_id() < SKV_SIMD_AVX512 ? "avx2+fma+f16c"
                                                       : "avx512",
-             on && skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_vnni() ? "+vnni" : "",
-             on && skv_simd_active_id() >= SKV_SIMD_AVX512 && skv_simd_has_bf16() ? "+bf16" : "");
+             wide && skv_simd_has_vnni() ? "+vnni" : "", wide && skv_simd_has_bf16() ? "+bf16" : "",
+             wide && skv_simd_has_amx() ? "+amx" : "");
     assert_string_equal(skv_kernels_impl(), want);
+    if (wide && skv_simd_has_amx()) { /* AMX switched off for a test: the name says so */
+        skv_kernels_amx(false);
+        want[strlen(want) - 4] = '\0';
+        assert_string_equal(skv_kernels_impl(), want);
+        skv_kernels_amx(true);
+    }
     skv_kernels_force_ref(true);
     assert_false(skv_kernels_use_simd());
     assert_string_equal(skv_kernels_impl(), "scalar");

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Float weights: only float32 accumulation error, relative to sum |x||w|. */
 #define TOL_ACCUM 1e-5
@@ -142,9 +144,11 @@ static void run_case(const mm_case *c, skv_pool *pools[3]) {
             if (panels) {
                 for (int i = 0; i < m * n_out; i++) y[i] = NAN;
                 skv_kernels_bf16_dot(false);
+                skv_kernels_amx(false); /* AMX: its own test, test_amx */
                 skv_matmul_panels(pools[p], y, x, m, panels, c->t, n_out, n_in,
                                   ws ? work_mem + 1 : NULL);
                 skv_kernels_bf16_dot(true);
+                skv_kernels_amx(true);
                 if (memcmp(y0, y, sizeof(float) * m * n_out) != 0)
                     fail_msg("%s m=%d n_out=%d n_in=%d simd=%d pool=%d: panels differ from rows",
                              skv_type_name(c->t), m, n_out, n_in, simd, p);
@@ -404,7 +408,7 @@ static void test_group(void **s) {
                 yg[j] = malloc(sizeof(float) * M * MAX_OUT);
             }
             fill_x(x, M, N_IN);
-            const size_t ws = skv_matmul_work_size(t, M, N_IN); /* 0 for F16 and F32 */
+            const size_t ws = skv_matmul_work_size(t, M, N_IN); /* 0 for F16 (M < 32), F32 */
             void *work_buf = malloc(ws ? ws : 1);
             for (int simd = 1; simd >= 0; simd--) {
                 skv_kernels_force_ref(!simd);
@@ -709,6 +713,7 @@ static double bf16_round(float f) {
 static void test_bf16_dot(void **s) {
     (void)s;
     if (!skv_kernels_use_bf16()) skip();
+    skv_kernels_amx(false); /* the vdpbf16ps code (AMX: test_amx) */
     /* n_out 130: 9 panels, so that decode streams 4 quarters per thread */
     const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 400}, n_outs[] = {37, 130};
     for (int ni = 0; ni < 4; ni++)
@@ -765,6 +770,167 @@ static void test_bf16_dot(void **s) {
             free(x), free(wf), free(wd), free(y), free(y1), free(y2), free(w), free(panels);
             free(work);
         }
+    skv_kernels_amx(true);
+}
+
+/* Error of y against the float64 sum ref, in units of the products' root sum of squares (scale
+ * free: a float chain over n products errs by about 2^-24 sqrt(n) of it). */
+static double rss_error(float y, double ref, double rss) {
+    return fabs((double)y - ref) / (rss + 1e-300);
+}
+
+/* F16 and BF16 panels on AMX tiles (where the CPU has AMX-BF16, matmul_amx.c). F16: x split in
+ * three bf16 parts and w in two, the products all but the smallest: within float accumulation
+ * error of a float64 loop, as the FMA code is (its error measured on the same products: the RMS
+ * of AMX's at most 3x the FMA code's, so a part left out, an error of 2^-17 per product, fails).
+ * BF16: x rounded to bf16, as vdpbf16ps's. Both: the same bits on 1-3 threads and for a row in
+ * any batch of SKV_MM_AMX_MIN_ROWS or more; a NaN in x gives NaN in its row's outputs, an
+ * infinity in x or W non-finite ones (NaN where the FMA code has an infinity: 0 x inf among the
+ * parts), the other outputs finite. Sizes: odd n_in (zero-padded tiles), more than one column
+ * block (640), n_out off 32 (edge tiles), m off 32, x rows split over threads. */
+static void test_amx(void **s) {
+    (void)s;
+    if (!skv_kernels_use_amx()) skip();
+    const skv_type ts[] = {SKV_TYPE_F16, SKV_TYPE_BF16};
+    const int n_ins[] = {7, 64, 600, 1301, 2080}, ms[] = {32, 45, 300}, n_outs[] = {16, 37, 130};
+    for (int ti = 0; ti < 2; ti++)
+        for (int ni = 0; ni < 5; ni++)
+            for (int mi = 0; mi < 3; mi++)
+                for (int oi = 0; oi < 3; oi++) {
+                    const skv_type t = ts[ti];
+                    const int n_in = n_ins[ni], m = ms[mi], n_out = n_outs[oi];
+                    if (m == 300 && n_out == 130 && n_in > 600) continue; /* keep it quick */
+                    const size_t rb = skv_row_bytes(t, n_in), pb = skv_panels_bytes(t, n_out, n_in);
+                    const size_t ws = skv_matmul_work_size(t, m, n_in), ny = (size_t)m * n_out;
+                    float *x = malloc(sizeof(float) * m * n_in), *wf = malloc(sizeof(float) * n_in);
+                    float *wd = malloc(sizeof(float) * n_out * n_in),
+                          *y = malloc(sizeof(float) * ny);
+                    float *y2 = malloc(sizeof(float) * ny), *yf = malloc(sizeof(float) * ny);
+                    uint8_t *w = malloc(rb * n_out), *work = malloc(ws + 1);
+                    void *panels = malloc(pb);
+                    assert_true(x && wf && wd && y && y2 && yf && w && work && panels && ws > 0);
+                    fill_x(x, m, n_in);
+                    for (int r = 0; r < n_out; r++) {
+                        fill_w(wf, 1, n_in);
+                        if (r == 3 && n_in > 3) wf[n_in - 2] = INFINITY;
+                        skv_quantize_row(t, wf, w + r * rb, n_in);
+                        skv_dequantize_row(t, w + r * rb, wd + (size_t)r * n_in, n_in);
+                    }
+                    skv_panels_pack(t, w, n_out, n_in, panels);
+                    x[(size_t)(m - 1) * n_in + n_in / 2] = NAN;
+                    x[(size_t)(m - 2) * n_in] = -INFINITY;
+                    skv_matmul_panels(pools[0], y, x, m, panels, t, n_out, n_in, work + 1);
+                    skv_kernels_amx(false); /* the FMA (or vdpbf16ps) code on the same products */
+                    skv_matmul_panels(pools[0], yf, x, m, panels, t, n_out, n_in, work + 1);
+                    skv_kernels_amx(true);
+                    double e_amx = 0, e_fma = 0;
+                    int finite = 0;
+                    for (int i = 0; i < m; i++)
+                        for (int r = 0; r < n_out; r++) {
+                            double ref = 0, ss = 0;
+                            for (int k = 0; k < n_in; k++) {
+                                const float xv = x[(size_t)i * n_in + k];
+                                const double p = (t == SKV_TYPE_BF16 ? bf16_round(xv) : xv) *
+                                                 (double)wd[(size_t)r * n_in + k];
+                                ref += p, ss += p * p;
+                            }
+                            const float got = y[(size_t)i * n_out + r];
+                            if (isnan(ref)) {
+                                if (!isnan(got))
+                                    fail_msg("amx %s y[%d][%d] = %g, want NaN", skv_type_name(t), i,
+                                             r, got);
+                                continue;
+                            }
+                            if (!isfinite(ref)) {
+                                if (isfinite(got))
+                                    fail_msg("amx %s y[%d][%d] = %g, want non-finite (%g)",
+                                             skv_type_name(t), i, r, got, ref);
+                                continue;
+                            }
+                            if (!isfinite(got))
+                                fail_msg("amx %s n_in=%d m=%d y[%d][%d] = %g, ref %.9g",
+                                         skv_type_name(t), n_in, m, i, r, got, ref);
+                            const double ea = rss_error(got, ref, sqrt(ss)),
+                                         ef = rss_error(yf[(size_t)i * n_out + r], ref, sqrt(ss));
+                            e_amx += ea * ea, e_fma += ef * ef, finite++;
+                            if (!(ea <= 1e-5))
+                                fail_msg("amx %s n_in=%d m=%d y[%d][%d] = %.9g, ref %.9g",
+                                         skv_type_name(t), n_in, m, i, r, got, ref);
+                        }
+                    e_amx = sqrt(e_amx / finite), e_fma = sqrt(e_fma / finite);
+                    /* the tiles ran: F16 sums in another order than the FMA code's */
+                    if (t == SKV_TYPE_F16 && n_in >= 600)
+                        assert_true(memcmp(y, yf, sizeof(float) * (size_t)(m - 2) * n_out) != 0);
+                    /* a float chain's error; n_in 7 and 64 can be exact on both sides */
+                    if (!(e_amx <= 3 * e_fma + 0x1p-24))
+                        fail_msg(
+                            "amx %s n_in=%d m=%d n_out=%d: RMS error %.3g, the FMA code's %.3g",
+                            skv_type_name(t), n_in, m, n_out, e_amx, e_fma);
+                    for (int p = 1; p < 3; p++) { /* threads */
+                        skv_matmul_panels(pools[p], y2, x, m, panels, t, n_out, n_in, work);
+                        assert_true(memcmp(y, y2, sizeof(float) * (size_t)(m - 2) * n_out) == 0);
+                    }
+                    /* rows [i0, i0 + 32) as a product of their own: the same bits */
+                    const int i0 = m - 2 - SKV_MM_AMX_MIN_ROWS;
+                    if (i0 >= 0) {
+                        skv_matmul_panels(pools[1], y2, x + (size_t)i0 * n_in, SKV_MM_AMX_MIN_ROWS,
+                                          panels, t, n_out, n_in, work);
+                        if (memcmp(y2, y + (size_t)i0 * n_out,
+                                   sizeof(float) * SKV_MM_AMX_MIN_ROWS * n_out) != 0)
+                            fail_msg("amx %s n_in=%d: rows %d.. alone differ from a batch of %d",
+                                     skv_type_name(t), n_in, i0, m);
+                    }
+                    /* as one of a group of products (skv_matmul_group: x split once, one
+                     * decision for all): the same bits as alone */
+                    const skv_mm_part parts[2] = {{y2, panels, n_out}, {yf, panels, n_out - 5}};
+                    skv_matmul_group(pools[2], parts, 2, x, m, t, SKV_MM_PANELS, n_in, work);
+                    assert_true(memcmp(y, y2, sizeof(float) * ny) == 0);
+                    for (int i = 0; i < m - 2; i++)
+                        assert_true(memcmp(y + (size_t)i * n_out, yf + (size_t)i * (n_out - 5),
+                                           sizeof(float) * (size_t)(n_out - 5)) == 0);
+                    free(x), free(wf), free(wd), free(y), free(y2), free(yf), free(w);
+                    free(work), free(panels);
+                }
+}
+
+/* The AMX prefill reads x's parts 32 rows at a time: up to 31 rows past m, which
+ * skv_matmul_work_size leaves room for. With work ending where an unmapped page begins, every
+ * m (1 to 3 tiles, ragged) and odd n_in runs without a fault, and gives the same bits as with
+ * room to spare. */
+static void test_amx_work_end(void **s) {
+    (void)s;
+    if (!skv_kernels_use_amx()) skip();
+    const long page = sysconf(_SC_PAGESIZE);
+    const skv_type ts[] = {SKV_TYPE_F16, SKV_TYPE_BF16};
+    enum { N_OUT = 37 };
+    for (int ti = 0; ti < 2; ti++)
+        for (int m = SKV_MM_AMX_MIN_ROWS; m <= 97; m += 13)
+            for (int n_in = 7; n_in <= 700; n_in += 231) {
+                const skv_type t = ts[ti];
+                const size_t rb = skv_row_bytes(t, n_in), ws = skv_matmul_work_size(t, m, n_in);
+                const size_t span = (ws + (size_t)page - 1) / (size_t)page * (size_t)page;
+                uint8_t *map = mmap(NULL, span + (size_t)page, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                assert_true(map != MAP_FAILED);
+                assert_int_equal(mprotect(map + span, (size_t)page, PROT_NONE), 0);
+                float *x = malloc(sizeof(float) * m * n_in), *wf = malloc(sizeof(float) * n_in);
+                float *y = malloc(sizeof(float) * m * N_OUT),
+                      *y2 = malloc(sizeof(float) * m * N_OUT);
+                uint8_t *w = malloc(rb * N_OUT), *roomy = malloc(ws + 4096);
+                void *panels = malloc(skv_panels_bytes(t, N_OUT, n_in));
+                assert_true(x && wf && y && y2 && w && roomy && panels);
+                fill_x(x, m, n_in);
+                for (int r = 0; r < N_OUT; r++) {
+                    fill_w(wf, 1, n_in);
+                    skv_quantize_row(t, wf, w + r * rb, n_in);
+                }
+                skv_panels_pack(t, w, N_OUT, n_in, panels);
+                skv_matmul_panels(pools[2], y, x, m, panels, t, N_OUT, n_in, map + span - ws);
+                skv_matmul_panels(pools[2], y2, x, m, panels, t, N_OUT, n_in, roomy);
+                assert_true(memcmp(y, y2, sizeof(float) * m * N_OUT) == 0);
+                munmap(map, span + (size_t)page);
+                free(x), free(wf), free(y), free(y2), free(w), free(roomy), free(panels);
+            }
 }
 
 /* The reference itself against a hand-computed product. */
@@ -783,7 +949,15 @@ static void test_ref_hand(void **s) {
 /* Work size: none for float weights, at least m activation rows for quantized ones. */
 static void test_work_size(void **s) {
     (void)s;
-    assert_int_equal(skv_matmul_work_size(SKV_TYPE_F16, 512, 576), 0);
+    /* F16: no work, except for the AMX prefill (x's three bf16 parts, 31 rows past m) */
+    if (skv_simd_has_amx()) {
+        assert_true(skv_matmul_work_size(SKV_TYPE_F16, 512, 576) >= (512 + 31) * 3 * 576 * 2);
+        assert_true(skv_matmul_work_size(SKV_TYPE_F16, 32, 7) >= (32 + 31) * 3 * 32 * 2);
+        assert_true(skv_matmul_work_size(SKV_TYPE_BF16, 32, 7) >= (32 + 31) * 64);
+        assert_int_equal(skv_matmul_work_size(SKV_TYPE_F16, SKV_MM_AMX_MIN_ROWS - 1, 576), 0);
+    } else {
+        assert_int_equal(skv_matmul_work_size(SKV_TYPE_F16, 512, 576), 0);
+    }
     /* BF16: x rounded to bf16 for the vdpbf16ps panels, in pairs (odd n padded), rows of 64
      * bytes or more */
     assert_int_equal(skv_act_bf16_row_bytes(7), 64);
@@ -805,6 +979,8 @@ int main(void) {
         cmocka_unit_test(test_float_order),
         cmocka_unit_test(test_k_formula),
         cmocka_unit_test(test_bf16_dot),
+        cmocka_unit_test(test_amx),
+        cmocka_unit_test(test_amx_work_end),
         cmocka_unit_test(test_nonfinite_x),
         cmocka_unit_test(test_f32),
         cmocka_unit_test(test_f16),

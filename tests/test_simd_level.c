@@ -92,6 +92,33 @@ static void test_levels(void **s) {
         assert_string_equal(skv_simd_level(), best);
 }
 
+/* Whether F16/BF16 prefill runs on AMX tiles: never without the CPU's AMX-BF16 and AMX-TILE (the
+ * OS may still refuse the tile state: then false too), never with SKV_NO_AMX=1 or below the
+ * avx512 level. */
+static void test_amx(void **s) {
+    (void)s;
+    char *err;
+    char *js = system_json("", &err);
+    const bool on = strstr(js, "\"amx\":true") != NULL;
+    assert_true(on || strstr(js, "\"amx\":false") != NULL);
+    if (!cpuinfo_has("amx_bf16") || !cpuinfo_has("amx_tile") || !cpuinfo_has("avx512_bf16"))
+        assert_false(on);
+    free(js);
+    free(err);
+    const char *off[] = {"SKV_NO_AMX=1", "SKV_SIMD=avx2", "SKV_SIMD=scalar"};
+    for (int i = 0; i < 3; i++) {
+        js = system_json(off[i], &err);
+        if (!strstr(js, "\"amx\":false")) fprintf(stderr, "%s: %s", off[i], js);
+        assert_non_null(strstr(js, "\"amx\":false"));
+        free(js);
+        free(err);
+    }
+    js = system_json("SKV_NO_AMX=0", &err); /* 0 is no */
+    assert_int_equal(strstr(js, "\"amx\":true") != NULL, on);
+    free(js);
+    free(err);
+}
+
 /* bench --json carries the level in every record. */
 static void test_bench_json(void **s) {
     (void)s;
@@ -107,7 +134,7 @@ static void test_bench_json(void **s) {
         char *end = strchr(p, '\n');
         assert_non_null(end);
         *end = 0;
-        assert_non_null(strstr(p, "\"simd\":\"scalar\""));
+        assert_non_null(strstr(p, "\"simd\":\"scalar\",\"amx\":false"));
         *end = '\n';
         n++;
     }
@@ -118,6 +145,7 @@ static void test_bench_json(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
+        cmocka_unit_test(test_amx),
         cmocka_unit_test(test_bench_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

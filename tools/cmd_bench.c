@@ -188,7 +188,9 @@ static void pct(char *buf, size_t n, double v, double peak) {
 
 static void print_header(const opts *o) {
     if (o->json) return;
-    printf("SIMD level: %s (CPU: %s)\n\n", skv_simd_level(), skv_simd_cpu_level());
+    printf("SIMD level: %s (CPU: %s)%s\n\n", skv_simd_level(), skv_simd_cpu_level(),
+           skv_simd_amx() ? "; F16/BF16 prefill on AMX tiles, which the FMA peak does not bound"
+                          : "");
     printf("| model | type | size | params | threads | test | t/s | min..max | GFLOP/s | %% FMA "
            "peak | GB/s | %% read BW |\n");
     printf("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
@@ -206,7 +208,8 @@ static void print_row(const opts *o, const model_facts *f, int threads, const ch
     double gflops = flops > 0 ? flops / ts.median / 1e9 : 0;
     double gbs = bytes > 0 ? bytes / ts.median / 1e9 : 0;
     if (o->json) {
-        printf("{\"record\":\"test\",\"simd\":\"%s\",\"model\":", skv_simd_level());
+        printf("{\"record\":\"test\",\"simd\":\"%s\",\"amx\":%s,\"model\":", skv_simd_level(),
+               skv_simd_amx() ? "true" : "false");
         cli_json_string(stdout, f->name, strlen(f->name));
         printf(",\"type\":\"%s\",\"weight_bytes\":%llu,\"params\":%llu,\"threads\":%d,"
                "\"test\":\"%s\",\"tokens\":%d,\"reps\":%d,\"tps_median\":%.4f,\"tps_min\":%.4f,"

@@ -14,8 +14,9 @@ static void usage(FILE *f) {
                "Prints the model's hyperparameters, every tensor with its type, shape and size,\n"
                "and vocabulary facts. --json prints one JSON document instead.\n"
                "--system prints the CPU features seen and the SIMD level the kernels use (the\n"
-               "CPU's widest, lowered by SKV_SIMD=scalar|avx2|avx512); with a MODEL, then the\n"
-               "model.\n");
+               "CPU's widest, lowered by SKV_SIMD=scalar|avx2|avx512), and whether F16/BF16\n"
+               "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off); with a MODEL, then\n"
+               "the model.\n");
 }
 
 /* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
@@ -50,8 +51,8 @@ static void print_system(bool json) {
     if (json) {
         printf("{\"cpu_features\":");
         cli_json_string(stdout, skv_simd_cpu_features(), strlen(skv_simd_cpu_features()));
-        printf(",\"cpu_simd\":\"%s\",\"simd\":\"%s\",\"skv_simd_env\":", skv_simd_cpu_level(),
-               skv_simd_level());
+        printf(",\"cpu_simd\":\"%s\",\"simd\":\"%s\",\"amx\":%s,\"skv_simd_env\":",
+               skv_simd_cpu_level(), skv_simd_level(), skv_simd_amx() ? "true" : "false");
         if (env)
             cli_json_string(stdout, env, strlen(env));
         else
@@ -70,6 +71,8 @@ static void print_system(bool json) {
     bool forced = fs && fs[0] && strcmp(fs, "0") != 0;
     printf("simd in use  %s%s%s%s%s\n", skv_simd_level(), env ? " (SKV_SIMD=" : "", env ? env : "",
            env ? ")" : "", forced ? " (SKV_FORCE_SCALAR set)" : "");
+    if (skv_simd_amx())
+        printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
     if (warn) printf("simd note    %s\n", warn);
 }
 

@@ -74,6 +74,10 @@ uint16_t skv_f32_to_bf16(float f) {
 #define SKV_HAVE_X86 1
 #include <cpuid.h>
 #endif
+#if defined(SKV_HAVE_X86) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* The widest level this build has kernels for. */
 #define SIMD_BUILT SKV_SIMD_AVX512
@@ -85,7 +89,10 @@ static char simd_features[160];                   /* "sse4.2 avx avx2 fma f16c .
 static char simd_warning[200];                    /* why SKV_SIMD was not honoured, or "" */
 static bool simd_vnni = false;                    /* AVX-512 VNNI (at the AVX-512 level) */
 static bool simd_bf16 = false;                    /* AVX512_BF16 (at the AVX-512 level) */
+static bool simd_amx_cpu = false; /* AMX-TILE + AMX-BF16 with AVX512_BF16, the OS saving tiles */
+static bool simd_amx = false;     /* ... in use: the avx512 level, granted by the OS */
 static atomic_bool bf16_dot_off = false;
+static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
 
 static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
@@ -107,6 +114,18 @@ static void feature(bool has, const char *name) {
     if (has && len + strlen(name) + 2 < sizeof simd_features)
         snprintf(simd_features + len, sizeof simd_features - len, "%s%s", len ? " " : "", name);
 }
+
+/* Linux hands the AMX tile data state (XCR0 bit 18) only to a process that asks for it
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16 and later); the grant covers every thread. It is
+ * refused where a thread's signal stack is too small for the larger signal frame (sanitizer
+ * runtimes): then no AMX. */
+static bool amx_granted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#else
+    return false;
+#endif
+}
 #endif
 
 /* CPUID straight from the leaves (so that the names do not depend on the compiler's
@@ -117,7 +136,7 @@ static void simd_detect(void) {
     unsigned a = 0, b = 0, c = 0, d = 0, max_leaf = __get_cpuid_max(0, NULL);
     bool sse42 = false, fma = false, avx = false, f16c = false, osx = false;
     bool avx2 = false, f = false, dq = false, bw = false, vl = false, vnni = false;
-    bool vbmi = false, bf16 = false;
+    bool vbmi = false, bf16 = false, amx = false;
     if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
         sse42 = c >> 20 & 1;
         fma = c >> 12 & 1;
@@ -137,6 +156,7 @@ static void simd_detect(void) {
         vl = b >> 31 & 1;
         vbmi = c >> 1 & 1;
         vnni = c >> 11 & 1;
+        amx = (d >> 22 & 1) && (d >> 24 & 1); /* AMX-BF16, AMX-TILE */
         if (sub_max >= 1) {
             __cpuid_count(7, 1, a, b, c, d);
             bf16 = a >> 5 & 1;
@@ -165,10 +185,13 @@ static void simd_detect(void) {
     feature(vnni, "avx512vnni");
     feature(bf16, "avx512bf16");
     feature(vbmi, "avx512vbmi");
+    amx = amx && bf16 && bw && vl && dq && (xcr0 & 0x60000) == 0x60000; /* XTILECFG, XTILEDATA */
+    feature(amx, "amx-bf16");
     if (avx2 && fma && f16c) simd_cpu = SKV_SIMD_AVX2;
     if (simd_cpu == SKV_SIMD_AVX2 && f && bw && vl && dq) simd_cpu = SKV_SIMD_AVX512;
     simd_vnni = simd_cpu == SKV_SIMD_AVX512 && vnni;
     simd_bf16 = simd_cpu == SKV_SIMD_AVX512 && bf16;
+    simd_amx_cpu = simd_bf16 && amx;
 #endif
     if (!simd_features[0]) snprintf(simd_features, sizeof simd_features, "(none)");
 }
@@ -201,6 +224,13 @@ static void simd_init(void) {
         }
     }
     simd_active = want;
+#ifdef SKV_HAVE_X86
+    /* The tile state is asked of the OS only where it would be used (the grant enlarges every
+     * signal frame of the process); SKV_NO_AMX=1 keeps the vector code. */
+    const char *no_amx = getenv("SKV_NO_AMX");
+    simd_amx = simd_amx_cpu && want == SKV_SIMD_AVX512 &&
+               !(no_amx && no_amx[0] && strcmp(no_amx, "0") != 0) && amx_granted();
+#endif
 }
 
 skv_simd_id skv_simd_cpu_id(void) {
@@ -241,6 +271,24 @@ bool skv_simd_has_bf16(void) {
     return simd_bf16;
 }
 
+bool skv_simd_has_amx(void) {
+    pthread_once(&simd_once, simd_init);
+    return simd_amx;
+}
+
+bool skv_kernels_use_amx(void) {
+    return skv_kernels_use_avx512() && skv_simd_has_amx() &&
+           !atomic_load_explicit(&amx_off, memory_order_relaxed);
+}
+
+bool skv_simd_amx(void) {
+    return skv_kernels_use_amx();
+}
+
+void skv_kernels_amx(bool on) {
+    atomic_store_explicit(&amx_off, !on, memory_order_relaxed);
+}
+
 bool skv_kernels_use_bf16(void) {
     return skv_kernels_use_avx512() && skv_simd_has_bf16() &&
            !atomic_load_explicit(&bf16_dot_off, memory_order_relaxed);
@@ -263,6 +311,8 @@ bool skv_kernels_use_avx512(void) {
 const char *skv_kernels_impl(void) {
     if (!skv_kernels_use_simd()) return "scalar";
     if (skv_simd_active_id() < SKV_SIMD_AVX512) return "avx2+fma+f16c";
+    if (skv_kernels_use_amx())
+        return skv_simd_has_vnni() ? "avx512+vnni+bf16+amx" : "avx512+bf16+amx";
     if (skv_simd_has_vnni()) return skv_simd_has_bf16() ? "avx512+vnni+bf16" : "avx512+vnni";
     return skv_simd_has_bf16() ? "avx512+bf16" : "avx512";
 }

@@ -60,9 +60,13 @@ void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n)
  * ne[0] = n_in, ne[1] = n_out). Quantized W is used block by block (activations quantized to
  * 8 bits, integer dot products); it is never dequantized whole. work must hold
  * skv_matmul_work_size(wt, m, n_in) bytes (any alignment; 0 bytes for F32 and F16 weights, then
- * work may be NULL; BF16: the activations rounded to bf16 for vdpbf16ps, used by the panels).
- * Parallel over pool (may be NULL). The result of each row of x is the same bits whatever m
- * (batched prefill == token-by-token decode) and whatever the thread count. */
+ * work may be NULL; BF16: the activations rounded to bf16 for vdpbf16ps, used by the panels;
+ * F16 and BF16 where the CPU has AMX and m >= SKV_MM_AMX_MIN_ROWS: x's bf16 parts for the AMX
+ * prefill of panels, which without work takes the vector code). Parallel over pool (may be
+ * NULL). The result of each row of x is the same bits whatever m (batched prefill ==
+ * token-by-token decode) and whatever the thread count, except for F16/BF16 panels on AMX
+ * (skv_kernels_use_amx): the same bits for any m from SKV_MM_AMX_MIN_ROWS, within float rounding
+ * of fewer rows' (the vector code). */
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);
@@ -203,8 +207,16 @@ typedef struct skv_mm {
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
 #define SKV_MM_ROW_ALIGN           16
 #define SKV_MM_MIN_ROWS_PER_THREAD 16
+/* F16/BF16 panels take the AMX tiles from this many x rows (smollm2 F16 pp16 at 2 threads: 530
+ * t/s on the tiles, 600 on the FMA code; pp32 900 vs 820). */
+#define SKV_MM_AMX_MIN_ROWS 32
 #if defined(__x86_64__) || defined(__i386__)
 #define SKV_HAVE_MATMUL_AVX2 1
+#endif
+#if defined(__x86_64__) /* AMX: 64-bit mode only */
+#define SKV_HAVE_MATMUL_AMX 1
+#endif
+#ifdef SKV_HAVE_MATMUL_AVX2
 /* matmul_avx2.c: the outputs of x rows [i0, i1) and W rows [r0, r1); xq already filled. Only
  * when the CPU has AVX2/FMA/F16C. */
 void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1);
@@ -224,6 +236,17 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1);
  * rounded), the same for any m and thread split. */
 void skv_matmul_avx512_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1);
 void skv_act_rows_bf16(const float *x, void *dst, int n);
+#ifdef SKV_HAVE_MATMUL_AMX
+/* matmul_amx.c: F16 and BF16 W in panels on AMX tiles (the CPU has AMX-BF16, skv_kernels_use_amx),
+ * x rows already split into skv_act_amx_parts(wt) bf16 parts in xq (skv_act_rows_amx: part p of
+ * a row at byte 2 * p * kp, kp = n_in rounded up to 32, zero padded), 31 rows readable past m
+ * (their values reach only outputs that are dropped). F16: a float sum of the exact products
+ * like the FMA code's, other bits (more roundings, in another order); BF16: x rounded to bf16 as
+ * vdpbf16ps's. The same bits for any m from SKV_MM_AMX_MIN_ROWS and any thread split. */
+void skv_matmul_amx(const skv_mm *mm, int i0, int i1, int r0, int r1);
+void skv_act_rows_amx(const float *x, void *dst, int n, int parts);
+int skv_act_amx_parts(skv_type wt);
+#endif
 /* The activation rows that the AVX2 and AVX-512 levels read for K-quant weights (matmul_avx2.c):
  * the float group sums replaced by the exact integer sums of each 16 codes (int32), and, with
  * k_order (the VNNI level's Q4_K/Q5_K rows; not k16 records, whose codes are in natural order),
@@ -332,13 +355,20 @@ bool skv_simd_has_bf16(void);
  * switched off by skv_kernels_bf16_dot(false) (tests: to reach the float path too). */
 bool skv_kernels_use_bf16(void);
 void skv_kernels_bf16_dot(bool on);
+/* Whether the CPU has AMX-TILE and AMX-BF16 (with AVX512_BF16) and the OS granted this process
+ * the tile state (SKV_NO_AMX=1, read once, says no). */
+bool skv_simd_has_amx(void);
+/* True when F16/BF16 panels take the AMX prefill (matmul_amx.c): the avx512 level, AMX present,
+ * not switched off by skv_kernels_amx(false) (tests: to compare with the FMA code). */
+bool skv_kernels_use_amx(void);
+void skv_kernels_amx(bool on);
 
 /* True when the AVX2/FMA/F16C paths are in use (level >= avx2 and not forced off). */
 bool skv_kernels_use_simd(void);
 /* True when the AVX-512 paths are in use (level avx512 and not forced off). */
 bool skv_kernels_use_avx512(void);
-/* Which implementation the dispatchers chose: "avx512" with "+vnni" and/or "+bf16" where the
- * CPU has them, "avx2+fma+f16c" or "scalar". */
+/* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
+ * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);

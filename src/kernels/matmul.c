@@ -1,6 +1,6 @@
 /* matmul.c — y[m, n_out] = x[m, n_in] · W^T: the reference, the work size, the split over the
  * pool, and the portable scalar path. The fast kernels are in matmul_avx2.c, matmul_avx512.c,
- * matmul_avx512vnni.c and matmul_avx512bf16.c.
+ * matmul_avx512vnni.c, matmul_avx512bf16.c and matmul_amx.c.
  *
  * Threads split W's rows (each streams its own weights) in chunks of SKV_MM_ROW_ALIGN rows;
  * when there are fewer chunks than threads and m is large, the rows of x are split too, and for
@@ -8,7 +8,9 @@
  * decode (one x row) the threads instead take chunks of rows from a counter as they go. Products
  * of one x (skv_matmul_group) run in one pool run. Every output element is computed by the same
  * sequence of operations whichever thread gets it and however many rows x has, so results
- * depend neither on the thread count nor on m. */
+ * depend neither on the thread count nor on m. The one exception: F16/BF16 panels on AMX tiles
+ * (matmul_amx.c) from SKV_MM_AMX_MIN_ROWS x rows, whose own sequence is the same for any such m
+ * and thread split, and within float rounding of the vector code's that fewer rows take. */
 #include "kernels.h"
 
 #include <math.h>
@@ -28,14 +30,42 @@ size_t skv_act_bf16_row_bytes(int n) {
     return ((size_t)(n + 1) / 2 * 4 + 63) & ~(size_t)63;
 }
 
+/* The AMX prefill's rows of x (skv_act_rows_amx): its bf16 parts, each n rounded up to 32, in
+ * an odd number of cache lines (a tile's 16 rows 2^k lines apart share few L1 sets: with
+ * SmolLM2's 1536 columns, 144 lines, 4 sets; matmul_bench f16 576 x 1536, m = 512, 1 thread
+ * 208 -> 245 GFLOP/s, 2 threads 518 -> 585). */
+static size_t act_amx_row_bytes(skv_type wt, int n) {
+#ifdef SKV_HAVE_MATMUL_AMX
+    const size_t lines = (size_t)skv_act_amx_parts(wt) * (((size_t)n + 31) / 32);
+    return 64 * (lines | 1);
+#else
+    (void)wt, (void)n;
+    return 0;
+#endif
+}
+
+/* Float panels take AMX (F16, BF16) from SKV_MM_AMX_MIN_ROWS x rows where the CPU has it. */
+static bool amx_type(skv_type wt) {
+#ifdef SKV_HAVE_MATMUL_AMX
+    return (wt == SKV_TYPE_F16 || wt == SKV_TYPE_BF16) && skv_simd_has_amx();
+#else
+    (void)wt;
+    return false;
+#endif
+}
+
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in) {
     int bs = skv_act_block(wt);
     if (m <= 0 || n_in <= 0) return 0;
-    if (wt != SKV_TYPE_BF16 && (bs == 0 || n_in % bs)) return 0;
-    size_t row = wt == SKV_TYPE_BF16 ? skv_act_bf16_row_bytes(n_in) : skv_act_row_bytes(n_in, bs);
+    const bool amx = amx_type(wt) && m >= SKV_MM_AMX_MIN_ROWS;
+    if (wt != SKV_TYPE_BF16 && !amx && (bs == 0 || n_in % bs)) return 0;
+    size_t row = amx                   ? act_amx_row_bytes(wt, n_in)
+                 : wt == SKV_TYPE_BF16 ? skv_act_bf16_row_bytes(n_in)
+                                       : skv_act_row_bytes(n_in, bs);
     uint64_t total;
-    if (!skv_mul_ok((uint64_t)m, row, &total) || !skv_add_ok(total, WORK_ALIGN, &total) ||
-        total > SIZE_MAX)
+    /* AMX reads x 32 rows at a time: up to 31 rows past m */
+    if (!skv_mul_ok((uint64_t)m + (amx ? 31 : 0), row, &total) ||
+        !skv_add_ok(total, WORK_ALIGN, &total) || total > SIZE_MAX)
         return SIZE_MAX; /* the caller's allocation fails cleanly */
     return (size_t)total;
 }
@@ -130,6 +160,7 @@ typedef struct mm_task {
     bool k_order;     /* ... and the codes in K order (the VNNI level's Q4_K/Q5_K rows) */
     bool u_codes;     /* activation codes + 128 (skv_act_unsigned) */
     bool bf16;        /* BF16 panels with vdpbf16ps: xq holds x rounded to bf16 */
+    bool amx;         /* F16/BF16 panels on AMX tiles: xq holds x's bf16 parts */
     bool k16_kernels; /* k16 records read as they are (the SIMD levels; Q6_K: AVX2 code only) */
 } mm_task;
 
@@ -181,6 +212,12 @@ static void mm_split(const skv_mm *mm, int ith, int nth, int *i0, int *i1, int *
 /* The level's code for one rectangle of the product. */
 static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0, int r1) {
 #ifdef SKV_HAVE_MATMUL_AVX2
+#ifdef SKV_HAVE_MATMUL_AMX
+    if (t->amx) {
+        skv_matmul_amx(mm, i0, i1, r0, r1);
+        return;
+    }
+#endif
     if (t->bf16) {
         skv_matmul_avx512_bf16(mm, i0, i1, r0, r1);
         return;
@@ -280,6 +317,12 @@ static void quant_worker(void *arg, int ith, int nth) {
         const float *xi = mm->x + (size_t)i * mm->n_in;
         uint8_t *dst = (uint8_t *)mm->xq + (size_t)i * mm->xq_stride;
 #ifdef SKV_HAVE_MATMUL_AVX2
+#ifdef SKV_HAVE_MATMUL_AMX
+        if (t->amx) {
+            skv_act_rows_amx(xi, dst, mm->n_in, skv_act_amx_parts(mm->wt));
+            continue;
+        }
+#endif
         if (t->bf16) {
             skv_act_rows_bf16(xi, dst, mm->n_in);
             continue;
@@ -359,6 +402,8 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
         t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
+    t->amx = panels && m >= SKV_MM_AMX_MIN_ROWS && amx_type(wt) && skv_kernels_use_amx();
+    if (t->amx) t->bf16 = false;
     t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
 #endif
 }
@@ -382,12 +427,20 @@ void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const flo
     if (g.n == 0) return;
     atomic_init(&g.next, 0);
     mm_task *t = &g.t[0];
+    for (int j = 1; j < g.n; j++) { /* one decision for the group (the switches may move) */
+        g.t[j].amx = t->amx;
+        g.t[j].bf16 = t->bf16;
+    }
+    if (t->amx && !work) /* AMX needs x's parts in work: without it, the float path */
+        for (int j = 0; j < g.n; j++) g.t[j].amx = false;
     if (t->bf16 && !work) /* vdpbf16ps needs x rounded in work: without it, the float path */
         for (int j = 0; j < g.n; j++) g.t[j].bf16 = false;
     int bs = skv_act_block(wt);
-    if (bs || t->bf16) { /* x quantized once, into work, for every product */
+    if (bs || t->bf16 || t->amx) { /* x quantized once, into work, for every product */
         t->mm.xq = align_work(work);
-        t->mm.xq_stride = t->bf16 ? skv_act_bf16_row_bytes(n_in) : skv_act_row_bytes(n_in, bs);
+        t->mm.xq_stride = t->amx    ? act_amx_row_bytes(wt, n_in)
+                          : t->bf16 ? skv_act_bf16_row_bytes(n_in)
+                                    : skv_act_row_bytes(n_in, bs);
         /* One row is quickest on the caller; many rows are quantized in parallel. */
         if (m < 2 * skv_pool_size(pool))
             quant_worker(t, 0, 1);

@@ -1,0 +1,264 @@
+/* matmul_amx.c — the prefill of F16 and BF16 weights in panels on AMX tiles (tdpbf16ps: a 16 x 16
+ * float tile += 16 rows x 32 bf16 times 32 bf16 x 16 columns, 8192 multiply-adds per
+ * instruction, where an AVX-512 FMA does 16). Built with the AVX512_BF16 flags and -mamx-tile
+ * -mamx-bf16; matmul.c calls in only when the CPU has AMX-BF16 and the OS granted the tile state
+ * (skv_kernels_use_amx), for products of at least SKV_MM_AMX_MIN_ROWS x rows with work.
+ *
+ * The tiles multiply bf16 (8 significant bits) exactly into float sums, so the operands are
+ * split into bf16 parts that add up to them:
+ *   F16 W: w = wh + wl exactly (an f16 has 11 significant bits: wh the top 8, wl the rest);
+ *          x = xh + xm + xl exactly (each the remainder rounded to bf16: 24 bits in three parts
+ *          of 8; subnormal parts, below 2^-126, are flushed: x under ~2^-110 loses its tail);
+ *          y = sum over k of wh.xl + wh.xm + wh.xh + wl.xh + wl.xm, each product exact, summed in
+ *          float (the dropped wl.xl is below 2^-24 of |w x|). So the result is a float sum of
+ *          the exact products like the FMA path's, five times as many roundings in another order:
+ *          not the same bits as the AVX-512/AVX2 code, within its float accumulation error.
+ *   BF16 W: one part each, x rounded to bf16 as the vdpbf16ps code does (matmul_avx512bf16.c).
+ * The tiles flush subnormal inputs and results to zero, as vdpbf16ps does.
+ *
+ * Each output's chain runs over k in order, the parts in the order above, whatever the thread
+ * split and the number of rows (from SKV_MM_AMX_MIN_ROWS up): the same bits for any m that takes
+ * this path, and for any thread count.
+ *
+ * Layout: x's parts are rows of xq (skv_act_rows_amx: part p of row i at xq + i * xq_stride +
+ * p * 2 * kp, kp = n_in rounded up to 32, zero padded), read in place as A tiles (16 rows of 64
+ * bytes); W's parts are made B tiles per block of KCA columns and 32 W rows (two panels), in
+ * the interleaved pairs the instruction wants (row j of a tile: (w[r][2j], w[r][2j + 1]) for
+ * r = 0..15), once for all of the thread's x rows. Tiles 0-3 the 32 x 32 outputs, 4-5 x rows,
+ * 6-7 W: per 32 columns 12 tile loads and 20 products (F16). */
+#include "kernels.h"
+
+#if defined(SKV_HAVE_MATMUL_AMX) && defined(__AVX512F__) && defined(__AVX512BW__) &&               \
+    defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BF16__) &&                   \
+    defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__F16C__)
+
+#include "avx512_util.h"
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+#define PANEL SKV_MM_PANEL
+#define KCA   640 /* columns per block at most (as the FMA code): 2 panels' W tiles 80 KB */
+#define MCA   256 /* x rows per block: their parts in L2 (256 x 512 columns x 3 parts: 768 KB) */
+#define NTA   (KCA / 32)
+
+_Static_assert(PANEL == 16, "a B tile is 16 W rows");
+
+/* bf16 of each lane (round to nearest even) and that value back as floats. */
+INLINE __m256i bf16_round(__m512 v, __m512 *back) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    *back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return h;
+}
+
+/* v - r where r is finite (an infinity or NaN keeps its own part and leaves 0 to the rest, where
+ * inf - inf would make a NaN). */
+INLINE __m512 remainder_of(__m512 v, __m512 r) {
+    const __mmask16 fin =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);
+    return _mm512_maskz_sub_ps(fin, v, r);
+}
+
+int skv_act_amx_parts(skv_type wt) {
+    return wt == SKV_TYPE_F16 ? 3 : 1;
+}
+
+void skv_act_rows_amx(const float *x, void *dst, int n, int parts) {
+    uint16_t *d = dst;
+    const int kp = (n + 31) & ~31;
+    for (int k = 0; k < kp; k += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(lanes(n - k), x + k), back;
+        for (int p = 0; p < parts; p++) {
+            __m256i h = bf16_round(v, &back);
+            /* a float past bf16's largest (~3.39e38) rounds to inf: its top 8 bits instead */
+            const __mmask16 over = _mm512_fpclass_ps_mask(back, 0x18) & // +-inf
+                                   (__mmask16)~_mm512_fpclass_ps_mask(v, 0x99);
+            if (over) {
+                const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+                h = _mm256_mask_blend_epi16(over, h, _mm512_cvtepi32_epi16(top));
+                back = _mm512_mask_blend_ps(over, back,
+                                            _mm512_castsi512_ps(_mm512_slli_epi32(top, 16)));
+            }
+            _mm256_storeu_si256((__m256i *)(void *)(d + (size_t)p * kp + k), h);
+            v = remainder_of(v, back);
+        }
+    }
+}
+
+/* Two 16-lane bf16 vectors (column k and k + 1 of a panel) as one B tile row: lane r holds
+ * (a[r], b[r]). */
+INLINE __m512i tile_row(__m256i a, __m256i b) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(a),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+/* The same from floats that are bf16 values already (low 16 bits zero): b's high half, a's
+ * high half below it. */
+INLINE __m512i tile_row_f(__m512 a, __m512 b) {
+    return _mm512_ternarylogic_epi32(_mm512_castps_si512(b), _mm512_set1_epi32((int)0xffff0000u),
+                                     _mm512_srli_epi32(_mm512_castps_si512(a), 16), 0xea);
+}
+
+/* An f16 weight (as float) = hi + lo, both bf16 exactly: hi keeps the top 8 significant bits
+ * (the float's low 16 bits cleared), lo the last 3 (w - hi is exact, with at most 3 bits). An
+ * infinity or NaN stays in hi, lo 0. */
+INLINE void split_f16(__m512 w, __m512 *hi, __m512 *lo) {
+    *hi = _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
+    const __mmask16 odd = _mm512_fpclass_ps_mask(w, 0x99); /* NaN, +-inf */
+    *lo = _mm512_maskz_sub_ps((__mmask16)~odd, w, *hi);
+}
+
+/* The B tiles of one panel (pw: its first element; n columns) for columns [k0, k0 + 32 nt):
+ * tile t at hi + 512 t (and lo + 512 t for F16's remainders), zeros past column n. */
+static void b_tiles(skv_type wt, const uint16_t *pw, int n, int k0, int nt, uint16_t *hi,
+                    uint16_t *lo) {
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < 16; j++) {
+            const int k = k0 + 32 * t + 2 * j;
+            const __m256i a =
+                k < n ? _mm256_loadu_si256((const __m256i *)(const void *)(pw + (size_t)k * PANEL))
+                      : _mm256_setzero_si256();
+            const __m256i b =
+                k + 1 < n ? _mm256_loadu_si256(
+                                (const __m256i *)(const void *)(pw + (size_t)(k + 1) * PANEL))
+                          : _mm256_setzero_si256();
+            __m512i *h = (__m512i *)(void *)(hi + 512 * t + 32 * j);
+            if (wt == SKV_TYPE_BF16) {
+                _mm512_store_si512(h, tile_row(a, b));
+                continue;
+            }
+            __m512 ah, al, bh, bl;
+            split_f16(_mm512_cvtph_ps(a), &ah, &al);
+            split_f16(_mm512_cvtph_ps(b), &bh, &bl);
+            _mm512_store_si512(h, tile_row_f(ah, bh));
+            _mm512_store_si512((__m512i *)(void *)(lo + 512 * t + 32 * j), tile_row_f(al, bl));
+        }
+}
+
+/* ldtilecfg's 64-byte operand (palette 1). */
+typedef struct tile_config {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16]; /* bytes per row of tile t */
+    uint8_t rows[16];
+} tile_config;
+
+/* Every tile 16 rows of 64 bytes. */
+static void tiles_configure(void) {
+    tile_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    /* not _tile_loadconfig: gcc 12's macro names 8 bytes of the operand, so the stores to the
+     * rest may be removed as dead (then tileloadd faults on an unconfigured tile) */
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
+}
+
+/* x rows (A tiles 4, 5 at a, 16 rows apart) times W (B tiles 6, 7) into the outputs 0-3. */
+#define A_TIMES_B(a)                                                                               \
+    do {                                                                                           \
+        _tile_loadd(4, (a), sx);                                                                   \
+        _tile_loadd(5, (a) + 16 * sx, sx);                                                         \
+        _tile_dpbf16ps(0, 4, 6);                                                                   \
+        _tile_dpbf16ps(1, 4, 7);                                                                   \
+        _tile_dpbf16ps(2, 5, 6);                                                                   \
+        _tile_dpbf16ps(3, 5, 7);                                                                   \
+    } while (0)
+
+/* The tiles read memory the compiler does not know they read (gcc's _tile_loadd names no
+ * operand in memory): the stores before them must not move past or be dropped. */
+#define STORES_DONE() __asm__ volatile("" : : : "memory")
+
+void skv_matmul_amx(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int n = mm->n_in, kp = (n + 31) & ~31;
+    const bool f16 = mm->wt == SKV_TYPE_F16;
+    const size_t ldy = (size_t)mm->n_out, sx = mm->xq_stride, part = 2 * (size_t)kp;
+    const uint16_t *w = mm->w;
+    /* W's tiles, [part][panel][tile]: 80 KB, too much for a thread's stack */
+    uint16_t(*bt)[2][NTA * 512] = aligned_alloc(64, sizeof(uint16_t[2][2][NTA * 512]));
+    if (!bt) { /* the vector code needs no buffer (other bits, as with fewer rows) */
+        skv_matmul_avx512(mm, i0, i1, r0, r1);
+        return;
+    }
+    float stage[32 * 32] __attribute__((aligned(64))); /* outputs past i1 or r1 */
+    tiles_configure();
+    const int nkb = (kp + KCA - 1) / KCA, kc = (kp / 32 + nkb - 1) / nkb * 32; /* even blocks */
+    for (int ib = i0; ib < i1; ib += MCA) {
+        const int ie = i1 - ib < MCA ? i1 : ib + MCA;
+        for (int k0 = 0; k0 < kp; k0 += kc) {
+            const int nt = (kp - k0 < kc ? kp - k0 : kc) / 32, first = k0 == 0;
+            for (int r = r0; r < r1; r += 32) {
+                for (int q = 0; q < 2; q++) {
+                    if (r + q * PANEL < r1)
+                        b_tiles(mm->wt, w + (size_t)(r / PANEL + q) * PANEL * n, n, k0, nt,
+                                bt[0][q], bt[1][q]);
+                    else
+                        memset(bt[0][q], 0, sizeof bt[0][q]), memset(bt[1][q], 0, sizeof bt[1][q]);
+                }
+                for (int i = ib; i < ie; i += 32) {
+                    const int mi = ie - i < 32 ? ie - i : 32, nr = r1 - r < 32 ? r1 - r : 32;
+                    const bool edge = mi < 32 || nr < 32;
+                    float *c = edge ? stage : mm->y + (size_t)i * ldy + r;
+                    const size_t ldc = edge ? 32 : ldy;
+                    if (edge && !first)
+                        for (int ii = 0; ii < 32; ii++)
+                            for (int rr = 0; rr < 32; rr++)
+                                stage[ii * 32 + rr] =
+                                    ii < mi && rr < nr ? mm->y[(size_t)(i + ii) * ldy + r + rr] : 0;
+                    STORES_DONE();
+                    if (first) {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, c, ldc * 4);
+                        _tile_loadd(1, c + 16, ldc * 4);
+                        _tile_loadd(2, c + 16 * ldc, ldc * 4);
+                        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+                    }
+                    const uint8_t *a = mm->xq + (size_t)i * sx + 2 * (size_t)k0;
+                    for (int t = 0; t < nt; t++, a += 64) {
+                        _tile_loadd(6, bt[0][0] + 512 * t, 64);
+                        _tile_loadd(7, bt[0][1] + 512 * t, 64);
+                        if (f16) {
+                            A_TIMES_B(a + 2 * part); /* wh.xl */
+                            A_TIMES_B(a + part);     /* wh.xm */
+                        }
+                        A_TIMES_B(a); /* wh.xh */
+                        if (f16) {
+                            _tile_loadd(6, bt[1][0] + 512 * t, 64);
+                            _tile_loadd(7, bt[1][1] + 512 * t, 64);
+                            _tile_dpbf16ps(0, 4, 6); /* wl.xh: x rows still in 4, 5 */
+                            _tile_dpbf16ps(1, 4, 7);
+                            _tile_dpbf16ps(2, 5, 6);
+                            _tile_dpbf16ps(3, 5, 7);
+                            A_TIMES_B(a + part); /* wl.xm */
+                        }
+                    }
+                    _tile_stored(0, c, ldc * 4);
+                    _tile_stored(1, c + 16, ldc * 4);
+                    _tile_stored(2, c + 16 * ldc, ldc * 4);
+                    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+                    if (edge)
+                        for (int ii = 0; ii < mi; ii++)
+                            memcpy(mm->y + (size_t)(i + ii) * ldy + r, stage + ii * 32,
+                                   sizeof(float) * (size_t)nr);
+                }
+            }
+        }
+    }
+    _tile_release();
+    free(bt);
+}
+
+#else
+/* Built without the AMX flags: nothing here (the Makefile passes them on x86-64). */
+typedef int skv_matmul_amx_empty;
+#endif
