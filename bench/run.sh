@@ -51,7 +51,10 @@ run "decode at depth $D2, snapkv keep 0.1 vs dense" -m "$F16" -p 0 -n $TGD -t "$
     --depth $D2 --policy snapkv --keep 0.1 --window 32 --roofline
 # Where F16 prefill runs on AMX tiles, the same prefill on the FMA code too (SKV_NO_AMX=1): the
 # FMA peak bounds only that one.
-AMX=$("$CLI" info --system --json 2>/dev/null | grep -c '"amx":true' || true)
+# The SIMD level the kernels run at (SKV_SIMD=scalar|avx2 forces a lower one), what the CPU has,
+# and whether F16/BF16 prefill runs on AMX tiles.
+sysjson=$("$CLI" info --system --json 2>/dev/null || echo '{}')
+AMX=$(printf '%s' "$sysjson" | grep -c '"amx":true' || true)
 if [ "$AMX" = 1 ]; then
     SKV_NO_AMX=1 run "smollm2-135m f16: pp$PP at $TMAX threads on the FMA code (SKV_NO_AMX=1)" \
         -m "$F16" -p $PP -n 0 -t "$TMAX" --kv-type f16 --roofline
@@ -70,8 +73,6 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
 elapsed=$(($(date +%s) - t_start))
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || echo "?")
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
-# The SIMD level the kernels ran at (SKV_SIMD=scalar|avx2 forces a lower one) and what the CPU has.
-sysjson=$("$CLI" info --system --json 2>/dev/null || echo '{}')
 simd=$(printf '%s' "$sysjson" | sed -n 's/.*"simd":"\([a-z0-9]*\)".*/\1/p')
 cpu_simd=$(printf '%s' "$sysjson" | sed -n 's/.*"cpu_simd":"\([a-z0-9]*\)".*/\1/p')
 cpu_features=$(printf '%s' "$sysjson" | sed -n 's/.*"cpu_features":"\([^"]*\)".*/\1/p')

@@ -1,7 +1,9 @@
-/* avx512_util.h — small helpers shared by the AVX-512 files (include only from *_avx512*.c, which
- * are compiled with the AVX-512 flags). */
+/* avx512_util.h — small helpers shared by the AVX-512 files (include only from *_avx512*.c and
+ * *_amx.c, which are compiled with the AVX-512 flags). */
 #ifndef SKV_AVX512_UTIL_H
 #define SKV_AVX512_UTIL_H
+
+#include "kernels.h"
 
 #include <immintrin.h>
 
@@ -40,6 +42,23 @@ static inline __attribute__((always_inline)) void transpose16(__m512 v[16]) {
         v[4 + m] = _mm512_shuffle_f32x4(b, d, 0x88);
         v[12 + m] = _mm512_shuffle_f32x4(b, d, 0xdd);
     }
+}
+
+/* Interleaves the two 16-row columns of a pair (loaded as 32 bf16) into 16 (w[2p], w[2p+1]). */
+static inline __attribute__((always_inline)) __m512i bf16_pair_cols(__m512i two_cols) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, two_cols);
+}
+
+/* Pair p of the BF16 panel at pw (n columns, 2p < n): both columns, or column n - 1 and zeros,
+ * as vdpbf16ps and tdpbf16ps read them (matmul_avx512bf16.c, matmul_amx.c). */
+static inline __attribute__((always_inline)) __m512i bf16_load_pair(const uint16_t *pw, int p,
+                                                                    int n) {
+    const uint16_t *c = pw + (size_t)2 * p * SKV_MM_PANEL;
+    if (2 * p + 1 < n) return bf16_pair_cols(_mm512_loadu_si512(c));
+    return bf16_pair_cols(
+        _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)c)));
 }
 
 #endif

@@ -72,9 +72,11 @@ void skv_act_rows_amx(const float *x, void *dst, int n, int parts) {
         __m512 v = _mm512_maskz_loadu_ps(lanes(n - k), x + k), back;
         for (int p = 0; p < parts; p++) {
             __m256i h = bf16_round(v, &back);
-            /* a float past bf16's largest (~3.39e38) rounds to inf: its top 8 bits instead */
-            const __mmask16 over = _mm512_fpclass_ps_mask(back, 0x18) & // +-inf
-                                   (__mmask16)~_mm512_fpclass_ps_mask(v, 0x99);
+            /* a float past bf16's largest (~3.39e38) rounds to inf: its top 8 bits instead (the
+             * remainders are far smaller) */
+            const __mmask16 over = p ? 0
+                                     : _mm512_fpclass_ps_mask(back, 0x18) & // +-inf
+                                           (__mmask16)~_mm512_fpclass_ps_mask(v, 0x99);
             if (over) {
                 const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
                 h = _mm256_mask_blend_epi16(over, h, _mm512_cvtepi32_epi16(top));
@@ -87,15 +89,8 @@ void skv_act_rows_amx(const float *x, void *dst, int n, int parts) {
     }
 }
 
-/* Two 16-lane bf16 vectors (column k and k + 1 of a panel) as one B tile row: lane r holds
- * (a[r], b[r]). */
-INLINE __m512i tile_row(__m256i a, __m256i b) {
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(a),
-                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-}
-
-/* The same from floats that are bf16 values already (low 16 bits zero): b's high half, a's
- * high half below it. */
+/* Two columns of floats that are bf16 values already (low 16 bits zero) as one B tile row:
+ * lane r holds (a[r], b[r]), b's high half above a's. */
 INLINE __m512i tile_row_f(__m512 a, __m512 b) {
     return _mm512_ternarylogic_epi32(_mm512_castps_si512(b), _mm512_set1_epi32((int)0xffff0000u),
                                      _mm512_srli_epi32(_mm512_castps_si512(a), 16), 0xea);
@@ -107,8 +102,7 @@ INLINE __m512i tile_row_f(__m512 a, __m512 b) {
 INLINE void split_f16(__m512 w, __m512 *hi, __m512 *lo) {
     *hi = _mm512_castsi512_ps(
         _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
-    const __mmask16 odd = _mm512_fpclass_ps_mask(w, 0x99); /* NaN, +-inf */
-    *lo = _mm512_maskz_sub_ps((__mmask16)~odd, w, *hi);
+    *lo = remainder_of(w, *hi);
 }
 
 /* The B tiles of one panel (pw: its first element; n columns) for columns [k0, k0 + 32 nt):
@@ -118,6 +112,12 @@ static void b_tiles(skv_type wt, const uint16_t *pw, int n, int k0, int nt, uint
     for (int t = 0; t < nt; t++)
         for (int j = 0; j < 16; j++) {
             const int k = k0 + 32 * t + 2 * j;
+            __m512i *h = (__m512i *)(void *)(hi + 512 * t + 32 * j);
+            if (wt == SKV_TYPE_BF16) { /* as the vdpbf16ps code reads its pairs */
+                _mm512_store_si512(h,
+                                   k < n ? bf16_load_pair(pw, k / 2, n) : _mm512_setzero_si512());
+                continue;
+            }
             const __m256i a =
                 k < n ? _mm256_loadu_si256((const __m256i *)(const void *)(pw + (size_t)k * PANEL))
                       : _mm256_setzero_si256();
@@ -125,11 +125,6 @@ static void b_tiles(skv_type wt, const uint16_t *pw, int n, int k0, int nt, uint
                 k + 1 < n ? _mm256_loadu_si256(
                                 (const __m256i *)(const void *)(pw + (size_t)(k + 1) * PANEL))
                           : _mm256_setzero_si256();
-            __m512i *h = (__m512i *)(void *)(hi + 512 * t + 32 * j);
-            if (wt == SKV_TYPE_BF16) {
-                _mm512_store_si512(h, tile_row(a, b));
-                continue;
-            }
             __m512 ah, al, bh, bl;
             split_f16(_mm512_cvtph_ps(a), &ah, &al);
             split_f16(_mm512_cvtph_ps(b), &bh, &bl);

@@ -45,20 +45,6 @@ void skv_act_rows_bf16(const float *x, void *dst, int n) {
     }
 }
 
-/* Interleaves the two 16-row columns of a pair (loaded as 32 bf16) into 16 (w[2p], w[2p+1]). */
-INLINE __m512i pair_cols(__m512i two_cols) {
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
-                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(idx, two_cols);
-}
-
-/* Pair p of the panel at pw (n_in columns): both columns, or column n - 1 and zeros. */
-INLINE __m512i load_pair(const uint16_t *pw, int p, int n) {
-    const uint16_t *c = pw + (size_t)2 * p * PANEL;
-    if (2 * p + 1 < n) return pair_cols(_mm512_loadu_si512(c));
-    return pair_cols(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)c)));
-}
-
 INLINE __m512 dot2(__m512 acc, __m512i x, __m512i w) {
     return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 }
@@ -149,7 +135,7 @@ static void gemm_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 const __mmask16 m0 = lanes(r1 - r), m1 = np > 1 ? lanes(r1 - r - PANEL) : 0;
                 for (int j = 0; j < np; j++) {
                     const uint16_t *pw = (const uint16_t *)mm->w + (size_t)(r + j * PANEL) * n;
-                    for (int p = p0; p < p1; p++) bp[j][p - p0] = load_pair(pw, p, n);
+                    for (int p = p0; p < p1; p++) bp[j][p - p0] = bf16_load_pair(pw, p, n);
                 }
                 for (int i = mc0; i < mc1; i += MR) {
                     const int mr = mc1 - i < MR ? mc1 - i : MR;
@@ -178,10 +164,10 @@ static void gemv_bf16(const skv_mm *mm, int r0, int r1) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int k = 0; k < npairs; k++) {
             const __m512i xb = _mm512_set1_epi32((int)x[k]);
-            a0 = dot2(a0, xb, load_pair(p, k, n));
-            a1 = dot2(a1, xb, load_pair(p + qs, k, n));
-            a2 = dot2(a2, xb, load_pair(p + 2 * qs, k, n));
-            a3 = dot2(a3, xb, load_pair(p + 3 * qs, k, n));
+            a0 = dot2(a0, xb, bf16_load_pair(p, k, n));
+            a1 = dot2(a1, xb, bf16_load_pair(p + qs, k, n));
+            a2 = dot2(a2, xb, bf16_load_pair(p + 2 * qs, k, n));
+            a3 = dot2(a3, xb, bf16_load_pair(p + 3 * qs, k, n));
         }
         const int ra = r0 + j * PANEL;
         _mm512_mask_storeu_ps(mm->y + ra, lanes(r1 - ra), a0);
@@ -193,7 +179,7 @@ static void gemv_bf16(const skv_mm *mm, int r0, int r1) {
         const uint16_t *p = w0 + (size_t)j * ps;
         __m512 a0 = _mm512_setzero_ps();
         for (int k = 0; k < npairs; k++)
-            a0 = dot2(a0, _mm512_set1_epi32((int)x[k]), load_pair(p, k, n));
+            a0 = dot2(a0, _mm512_set1_epi32((int)x[k]), bf16_load_pair(p, k, n));
         _mm512_mask_storeu_ps(mm->y + r0 + j * PANEL, lanes(r1 - r0 - j * PANEL), a0);
     }
 }
