@@ -269,7 +269,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     plan->layer_budgets = alloc_array((size_t)L, sizeof *plan->layer_budgets);
     plan->idx = alloc_array(n_heads * (size_t)T, sizeof *plan->idx);
     plan->n_idx = alloc_array(n_heads, sizeof *plan->n_idx);
-    skv_rank *rank = alloc_array((size_t)T, sizeof *rank);
+    uint64_t *rank = alloc_array((size_t)T, sizeof *rank);
     if (!plan->scores || !plan->budgets || !plan->layer_budgets || !plan->idx || !plan->n_idx ||
         !rank) {
         st = skv_err_set(err, SKV_ERR_NOMEM,

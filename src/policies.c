@@ -88,12 +88,7 @@ void skv_window_score_head(double *out, const float *q, int g, int W, size_t q_h
     for (int i = 0; i < g; i++) {
         /* logit[W, T] = q_i[W, d] . k[T, d]^T */
         skv_matmul(NULL, logit, q + (size_t)i * q_head_stride, W, k, SKV_TYPE_F32, T, d, work);
-        for (int w = 0; w < W; w++) {
-            float *row = logit + (size_t)w * T;
-            for (int t = 0; t < T; t++) row[t] *= scale;
-            skv_softmax(row, T);
-            for (int t = 0; t < T; t++) out[t] += row[t];
-        }
+        for (int w = 0; w < W; w++) skv_softmax_sum(out, logit + (size_t)w * T, T, scale);
     }
     const double inv = 1.0 / ((double)g * (double)W);
     for (int t = 0; t < T; t++) out[t] *= inv;
@@ -123,30 +118,53 @@ void skv_force_last(double *s, int T, int n) {
     for (int t = SKV_MAX(0, T - n); t < T; t++) s[t] = INFINITY;
 }
 
-static int rank_cmp(const void *pa, const void *pb) {
-    const skv_rank *a = pa, *b = pb;
-    double sa = isnan(a->s) ? -INFINITY : a->s;
-    double sb = isnan(b->s) ? -INFINITY : b->s;
-    if (sa != sb) return sa > sb ? -1 : 1;
-    return a->pos > b->pos ? -1 : (a->pos < b->pos); /* ties: higher position first */
+/* An unsigned key that orders scores as the selection ranks them: NaN as -inf, -0 as +0, and
+ * otherwise as doubles (the sign bit flipped for positives, every bit for negatives). */
+static uint64_t rank_key(double s) {
+    if (isnan(s)) s = -INFINITY;
+    if (s == 0.0) s = 0.0;
+    uint64_t u;
+    memcpy(&u, &s, sizeof u);
+    return (u >> 63) ? ~u : u | (1ULL << 63);
 }
 
-static int pos_cmp(const void *pa, const void *pb) {
-    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    return (a > b) - (a < b);
+/* The k-th largest of key[n] (1 <= k <= n), by radix selection one byte at a time from the top:
+ * at most 8 passes over shrinking candidates, so O(n) whatever the scores (a plateau included).
+ * Reorders key. */
+static uint64_t kth_largest_key(uint64_t *key, int n, int k) {
+    uint64_t prefix = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        int count[256] = {0};
+        for (int i = 0; i < n; i++) count[(key[i] >> shift) & 0xff]++;
+        int b = 255;
+        while (count[b] < k) k -= count[b--]; /* the byte holding the k-th largest */
+        prefix |= (uint64_t)b << shift;
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (((key[i] >> shift) & 0xff) == (uint64_t)b) key[m++] = key[i];
+        n = m;
+    }
+    return prefix;
 }
 
-int skv_select_topk(const double *score, int T, int k, int32_t *out, skv_rank *scratch) {
+int skv_select_topk(const double *score, int T, int k, int32_t *out, uint64_t *scratch) {
     if (T < 1) return 0;
     k = SKV_MAX(1, SKV_MIN(k, T));
+    for (int t = 0; t < T; t++) scratch[t] = rank_key(score[t]);
+    const uint64_t kth = kth_largest_key(scratch, T, k);
+    /* everything above the k-th key, then of the positions tied with it the latest ones */
+    int above = 0, ties = 0;
     for (int t = 0; t < T; t++) {
-        scratch[t].s = score[t];
-        scratch[t].pos = t;
+        const uint64_t key = rank_key(score[t]);
+        above += key > kth;
+        ties += key == kth;
     }
-    qsort(scratch, (size_t)T, sizeof *scratch, rank_cmp);
-    for (int i = 0; i < k; i++) out[i] = scratch[i].pos;
-    qsort(out, (size_t)k, sizeof *out, pos_cmp);
-    return k;
+    int skip = ties - (k - above), n = 0;
+    for (int t = 0; t < T; t++) {
+        const uint64_t key = rank_key(score[t]);
+        if (key > kth || (key == kth && skip-- <= 0)) out[n++] = t;
+    }
+    return n;
 }
 
 /* ---- shared machinery of the per-head scorers ---------------------------------------------- */

@@ -156,15 +156,9 @@ void skv_pool_row(double *s, int T, int kernel, skv_pooling pooling, double *tmp
 /* Scores positions [max(0, T - n), T) +inf. */
 void skv_force_last(double *s, int T, int n);
 
-/* Scratch of skv_select_topk. */
-typedef struct skv_rank {
-    double s;
-    int32_t pos;
-} skv_rank;
-
-/* Top-k of score[T] (k clamped to [1, T]); ties -> higher position; NaN ranks lowest.
- * out[k] ascending. scratch: [T]. Returns k. */
-int skv_select_topk(const double *score, int T, int k, int32_t *out, skv_rank *scratch);
+/* Top-k of score[T] (k clamped to [1, T]); ties -> higher position; NaN ranks lowest, with
+ * -inf; -0 ties +0. out[k] ascending. scratch: [T]. Returns k. O(T). */
+int skv_select_topk(const double *score, int T, int k, int32_t *out, uint64_t *scratch);
 
 /* ---- per-context policy state: h2o's accumulated attention, the decoding budget ---------- */
 

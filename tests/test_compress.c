@@ -862,7 +862,7 @@ static void test_shared_policies_exact(void **state) {
     assert_int_equal(info.window_tokens, 0);
     double s[64];
     int32_t perm[64], want[64];
-    skv_rank rk[64];
+    uint64_t rk[64];
     skv_score_random_row(s, T, 11, perm);
     int n = skv_select_topk(s, T, 10, want, rk);
     assert_int_equal(n, 10);

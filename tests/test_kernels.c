@@ -67,12 +67,15 @@ typedef struct simd_level {
     const char *name;
     void (*rmsnorm)(float *, const float *, const float *, int, float);
     void (*softmax)(float *, int);
+    void (*softmax_sum)(double *, float *, int, float);
     void (*swiglu)(float *, const float *, const float *, int);
     void (*rope_apply)(float *, int, int, const float *);
 } simd_level;
 static const simd_level levels[] = {
-    {"avx2", skv_rmsnorm_avx2, skv_softmax_avx2, skv_swiglu_avx2, skv_rope_apply_avx2},
-    {"avx512", skv_rmsnorm_avx512, skv_softmax_avx512, skv_swiglu_avx512, skv_rope_apply_avx512},
+    {"avx2", skv_rmsnorm_avx2, skv_softmax_avx2, skv_softmax_sum_avx2, skv_swiglu_avx2,
+     skv_rope_apply_avx2},
+    {"avx512", skv_rmsnorm_avx512, skv_softmax_avx512, skv_softmax_sum_avx512, skv_swiglu_avx512,
+     skv_rope_apply_avx512},
 };
 /* Levels [0, n) of levels[] that this CPU runs (SKV_SIMD lowers it). */
 static int n_levels(void) {
@@ -424,6 +427,42 @@ static void test_simd_vs_ref(void **state) {
 }
 
 /* Extreme inputs of the vector exp: overflow, underflow, nan. */
+/* softmax_sum adds, in double, exactly the probabilities the level's softmax gives the row
+ * scaled by float products (the window scores rely on it for the same selections as before the
+ * two were fused), onto what acc held; the reference the same with skv_softmax_ref. Rows with
+ * -inf entries, all -inf (uniform), and every tail length. */
+static void softmax_sum_case(void (*softmax)(float *, int),
+                             void (*softmax_sum)(double *, float *, int, float), int n,
+                             int all_inf) {
+    float *x = malloc(sizeof(float) * n), *a = malloc(sizeof(float) * n);
+    double *acc = malloc(sizeof(double) * n), *want = malloc(sizeof(double) * n);
+    assert_non_null(x && a && acc && want);
+    fill(x, n, -40, 40);
+    if (n > 3) x[n / 3] = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (all_inf) x[i] = -INFINITY;
+        acc[i] = want[i] = 0.25 * i - 3.0;
+    }
+    const float scale = 0.0883883476f; /* 1/sqrt(128) */
+    for (int i = 0; i < n; i++) a[i] = x[i] * scale;
+    softmax(a, n);
+    for (int i = 0; i < n; i++) want[i] += (double)a[i];
+    softmax_sum(acc, x, n, scale);
+    assert_memory_equal(acc, want, sizeof(double) * n);
+    free(x), free(a), free(acc), free(want);
+}
+
+static void test_softmax_sum(void **state) {
+    (void)state;
+    for (int si = 0; si < N_SIZES; si++)
+        for (int inf = 0; inf < 2; inf++) {
+            softmax_sum_case(skv_softmax_ref, skv_softmax_sum_ref, sizes[si], inf);
+            for (int l = 0; l < n_levels(); l++)
+                softmax_sum_case(levels[l].softmax, levels[l].softmax_sum, sizes[si], inf);
+            softmax_sum_case(skv_softmax, skv_softmax_sum, sizes[si], inf); /* dispatched */
+        }
+}
+
 static void simd_extremes(const simd_level *lv) {
     float g[9] = {-200, -100, -88.5f, 88.5f, 100, INFINITY, -INFINITY, 0, NAN};
     float u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, a[9], b[9];
@@ -745,6 +784,7 @@ int main(void) {
         cmocka_unit_test(test_ref_hand_values),
         cmocka_unit_test(test_simd_vs_ref),
         cmocka_unit_test(test_simd_extremes),
+        cmocka_unit_test(test_softmax_sum),
         cmocka_unit_test(test_rope_composition),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_shapes),

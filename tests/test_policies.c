@@ -15,7 +15,7 @@
 
 /* Runs a policy's score + top-k on a row of T positions, as compress.c does for one head. */
 static int select_row(const double *score, int T, int keep, int32_t *out) {
-    skv_rank *scratch = malloc((size_t)T * sizeof *scratch);
+    uint64_t *scratch = malloc((size_t)T * sizeof *scratch);
     assert_non_null(scratch);
     int n = skv_select_topk(score, T, keep, out, scratch);
     free(scratch);
@@ -332,6 +332,58 @@ static void test_topk_ties(void **state) {
     assert_positions(out, select_row(flat, 6, 2, out), (const int32_t[]){4, 5}, 2);
 }
 
+/* The naive reference: sort every (score, position) by the rule, take the first k, sort them by
+ * position. */
+typedef struct ref_rank {
+    double s;
+    int pos;
+} ref_rank;
+
+static int ref_rank_cmp(const void *pa, const void *pb) {
+    const ref_rank *a = pa, *b = pb;
+    const double sa = isnan(a->s) ? -INFINITY : a->s, sb = isnan(b->s) ? -INFINITY : b->s;
+    if (sa != sb) return sa > sb ? -1 : 1;
+    return b->pos - a->pos; /* ties: the higher position first */
+}
+
+static int ref_int_cmp(const void *pa, const void *pb) {
+    return *(const int32_t *)pa - *(const int32_t *)pb;
+}
+
+static void test_topk_random(void **state) {
+    (void)state;
+    enum { T_MAX = 700 };
+    ref_rank r[T_MAX];
+    double s[T_MAX];
+    int32_t got[T_MAX], want[T_MAX];
+    skv_rng rng;
+    skv_rng_seed(&rng, 5);
+    /* scores drawn from a few values (many ties, plateaus), specials, both zeros, subnormals,
+     * and wide random doubles of both signs */
+    const double pool[] = {0.0, -0.0,     1.0,       -1.0,  0.5,    INFINITY, -INFINITY,
+                           NAN, 4.9e-324, -4.9e-324, 1e300, -1e300, 0.25,     0.125};
+    for (int round = 0; round < 400; round++) {
+        const int T = 1 + (int)skv_rng_below(&rng, round < 200 ? 40 : T_MAX);
+        const int mode = round % 3;
+        for (int t = 0; t < T; t++) {
+            if (mode == 0)
+                s[t] = pool[skv_rng_below(&rng, sizeof pool / sizeof *pool)];
+            else if (mode == 1)
+                s[t] = (double)skv_rng_below(&rng, 5) * 0.1;
+            else
+                s[t] = ((double)skv_rng_below(&rng, 1u << 30) - (double)(1u << 29)) *
+                       pow(2.0, (double)skv_rng_below(&rng, 200) - 100.0);
+        }
+        const int k = (int)skv_rng_below(&rng, (uint64_t)T + 2); /* 0 .. T + 1: clamped */
+        for (int t = 0; t < T; t++) r[t] = (ref_rank){s[t], t};
+        qsort(r, (size_t)T, sizeof *r, ref_rank_cmp);
+        const int kk = k < 1 ? 1 : k > T ? T : k;
+        for (int i = 0; i < kk; i++) want[i] = r[i].pos;
+        qsort(want, (size_t)kk, sizeof *want, ref_int_cmp);
+        assert_positions(got, select_row(s, T, k, got), want, kk);
+    }
+}
+
 static void test_forced(void **state) {
     (void)state;
     int32_t out[16];
@@ -409,17 +461,12 @@ static void test_registry(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_keep),
-        cmocka_unit_test(test_pyramid_budgets),
-        cmocka_unit_test(test_sink_recent),
-        cmocka_unit_test(test_random_basic),
-        cmocka_unit_test(test_random_uniform),
-        cmocka_unit_test(test_rng),
-        cmocka_unit_test(test_window_score),
-        cmocka_unit_test(test_pooling),
-        cmocka_unit_test(test_topk_ties),
-        cmocka_unit_test(test_forced),
-        cmocka_unit_test(test_attention_chain),
+        cmocka_unit_test(test_keep),           cmocka_unit_test(test_pyramid_budgets),
+        cmocka_unit_test(test_sink_recent),    cmocka_unit_test(test_random_basic),
+        cmocka_unit_test(test_random_uniform), cmocka_unit_test(test_rng),
+        cmocka_unit_test(test_window_score),   cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_topk_ties),      cmocka_unit_test(test_topk_random),
+        cmocka_unit_test(test_forced),         cmocka_unit_test(test_attention_chain),
         cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -386,6 +386,12 @@ void skv_softmax_ref(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = (float)(exp((double)x[i] - mx) / sum);
 }
 
+void skv_softmax_sum_ref(double *acc, float *x, int n, float scale) {
+    for (int i = 0; i < n; i++) x[i] *= scale;
+    skv_softmax_ref(x, n);
+    for (int i = 0; i < n; i++) acc[i] += (double)x[i];
+}
+
 void skv_swiglu_ref(float *out, const float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         double g = gate[i];
@@ -541,6 +547,20 @@ void skv_softmax(float *x, int n) {
     }
 #endif
     skv_softmax_ref(x, n);
+}
+
+void skv_softmax_sum(double *acc, float *x, int n, float scale) {
+#ifdef SKV_HAVE_X86
+    if (AVX512_ON()) {
+        skv_softmax_sum_avx512(acc, x, n, scale);
+        return;
+    }
+    if (SIMD_ON()) {
+        skv_softmax_sum_avx2(acc, x, n, scale);
+        return;
+    }
+#endif
+    skv_softmax_sum_ref(acc, x, n, scale);
 }
 
 void skv_swiglu(float *out, const float *gate, const float *up, int n) {

@@ -282,6 +282,11 @@ void skv_rope_apply(float *x, int n_rot, const float *cs);
 void skv_softmax(float *x, int n);
 void skv_softmax_ref(float *x, int n);
 
+/* acc[n] += softmax(scale * x[n]) in double, each term the bits skv_softmax gives the row scaled
+ * (float products) at the same level; x is scratch. The window scores' mean of probabilities. */
+void skv_softmax_sum(double *acc, float *x, int n, float scale);
+void skv_softmax_sum_ref(double *acc, float *x, int n, float scale);
+
 /* out[n] = silu(gate[n]) * up[n]. out may alias gate. */
 void skv_swiglu(float *out, const float *gate, const float *up, int n);
 void skv_swiglu_ref(float *out, const float *gate, const float *up, int n);
@@ -316,6 +321,7 @@ void skv_rope_avx2(float *x, int head_dim, int n_rot, double pos, float theta);
 /* Applies a rope.h table (skv_rope_table) to x: neox 0 = adjacent pairs, 1 = NEOX halves. */
 void skv_rope_apply_avx2(float *x, int n_rot, int neox, const float *cs);
 void skv_softmax_avx2(float *x, int n);
+void skv_softmax_sum_avx2(double *acc, float *x, int n, float scale);
 void skv_swiglu_avx2(float *out, const float *gate, const float *up, int n);
 float skv_dot_f32_avx2(const float *a, const float *b, int n);
 void skv_f16_row_from_f32_avx2(void *dst, const float *src, int64_t n);
@@ -328,6 +334,7 @@ void skv_attn_group_avx2(float *out, float *lse, const float *q, int g, int d, c
 void skv_rmsnorm_avx512(float *out, const float *x, const float *w, int n, float eps);
 void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs);
 void skv_softmax_avx512(float *x, int n);
+void skv_softmax_sum_avx512(double *acc, float *x, int n, float scale);
 void skv_swiglu_avx512(float *out, const float *gate, const float *up, int n);
 void skv_attn_group_avx512(float *out, float *lse, const float *q, int g, int d, const void *k,
                            const void *v, skv_type kv_type, int n, float scale);

@@ -9,8 +9,9 @@
  *   - one x row (decode): the thread's panels in 4 quarters streamed at once.
  *   - more (prefill): blocks of MC x rows and KC columns; x packed tile by tile (12 rows
  *     interleaved), panels made floats two at a time (L1/L2), 12x32 register tiles: 24
- *     accumulators, 2 loads and 12 broadcasts per 24 FMAs. Raw rows (not panels) take the AVX2
- *     code (same bits). */
+ *     accumulators, 2 loads and 12 broadcasts per 24 FMAs. Raw rows (not panels: keys scored by
+ *     the window policies) are transposed into the same float blocks; one x row from raw rows
+ *     takes the AVX2 code (same bits). */
 #include "kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) &&                      \
@@ -55,6 +56,35 @@ INLINE const float *pack_panel(float *bp, const skv_mm *mm, int r, int k0, int k
     if (t == SKV_TYPE_F32) return (const float *)p + (size_t)k0 * PANEL;
     for (int k = k0; k < k1; k++)
         _mm512_store_ps(bp + (size_t)(k - k0) * PANEL, load_w16(p + (size_t)k * PANEL * es, t));
+    return bp;
+}
+
+/* The same from raw rows: W rows [r, r + nr) (rows from nr on zero) at columns [k0, k1) into
+ * bp[k - k0][16], 16x16 blocks transposed in registers. */
+INLINE const float *pack_rows(float *bp, const skv_mm *mm, int r, int nr, int k0, int k1,
+                              skv_type t) {
+    const size_t es = elem_size(t), st = mm->w_stride;
+    const uint8_t *w = (const uint8_t *)mm->w + (size_t)r * st + (size_t)k0 * es;
+    const int len = k1 - k0;
+    for (int k = 0; k < len; k += PANEL) {
+        const int cols = len - k < PANEL ? len - k : PANEL;
+        const __mmask16 mk = lanes(cols);
+        __m512 v[PANEL];
+        for (int j = 0; j < PANEL; j++) {
+            const uint8_t *src = w + (size_t)j * st + (size_t)k * es;
+            if (j >= nr)
+                v[j] = _mm512_setzero_ps();
+            else if (t == SKV_TYPE_F32)
+                v[j] = _mm512_maskz_loadu_ps(mk, src);
+            else if (t == SKV_TYPE_F16)
+                v[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, src));
+            else
+                v[j] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, src)), 16));
+        }
+        transpose16(v);
+        for (int j = 0; j < cols; j++) _mm512_store_ps(bp + (size_t)(k + j) * PANEL, v[j]);
+    }
     return bp;
 }
 
@@ -181,8 +211,14 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
             for (int r = r0; r < r1; r += 2 * PANEL) {
                 const int np = r1 - r > PANEL ? 2 : 1;
                 const __mmask16 m0 = lanes(r1 - r), m1 = np > 1 ? lanes(r1 - r - PANEL) : 0;
-                const float *b0 = pack_panel(bp[0], mm, r, k0, k1, t);
-                const float *b1 = np > 1 ? pack_panel(bp[1], mm, r + PANEL, k0, k1, t) : b0;
+                const float *b0, *b1;
+                if (mm->w_panels) {
+                    b0 = pack_panel(bp[0], mm, r, k0, k1, t);
+                    b1 = np > 1 ? pack_panel(bp[1], mm, r + PANEL, k0, k1, t) : b0;
+                } else {
+                    b0 = pack_rows(bp[0], mm, r, r1 - r, k0, k1, t);
+                    b1 = np > 1 ? pack_rows(bp[1], mm, r + PANEL, r1 - r - PANEL, k0, k1, t) : b0;
+                }
                 /* the next two panels' columns [k0, k1) (avx2_util.h prefetch_share): the two
                  * blocks are PANEL * n * es apart (not contiguous: a panel holds all n columns),
                  * so two streams, each a share per tile */
@@ -191,12 +227,12 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
                 const size_t tiles = (size_t)(mc1 - mc0 + MR - 1) / MR;
                 const uint8_t *w = (const uint8_t *)mm->w;
                 prefetch_start(&pf0,
-                               r + 2 * PANEL < r1
+                               mm->w_panels && r + 2 * PANEL < r1
                                    ? w + ((size_t)(r + 2 * PANEL) * n + (size_t)k0 * PANEL) * es
                                    : NULL,
                                blk, tiles);
                 prefetch_start(&pf1,
-                               r + 3 * PANEL < r1
+                               mm->w_panels && r + 3 * PANEL < r1
                                    ? w + ((size_t)(r + 3 * PANEL) * n + (size_t)k0 * PANEL) * es
                                    : NULL,
                                blk, tiles);
@@ -266,8 +302,8 @@ void skv_matmul_avx512(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     case SKV_TYPE_F32:
     case SKV_TYPE_F16:
     case SKV_TYPE_BF16:
-        if (!mm->w_panels) {
-            skv_matmul_avx2(mm, i0, i1, r0, r1); /* the same bits */
+        if (!mm->w_panels && mm->m == 1) {
+            skv_matmul_avx2(mm, i0, i1, r0, r1); /* one x row from raw rows: the same bits */
         } else if (mm->wt == SKV_TYPE_F32) {
             matmul_float(mm, i0, i1, r0, r1, SKV_TYPE_F32);
         } else if (mm->wt == SKV_TYPE_F16) {

@@ -143,43 +143,88 @@ void skv_swiglu_avx2(float *out, const float *gate, const float *up, int n) {
     }
 }
 
-void skv_softmax_avx2(float *x, int n) {
+/* acc[i, i + 8) += the 8 floats of p, in double. */
+static inline __attribute__((always_inline)) void add_pd8(double *acc, __m256 p) {
+    _mm256_storeu_pd(
+        acc, _mm256_add_pd(_mm256_loadu_pd(acc), _mm256_cvtps_pd(_mm256_castps256_ps128(p))));
+    _mm256_storeu_pd(acc + 4, _mm256_add_pd(_mm256_loadu_pd(acc + 4),
+                                            _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
+}
+
+/* softmax(scale * x) over x[n], the probabilities written back to x, or (sum) added to acc[n]
+ * in double instead (x then holds the exponentials). The same operations per element either way,
+ * so skv_softmax_sum's terms are skv_softmax's bits of the scaled row. */
+static inline __attribute__((always_inline)) void softmax8(float *x, int n, float scale, bool sum,
+                                                           double *acc) {
     if (n <= 0) return;
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), vsc = _mm256_set1_ps(scale);
     __m256 vm = ninf;
     int i = 0;
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        vm = _mm256_max_ps(vm, sum ? _mm256_mul_ps(v, vsc) : v);
+    }
     if (i < n) {
         __m256i m = tail_mask(n - i);
-        vm = _mm256_max_ps(
-            vm, _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, m), _mm256_castsi256_ps(m)));
+        __m256 v = _mm256_maskload_ps(x + i, m);
+        if (sum) v = _mm256_mul_ps(v, vsc);
+        vm = _mm256_max_ps(vm, _mm256_blendv_ps(ninf, v, _mm256_castsi256_ps(m)));
     }
     float mx = hmax(vm);
     if (mx == -INFINITY) { /* everything masked: uniform, as the reference */
-        for (int j = 0; j < n; j++) x[j] = 1.0f / n;
+        for (int j = 0; j < n; j++) {
+            if (sum)
+                acc[j] += (double)(1.0f / n);
+            else
+                x[j] = 1.0f / n;
+        }
         return;
     }
     vm = _mm256_set1_ps(mx);
     __m256 vs = _mm256_setzero_ps();
     for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (sum) v = _mm256_mul_ps(v, vsc);
+        __m256 e = vexp(_mm256_sub_ps(v, vm));
         vs = _mm256_add_ps(vs, e);
         _mm256_storeu_ps(x + i, e);
     }
     if (i < n) {
         __m256i m = tail_mask(n - i);
-        __m256 e = vexp(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vm));
+        __m256 v = _mm256_maskload_ps(x + i, m);
+        if (sum) v = _mm256_mul_ps(v, vsc);
+        __m256 e = vexp(_mm256_sub_ps(v, vm));
         e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
         vs = _mm256_add_ps(vs, e);
         _mm256_maskstore_ps(x + i, m, e);
     }
     __m256 inv = _mm256_set1_ps(1.0f / hsum(vs));
-    for (i = 0; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + i), inv);
+        if (sum)
+            add_pd8(acc + i, p);
+        else
+            _mm256_storeu_ps(x + i, p);
+    }
     if (i < n) {
         __m256i m = tail_mask(n - i);
-        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+        __m256 p = _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv);
+        if (!sum) {
+            _mm256_maskstore_ps(x + i, m, p);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, p);
+            for (int j = 0; j < n - i; j++) acc[i + j] += (double)t[j];
+        }
     }
+}
+
+void skv_softmax_avx2(float *x, int n) {
+    softmax8(x, n, 1.0f, false, NULL);
+}
+
+void skv_softmax_sum_avx2(double *acc, float *x, int n, float scale) {
+    softmax8(x, n, scale, true, acc);
 }
 
 /* ---- rope -------------------------------------------------------------------------------- */

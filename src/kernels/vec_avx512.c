@@ -84,31 +84,62 @@ void skv_swiglu_avx512(float *out, const float *gate, const float *up, int n) {
     }
 }
 
-void skv_softmax_avx512(float *x, int n) {
+/* softmax(scale * x) over x[n], the probabilities written back to x, or (sum) added to acc[n]
+ * in double instead (x then holds the exponentials). The same operations per element either way,
+ * so skv_softmax_sum's terms are skv_softmax's bits of the scaled row. */
+static inline __attribute__((always_inline)) void softmax16(float *x, int n, float scale, bool sum,
+                                                            double *acc) {
     if (n <= 0) return;
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), vsc = _mm512_set1_ps(scale);
     __m512 vm = ninf;
-    for (int i = 0; i < n; i += 16)
-        vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, lanes(SKV_MIN(16, n - i)), x + i));
+    for (int i = 0; i < n; i += 16) {
+        __m512 v = _mm512_mask_loadu_ps(ninf, lanes(SKV_MIN(16, n - i)), x + i);
+        vm = _mm512_max_ps(vm, sum ? _mm512_mul_ps(v, vsc) : v);
+    }
     float mx = _mm512_reduce_max_ps(vm);
     if (mx == -INFINITY) { /* everything masked: uniform, as the reference */
-        for (int j = 0; j < n; j++) x[j] = 1.0f / n;
+        for (int j = 0; j < n; j++) {
+            if (sum)
+                acc[j] += (double)(1.0f / n);
+            else
+                x[j] = 1.0f / n;
+        }
         return;
     }
     vm = _mm512_set1_ps(mx);
     __m512 vs = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = lanes(SKV_MIN(16, n - i));
-        __m512 e =
-            _mm512_maskz_mov_ps(m, vexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vm)));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        if (sum) v = _mm512_mul_ps(v, vsc);
+        __m512 e = _mm512_maskz_mov_ps(m, vexp16(_mm512_sub_ps(v, vm)));
         vs = _mm512_add_ps(vs, e);
         _mm512_mask_storeu_ps(x + i, m, e);
     }
     __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = lanes(SKV_MIN(16, n - i));
-        _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);
+        if (!sum) {
+            _mm512_mask_storeu_ps(x + i, m, p);
+            continue;
+        }
+        const __mmask8 lo = (__mmask8)m, hi = (__mmask8)(m >> 8);
+        __m512d a0 = _mm512_maskz_loadu_pd(lo, acc + i),
+                a1 = _mm512_maskz_loadu_pd(hi, acc + i + 8);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)));
+        _mm512_mask_storeu_pd(acc + i, lo, a0);
+        _mm512_mask_storeu_pd(acc + i + 8, hi, a1);
     }
+}
+
+void skv_softmax_avx512(float *x, int n) {
+    softmax16(x, n, 1.0f, false, NULL);
+}
+
+void skv_softmax_sum_avx512(double *acc, float *x, int n, float scale) {
+    softmax16(x, n, scale, true, acc);
 }
 
 /* A rope.h table applied to one head vector, as skv_rope_apply_avx2 (the same vector operations

@@ -32,7 +32,7 @@ static skv_status select_layer(const double *scores, int T, int T_stride, int H,
     const int n_safe = (int)floor(0.2 * keep);
     long long total = (long long)keep * H;
     if (total > (long long)T * H) total = (long long)T * H;
-    skv_rank *rank = malloc((size_t)T * sizeof *rank + 1);
+    uint64_t *rank = malloc((size_t)T * sizeof *rank + 1);
     cand *c = malloc((size_t)T * (size_t)H * sizeof *c + 1);
     bool *taken = calloc((size_t)T * (size_t)H + 1, sizeof *taken);
     if (!rank || !c || !taken) {

@@ -207,7 +207,7 @@ static skv_status cut(skv_context *ctx, skv_err *err) {
     double *scores = malloc(rows * (size_t)n * sizeof *scores);
     const float **queries = calloc((size_t)L, sizeof *queries);
     int32_t *idx = malloc((size_t)n * sizeof *idx), *pos = malloc((size_t)n * sizeof *pos);
-    skv_rank *rank = malloc((size_t)n * sizeof *rank);
+    uint64_t *rank = malloc((size_t)n * sizeof *rank);
     skv_status st = SKV_OK;
     if (!scores || !queries || !idx || !pos || !rank) {
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a budget cut of %d entries", n);
