@@ -21,6 +21,14 @@ static size_t simd_floats(int hd) {
            round16((size_t)SKV_AP_KEYS * d) * 2;
 }
 
+/* After them, the AMX variant's bf16 regions (in halves of a float): the queries' three parts
+ * [3][ROWS][hd], the chunk's keys and transposed values in two parts each [4][KEYS][hd], two row
+ * vectors' weights in three parts [2][3][KEYS][16]. */
+static size_t amx_halves(int hd) {
+    const size_t d = ((size_t)hd + 31) & ~(size_t)31;
+    return 3 * (size_t)SKV_AP_ROWS * d + 4 * (size_t)SKV_AP_KEYS * d + 96 * (size_t)SKV_AP_KEYS;
+}
+
 /* The reference's work: one K and one V row in float, running max and sum of each head. */
 static size_t ref_floats(int g, int hd) {
     return 2 * (size_t)hd + 2 * (size_t)g;
@@ -29,7 +37,7 @@ static size_t ref_floats(int g, int hd) {
 size_t skv_attn_prefill_work_size(int n, int g, int hd) {
     (void)n; /* blocks of rows and chunks of keys are fixed */
     if (g <= 0 || hd <= 0) return 0;
-    size_t a = simd_floats(hd), b = ref_floats(g, hd);
+    size_t a = simd_floats(hd) + amx_halves(hd) / 2, b = ref_floats(g, hd);
     return sizeof(float) * (a > b ? a : b) + 64; /* + 64: room to align */
 }
 
@@ -100,6 +108,13 @@ bool skv_attn_prefill(float *out, size_t out_stride, const float *q, size_t q_st
 #if defined(__x86_64__) || defined(__i386__)
     if (skv_kernels_use_simd() && hd % 8 == 0) {
         void *w = (void *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+#ifdef SKV_HAVE_MATMUL_AMX
+        if (kv_type == SKV_TYPE_F16 && hd % 32 == 0 && skv_kernels_use_amx()) {
+            skv_attn_prefill_amx(out, out_stride, q, q_stride, n, g, hd, k, v, kv_type, n_vis,
+                                 scale, w);
+            return true;
+        }
+#endif
         if (skv_simd_active_id() >= SKV_SIMD_AVX512 && hd % 16 == 0) {
             skv_attn_prefill_avx512(out, out_stride, q, q_stride, n, g, hd, k, v, kv_type, n_vis,
                                     scale, w);

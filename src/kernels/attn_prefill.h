@@ -52,5 +52,12 @@ void skv_attn_prefill_avx512(float *out, size_t out_stride, const float *q, size
                              int g, int hd, const void *k, const void *v, skv_type kv_type,
                              const int *n_vis, float scale, void *work);
 #endif
+#ifdef SKV_HAVE_MATMUL_AMX
+/* attn_prefill_amx.c: the same with both products on AMX tiles (other bits: a float sum of exact
+ * bf16 partial products); only when skv_kernels_use_amx(), kv_type F16 and hd % 32 == 0. */
+void skv_attn_prefill_amx(float *out, size_t out_stride, const float *q, size_t q_stride, int n,
+                          int g, int hd, const void *k, const void *v, skv_type kv_type,
+                          const int *n_vis, float scale, void *work);
+#endif
 
 #endif

@@ -1,6 +1,8 @@
 /* attn_prefill_simd.h — the body of the blocked prefill attention (see attn_prefill.h), written
  * once over a vector of VL floats: included by attn_prefill_avx2.c (VL = 8) and
- * attn_prefill_avx512.c (VL = 16), which define the V_* / VI_* operations and SKV_AP_FN.
+ * attn_prefill_avx512.c (VL = 16), which define the V_* / VI_* operations and SKV_AP_FN, and by
+ * attn_prefill_amx.c (VL = 16 and SKV_AP_AMX: both products of an F16 cache on AMX tiles, the
+ * section "the AMX variant" below; other bits).
  *
  * Query rows (token-major, the g heads of a token adjacent) go in blocks of SKV_AP_ROWS, keys in
  * chunks of SKV_AP_KEYS. Rows live in vector lanes throughout, so nothing is ever summed
@@ -76,6 +78,14 @@ typedef struct ap_ctx {
     int32_t *cnt; /* [MB] visible entries of each row */
     float *kc;    /* [KC][hd] F16 keys converted */
     float *vc;    /* [KC][hd] F16 values converted */
+#ifdef SKV_AP_AMX
+    uint16_t *qb; /* [3][MB/16][hd/32][16][32] the block's queries in bf16 parts, B tiles */
+    uint16_t *kh; /* [KC][hd] the chunk's keys, high bf16 part (A tiles) */
+    uint16_t *kl; /* [KC][hd] ... and the rest */
+    uint16_t *vh; /* [hd][KC] the chunk's values transposed, high part (A tiles) */
+    uint16_t *vl; /* [hd][KC] ... and the rest */
+    uint16_t *pb; /* [2][3][KC/32][16][32] two row vectors' weights in parts, B tiles */
+#endif
 } ap_ctx;
 
 /* st[j][r] = sum_c K[j][c] qt[c][r] for keys j < lim (rounded up to TK; the extra keys repeat
@@ -177,6 +187,205 @@ AI void tile(int rv, const ap_ctx *a, int w0, const float *kb, const float *vb, 
     pv_tile(rv, a->st + r, vb, a->hd, full, lim, a->ot + r, a->alpha + r);
 }
 
+#ifdef SKV_AP_AMX
+/* ---- the AMX variant (attn_prefill_amx.c): both products on tiles --------------------------
+ * F16 keys and values split exactly into two bf16 parts (amx_util.h split_f16), the scaled
+ * queries and the softmax weights into three (split3); each product is the five exact partial
+ * products of the F16 matmul (hi.lo3, hi.mid, hi.hi, lo.hi, lo.mid: the dropped lo.lo3 is below
+ * 2^-24 of the term), summed in float tiles. Other bits than the vector code, within its float
+ * rounding. Row vectors go in pairs: tiles 0-3 hold four independent 16 x 16 sums (two groups
+ * of keys or value columns times the two row vectors), 4-5 the A parts, 6-7 the B parts (per
+ * step of 32: 12 tile loads for 20 products, as in matmul_amx.c). */
+
+enum { QT = SKV_AP_ROWS / 16 }; /* row vectors per block */
+
+/* The B tiles of the block's queries: row i of tile (p, w, s) pairs head dimensions
+ * 32s + 2i, 32s + 2i + 1 of rows 16w .. 16w + 15, part p. */
+static void amx_queries(ap_ctx *a, int nw) {
+    const int hd = a->hd, ns = hd / 32;
+    const size_t part = (size_t)QT * ns * 512;
+    for (int w = 0; w < nw; w++)
+        for (int c = 0; c < hd; c += 2) {
+            V x[3], y[3];
+            split3(V_LOAD(a->qt + (size_t)c * MB + 16 * w), x);
+            split3(V_LOAD(a->qt + (size_t)(c + 1) * MB + 16 * w), y);
+            uint16_t *d = a->qb + ((size_t)w * ns + (size_t)(c / 32)) * 512 + 16 * (size_t)(c % 32);
+            for (int p = 0; p < 3; p++)
+                _mm512_store_si512((__m512i *)(void *)(d + p * part), tile_row_f(x[p], y[p]));
+        }
+}
+
+/* Two vectors of finite floats that are bf16 values already, as 32 bf16 (a's below b's). */
+AI __m512i bf16_two(V a, V b) {
+    return (__m512i)_mm512_cvtne2ps_pbh(b, a); /* exact: nothing to round */
+}
+
+/* A finite f16 value (as float) w = hi + lo exactly (split_f16 without its guard for
+ * infinities, which amx_chunk has ruled out). */
+AI void split_f16_finite(V w, V *hi, V *lo) {
+    *hi = _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
+    *lo = V_SUB(w, *hi);
+}
+
+/* The chunk's keys [j0, j0 + nk) in parts (rows from nk to the next multiple of 32 zero) and its
+ * values transposed 16 x 16 at a time. False, converting nothing, when an entry is infinite or
+ * NaN: a weight 0 times it is NaN in a tile, so such a chunk takes the vector code, which skips
+ * the keys a row does not see. */
+static bool amx_chunk(ap_ctx *a, int j0, int nk) {
+    const int hd = a->hd, n32 = (nk + 31) & ~31;
+    const __m512i ex = _mm512_set1_epi16(0x7c00); /* an f16 infinity or NaN: exponent all ones */
+    __mmask32 bad = 0;
+    for (int j = 0; j < nk; j++)
+        for (int c = 0; c < hd; c += 32) {
+            const size_t o = (size_t)(j0 + j) * a->rb + 2 * (size_t)c;
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(a->k + o), ex), ex);
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(a->v + o), ex), ex);
+        }
+    if (bad) return false;
+    V h0, l0, h1, l1;
+    for (int j = 0; j < n32; j++)
+        for (int c = 0; c < hd; c += 32) {
+            const uint8_t *p = a->k + (size_t)(j0 + j) * a->rb + 2 * (size_t)c;
+            split_f16_finite(j < nk ? V_LOAD_F16(p) : V_ZERO(), &h0, &l0);
+            split_f16_finite(j < nk ? V_LOAD_F16(p + 32) : V_ZERO(), &h1, &l1);
+            _mm512_store_si512((__m512i *)(void *)(a->kh + (size_t)j * hd + c), bf16_two(h0, h1));
+            _mm512_store_si512((__m512i *)(void *)(a->kl + (size_t)j * hd + c), bf16_two(l0, l1));
+        }
+    for (int jb = 0; jb < n32; jb += 32)
+        for (int c = 0; c < hd; c += 16) {
+            V t[16], u[16]; /* keys jb .. jb + 15 and the 16 after them */
+            for (int i = 0; i < 16; i++) {
+                const uint8_t *p = a->v + (size_t)(j0 + jb + i) * a->rb + 2 * (size_t)c;
+                t[i] = jb + i < nk ? V_LOAD_F16(p) : V_ZERO();
+                u[i] = jb + 16 + i < nk ? V_LOAD_F16(p + 16 * a->rb) : V_ZERO();
+            }
+            transpose16(t); /* t[x]: column c + x */
+            transpose16(u);
+            for (int x = 0; x < 16; x++) {
+                split_f16_finite(t[x], &h0, &l0);
+                split_f16_finite(u[x], &h1, &l1);
+                const size_t o = (size_t)(c + x) * KC + (size_t)jb;
+                _mm512_store_si512((__m512i *)(void *)(a->vh + o), bf16_two(h0, h1));
+                _mm512_store_si512((__m512i *)(void *)(a->vl + o), bf16_two(l0, l1));
+            }
+        }
+    return true;
+}
+
+/* Tiles 0-3 += A (tiles 4, 5: two groups of 16 along the output's first axis) times B (tiles 6,
+ * 7: two row vectors): 0 = 4.6, 1 = 4.7, 2 = 5.6, 3 = 5.7, four independent sums. */
+#define FOUR()                                                                                     \
+    do {                                                                                           \
+        _tile_dpbf16ps(0, 4, 6);                                                                   \
+        _tile_dpbf16ps(1, 4, 7);                                                                   \
+        _tile_dpbf16ps(2, 5, 6);                                                                   \
+        _tile_dpbf16ps(3, 5, 7);                                                                   \
+    } while (0)
+
+/* One step of 32 along the sum of the four outputs: A's two parts at ah and al (the second group
+ * `next` halves on, stride ld bytes), B's three parts of the two row vectors at b0 and b1 (parts
+ * `part` halves apart). Five products per output, hi.lo3, hi.mid, hi.hi, lo.hi, lo.mid. */
+AI void amx_step(const uint16_t *ah, const uint16_t *al, size_t next, size_t ld, const uint16_t *b0,
+                 const uint16_t *b1, size_t part) {
+    _tile_loadd(4, ah, ld);
+    _tile_loadd(5, ah + next, ld);
+    _tile_loadd(6, b0 + 2 * part, 64);
+    _tile_loadd(7, b1 + 2 * part, 64);
+    FOUR();
+    _tile_loadd(6, b0 + part, 64);
+    _tile_loadd(7, b1 + part, 64);
+    FOUR();
+    _tile_loadd(6, b0, 64);
+    _tile_loadd(7, b1, 64);
+    FOUR();
+    _tile_loadd(4, al, ld);
+    _tile_loadd(5, al + next, ld);
+    FOUR();
+    _tile_loadd(6, b0 + part, 64);
+    _tile_loadd(7, b1 + part, 64);
+    FOUR();
+}
+
+/* Row vectors w0 and w1 (w1 = w0 when there is one: its sums are made and dropped) over the
+ * chunk's keys j < lim (lim >= 1, the larger of the two's). */
+static void amx_tile(const ap_ctx *a, int w0, int w1, int j0, int lim) {
+    const int hd = a->hd, ns = hd / 32, n16 = (lim + 15) / 16, n32 = (lim + 31) / 32;
+    const int r0 = 16 * w0, r1 = 16 * w1, two_rv = w1 != w0;
+    const size_t ldm = MB * sizeof(float), qpart = (size_t)QT * ns * 512;
+    const size_t ppart = (size_t)(KC / 32) * 512;
+
+    /* scores st[j][r ..] of keys j < 16 n16, two groups of 16 keys at a time (a lone last group
+     * computed twice) */
+    TILE_MEMORY();
+    for (int kg = 0; kg < n16; kg += 2) {
+        const int two = kg + 1 < n16;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int s = 0; s < ns; s++) {
+            const size_t o = (size_t)kg * 16 * hd + 32 * (size_t)s;
+            amx_step(a->kh + o, a->kl + o, two ? 16 * (size_t)hd : 0, 2 * (size_t)hd,
+                     a->qb + ((size_t)w0 * ns + (size_t)s) * 512,
+                     a->qb + ((size_t)w1 * ns + (size_t)s) * 512, qpart);
+        }
+        float *c = a->st + (size_t)kg * 16 * MB;
+        _tile_stored(0, c + r0, ldm);
+        if (two_rv) _tile_stored(1, c + r1, ldm);
+        if (two) _tile_stored(2, c + 16 * MB + r0, ldm);
+        if (two && two_rv) _tile_stored(3, c + 16 * MB + r1, ldm);
+    }
+    TILE_MEMORY();
+
+    for (int v = 0; v <= two_rv; v++) {
+        const int r = v ? r1 : r0;
+        uint16_t *pb = a->pb + (size_t)v * 3 * ppart;
+        softmax_rows(a, r, j0, lim);
+        /* the weights as B tiles, keys from lim on 0 */
+        for (int j = lim; j < 32 * n32; j++) V_STORE(a->st + (size_t)j * MB + r, V_ZERO());
+        for (int j = 0; j < 32 * n32; j += 2) {
+            __m512i rows[3];
+            pair_rows3(V_LOAD(a->st + (size_t)j * MB + r), V_LOAD(a->st + (size_t)(j + 1) * MB + r),
+                       rows);
+            uint16_t *d = pb + (size_t)(j / 32) * 512 + 16 * (size_t)(j % 32);
+            for (int p = 0; p < 3; p++)
+                _mm512_store_si512((__m512i *)(void *)(d + p * ppart), rows[p]);
+        }
+        /* what earlier chunks accumulated, rescaled */
+        const V al = V_LOAD(a->alpha + r);
+        for (int c = 0; c < hd; c++) {
+            float *o = a->ot + (size_t)c * MB + r;
+            V_STORE(o, V_MUL(V_LOAD(o), al));
+        }
+    }
+    TILE_MEMORY();
+
+    /* ot[c][r ..] += sum_j V[j][c] P[j][r ..], two groups of 16 columns at a time */
+    const uint16_t *p0 = a->pb, *p1 = a->pb + (two_rv ? 3 * ppart : 0);
+    for (int cg = 0; cg < hd; cg += 32) {
+        float *o = a->ot + (size_t)cg * MB;
+        _tile_loadd(0, o + r0, ldm);
+        _tile_loadd(1, o + r1, ldm);
+        _tile_loadd(2, o + 16 * MB + r0, ldm);
+        _tile_loadd(3, o + 16 * MB + r1, ldm);
+        for (int s = 0; s < n32; s++) {
+            const size_t v = (size_t)cg * KC + 32 * (size_t)s;
+            amx_step(a->vh + v, a->vl + v, 16 * KC, 2 * KC, p0 + (size_t)s * 512,
+                     p1 + (size_t)s * 512, ppart);
+        }
+        _tile_stored(0, o + r0, ldm);
+        _tile_stored(2, o + 16 * MB + r0, ldm);
+        if (two_rv) {
+            _tile_stored(1, o + r1, ldm);
+            _tile_stored(3, o + 16 * MB + r1, ldm);
+        }
+    }
+    TILE_MEMORY();
+}
+#undef FOUR
+#endif /* SKV_AP_AMX */
+
 /* Rows j0 .. j0+nk-1 of an F16 K or V into floats. */
 static void f16_rows(float *dst, const uint8_t *src, size_t rb, int j0, int nk, int hd) {
     for (int j = 0; j < nk; j++) {
@@ -226,9 +435,23 @@ static void block(ap_ctx *a, int64_t r0, int nr) {
         }
     }
     for (int c = 0; c < hd; c++) memset(a->ot + (size_t)c * MB, 0, sizeof(float) * VL * nw);
+#ifdef SKV_AP_AMX
+    amx_queries(a, nw);
+#endif
 
     for (int j0 = 0; j0 < maxcnt; j0 += KC) {
         int nk = SKV_MIN(KC, maxcnt - j0);
+#ifdef SKV_AP_AMX
+        if (amx_chunk(a, j0, nk)) {
+            for (int w = 0; w < nw; w += 2) {
+                const int w1 = w + 1 < nw ? w + 1 : w;
+                int tmax = 0;
+                for (int r = VL * w; r < VL * (w1 + 1); r++) tmax = SKV_MAX(tmax, a->cnt[r]);
+                if (tmax > j0) amx_tile(a, w, w1, j0, SKV_MIN(nk, tmax - j0));
+            }
+            continue;
+        }
+#endif
         const float *kb, *vb;
         if (a->t == SKV_TYPE_F16) {
             f16_rows(a->kc, a->k, a->rb, j0, nk, hd);
@@ -298,7 +521,20 @@ void SKV_AP_FN(float *out, size_t out_stride, const float *q, size_t q_stride, i
     a.alpha = w, w += mr;
     a.cnt = (int32_t *)w, w += mr;
     a.kc = w, w += ((size_t)KC * hd + 15) & ~(size_t)15;
-    a.vc = w;
+    a.vc = w, w += ((size_t)KC * hd + 15) & ~(size_t)15;
+#ifdef SKV_AP_AMX
+    uint16_t *u = (uint16_t *)w; /* sizes: amx_halves() in attn_prefill.c, each a multiple of 32 */
+    a.qb = u, u += (size_t)3 * MB * hd;
+    a.kh = u, u += (size_t)KC * hd;
+    a.kl = u, u += (size_t)KC * hd;
+    a.vh = u, u += (size_t)KC * hd;
+    a.vl = u, u += (size_t)KC * hd;
+    a.pb = u;
+    tiles_configure();
+#endif
     int64_t rows = (int64_t)n * g;
     for (int64_t r0 = 0; r0 < rows; r0 += MB) block(&a, r0, (int)SKV_MIN((int64_t)MB, rows - r0));
+#ifdef SKV_AP_AMX
+    _tile_release();
+#endif
 }

@@ -32,6 +32,7 @@
     defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BF16__) &&                   \
     defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__F16C__)
 
+#include "amx_util.h"
 #include "avx512_util.h"
 #include <immintrin.h>
 #include <stdlib.h>
@@ -46,21 +47,6 @@
 
 _Static_assert(PANEL == 16, "a B tile is 16 W rows");
 
-/* bf16 of each lane (round to nearest even) and that value back as floats. */
-INLINE __m256i bf16_round(__m512 v, __m512 *back) {
-    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-    *back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return h;
-}
-
-/* v - r where r is finite (an infinity or NaN keeps its own part and leaves 0 to the rest, where
- * inf - inf would make a NaN). */
-INLINE __m512 remainder_of(__m512 v, __m512 r) {
-    const __mmask16 fin =
-        _mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);
-    return _mm512_maskz_sub_ps(fin, v, r);
-}
-
 int skv_act_amx_parts(skv_type wt) {
     return wt == SKV_TYPE_F16 ? 3 : 1;
 }
@@ -69,40 +55,13 @@ void skv_act_rows_amx(const float *x, void *dst, int n, int parts) {
     uint16_t *d = dst;
     const int kp = (n + 31) & ~31;
     for (int k = 0; k < kp; k += 16) {
-        __m512 v = _mm512_maskz_loadu_ps(lanes(n - k), x + k), back;
+        __m512 v = _mm512_maskz_loadu_ps(lanes(n - k), x + k);
         for (int p = 0; p < parts; p++) {
-            __m256i h = bf16_round(v, &back);
-            /* a float past bf16's largest (~3.39e38) rounds to inf: its top 8 bits instead (the
-             * remainders are far smaller) */
-            const __mmask16 over = p ? 0
-                                     : _mm512_fpclass_ps_mask(back, 0x18) & // +-inf
-                                           (__mmask16)~_mm512_fpclass_ps_mask(v, 0x99);
-            if (over) {
-                const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
-                h = _mm256_mask_blend_epi16(over, h, _mm512_cvtepi32_epi16(top));
-                back = _mm512_mask_blend_ps(over, back,
-                                            _mm512_castsi512_ps(_mm512_slli_epi32(top, 16)));
-            }
-            _mm256_storeu_si256((__m256i *)(void *)(d + (size_t)p * kp + k), h);
-            v = remainder_of(v, back);
+            const __m512 part = bf16_near(v); /* the remainders never pass bf16's range */
+            _mm256_storeu_si256((__m256i *)(void *)(d + (size_t)p * kp + k), bf16_bits(part));
+            v = remainder_of(v, part);
         }
     }
-}
-
-/* Two columns of floats that are bf16 values already (low 16 bits zero) as one B tile row:
- * lane r holds (a[r], b[r]), b's high half above a's. */
-INLINE __m512i tile_row_f(__m512 a, __m512 b) {
-    return _mm512_ternarylogic_epi32(_mm512_castps_si512(b), _mm512_set1_epi32((int)0xffff0000u),
-                                     _mm512_srli_epi32(_mm512_castps_si512(a), 16), 0xea);
-}
-
-/* An f16 weight (as float) = hi + lo, both bf16 exactly: hi keeps the top 8 significant bits
- * (the float's low 16 bits cleared), lo the last 3 (w - hi is exact, with at most 3 bits). An
- * infinity or NaN stays in hi, lo 0. */
-INLINE void split_f16(__m512 w, __m512 *hi, __m512 *lo) {
-    *hi = _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
-    *lo = remainder_of(w, *hi);
 }
 
 /* The B tiles of one panel (pw: its first element; n columns) for columns [k0, k0 + 32 nt):
@@ -133,28 +92,6 @@ static void b_tiles(skv_type wt, const uint16_t *pw, int n, int k0, int nt, uint
         }
 }
 
-/* ldtilecfg's 64-byte operand (palette 1). */
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16]; /* bytes per row of tile t */
-    uint8_t rows[16];
-} tile_config;
-
-/* Every tile 16 rows of 64 bytes. */
-static void tiles_configure(void) {
-    tile_config c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.rows[t] = 16;
-        c.colsb[t] = 64;
-    }
-    /* not _tile_loadconfig: gcc 12's macro names 8 bytes of the operand, so the stores to the
-     * rest may be removed as dead (then tileloadd faults on an unconfigured tile) */
-    __asm__ volatile("ldtilecfg %0" : : "m"(c));
-}
-
 /* x rows (A tiles 4, 5 at a, 16 rows apart) times W (B tiles 6, 7) into the outputs 0-3. */
 #define A_TIMES_B(a)                                                                               \
     do {                                                                                           \
@@ -165,10 +102,6 @@ static void tiles_configure(void) {
         _tile_dpbf16ps(2, 5, 6);                                                                   \
         _tile_dpbf16ps(3, 5, 7);                                                                   \
     } while (0)
-
-/* The tiles read memory the compiler does not know they read (gcc's _tile_loadd names no
- * operand in memory): the stores before them must not move past or be dropped. */
-#define STORES_DONE() __asm__ volatile("" : : : "memory")
 
 void skv_matmul_amx(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     const int n = mm->n_in, kp = (n + 31) & ~31;
@@ -206,7 +139,7 @@ void skv_matmul_amx(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                             for (int rr = 0; rr < 32; rr++)
                                 stage[ii * 32 + rr] =
                                     ii < mi && rr < nr ? mm->y[(size_t)(i + ii) * ldy + r + rr] : 0;
-                    STORES_DONE();
+                    TILE_MEMORY();
                     if (first) {
                         _tile_zero(0);
                         _tile_zero(1);
