@@ -572,13 +572,15 @@ SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path,
  * have, lowered by the environment variable SKV_SIMD=scalar|avx2|avx512|auto (SKV_FORCE_SCALAR=1
  * is the same as SKV_SIMD=scalar). */
 SKV_API const char *skv_simd_level(void);
-/* True when the prefill of F16 and BF16 weights (products of 32 or more rows) runs on AMX tiles:
+/* True when the prefill of F16 and BF16 weights (products of 32 or more rows), and the prefill
+ * attention over an F16 cache (head size a multiple of 32), run on AMX tiles:
  * the avx512 level on a CPU with AMX-BF16 whose OS grants the tile state (Linux 5.16 and later),
  * and SKV_NO_AMX unset (SKV_NO_AMX=1 keeps the FMA / vdpbf16ps code). F16 weights are then
  * multiplied as exact bf16 parts (the weight in two, x in three), summed in float: float
  * accumulation error like the FMA code's, other bits; BF16 weights take x rounded to bf16 as
  * vdpbf16ps does. Such a product gives a row the same bits in any batch of 32 rows or more; a
- * smaller batch (decode) runs the FMA code, within float rounding of it. */
+ * smaller batch (decode) runs the FMA code, within float rounding of it. The attention's scores
+ * and weighted values are exact bf16 partial products summed in float as well. */
 SKV_API bool skv_simd_amx(void);
 /* The widest level this CPU (and its OS) supports, whatever SKV_SIMD says or this build has. */
 SKV_API const char *skv_simd_cpu_level(void);

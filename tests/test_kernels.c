@@ -426,7 +426,6 @@ static void test_simd_vs_ref(void **state) {
     }
 }
 
-/* Extreme inputs of the vector exp: overflow, underflow, nan. */
 /* softmax_sum adds, in double, exactly the probabilities the level's softmax gives the row
  * scaled by float products (the window scores rely on it for the same selections as before the
  * two were fused), onto what acc held; the reference the same with skv_softmax_ref. Rows with
@@ -463,6 +462,7 @@ static void test_softmax_sum(void **state) {
         }
 }
 
+/* Extreme inputs of the vector exp: overflow, underflow, nan. */
 static void simd_extremes(const simd_level *lv) {
     float g[9] = {-200, -100, -88.5f, 88.5f, 100, INFINITY, -INFINITY, 0, NAN};
     float u[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, a[9], b[9];

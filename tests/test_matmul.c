@@ -282,8 +282,8 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     if (!skv_act_block(t)) {
         /* float: two column blocks, panels ending inside a thread; then two x blocks (MC = 192
          * rows) times two column blocks; then x rows split over 3 threads (mm_split's x_split:
-         * "big" above splits them over 2); then decode over many panels per thread (4 quarters
-         * with a tail and a partial last panel) */
+         * "big" above splits them over 2); then decode over many panels per thread (the AVX2
+         * code's 4 quarters, the AVX-512 code's 2 halves, with a tail and a partial last panel) */
         const mm_case more[] = {{t, 13, 37, 1100}, {t, 200, 37, 1300}, {t, 768, 37, 288},
                                 {t, 1, 150, 288},  {t, 1, 63, 600},    {t, 1, 80, 288}};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&more[i], pools);
@@ -714,7 +714,7 @@ static void test_bf16_dot(void **s) {
     (void)s;
     if (!skv_kernels_use_bf16()) skip();
     skv_kernels_amx(false); /* the vdpbf16ps code (AMX: test_amx) */
-    /* n_out 130: 9 panels, so that decode streams 4 quarters per thread */
+    /* n_out 130: 9 panels, so that decode streams several runs per thread, with a tail */
     const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 400}, n_outs[] = {37, 130};
     for (int ni = 0; ni < 4; ni++)
         for (int mi = 0; mi < 4; mi++) {

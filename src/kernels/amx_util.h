@@ -61,8 +61,9 @@ AMX_INLINE void split_f16(__m512 w, __m512 *hi, __m512 *lo) {
 }
 
 /* v = p[0] + p[1] + p[2] exactly (a float's 24 significant bits in three bf16 parts, each the
- * remainder rounded to nearest; parts below 2^-126 are flushed by the tiles, so a lane under
- * ~2^-110 loses its tail). An infinity or NaN stays in p[0]. */
+ * remainder rounded to nearest) down to 2^-126: a subnormal part is flushed (by the conversion,
+ * and the tiles would too), so a lane under ~2^-110 loses its tail. An infinity or NaN stays in
+ * p[0]. */
 AMX_INLINE void split3(__m512 v, __m512 p[3]) {
     for (int i = 0; i < 3; i++) {
         p[i] = bf16_near(v);
@@ -71,9 +72,10 @@ AMX_INLINE void split3(__m512 v, __m512 p[3]) {
 }
 
 /* The B tile rows of the three bf16 parts of two vectors a, b of finite floats within bf16's
- * range (softmax weights): row[p] lane r = (a_p[r], b_p[r]), a = a_0 + a_1 + a_2 exactly as in
- * split3 (the same values: the last remainder has at most 8 significant bits, so its rounding
- * is exact), in three two-vector conversions instead of six split3 steps. */
+ * range (softmax weights): row[p] lane r = (a_p[r], b_p[r]), a = a_0 + a_1 + a_2 as in split3
+ * (the same values, exact down to 2^-126 likewise: the last remainder has at most 8 significant
+ * bits, so its conversion rounds nothing), in three two-vector conversions instead of six split3
+ * steps. */
 AMX_INLINE void pair_rows3(__m512 a, __m512 b, __m512i row[3]) {
     for (int p = 0;; p++) {
         const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a's 16 below b's 16 */

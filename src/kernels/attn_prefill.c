@@ -1,6 +1,6 @@
 /* attn_prefill.c — dispatch and the portable reference of the blocked prefill attention (the
- * SIMD kernel is attn_prefill_simd.h, built at 8 lanes in attn_prefill_avx2.c and at 16 in
- * attn_prefill_avx512.c). */
+ * SIMD kernel is attn_prefill_simd.h, built at 8 lanes in attn_prefill_avx2.c, at 16 in
+ * attn_prefill_avx512.c, and at 16 with both products on AMX tiles in attn_prefill_amx.c). */
 #include "attn_prefill.h"
 
 #include <math.h>
@@ -21,9 +21,10 @@ static size_t simd_floats(int hd) {
            round16((size_t)SKV_AP_KEYS * d) * 2;
 }
 
-/* After them, the AMX variant's bf16 regions (in halves of a float): the queries' three parts
- * [3][ROWS][hd], the chunk's keys and transposed values in two parts each [4][KEYS][hd], two row
- * vectors' weights in three parts [2][3][KEYS][16]. */
+/* After them, the AMX variant's bf16 regions (in halves of a float; in every caller's work, on
+ * any CPU, as AMX can be switched on and off at run time: ~110 KB at hd 64, ~230 KB at 128): the
+ * queries' three parts [3][ROWS][hd], the chunk's keys and transposed values in two parts each
+ * [4][KEYS][hd], two row vectors' weights in three parts [2][3][KEYS][16]. */
 static size_t amx_halves(int hd) {
     const size_t d = ((size_t)hd + 31) & ~(size_t)31;
     return 3 * (size_t)SKV_AP_ROWS * d + 4 * (size_t)SKV_AP_KEYS * d + 96 * (size_t)SKV_AP_KEYS;

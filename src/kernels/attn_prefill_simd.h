@@ -193,7 +193,9 @@ AI void tile(int rv, const ap_ctx *a, int w0, const float *kb, const float *vb, 
  * queries and the softmax weights into three (split3); each product is the five exact partial
  * products of the F16 matmul (hi.lo3, hi.mid, hi.hi, lo.hi, lo.mid: the dropped lo.lo3 is below
  * 2^-24 of the term), summed in float tiles. Other bits than the vector code, within its float
- * rounding. Row vectors go in pairs: tiles 0-3 hold four independent 16 x 16 sums (two groups
+ * rounding. A row whose scores are already infinite or NaN (a NaN query, an infinite key it
+ * sees) gives a meaningless finite output here as in the vector code (exp2_neg's clamp), but not
+ * the same one. Row vectors go in pairs: tiles 0-3 hold four independent 16 x 16 sums (two groups
  * of keys or value columns times the two row vectors), 4-5 the A parts, 6-7 the B parts (per
  * step of 32: 12 tile loads for 20 products, as in matmul_amx.c). */
 
@@ -510,7 +512,7 @@ void SKV_AP_FN(float *out, size_t out_stride, const float *q, size_t q_stride, i
         .hd = hd,
         .qscale = scale * 1.44269504088896341f,
     };
-    /* The regions in the order and sizes of avx2_floats() in attn_prefill.c. */
+    /* The regions in the order and sizes of simd_floats() in attn_prefill.c. */
     size_t dr = ((size_t)hd * MB + 15) & ~(size_t)15, sr = (size_t)KC * MB, mr = (MB + 15) & ~15;
     float *w = work;
     a.qt = w, w += dr;

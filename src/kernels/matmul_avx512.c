@@ -6,7 +6,7 @@
  * Float weights (F32/F16/BF16) in panels: the same single FMA chain per output over k in order as
  * matmul_avx2.c, so the same bits as the AVX2 level (the scalar fallback sums in another order),
  * any m, any thread split. A 16-row panel is one register wide.
- *   - one x row (decode): the thread's panels in 4 quarters streamed at once.
+ *   - one x row (decode): the thread's panels in 2 halves streamed at once.
  *   - more (prefill): blocks of MC x rows and KC columns; x packed tile by tile (12 rows
  *     interleaved), panels made floats two at a time (L1/L2), 12x32 register tiles: 24
  *     accumulators, 2 loads and 12 broadcasts per 24 FMAs. Raw rows (not panels: keys scored by
@@ -256,37 +256,34 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
     free(xp);
 }
 
-/* One x row from panels (decode): the thread's panels in 4 quarters, one panel of each at a
- * time, so W streams as 4 long sequential runs; 4 FMA chains of 16. */
+/* One x row from panels (decode): the thread's panels in 2 halves, one panel of each at a time,
+ * so W streams as 2 long sequential runs per thread (panels are contiguous). 4 runs (quarters,
+ * as the AVX2 code) read slower on the Xeon with AMX: qwen2.5-0.5b / llama-3.2-1b F16 tg64 at 2
+ * threads, alternated, +5-9% with 2 (3 was 12% slower than 4, 1 the same as 4). */
 INLINE void gemv_panels(const skv_mm *mm, int r0, int r1, skv_type t) {
-    const int n = mm->n_in, np = (r1 - r0 + PANEL - 1) / PANEL, q = np / 4;
-    const size_t es = elem_size(t), ps = (size_t)PANEL * n * es;
+    const int n = mm->n_in, np = (r1 - r0 + PANEL - 1) / PANEL, h = np / 2;
+    const size_t es = elem_size(t), ps = (size_t)PANEL * n * es, hs = (size_t)h * ps;
     const float *x = mm->x;
     const uint8_t *w0 = (const uint8_t *)mm->w + (size_t)r0 * n * es;
-    for (int j = 0; j < q; j++) {
+    for (int j = 0; j < h; j++) {
         const uint8_t *p = w0 + (size_t)j * ps;
-        const size_t qs = (size_t)q * ps;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
         for (int k = 0; k < n; k++) {
             const __m512 xb = _mm512_set1_ps(x[k]);
             const uint8_t *e = p + (size_t)k * PANEL * es;
             a0 = _mm512_fmadd_ps(xb, load_w16(e, t), a0);
-            a1 = _mm512_fmadd_ps(xb, load_w16(e + qs, t), a1);
-            a2 = _mm512_fmadd_ps(xb, load_w16(e + 2 * qs, t), a2);
-            a3 = _mm512_fmadd_ps(xb, load_w16(e + 3 * qs, t), a3);
+            a1 = _mm512_fmadd_ps(xb, load_w16(e + hs, t), a1);
         }
         const int ra = r0 + j * PANEL;
         _mm512_mask_storeu_ps(mm->y + ra, lanes(r1 - ra), a0);
-        _mm512_mask_storeu_ps(mm->y + ra + q * PANEL, lanes(r1 - ra - q * PANEL), a1);
-        _mm512_mask_storeu_ps(mm->y + ra + 2 * q * PANEL, lanes(r1 - ra - 2 * q * PANEL), a2);
-        _mm512_mask_storeu_ps(mm->y + ra + 3 * q * PANEL, lanes(r1 - ra - 3 * q * PANEL), a3);
+        _mm512_mask_storeu_ps(mm->y + ra + h * PANEL, lanes(r1 - ra - h * PANEL), a1);
     }
-    for (int j = 4 * q; j < np; j++) {
-        const uint8_t *p = w0 + (size_t)j * ps;
+    if (np % 2) { /* the odd last panel */
+        const uint8_t *p = w0 + (size_t)(np - 1) * ps;
         __m512 a0 = _mm512_setzero_ps();
         for (int k = 0; k < n; k++)
             a0 = _mm512_fmadd_ps(_mm512_set1_ps(x[k]), load_w16(p + (size_t)k * PANEL * es, t), a0);
-        _mm512_mask_storeu_ps(mm->y + r0 + j * PANEL, lanes(r1 - r0 - j * PANEL), a0);
+        _mm512_mask_storeu_ps(mm->y + r0 + (np - 1) * PANEL, lanes(r1 - r0 - (np - 1) * PANEL), a0);
     }
 }
 
