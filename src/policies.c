@@ -130,8 +130,10 @@ static uint64_t rank_key(double s) {
 
 /* The k-th largest of key[n] (1 <= k <= n), by radix selection one byte at a time from the top:
  * at most 8 passes over shrinking candidates, so O(n) whatever the scores (a plateau included).
- * Reorders key. */
-static uint64_t kth_largest_key(uint64_t *key, int n, int k) {
+ * *above receives how many keys are larger (each pass drops the larger buckets from k), *ties how
+ * many equal it (the last candidates). Reorders key. */
+static uint64_t kth_largest_key(uint64_t *key, int n, int k, int *above, int *ties) {
+    const int k0 = k;
     uint64_t prefix = 0;
     for (int shift = 56; shift >= 0; shift -= 8) {
         int count[256] = {0};
@@ -144,6 +146,8 @@ static uint64_t kth_largest_key(uint64_t *key, int n, int k) {
             if (((key[i] >> shift) & 0xff) == (uint64_t)b) key[m++] = key[i];
         n = m;
     }
+    *above = k0 - k;
+    *ties = n;
     return prefix;
 }
 
@@ -151,14 +155,9 @@ int skv_select_topk(const double *score, int T, int k, int32_t *out, uint64_t *s
     if (T < 1) return 0;
     k = SKV_MAX(1, SKV_MIN(k, T));
     for (int t = 0; t < T; t++) scratch[t] = rank_key(score[t]);
-    const uint64_t kth = kth_largest_key(scratch, T, k);
+    int above, ties;
+    const uint64_t kth = kth_largest_key(scratch, T, k, &above, &ties);
     /* everything above the k-th key, then of the positions tied with it the latest ones */
-    int above = 0, ties = 0;
-    for (int t = 0; t < T; t++) {
-        const uint64_t key = rank_key(score[t]);
-        above += key > kth;
-        ties += key == kth;
-    }
     int skip = ties - (k - above), n = 0;
     for (int t = 0; t < T; t++) {
         const uint64_t key = rank_key(score[t]);

@@ -19,6 +19,12 @@ AMX_INLINE __m256i bf16_round(__m512 v, __m512 *back) {
     return h;
 }
 
+/* The float's top 16 bits: its top 8 significant bits as a bf16 value. */
+AMX_INLINE __m512 bf16_top(__m512 w) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 /* The bf16 nearest each lane (ties to even) as floats (low 16 bits zero); a finite lane past
  * bf16's largest (~3.39e38), which would round to inf, keeps its top 8 bits instead. */
 AMX_INLINE __m512 bf16_near(__m512 v) {
@@ -26,9 +32,7 @@ AMX_INLINE __m512 bf16_near(__m512 v) {
     (void)bf16_round(v, &back);
     const __mmask16 over = _mm512_fpclass_ps_mask(back, 0x18) &         // +-inf
                            (__mmask16)~_mm512_fpclass_ps_mask(v, 0x99); // from a finite v
-    const __m512 top = _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0xffff0000u)));
-    return _mm512_mask_blend_ps(over, back, top);
+    return _mm512_mask_blend_ps(over, back, bf16_top(v));
 }
 
 /* The 16 bf16 values of floats that are bf16 values already (low 16 bits zero). */
@@ -51,13 +55,23 @@ AMX_INLINE __m512i tile_row_f(__m512 a, __m512 b) {
                                      _mm512_srli_epi32(_mm512_castps_si512(a), 16), 0xea);
 }
 
-/* An f16 weight (as float) = hi + lo, both bf16 exactly: hi keeps the top 8 significant bits
- * (the float's low 16 bits cleared), lo the last 3 (w - hi is exact, with at most 3 bits). An
- * infinity or NaN stays in hi, lo 0. */
+/* An f16 weight (as float) = hi + lo, both bf16 exactly: hi keeps the top 8 significant bits, lo
+ * the last 3 (w - hi is exact, with at most 3 bits). An infinity or NaN stays in hi, lo 0. */
 AMX_INLINE void split_f16(__m512 w, __m512 *hi, __m512 *lo) {
-    *hi = _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
+    *hi = bf16_top(w);
     *lo = remainder_of(w, *hi);
+}
+
+/* The same for a finite w, without the guard (a caller that ruled infinities out). */
+AMX_INLINE void split_f16_finite(__m512 w, __m512 *hi, __m512 *lo) {
+    *hi = bf16_top(w);
+    *lo = _mm512_sub_ps(w, *hi);
+}
+
+/* Two vectors of floats as 32 bf16 (a's below b's), rounded to nearest: exact for values that
+ * are bf16 already. */
+AMX_INLINE __m512i bf16_two(__m512 a, __m512 b) {
+    return (__m512i)_mm512_cvtne2ps_pbh(b, a);
 }
 
 /* v = p[0] + p[1] + p[2] exactly (a float's 24 significant bits in three bf16 parts, each the
@@ -78,7 +92,7 @@ AMX_INLINE void split3(__m512 v, __m512 p[3]) {
  * steps. */
 AMX_INLINE void pair_rows3(__m512 a, __m512 b, __m512i row[3]) {
     for (int p = 0;; p++) {
-        const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a's 16 below b's 16 */
+        const __m512i h = bf16_two(a, b);
         row[p] = bf16_pair_cols(h);
         if (p == 2) return;
         a = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(

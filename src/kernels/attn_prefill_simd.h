@@ -217,19 +217,6 @@ static void amx_queries(ap_ctx *a, int nw) {
         }
 }
 
-/* Two vectors of finite floats that are bf16 values already, as 32 bf16 (a's below b's). */
-AI __m512i bf16_two(V a, V b) {
-    return (__m512i)_mm512_cvtne2ps_pbh(b, a); /* exact: nothing to round */
-}
-
-/* A finite f16 value (as float) w = hi + lo exactly (split_f16 without its guard for
- * infinities, which amx_chunk has ruled out). */
-AI void split_f16_finite(V w, V *hi, V *lo) {
-    *hi = _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_castps_si512(w), _mm512_set1_epi32((int)0xffff0000u)));
-    *lo = V_SUB(w, *hi);
-}
-
 /* The chunk's keys [j0, j0 + nk) in parts (rows from nk to the next multiple of 32 zero) and its
  * values transposed 16 x 16 at a time. False, converting nothing, when an entry is infinite or
  * NaN: a weight 0 times it is NaN in a tile, so such a chunk takes the vector code, which skips
