@@ -263,6 +263,22 @@ if [ -n "${LLAMA_BENCH:-}" ]; then
         echo "|---|---:|---|---:|"
         vs_targets "" "$VS_OUT"
     } >>"$OUT"
+    # The same at a depth of 4096 tokens (long contexts are what a compressed cache is for): no
+    # target, the smallest preset, 2 rounds (llama-bench prefills the depth before each run).
+    if [ -z "${SKV_BENCH_QUICK:-}" ]; then
+        VSD_OUT="$DIR/vs_llama_depth.md"
+        SKV_VS_THREADS=$TMAX SKV_VS_PRESETS=smollm2-135m SKV_VS_TYPES=f16 SKV_VS_DEPTH=4096 \
+            SKV_VS_ROUNDS=2 SKV_VS_TG=64 bench/vs_llama.sh "$LLAMA_BENCH" "$CLI" >"$VSD_OUT"
+        {
+            echo
+            echo "### After 4096 tokens of context (llama-bench -d 4096, sparsekv bench --depth 4096)"
+            echo
+            echo "f16 KV cache on both sides, each program's default attention (llama.cpp: -fa auto),"
+            echo "2 rounds; no target. sparsekv's share of the FMA peak counts the attention FLOPs."
+            echo
+            cat "$VSD_OUT"
+        } >>"$OUT"
+    fi
     # On an AVX-512 machine, the AVX2 level too (what an AVX2-only machine would run): against a
     # llama-bench built without AVX-512 (LLAMA_BENCH_AVX2: cmake -DGGML_NATIVE=OFF -DGGML_AVX2=ON
     # -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF), every preset; without one, against the

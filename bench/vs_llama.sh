@@ -20,7 +20,9 @@
 #
 # Environment: SKV_VS_PRESETS (default "smollm2-135m qwen2.5-0.5b llama-3.2-1b"),
 # SKV_VS_TYPES (default "f16 q8_0 q4_k q4_k_m"; q4_k_m: the f16 model quantized to that mix),
-# SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512), SKV_VS_TG (128), SKV_BENCH_DIR.
+# SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512), SKV_VS_TG (128), SKV_BENCH_DIR,
+# SKV_VS_DEPTH (0; D > 0: both tests after D tokens of context, llama-bench -d D and sparsekv
+# bench --depth D, each with its program's default attention: llama.cpp's -fa auto).
 # Progress goes to stderr, the markdown table to stdout.
 set -euo pipefail
 
@@ -33,6 +35,7 @@ ROUNDS=${SKV_VS_ROUNDS:-3}
 T=${SKV_VS_THREADS:-2}
 PP=${SKV_VS_PP:-512}
 TG=${SKV_VS_TG:-128}
+D=${SKV_VS_DEPTH:-0}
 [ -x "$LLAMA" ] || { echo "bench/vs_llama.sh: no llama-bench at $LLAMA" >&2; exit 1; }
 [ -x "$CLI" ] || { echo "bench/vs_llama.sh: no sparsekv at $CLI (run make first)" >&2; exit 1; }
 mkdir -p "$DIR"
@@ -80,9 +83,10 @@ for preset in $PRESETS; do
         : >"$sj"
         for r in $(seq 1 "$ROUNDS"); do
             echo "vs llama.cpp: $preset $type round $r/$ROUNDS" >&2
-            l() { "$LLAMA" -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 -o jsonl >>"$lj" 2>/dev/null ||
+            l() { "$LLAMA" -m "$f" -p "$PP" -n "$TG" -t "$T" -d "$D" -r 1 -o jsonl >>"$lj" 2>/dev/null ||
                 echo "llama-bench failed on $f" >&2; }
-            s() { "$CLI" bench -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 --kv-type f16 --roofline --json >>"$sj"; }
+            s() { "$CLI" bench -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 --kv-type f16 --roofline --json \
+                $([ "$D" -gt 0 ] && echo "--depth $D") >>"$sj"; }
             if [ $((r % 2)) = 1 ]; then l; s; else s; l; fi
         done
         for test in pp tg; do
@@ -108,7 +112,7 @@ for preset in $PRESETS; do
             read -r ps _ _ < <(skv_pct "$sj" $test | stats)
             pc=$(awk -v a="$pl" -v b="$ps" 'BEGIN {
                 if (a == "-" || b == "-") print "-"; else printf "%.0f%% / %.0f%%", a, b }')
-            echo "| $preset | $type | $test$n | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio | $rr | $pc |"
+            echo "| $preset | $type | $test$n$([ "$D" -gt 0 ] && echo "@d$D") | $lm ($lmin..$lmax) | $sm ($smin..$smax) | $ratio | $rr | $pc |"
         done
     done
 done

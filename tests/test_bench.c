@@ -115,6 +115,32 @@ static void test_compressed_decode_record(void **state) {
     free(out);
 }
 
+/* --depth with -p: prefill of 8 tokens on copies of the 100-token context, dense and
+ * compressed; the FLOPs count the entries each query meets (100 or the 50 kept, plus the
+ * causal new ones). */
+static void test_prefill_at_depth_records(void **state) {
+    (void)state;
+    int st;
+    char *out = bench("-p 8 -n 0 -t 1 -r 1 --depth 100 --policy snapkv --keep 0.5 --json", &st);
+    assert_non_null(out);
+    assert_int_equal(st, 0);
+    const char *d = find_line(out, "test", "pp8@d100");
+    const char *c = find_line(out, "test", "pp8@d100+attention0.5");
+    assert_non_null(d);
+    assert_non_null(c);
+    assert_null(find_line(out, "test", "pp8")); /* no prefill at depth 0 */
+    const double keys[2] = {8 * 100 + 8 * 9 / 2, 8 * 50 + 8 * 9 / 2};
+    const char *rec[2] = {d, c};
+    for (int i = 0; i < 2; i++) {
+        double flops = 2.0 * 8 * 5 * LAYER_MATMUL + 2.0 * 512 * 64 + 4.0 * 8 * 8 * 5 * keys[i];
+        double tps = field(rec[i], "tps_median");
+        assert_true(tps > 0);
+        double gflops = flops / (8 / tps) / 1e9;
+        assert_true(fabs(field(rec[i], "gflops") - gflops) <= 0.01 * gflops + 2e-3);
+    }
+    free(out);
+}
+
 static void test_roofline_record(void **state) {
     (void)state;
     int st;
@@ -153,6 +179,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_and_decode_records),
         cmocka_unit_test(test_compressed_decode_record),
+        cmocka_unit_test(test_prefill_at_depth_records),
         cmocka_unit_test(test_roofline_record),
         cmocka_unit_test(test_usage_errors),
     };

@@ -23,8 +23,9 @@ static void usage(FILE *f) {
             "[--json]\n"
             "\n"
             "Measures, for each thread count T:\n"
-            "  ppN    prefill of N random tokens in batches of B (default 512): tokens/s and\n"
-            "         achieved GFLOP/s = (2 * matrix params * N + attention FLOPs) / time\n"
+            "  ppN    prefill of N random tokens in batches of B (default 512) after D tokens\n"
+            "         of context: tokens/s and achieved GFLOP/s = (2 * matrix params * N +\n"
+            "         attention FLOPs over the entries in the cache) / time\n"
             "  tgN    decode of N tokens one at a time after D tokens of context: tokens/s and\n"
             "         achieved GB/s = (weight bytes + KV bytes read) per token / time per token\n"
             "Each test runs REPS times (default 3) after one warm-up; t/s is the median with the\n"
@@ -34,17 +35,19 @@ static void usage(FILE *f) {
             "  -m MODEL       GGUF model (default %s)\n"
             "  -p LIST        prompt lengths (default 512; 0 = no prefill test)\n"
             "  -n LIST        decode lengths (default 128; 0 = no decode test); the longest test\n"
-            "                 (max of -p, and --depth + -n) must fit the model's context\n"
+            "                 (--depth + the largest -p or -n) must fit the model's context\n"
             "  -t LIST        thread counts (default: all %d cores)\n"
             "  -r REPS        repetitions (default 3)\n"
-            "  --depth D      prefill D tokens first (not timed per token; its time is reported)\n"
-            "                 and run the tg tests on that context (tgN@dD)\n"
+            "  --depth D      prefill D tokens first (once; its time is reported) and run the\n"
+            "                 pp and tg tests on copies of that context (ppN@dD, tgN@dD), as\n"
+            "                 llama-bench -d does\n"
             "  --policy P     with --depth: also compress the D-token cache with policy P\n"
             "                 (engine protocol: the last W prompt positions are the window and\n"
-            "                 are kept, as many as keep allows) and decode on it; reports the\n"
-            "                 compression time as %% of the prefill time and the measured decode\n"
-            "                 speedup next to the one the bytes predict: (weights + dense KV) /\n"
-            "                 (weights + kept KV), for decode bound by memory bandwidth\n"
+            "                 are kept, as many as keep allows) and run the tests on it too;\n"
+            "                 reports the compression time as %% of the prefill time and the\n"
+            "                 measured decode speedup next to the one the bytes predict:\n"
+            "                 (weights + dense KV) / (weights + kept KV), for decode bound by\n"
+            "                 memory bandwidth\n"
             "  --keep F       fraction of the cache kept (default 0.1)\n"
             "  --window W     observation window W (default 32)\n"
             "  --kv-type T    cache type (default f32)\n"
@@ -336,13 +339,78 @@ static bool run_tg(bench *b, skv_context *ctx, int threads, int n, const peaks *
     return true;
 }
 
-/* Decode of n tokens on clones of a prefilled context (dense), and with --policy on clones
+/* A clone of the depth context, compressed by --policy when compress is set (*info filled,
+ * its ms in *compress_ms). NULL (reported) on failure. */
+static skv_context *depth_clone(bench *b, const skv_context *master, bool compress,
+                                skv_compress_info *info, double *compress_ms) {
+    skv_err err = {0};
+    skv_context *c = skv_context_clone(master, &err);
+    if (!c) {
+        cli_error(CMD, "%s", err.msg);
+        return NULL;
+    }
+    if (!compress) return c;
+    skv_compress_params cp = skv_compress_default_params();
+    cp.policy = b->o->policy;
+    cp.keep_frac = b->o->keep;
+    cp.protocol = SKV_PROTOCOL_ENGINE;
+    cp.n_window = b->o->window;
+    memset(info, 0, sizeof *info);
+    double t1 = skv_time_ms();
+    skv_status st = skv_compress(c, &cp, info, &err);
+    *compress_ms = skv_time_ms() - t1;
+    if (st != SKV_OK) {
+        cli_error(CMD, "%s", err.msg);
+        skv_context_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Prefill of n tokens after the D of the depth context, on clones of it (dense, and with
+ * --policy compressed first): ppN@dD, as llama-bench's -d measures it. */
+static bool run_pp_depth(bench *b, const skv_context *master, int threads, int n, bool compress,
+                         const peaks *pk) {
+    const opts *o = b->o;
+    const int D = o->depth;
+    double secs[64];
+    int keys = D; /* cache entries each query meets before the new tokens (mean over heads) */
+    for (int r = -1; r < o->reps; r++) {
+        skv_compress_info info;
+        double cms = 0;
+        skv_context *c = depth_clone(b, master, compress, &info, &cms);
+        if (!c) return false;
+        if (compress) {
+            double sum = 0;
+            for (int i = 0; i < info.n_layer * info.n_head_kv; i++) sum += info.kept[i];
+            keys = (int)lround(sum / (info.n_layer * info.n_head_kv));
+            skv_compress_info_free(&info);
+        }
+        double t1 = skv_time_ms();
+        bool ok = prefill(b, c, D, n);
+        if (r >= 0) secs[r] = (skv_time_ms() - t1) / 1e3;
+        skv_context_free(c);
+        if (!ok) return false;
+    }
+    char test[64];
+    if (compress) {
+        const char *canon = skv_policy_canonical(o->policy);
+        snprintf(test, sizeof test, "pp%d@d%d+%s%.3g", n, D, canon ? canon : o->policy, o->keep);
+    } else {
+        snprintf(test, sizeof test, "pp%d@d%d", n, D);
+    }
+    print_row(o, &b->f, threads, test, secs, o->reps, n, prefill_flops(&b->f, keys, n), 0, pk);
+    return true;
+}
+
+/* Prefill and decode on clones of a prefilled context (dense), and with --policy on clones
  * compressed first. */
 static bool run_depth(bench *b, int threads, const peaks *pk) {
     const opts *o = b->o;
     int D = o->depth;
     int max_tg = 0;
     for (int i = 0; i < o->n_tg; i++) max_tg = SKV_MAX(max_tg, (int)o->tg[i]);
+    for (int i = 0; i < o->n_pp; i++) max_tg = SKV_MAX(max_tg, (int)o->pp[i]);
     bool window = o->policy && skv_policy_needs_window(o->policy);
     skv_context *master = new_context(b, threads, D + max_tg + 1, window ? o->window : 0);
     if (!master) return false;
@@ -359,6 +427,12 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
         double secs = prefill_ms / 1e3;
         print_row(o, &b->f, threads, test, &secs, 1, D, prefill_flops(&b->f, 0, D), 0, pk);
     }
+    for (int pi = 0; pi < o->n_pp; pi++) {
+        int n = (int)o->pp[pi];
+        if (n <= 0) continue;
+        if (!run_pp_depth(b, master, threads, n, false, pk)) goto fail;
+        if (o->policy && !run_pp_depth(b, master, threads, n, true, pk)) goto fail;
+    }
     for (int ti = 0; ti < o->n_tg; ti++) {
         int n = (int)o->tg[ti];
         if (n <= 0) continue;
@@ -366,12 +440,8 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
         uint64_t bytes_before = 0, bytes_after = 0;
         int kept_keep = 0;
         for (int r = -1; r < o->reps; r++) {
-            skv_err err = {0};
-            skv_context *c = skv_context_clone(master, &err);
-            if (!c) {
-                cli_error(CMD, "%s", err.msg);
-                goto fail;
-            }
+            skv_context *c = depth_clone(b, master, false, NULL, NULL);
+            if (!c) goto fail;
             double t1 = skv_time_ms();
             ok = decode(b, c, D, n, &kv_d);
             if (r >= 0) secs_d[r] = (skv_time_ms() - t1) / 1e3;
@@ -384,32 +454,15 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
                   (double)b->f.weight_bytes * n + kv_d, pk);
         if (!o->policy) continue;
         for (int r = -1; r < o->reps; r++) {
-            skv_err err = {0};
-            skv_context *c = skv_context_clone(master, &err);
-            if (!c) {
-                cli_error(CMD, "%s", err.msg);
-                goto fail;
-            }
-            skv_compress_params cp = skv_compress_default_params();
-            cp.policy = o->policy;
-            cp.keep_frac = o->keep;
-            cp.protocol = SKV_PROTOCOL_ENGINE;
-            cp.n_window = o->window;
             skv_compress_info info;
-            memset(&info, 0, sizeof info);
-            double t1 = skv_time_ms();
-            skv_status st = skv_compress(c, &cp, &info, &err);
-            double cms = skv_time_ms() - t1;
-            if (st != SKV_OK) {
-                cli_error(CMD, "%s", err.msg);
-                skv_context_free(c);
-                goto fail;
-            }
+            double cms = 0;
+            skv_context *c = depth_clone(b, master, true, &info, &cms);
+            if (!c) goto fail;
             bytes_before = info.bytes_before;
             bytes_after = info.bytes_after;
             kept_keep = info.keep;
             skv_compress_info_free(&info);
-            t1 = skv_time_ms();
+            double t1 = skv_time_ms();
             ok = decode(b, c, D, n, &kv_c);
             if (r >= 0) {
                 secs_c[r] = (skv_time_ms() - t1) / 1e3;
@@ -658,7 +711,7 @@ int cmd_bench(int argc, char **argv) {
     int max_pp = 0, max_tg = 0;
     for (int i = 0; i < o.n_pp; i++) max_pp = SKV_MAX(max_pp, (int)o.pp[i]);
     for (int i = 0; i < o.n_tg; i++) max_tg = SKV_MAX(max_tg, (int)o.tg[i]);
-    b.n_tokens = SKV_MAX(max_pp, o.depth + max_tg) + 1;
+    b.n_tokens = o.depth + SKV_MAX(max_pp, max_tg) + 1;
     if (b.n_tokens - 1 > b.f.n_ctx_train) {
         cli_error(CMD,
                   "the longest test needs %d positions, more than the model's context of %d "
@@ -700,7 +753,7 @@ int cmd_bench(int argc, char **argv) {
     print_header(&o);
     for (int ti = 0; ti < o.n_th && rc == 0; ti++) {
         int threads = (int)o.th[ti];
-        if (max_pp > 0 || (max_tg > 0 && o.depth == 0)) {
+        if (o.depth == 0) {
             skv_context *ctx = new_context(&b, threads, SKV_MAX(max_pp, max_tg) + 1, 0);
             if (!ctx) {
                 rc = 1;
@@ -708,9 +761,8 @@ int cmd_bench(int argc, char **argv) {
             }
             for (int i = 0; i < o.n_pp && rc == 0; i++)
                 if (o.pp[i] > 0 && !run_pp(&b, ctx, threads, (int)o.pp[i], &pk[ti])) rc = 1;
-            if (o.depth == 0)
-                for (int i = 0; i < o.n_tg && rc == 0; i++)
-                    if (o.tg[i] > 0 && !run_tg(&b, ctx, threads, (int)o.tg[i], &pk[ti])) rc = 1;
+            for (int i = 0; i < o.n_tg && rc == 0; i++)
+                if (o.tg[i] > 0 && !run_tg(&b, ctx, threads, (int)o.tg[i], &pk[ti])) rc = 1;
             skv_context_free(ctx);
         }
         if (rc == 0 && o.depth > 0 && !run_depth(&b, threads, &pk[ti])) rc = 1;
