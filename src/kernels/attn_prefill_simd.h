@@ -55,8 +55,12 @@ AI V exp2_neg(V x) {
     p = V_FMA(p, f, V_SET1(2.4022650695910071e-1f));
     p = V_FMA(p, f, V_SET1(6.9314718055994531e-1f));
     p = V_FMA(p, f, V_SET1(1.0f));
+#ifdef V_SCALE2
+    return V_SCALE2(p, kf); /* p * 2^k in one instruction: the same bits (normal results) */
+#else
     VI e = VI_SLLI(VI_ADD(V_CVTI(kf), VI_SET1(127)), 23);
     return V_MUL(p, VI_AS_V(e));
+#endif
 }
 
 typedef struct ap_ctx {
@@ -116,17 +120,31 @@ AI void softmax_rows(const ap_ctx *a, int r, int j0, int lim) {
     const V ninf = V_SET1(-INFINITY);
     const VI cv = VI_SUB(VI_LOAD(a->cnt + r), VI_SET1(j0)), one = VI_SET1(1);
     float *s = a->st + r;
-    V cm = ninf;
-    VI jv = VI_ZERO();
-    for (int j = 0; j < lim; j++, jv = VI_ADD(jv, one))
-        cm = V_MAX(cm, V_SEL(VI_GT(cv, jv), V_LOAD(s + (size_t)j * MB), ninf));
+    /* every row of the vector sees keys j < vis (the masks below only matter from there on) */
+    int vis = INT32_MAX;
+    for (int i = 0; i < VL; i++) vis = SKV_MIN(vis, a->cnt[r + i] - j0);
+    vis = SKV_MAX(0, SKV_MIN(vis, lim));
+    /* the maximum in four independent chains (one max per 4-cycle latency otherwise; the
+     * maximum is exact, so the order does not change it) */
+    V m4[4] = {ninf, ninf, ninf, ninf};
+    int j = 0;
+    for (; j + 4 <= vis; j += 4)
+        for (int u = 0; u < 4; u++) m4[u] = V_MAX(m4[u], V_LOAD(s + (size_t)(j + u) * MB));
+    VI jv = VI_SET1(j);
+    for (; j < lim; j++, jv = VI_ADD(jv, one))
+        m4[0] = V_MAX(m4[0], V_SEL(VI_GT(cv, jv), V_LOAD(s + (size_t)j * MB), ninf));
+    const V cm = V_MAX(V_MAX(m4[0], m4[1]), V_MAX(m4[2], m4[3]));
     const V mold = V_LOAD(a->mx + r), mnew = V_MAX(mold, cm);
     /* A row that has seen nothing yet keeps max -inf; subtracting 0 then keeps things finite. */
     const V muse = V_SEL(V_NE(mnew, ninf), mnew, V_ZERO());
     const V al = exp2_neg(V_SUB(mold, muse));
     V tot = V_ZERO();
-    jv = VI_ZERO();
-    for (int j = 0; j < lim; j++, jv = VI_ADD(jv, one)) {
+    for (j = 0; j < vis; j++) {
+        const V p = exp2_neg(V_SUB(V_LOAD(s + (size_t)j * MB), muse));
+        V_STORE(s + (size_t)j * MB, p);
+        tot = V_ADD(tot, p);
+    }
+    for (jv = VI_SET1(j); j < lim; j++, jv = VI_ADD(jv, one)) {
         const V p =
             V_SEL(VI_GT(cv, jv), exp2_neg(V_SUB(V_LOAD(s + (size_t)j * MB), muse)), V_ZERO());
         V_STORE(s + (size_t)j * MB, p);
@@ -190,10 +208,10 @@ AI void tile(int rv, const ap_ctx *a, int w0, const float *kb, const float *vb, 
 #ifdef SKV_AP_AMX
 /* ---- the AMX variant (attn_prefill_amx.c): both products on tiles --------------------------
  * F16 keys and values split exactly into two bf16 parts (amx_util.h split_f16), the scaled
- * queries and the softmax weights into three (split3); each product is the five exact partial
- * products of the F16 matmul (hi.lo3, hi.mid, hi.hi, lo.hi, lo.mid: the dropped lo.lo3 is below
- * 2^-24 of the term), summed in float tiles. Other bits than the vector code, within its float
- * rounding. A row whose scores are already infinite or NaN (a NaN query, an infinite key it
+ * queries (split3) and the softmax weights (pair_rows3) into three; each product is the five exact
+ * partial products of the F16 matmul (hi.lo3, hi.mid, hi.hi, lo.hi, lo.mid: the dropped lo.lo3 is
+ * below 2^-24 of the term), summed in float tiles. Other bits than the vector code, within its
+ * float rounding. A row whose scores are already infinite or NaN (a NaN query, an infinite key it
  * sees) gives a meaningless finite output here as in the vector code (exp2_neg's clamp), but not
  * the same one. Row vectors go in pairs: tiles 0-3 hold four independent 16 x 16 sums (two groups
  * of keys or value columns times the two row vectors), 4-5 the A parts, 6-7 the B parts (per

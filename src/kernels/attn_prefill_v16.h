@@ -25,6 +25,7 @@
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_ROUND(x)     _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define V_CVTI(x)      _mm512_cvtps_epi32(x)
+#define V_SCALE2(p, k) _mm512_scalef_ps(p, k) /* p * 2^floor(k) */
 #define V_LOAD_F16(p)  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define VI_LOAD(p)     _mm512_load_si512(p)
 #define VI_SET1(i)     _mm512_set1_epi32(i)
