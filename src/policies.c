@@ -96,6 +96,9 @@ void skv_window_score_head(double *out, const float *q, int g, int W, size_t q_h
 
 void skv_pool_row(double *s, int T, int kernel, skv_pooling pooling, double *tmp) {
     if (kernel <= 1 || T < 1) return;
+    /* a max over more than T copies of an edge is that edge: the same result from a window of
+     * at most 2T + 1 (a kernel of 65536 over a short row cost 400x the row's scoring) */
+    if (pooling == SKV_POOL_MAX && kernel > 2 * T + 1) kernel = 2 * T + 1;
     const int pad = kernel / 2;
     for (int i = 0; i < pad; i++) tmp[i] = s[0];
     memcpy(tmp + pad, s, (size_t)T * sizeof *s);

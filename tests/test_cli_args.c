@@ -123,7 +123,29 @@ static void test_refused(void **state) {
         /* a budget no larger than its window (the last 32 tokens) leaves nothing to choose;
          * it used to fail at the first cut, after the prompt was printed */
         {"generate -p " PROMPT " --policy tova --max-cache 16 -n 1", 2,
-         "--max-cache 16 is not larger than the window (the last 32 tokens"},
+         "--max-cache 16 is not larger than each cut's window (the last 32 decoded tokens"},
+        /* under a budget: --protocol is ignored, so refused; --keep with it is the first word;
+         * --window counts decoded tokens, not the prompt's */
+        {"generate -p " PROMPT " --policy snapkv --max-cache 40 --protocol seed -n 1", 2,
+         "--protocol does not apply under --max-cache"},
+        {"generate -p Lily --policy sink_recent --keep 0.5 --max-cache 30 -n 1", 2,
+         "give either --keep"},
+        {"generate -p Lily -t 1 --policy snapkv --max-cache 30 --compress-every 4 --window 3 -n "
+         "8 --quiet",
+         0, NULL},
+        /* nothing chosen by score: said, after the prompt (--keep) or before the run (budget) */
+        {"generate -p " PROMPT " -t 1 --policy snapkv --keep 0.25 --window 8 -n 1", 0,
+         "note: nothing was chosen by score: every kept entry was forced (--window 8, "
+         "--window-keep 32)"},
+        {"generate -p " PROMPT " -t 1 --policy snapkv --max-cache 40 --compress-every 8 -n 1", 0,
+         "(the window of 8 decoded tokens + --window-keep 32 = 40), nothing chosen by score"},
+        {"eval --policies knorm --keep 0.5 --out /dev/null", 2,
+         "--out /dev/null exists and is not a directory"},
+        /* a value is the whole word: no blanks around it (strtoull read " -1" as 2^64 - 1) */
+        {"compress -p hi --policy random --keep 0.5 --seed ' -1'", 2,
+         "--seed must be an unsigned 64-bit integer, got ' -1'"},
+        {"compress -p hi --policy random --keep ' 0.5'", 2, "got ' 0.5'"},
+        {"compress -p hi --policy random --keep 0.5 -t ' 1'", 2, "got ' 1'"},
         {"bench -p 0 -n 0", 2, "nothing to run"},
         {"bench -t 1,", 2, "bad value '1,' for -t"},
         {"bench -p 600 -n 1 -r 1", 2, "more than the model's context of 512"},

@@ -1080,8 +1080,23 @@ static void test_cli_compress(void **state) {
     assert_non_null(strstr(out, "policy attention, engine protocol"));
     free(out);
 
+    /* --kv-type: the same selection, the bytes of that type (stories260K: 4 kv heads of 8
+     * per layer, 5 layers; an entry is a K and a V row plus an int32 position) */
+    const int per_entry[2] = {2 * 8 * 4 + 4, 2 * 8 * 2 + 4};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "-t 1 -p '%s' --policy knorm --keep 0.5 --kv-type %s --json",
+                 prompt, i ? "f16" : "f32");
+        out = run_cli(args, &st);
+        assert_int_equal(st, 0);
+        snprintf(want, sizeof want, "\"bytes_before\": %d, \"bytes_after\": %d",
+                 L * HKV * T * per_entry[i], L * HKV * keep * per_entry[i]);
+        if (!strstr(out, want)) fail_msg("missing '%s' in %s", want, out);
+        free(out);
+    }
+
     /* bad input: exit status 2 and nothing on stdout */
     const char *bad[] = {
+        "-p 'Once' --policy random --keep 0.5 --kv-type q4_0",
         "-p 'Once' --policy scissorhands --keep 0.5",
         "-p 'Once' --policy random --keep 0",
         "-p 'Once' --policy random --keep 1.5",

@@ -295,6 +295,14 @@ static void test_pooling(void **state) {
     /* even kernel 4, pad 2: [1 1 | 1 3 2 5 4 | 4 4] -> t covers t-2..t+1 */
     check_pool(s, 5, 4, SKV_POOL_AVG, (const double[]){1.5, 1.75, 2.75, 3.5, 3.75});
     check_pool(s, 5, 4, SKV_POOL_MAX, (const double[]){3, 3, 5, 5, 5});
+    /* kernels past 2T + 1 (odd and even): every window holds the whole row, for max pooling
+     * computed from a window of 2T + 1 (same values) */
+    for (int k = 1000; k <= 1001; k++) {
+        double r[5], tmp[1100];
+        memcpy(r, s, sizeof r);
+        skv_pool_row(r, 5, k, SKV_POOL_MAX, tmp);
+        for (int t = 0; t < 5; t++) assert_true(r[t] == 5);
+    }
     /* kernel 5, pad 2: [1 1 | 1 3 2 5 4 | 4 4] */
     check_pool(s, 5, 5, SKV_POOL_MAX, (const double[]){3, 5, 5, 5, 5});
     check_pool(s, 5, 5, SKV_POOL_AVG,

@@ -675,6 +675,11 @@ static void test_cli_bpe(void **state) {
                           test_model_path("vocab/ggml-vocab-qwen2.gguf"));
     assert_string_equal(out, "{\"tokens\":[856],\"pieces\":[\"\xc4\xa0x\"]}\n"); /* no BOS */
     free(out);
+    /* a vocabulary-only file where a model is wanted: said so */
+    out = test_cli_expect(2, "generate -n 1 -m %s -p x 2>&1",
+                          test_model_path("vocab/ggml-vocab-llama-bpe.gguf"));
+    assert_non_null(strstr(out, "a vocabulary-only GGUF, not a model"));
+    free(out);
     /* a file that is no GGUF: exit 2 with the reason */
     const char *bad = test_tmp_path(".gguf");
     FILE *f = fopen(bad, "w");

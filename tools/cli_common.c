@@ -3,6 +3,7 @@
 #include "eval/eval.h"
 #include "model/model.h" /* skv_model_load_unpacked */
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -98,8 +99,14 @@ bool cli_output_ok(const char *cmd, const char *path, bool overwrite) {
     return false;
 }
 
+/* The parsers take the whole value and nothing around it: strto* would skip leading blanks
+ * (and strtoull would then read " -1" as 2^64 - 1). */
+static bool bare(const char *s) {
+    return s && *s && !isspace((unsigned char)*s);
+}
+
 bool cli_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return false;
+    if (!bare(s)) return false;
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -109,7 +116,7 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 bool cli_parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s || *s == '-') return false;
+    if (!bare(s) || *s == '-') return false;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
@@ -119,7 +126,7 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
 }
 
 bool cli_parse_double(const char *s, double lo, double hi, double *out) {
-    if (!s || !*s) return false;
+    if (!bare(s)) return false;
     char *end;
     errno = 0;
     double v = strtod(s, &end);

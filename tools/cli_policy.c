@@ -55,8 +55,12 @@ const char *cli_pooling_name(skv_pooling p) {
 
 void cli_policy_budget_usage(FILE *f) {
     fprintf(f, "  --max-cache N       decoding budget: every kv head is cut back to N entries by\n"
-               "                      the policy (no --keep needed); with --positions rerotate\n"
-               "                      generation may run past the model's context length\n"
+               "                      the policy (no --keep needed). The last min(--window,\n"
+               "                      --compress-every) tokens are each cut's window, always\n"
+               "                      kept (--window defaults to --compress-every here), so N\n"
+               "                      must be larger; --protocol and --window-text do not\n"
+               "                      apply. With --positions rerotate generation (not the\n"
+               "                      prompt) may run past the model's context length\n"
                "  --compress-every K  tokens between cuts (default 32): at most N + K entries\n");
 }
 
@@ -70,6 +74,7 @@ void cli_policy_usage(FILE *f) {
             "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
             "                      keep = max(1, round_half_even(F * T))\n"
             "  --window N          the last N prompt tokens are the observation window\n"
+            "                      (under --max-cache: the last N decoded tokens)\n"
             "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
             "                      (%s need one of the two)\n"
             "  --protocol seed|engine\n"
@@ -235,6 +240,47 @@ bool cli_policy_reads(const char *policy, const char *field) {
     return policy_row(policy, &row) && reads_param(row.params, field);
 }
 
+int cli_policy_budget_window(const cli_policy_opts *o) {
+    const int wn = o->window_n > 0 ? o->window_n : o->compress_every;
+    return wn < o->compress_every ? wn : o->compress_every;
+}
+
+/* ", " before every item but the first */
+static void list_item(FILE *f, const char **sep, const char *fmt, int v) {
+    fputs(*sep, f);
+    fprintf(f, fmt, v);
+    *sep = ", ";
+}
+
+void cli_policy_note_unscored(FILE *f, const cli_policy_opts *o, const skv_compress_info *info) {
+    if (!info->by_score || info->keep >= info->T) return;
+    for (int l = 0; l < info->n_layer; l++)
+        if (info->by_score[l] > 0) return;
+    const char *pol = o->params.policy, *sep = "";
+    fprintf(f, "note: nothing was chosen by score: every kept entry was forced (");
+    if (info->window_tokens > 0) list_item(f, &sep, "--window %d", info->window_tokens);
+    if (cli_policy_reads(pol, "window_keep"))
+        list_item(f, &sep, "--window-keep %d", o->params.window_keep);
+    if (cli_policy_reads(pol, "sinks")) list_item(f, &sep, "--sinks %d", o->params.sinks);
+    fprintf(f, "); raise --keep or lower those\n");
+}
+
+void cli_policy_note_budget_unscored(FILE *f, const cli_policy_opts *o) {
+    if (o->max_cache <= 0 || !o->params.policy) return;
+    const char *pol = o->params.policy;
+    const int qw = cli_policy_budget_window(o);
+    const bool wk = cli_policy_reads(pol, "window_keep"), sk = cli_policy_reads(pol, "sinks");
+    const int forced = qw + (wk ? o->params.window_keep : 0) + (sk ? o->params.sinks : 0);
+    if (forced < o->max_cache) return;
+    fprintf(f,
+            "note: under --max-cache %d every cut keeps only forced entries (the window of %d "
+            "decoded tokens",
+            o->max_cache, qw);
+    if (wk) fprintf(f, " + --window-keep %d", o->params.window_keep);
+    if (sk) fprintf(f, " + --sinks %d", o->params.sinks);
+    fprintf(f, " = %d), nothing chosen by score; raise --max-cache or lower those\n", forced);
+}
+
 bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required) {
     const char *cmd = args->cmd;
     const skv_compress_params *p = &o->params;
@@ -304,16 +350,6 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
                 return false;
             }
         }
-        /* the library's rule (skv_context_set_budget), checked before the model loads */
-        const int wn = o->window_n > 0 ? o->window_n : o->compress_every;
-        const int qw = wn < o->compress_every ? wn : o->compress_every;
-        if (o->max_cache <= qw) {
-            cli_error(cmd,
-                      "--max-cache %d is not larger than the window (the last %d tokens, always "
-                      "kept): raise --max-cache or lower --window / --compress-every",
-                      o->max_cache, qw);
-            return false;
-        }
         if (o->keep_given) {
             cli_error(cmd, "give either --keep (compress the prompt once) or --max-cache (a "
                            "decoding budget), not both");
@@ -322,6 +358,22 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
         if (o->window_text) {
             cli_error(cmd, "--window-text does not apply under --max-cache (the window is the "
                            "last decoded tokens)");
+            return false;
+        }
+        if (cli_args_given(args, CLI_POLICY_PROTOCOL)) {
+            cli_error(cmd, "--protocol does not apply under --max-cache (every cut scores with "
+                           "the last decoded tokens as the window and keeps them)");
+            return false;
+        }
+        /* the library's rule (skv_context_set_budget), checked before the model loads */
+        const int qw = cli_policy_budget_window(o);
+        if (o->max_cache <= qw) {
+            cli_error(cmd,
+                      "--max-cache %d is not larger than each cut's window (the last %d decoded "
+                      "tokens, which every policy keeps under a budget): raise --max-cache or "
+                      "lower %s",
+                      o->max_cache, qw,
+                      o->window_n > 0 ? "--window / --compress-every" : "--compress-every");
             return false;
         }
         return true;
@@ -416,7 +468,7 @@ int cli_policy_tokenize(const char *cmd, const skv_model *model, const cli_polic
         toks = all;
         n += nw;
         out->n_window = nw;
-    } else if (o->window_n > 0) {
+    } else if (o->window_n > 0 && o->max_cache == 0) { /* a budget's window is decoded tokens */
         if (o->window_n >= n) {
             free(toks);
             cli_error(cmd,

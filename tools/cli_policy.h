@@ -57,6 +57,18 @@ int cli_policy_take(cli_policy_opts *o, const cli_args *args, int key, const cha
  * --window-keep only for a policy that reads them. false after a message (exit status 2). */
 bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required);
 
+/* Under --max-cache: each cut's window, the last min(--window or --compress-every,
+ * --compress-every) decoded tokens (the library's rule, skv_context_set_budget). */
+int cli_policy_budget_window(const cli_policy_opts *o);
+
+/* The note when a compression chose nothing by score (every kept entry forced by the window,
+ * --window-keep or --sinks), naming what forced them; nothing otherwise. */
+void cli_policy_note_unscored(FILE *f, const cli_policy_opts *o, const skv_compress_info *info);
+
+/* The same for a decoding budget, from the options alone: the forced entries of every cut
+ * (window, --window-keep, --sinks) fill --max-cache. */
+void cli_policy_note_budget_unscored(FILE *f, const cli_policy_opts *o);
+
 /* Whether the policy (name or alias) reads the skv_compress_params field ("seed", "sinks",
  * "pooling", "kernel", "window_keep"), as its registry row says. */
 bool cli_policy_reads(const char *policy, const char *field);

@@ -16,27 +16,30 @@
 static const char *CMD = "compress";
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sparsekv compress [-m MODEL] -p PROMPT --policy P --keep F\n"
-            "                         [--window N | --window-text TEXT] [--protocol seed|engine]\n"
-            "                         [--seed S] [--sinks N] [--pool max|avg] [--kernel N]\n"
-            "                         [--window-keep N] [--positions original|rerotate]\n"
-            "                         [-t N] [--json] [--plot FILE.png]\n\n"
-            "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer and\n"
-            "kv head under policy P and reports what was kept.\n\n"
-            "  -m MODEL            GGUF model (default %s)\n"
-            "  -p, --prompt PROMPT the prompt text\n"
-            "  -t N                threads (default: all cores)\n"
-            "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
-            "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
-            "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
-            "                      prompt_tokens, kept [layer][head], forced and by_score\n"
-            "                      [layer] (entries forced in / chosen by score), and layers:\n"
-            "                      per layer and kv head, the retained positions\n"
-            "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
-            "                      kv head, one column per position) with gnuplot\n"
-            "  -h, --help          this help\n\n",
-            SKV_DEFAULT_MODEL);
+    fprintf(
+        f,
+        "usage: sparsekv compress [-m MODEL] -p PROMPT --policy P --keep F\n"
+        "                         [--window N | --window-text TEXT] [--protocol seed|engine]\n"
+        "                         [--seed S] [--sinks N] [--pool max|avg] [--kernel N]\n"
+        "                         [--window-keep N] [--positions original|rerotate]\n"
+        "                         [-t N] [--kv-type f32|f16|q8_0] [--json] [--plot FILE.png]\n\n"
+        "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer and\n"
+        "kv head under policy P and reports what was kept.\n\n"
+        "  -m MODEL            GGUF model (default %s)\n"
+        "  -p, --prompt PROMPT the prompt text\n"
+        "  -t N                threads (default: all cores)\n"
+        "  --kv-type T         KV cache element type (default f32): what is kept and its\n"
+        "                      bytes as decoding would hold them\n"
+        "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
+        "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
+        "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
+        "                      prompt_tokens, kept [layer][head], forced and by_score\n"
+        "                      [layer] (entries forced in / chosen by score), and layers:\n"
+        "                      per layer and kv head, the retained positions\n"
+        "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
+        "                      kv head, one column per position) with gnuplot\n"
+        "  -h, --help          this help\n\n",
+        SKV_DEFAULT_MODEL);
     cli_policy_usage(f);
 }
 
@@ -56,19 +59,14 @@ static bool has_layer_budgets(const char *policy) {
     return false;
 }
 
-static int sum_ints(const int *a, int n) {
-    int s = 0;
-    for (int i = 0; a && i < n; i++) s += a[i];
-    return s;
-}
-
 static void print_json(FILE *f, const skv_context *ctx, const skv_compress_info *info,
                        const cli_policy_opts *o, int prompt_tokens) {
     const skv_cache *c = skv_context_cache_const(ctx);
     fprintf(f, "{\"policy\": ");
     cli_json_string(f, info->policy, strlen(info->policy));
-    fprintf(f, ", \"keep_frac\": %.17g, \"T\": %d, \"keep\": %d", info->keep_frac, info->T,
-            info->keep);
+    fprintf(f, ", \"keep_frac\": ");
+    skv_json_write_double(f, info->keep_frac); /* 0.3, not 0.29999999999999999 */
+    fprintf(f, ", \"T\": %d, \"keep\": %d", info->T, info->keep);
     fprintf(f, ", \"compress_ms\": %.6f, \"window_ms\": %.6f, \"window_tokens\": %d",
             info->compress_ms, info->window_ms, info->window_tokens);
     if (has_layer_budgets(info->policy)) {
@@ -137,22 +135,7 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
         fprintf(f, ", chosen by score ");
         print_int_array(f, info->by_score, info->n_layer);
         fputc('\n', f);
-        if (sum_ints(info->by_score, info->n_layer) == 0 && info->keep < info->T) {
-            /* name only what forces entries for this policy */
-            const char *pol = o->params.policy;
-            fprintf(f, "note: nothing was chosen by score: every kept entry was forced (");
-            const char *sep = "";
-            if (info->window_tokens > 0) {
-                fprintf(f, "--window %d", info->window_tokens);
-                sep = ", ";
-            }
-            if (cli_policy_reads(pol, "window_keep")) {
-                fprintf(f, "%s--window-keep %d", sep, o->params.window_keep);
-                sep = ", ";
-            }
-            if (cli_policy_reads(pol, "sinks")) fprintf(f, "%s--sinks %d", sep, o->params.sinks);
-            fprintf(f, "); raise --keep or lower those\n");
-        }
+        cli_policy_note_unscored(f, o, info);
     }
     double pct = info->bytes_before ? 100.0 * (double)info->bytes_after / info->bytes_before : 0;
     fprintf(f, "KV bytes: %llu -> %llu (%.1f%%)\n", (unsigned long long)info->bytes_before,
@@ -240,18 +223,16 @@ static int plot_kept(const skv_context *ctx, const skv_compress_info *info,
 int cmd_compress(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *plot_path = NULL;
     int n_threads = 0;
+    skv_type kv_type = SKV_TYPE_F32;
     bool json = false;
     cli_policy_opts opts;
     cli_policy_init(&opts);
-    enum { O_JSON = CLI_LONG, O_PLOT };
+    enum { O_JSON = CLI_LONG, O_PLOT, O_KV_TYPE };
     static const cli_opt own[] = {
-        {"help", 'h', false, NULL, false},
-        {"model", 'm', true, NULL, false},
-        {"prompt", 'p', true, NULL, false},
-        {"threads", 't', true, NULL, false},
-        {"json", O_JSON, false, NULL, false},
-        {"plot", O_PLOT, true, NULL, false},
-        {0},
+        {"help", 'h', false, NULL, false},         {"model", 'm', true, NULL, false},
+        {"prompt", 'p', true, NULL, false},        {"threads", 't', true, NULL, false},
+        {"json", O_JSON, false, NULL, false},      {"plot", O_PLOT, true, NULL, false},
+        {"kv-type", O_KV_TYPE, true, NULL, false}, {0},
     };
     cli_args args;
     if (!cli_args_init(&args, CMD, argc, argv, own, cli_policy_options, NULL)) return 2;
@@ -278,6 +259,13 @@ int cmd_compress(int argc, char **argv) {
                 return 2;
             }
             plot_path = v;
+            break;
+        case O_KV_TYPE:
+            if (!skv_type_from_name(v, &kv_type) ||
+                (kv_type != SKV_TYPE_F32 && kv_type != SKV_TYPE_F16 && kv_type != SKV_TYPE_Q8_0)) {
+                cli_error(CMD, "invalid value '%s' for --kv-type (f32, f16 or q8_0)", v);
+                return 2;
+            }
             break;
         case 'm':
             model_path = v;
@@ -330,6 +318,7 @@ int cmd_compress(int argc, char **argv) {
     }
     skv_context_params cparams = skv_context_default_params();
     cparams.n_threads = n_threads;
+    cparams.kv_type = kv_type;
     skv_context *ctx = NULL;
     skv_compress_info info;
     rc = cli_policy_run(CMD, model, &cparams, &opts, &p, false, &ctx, NULL, &info);

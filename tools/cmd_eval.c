@@ -1132,6 +1132,7 @@ static int eval_main(int argc, char **argv) {
     }
 
     /* the output directory: never over a previous run without being told */
+    struct stat out_sb;
     if (resume) {
         if (overwrite) {
             cli_error(CMD, "--resume continues a run and --overwrite replaces one: give one");
@@ -1142,6 +1143,9 @@ static int eval_main(int argc, char **argv) {
             return 2;
         }
         out = resume;
+    } else if (stat(out, &out_sb) == 0 && !S_ISDIR(out_sb.st_mode)) {
+        cli_error(CMD, "--out %s exists and is not a directory", out);
+        return 2;
     } else if (!overwrite && dir_nonempty(out)) {
         cli_error(CMD,
                   "output directory %s is not empty (a previous run?): pass --overwrite to "

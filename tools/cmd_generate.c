@@ -261,7 +261,8 @@ int cmd_generate(int argc, char **argv) {
                     opener, skv_chat_template_name(vocab, chat_template, NULL));
     }
     if (chat || special) /* a chat template writes BOS itself */
-        rc = tokenize_special(vocab, prompt, !chat, po.window_n, &prompt_toks);
+        rc = tokenize_special(vocab, prompt, !chat, po.max_cache > 0 ? 0 : po.window_n,
+                              &prompt_toks);
     else
         rc = cli_policy_tokenize("generate", model, &po, prompt, &prompt_toks);
     if (rc) goto done;
@@ -297,6 +298,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "%s", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
+    cli_policy_note_budget_unscored(stderr, &po);
     double t0 = skv_time_ms();
     rc = cli_policy_run("generate", model, &cp, &po, &prompt_toks, true, &ctx, logits, &info);
     if (rc) goto done;
@@ -340,6 +342,7 @@ int cmd_generate(int argc, char **argv) {
                     "KiB in %.2f ms\n",
                     info.policy, info.keep_frac, info.T, info.keep, info.bytes_before / 1024.0,
                     info.bytes_after / 1024.0, info.compress_ms);
+        if (info.policy[0]) cli_policy_note_unscored(stderr, &po, &info);
         if (po.max_cache > 0)
             fprintf(stderr,
                     "budget: %s, %d cuts, at most %d entries per kv head (bound %d), logical "

@@ -301,7 +301,12 @@ static bool load_tensors(loader *ld, skv_err *err) {
 
     int64_t ti = skv_gguf_find_tensor(g, "token_embd.weight");
     if (ti < 0) {
-        skv_err_set(err, SKV_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+        if (skv_gguf_n_tensors(g) == 0)
+            skv_err_set(err, SKV_ERR_FORMAT,
+                        "the file holds no tensors: a vocabulary-only GGUF, not a model (its "
+                        "tokenizer serves `sparsekv tokenize -m` and `synth-model --vocab`)");
+        else
+            skv_err_set(err, SKV_ERR_FORMAT, "missing tensor 'token_embd.weight'");
         return false;
     }
     const skv_gguf_tensor *te = skv_gguf_tensor_at(g, ti);
