@@ -17,9 +17,9 @@ except ImportError as _e:
 from . import _lib
 from ._core import (Context, Error, FormatError, Generation, InvalidArgumentError, Model,
                     OutOfMemoryError, StateError, UnsupportedError, default_model_path)
-from ._core import _policy_rows
+from ._core import _policy_rows, _text
 from ._core import IOError_ as IOError  # noqa: A001 (sparsekv.IOError, also an OSError)
-from ._eval import EvalResults, compare_logits, evaluate, log_softmax
+from ._eval import EvalResults, compare_logits, evaluate, evaluate_budget, log_softmax
 
 __version__ = _lib.lib.skv_version().decode()
 library_path = _lib.path
@@ -45,15 +45,16 @@ def policies():
 
 def policy_canonical(name):
     """The canonical name of a policy or alias ("snapkv" -> "attention"), or None."""
-    s = _lib.lib.skv_policy_canonical(name.encode())
+    s = _lib.lib.skv_policy_canonical(_text(name, "name"))
     return s.decode() if s else None
 
 
 def policy_needs_window(name):
-    return bool(_lib.lib.skv_policy_needs_window(name.encode()))
+    return bool(_lib.lib.skv_policy_needs_window(_text(name, "name")))
 
 
 __all__ = ["Model", "Context", "Generation", "Error", "InvalidArgumentError", "IOError",
            "FormatError", "UnsupportedError", "OutOfMemoryError", "StateError", "evaluate",
+           "evaluate_budget",
            "EvalResults", "compare_logits", "log_softmax", "default_model_path", "version",
            "policy_canonical", "policy_needs_window", "library_path", "simd_level", "policies"]

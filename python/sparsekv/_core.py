@@ -1,6 +1,7 @@
 """Model and Context: Python objects over libsparsekv's skv_model and skv_context."""
 
 import ctypes
+import numbers
 import os
 import warnings
 import weakref
@@ -104,25 +105,57 @@ def _policy_rows():
     return out
 
 
+def _policy_row(name):
+    """The registry row (a dict) of a policy or alias, or None when the registry does not know
+    it."""
+    canon = _lib.skv_policy_canonical(name.encode()) if isinstance(name, str) else None
+    for row in _policy_rows() if canon else ():
+        if row["name"] == canon.decode():
+            return row
+    return None
+
+
 def _policy_reads(name):
     """(canonical name, the set of skv_compress_params fields it reads) of a policy or alias,
     or (None, None) when the registry does not know it."""
-    canon = _lib.skv_policy_canonical(name.encode()) if isinstance(name, str) else None
-    for row in _policy_rows() if canon else ():
-        if row["name"] == canon.decode() and "params" in row:
-            return row["name"], {f for f in (row["params"] or "").split(",") if f}
-    return None, None
+    row = _policy_row(name)
+    if row is None or "params" not in row:
+        return None, None
+    return row["name"], {f for f in (row["params"] or "").split(",") if f}
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
 
 _KV_TYPES = ("f32", "f16", "q8_0")
+_MAX_THREADS = 1024  # the CLI's -t range (0 here: all cores)
+
+
+def _int(v, what, lo=L.INT_MIN, hi=L.INT_MAX):
+    """v as a Python int in [lo, hi] (default: a C int's range), else InvalidArgumentError
+    naming the parameter. ctypes would wrap a value outside its C type (2**32 + 2 -> 2), and
+    int() would take a bool, a float or a str: each is refused, as the CLI refuses them."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise _bad_arg("%s must be an integer, got %r" % (what, v))
+    v = int(v)
+    if not lo <= v <= hi:
+        raise _bad_arg("%s must be an integer in [%d, %d], got %d" % (what, lo, hi, v))
+    return v
+
+
+def _text(text, what="text"):
+    """str (encoded as UTF-8) or bytes (as they are): anything else is refused, where bytes()
+    would turn an int n into n NULs and an array into its raw buffer."""
+    if isinstance(text, str):
+        return text.encode("utf-8")
+    if isinstance(text, bytes):
+        return text
+    raise TypeError("%s must be str or bytes, got %s" % (what, type(text).__name__))
 
 
 def _type_id(name):
-    if isinstance(name, (int, np.integer)):
-        return int(name)
+    if isinstance(name, (int, np.integer)) and not isinstance(name, bool):
+        return _int(name, "kv_type")
     out = c_int(0)
     if not isinstance(name, str) or not _lib.skv_type_from_name(name.encode(), byref(out)):
         raise _bad_arg("unknown type %r (e.g. %s)" % (name, ", ".join(_KV_TYPES)))
@@ -134,19 +167,21 @@ def _type_name(t):
     return s.decode() if s else str(t)
 
 
-def _tokens(ids, what="tokens"):
-    """ids (list, tuple, NumPy array of integers) as a contiguous int32 array."""
+def _tokens(ids, what="tokens", item="token id"):
+    """ids (list, tuple, NumPy array of integers) as a contiguous int32 array; item names one
+    of them in the messages."""
     if isinstance(ids, (str, bytes)):
-        raise TypeError("%s must be token ids, not text (tokenize it first)" % what)
+        raise TypeError("%s must be %ss, not text%s" % (
+            what, item, " (tokenize it first)" if item == "token id" else ""))
     a = np.asarray(ids)
     if a.ndim != 1:
         a = a.reshape(-1) if a.size == 0 else a
     if a.ndim != 1:
-        raise _bad_arg("%s must be a 1-D sequence of token ids, got shape %s" % (what, a.shape))
+        raise _bad_arg("%s must be a 1-D sequence of %ss, got shape %s" % (what, item, a.shape))
     if a.size and not np.issubdtype(a.dtype, np.integer):
         raise _bad_arg("%s must be integers, got dtype %s" % (what, a.dtype))
-    if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
-        raise _bad_arg("%s: a token id does not fit in int32" % what)
+    if a.size and (a.min() < L.INT_MIN or a.max() > L.INT_MAX):
+        raise _bad_arg("%s: a %s does not fit in int32" % (what, item))
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
@@ -285,11 +320,12 @@ class Model:
 
     # -- tokenizer
     def tokenize(self, text, bos=True, special=False):
-        """Token ids of text (str, or bytes taken as they are) as an int32 array; BOS first when
-        bos. special=True turns the text of special tokens ("<s>", "<|im_start|>", ...) into
-        their ids; otherwise such text is encoded as ordinary text."""
+        """Token ids of text (str, or bytes taken as they are; anything else is a TypeError) as
+        an int32 array; BOS first when bos. special=True turns the text of special tokens
+        ("<s>", "<|im_start|>", ...) into their ids; otherwise such text is encoded as ordinary
+        text."""
         self._p()
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        data = _text(text)
         if special and not L.have("skv_tokenize_ex"):
             raise UnsupportedError("this libsparsekv cannot parse special tokens", 4)
         def call(cap):
@@ -335,9 +371,10 @@ class Model:
         """Bytes of one token as it appears in generated text after token prev."""
         self._p()
         self._check_ids([token])
+        prev = _int(prev, "prev")
         def call(cap):
             buf = ctypes.create_string_buffer(cap)
-            return _lib.skv_token_to_piece(self._vocab, int(prev), int(token), buf, cap), buf.raw
+            return _lib.skv_token_to_piece(self._vocab, prev, int(token), buf, cap), buf.raw
 
         piece = _sized(call, 64)
         if piece is None:
@@ -365,10 +402,10 @@ class Model:
         keeps the queries of each forward call's last W tokens (needed by compress(...,
         protocol="engine", window=W))."""
         train = self.hparams.get("n_ctx_train", 0)
-        if isinstance(n_ctx, (int, np.integer)) and train > 0 and int(n_ctx) > train:
+        n_ctx = _int(n_ctx, "n_ctx", 0)  # before the warning: an int that Context() takes
+        if train > 0 and n_ctx > train:
             warnings.warn("n_ctx %d is past the model's training context (%d): positions past "
-                          "it are ones the model never saw" % (int(n_ctx), train),
-                          stacklevel=2)
+                          "it are ones the model never saw" % (n_ctx, train), stacklevel=2)
         return Context(self, n_ctx=n_ctx, kv_type=kv_type, threads=threads,
                        capture_window=capture_window)
 
@@ -385,6 +422,36 @@ _POOLING = {"max": L.POOL_MAX, "avg": L.POOL_AVG}
 _COMPRESS_ARGS = ("policy", "keep_frac", "protocol", "window_tokens", "n_window", "positions")
 _CONVERT = {"pooling": lambda v: _enum(_POOLING, v, "pooling")}
 _POLICY_PARAMS = [f for f, _ in L.skv_compress_params._fields_ if f not in _COMPRESS_ARGS]
+# the integer ones are range-checked against their C type (ctypes would wrap them)
+_C_RANGES = {ctypes.c_int: (L.INT_MIN, L.INT_MAX), ctypes.c_uint64: (0, L.UINT64_MAX)}
+_PARAM_RANGES = {f: _C_RANGES[t] for f, t in L.skv_compress_params._fields_
+                 if f in _POLICY_PARAMS and t in _C_RANGES}
+
+
+def _compress_params(policy, positions, policy_params, call):
+    """skv_compress_params with the policy, positions and policy_params (seed, sinks, pooling,
+    kernel, window_keep). Refused here: a parameter the policy does not read (as the CLI), a
+    wrong type, a value its C field cannot hold; the library refuses the rest (sinks < 0,
+    kernel past 65536, an unknown policy). Returns (params, the canonical name or None)."""
+    if not isinstance(policy, str):
+        raise _bad_arg("policy must be a string, got %r" % (policy,))
+    p = _lib.skv_compress_default_params()
+    p.policy = policy.encode()
+    canon, reads = _policy_reads(policy)
+    p.positions = _enum(_POSITIONS, positions, "positions")
+    for k, v in policy_params.items():
+        if k not in _POLICY_PARAMS:
+            raise TypeError("%s() got an unexpected keyword argument %r (policy parameters: %s)"
+                            % (call, k, ", ".join(_POLICY_PARAMS)))
+        if reads is not None and k not in reads:  # as the CLI: not silently ignored
+            raise _bad_arg("%s does not apply to policy '%s' (it reads %s)"
+                           % (k, canon, ", ".join(sorted(reads)) or "no parameters"))
+        conv, rng = _CONVERT.get(k), _PARAM_RANGES.get(k)
+        try:
+            setattr(p, k, conv(v) if conv else _int(v, k, *rng) if rng else v)
+        except TypeError:
+            raise _bad_arg("%s(): %s=%r has the wrong type" % (call, k, v)) from None
+    return p, canon
 
 
 def _enum(table, v, what):
@@ -392,7 +459,7 @@ def _enum(table, v, what):
         if v not in table:
             raise _bad_arg("%s must be one of %s, got %r" % (what, ", ".join(table), v))
         return table[v]
-    if isinstance(v, (int, np.integer)) and int(v) in table.values():
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) in table.values():
         return int(v)
     raise _bad_arg("%s must be one of %s, got %r" % (what, ", ".join(table), v))
 
@@ -427,18 +494,20 @@ class Context:
         self._last_logits = None
         if _ptr is None:
             p = _lib.skv_context_default_params()
-            p.n_ctx = int(n_ctx)
-            p.n_threads = int(threads)
+            p.n_ctx = _int(n_ctx, "n_ctx", 0)
+            p.n_threads = _int(threads, "threads", 0, _MAX_THREADS)
             p.kv_type = _type_id(kv_type)
-            p.capture_window = int(capture_window)
+            p.capture_window = _int(capture_window, "capture_window", 0)
             if model._closing:
                 raise StateError("the model is closed", 6)
             err = L.skv_err()
             _ptr = _lib.skv_context_new(model._p(), byref(p), byref(err))
             if not _ptr:
                 _raise(err)
-            self.capture_window = int(capture_window)
+            self.capture_window = p.capture_window
         self._ptr = _ptr
+        # a budget that re-rotates lets n_past run past n_ctx (generate's up-front check)
+        self._unbounded = False
         model._n_contexts += 1
         # The finalizer holds the model, so the model outlives every context made from it.
         self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
@@ -505,8 +574,8 @@ class Context:
         return int(_lib.skv_cache_bytes(self._cache(), -1))
 
     def layer_bytes(self, layer):
-        self._check_layer(layer)
-        return int(_lib.skv_cache_bytes(self._cache(), int(layer)))
+        layer, _ = self._check_layer(layer)
+        return int(_lib.skv_cache_bytes(self._cache(), layer))
 
     @property
     def cache_bytes_allocated(self):
@@ -545,9 +614,9 @@ class Context:
     def captured_queries(self, layer):
         """(queries float32 [n_head, n, head_dim], first_pos) captured by the last forward call
         for a layer, or (None, None) when nothing was captured."""
-        self._check_layer(layer)
+        layer, _ = self._check_layer(layer)
         n, first = c_int(0), c_int(0)
-        p = _lib.skv_context_captured_queries(self._p(), int(layer), byref(n), byref(first))
+        p = _lib.skv_context_captured_queries(self._p(), layer, byref(n), byref(first))
         if not p or n.value <= 0:
             return None, None
         h = self.model._hparams
@@ -565,18 +634,12 @@ class Context:
         positions, whose queries the prefill captured (the context needs capture_window >= W).
         policy_params: seed, sinks, pooling ("max"|"avg"), kernel, window_keep.
         Returns skv_compress_info as a dict."""
-        p = _lib.skv_compress_default_params()
-        name = policy.encode() if isinstance(policy, str) else None
-        if name is None:
-            raise _bad_arg("policy must be a string, got %r" % (policy,))
-        p.policy = name
-        canon, reads = _policy_reads(policy)
-        try:
-            p.keep_frac = float(keep)
-        except (TypeError, ValueError):
-            raise _bad_arg("keep must be a fraction in (0, 1], got %r" % (keep,)) from None
+        p, canon = _compress_params(policy, positions, policy_params, "compress")
+        # a number (an int is a fraction too); True would be taken as 1.0
+        if isinstance(keep, bool) or not isinstance(keep, numbers.Real):
+            raise _bad_arg("keep must be a fraction in (0, 1], got %r" % (keep,))
+        p.keep_frac = float(keep)
         p.protocol = _enum(_PROTOCOLS, protocol, "protocol")
-        p.positions = _enum(_POSITIONS, positions, "positions")
         win = None
         no_window = window is None or (hasattr(window, "__len__") and len(window) == 0) or \
             (isinstance(window, (int, np.integer)) and not isinstance(window, bool) and window < 1)
@@ -589,7 +652,7 @@ class Context:
                 if not isinstance(window, (int, np.integer)) or isinstance(window, bool):
                     raise _bad_arg("protocol 'engine' takes window=W, the number of last cached "
                                    "positions that form the window (an int)")
-                p.n_window = int(window)
+                p.n_window = _int(window, "window")
             else:
                 if isinstance(window, (int, np.integer)):
                     raise _bad_arg("protocol 'seed' takes window=the window's token ids (they "
@@ -599,18 +662,6 @@ class Context:
                 p.n_window = len(win)
                 if len(win):
                     p.window_tokens = _i32p(win)
-        for k, v in policy_params.items():
-            if k not in _POLICY_PARAMS:
-                raise TypeError("compress() got an unexpected keyword argument %r (policy "
-                                "parameters: %s)" % (k, ", ".join(_POLICY_PARAMS)))
-            if reads is not None and k not in reads:  # as the CLI: not silently ignored
-                raise _bad_arg("%s does not apply to policy '%s' (it reads %s)"
-                               % (k, canon, ", ".join(sorted(reads)) or "no parameters"))
-            conv = _CONVERT.get(k)
-            try:
-                setattr(p, k, conv(v) if conv else v)
-            except TypeError:
-                raise _bad_arg("compress(): %s=%r has the wrong type" % (k, v)) from None
         # room past the structure: a library newer than _lib.py writes more fields
         buf = ctypes.create_string_buffer(ctypes.sizeof(L.skv_compress_info) + 1024)
         info = L.skv_compress_info.from_buffer(buf)
@@ -659,21 +710,57 @@ class Context:
         err = L.skv_err()
         _check(_lib.skv_context_accumulate_attention(self._p(), bool(on), byref(err)), err)
 
+    def set_budget(self, policy, max_entries, interval=32, window=None, positions="original",
+                   **policy_params):
+        """Compresses while decoding (skv_context_set_budget; the CLI's generate --max-cache N
+        --compress-every K): after every forward call that brings the tokens since the last cut
+        to >= interval (or leaves a head above max_entries + interval), every kv head holding
+        more than max_entries entries is cut back to max_entries by policy, scored with the
+        last min(window, interval) tokens' queries as the window (always kept). window None =
+        interval (the CLI's default). positions="rerotate" re-rotates after every cut; n_past
+        may then run past n_ctx (generate allows it), each head holding at most max_entries +
+        interval entries. policy_params as compress(). The policy must be a decode one
+        (sparsekv.policies(): "decode"); one that needs the prefill's attention (h2o) turns its
+        accumulation on, so set such a budget on an empty cache. max_entries 0 removes the
+        budget (policy may then be None). The library refuses (InvalidArgumentError)
+        max_entries + interval > n_ctx and max_entries <= min(window, interval)."""
+        max_entries = _int(max_entries, "max_entries", 0)
+        interval = _int(interval, "interval", 1)
+        p = None
+        if max_entries > 0 or policy is not None:
+            p, _ = _compress_params(policy, positions, policy_params, "set_budget")
+            p.n_window = interval if window is None else _int(window, "window", 1)
+        err = L.skv_err()
+        st = _lib.skv_context_set_budget(self._p(), byref(p) if p is not None else None,
+                                         max_entries, interval, byref(err))
+        _check(st, err)
+        self._unbounded = max_entries > 0 and p.positions == L.POSITIONS_REROTATE
+
+    @property
+    def budget_cuts(self):
+        """Cuts made under the budget (set_budget) so far."""
+        return int(_lib.skv_context_budget_cuts(self._p()))
+
     def _check_layer(self, layer, head=None):
+        """(layer, head) as ints in range (head stays None when not given)."""
         nl, nh = self.n_layer, self.n_head_kv
-        if not 0 <= int(layer) < nl:
+        layer = _int(layer, "layer")
+        if not 0 <= layer < nl:
             raise _bad_arg("layer %d is out of range [0, %d)" % (layer, nl))
-        if head is not None and not 0 <= int(head) < nh:
-            raise _bad_arg("kv head %d is out of range [0, %d)" % (head, nh))
+        if head is not None:
+            head = _int(head, "kv_head")
+            if not 0 <= head < nh:
+                raise _bad_arg("kv head %d is out of range [0, %d)" % (head, nh))
+        return layer, head
 
     def kept_positions(self, layer, kv_head):
         """The positions retained in (layer, kv head), ascending, as an int32 array (a copy)."""
-        self._check_layer(layer, kv_head)
+        layer, kv_head = self._check_layer(layer, kv_head)
         c = self._cache()
-        n = _lib.skv_cache_head_len(c, int(layer), int(kv_head))
+        n = _lib.skv_cache_head_len(c, layer, kv_head)
         if n == 0:
             return np.zeros(0, dtype=np.int32)
-        p = _lib.skv_cache_head_positions(c, int(layer), int(kv_head))
+        p = _lib.skv_cache_head_positions(c, layer, kv_head)
         return np.ctypeslib.as_array(p, shape=(n,)).copy()
 
     def all_kept_positions(self):
@@ -681,32 +768,38 @@ class Context:
         return [[self.kept_positions(l, h) for h in range(self.n_head_kv)]
                 for l in range(self.n_layer)]
 
+    def head_lengths(self):
+        """Entries each kv head holds, as an int64 array [n_layer, n_head_kv] (under a budget:
+        at most max_entries + interval)."""
+        c = self._cache()
+        return np.array([[_lib.skv_cache_head_len(c, l, h) for h in range(self.n_head_kv)]
+                         for l in range(self.n_layer)], dtype=np.int64)
+
     def read_head(self, layer, kv_head):
         """(k, v, positions) of one head as float32 [len, head_dim] x2 and int32 [len]."""
-        self._check_layer(layer, kv_head)
+        layer, kv_head = self._check_layer(layer, kv_head)
         c = self._cache()
-        n = _lib.skv_cache_head_len(c, int(layer), int(kv_head))
+        n = _lib.skv_cache_head_len(c, layer, kv_head)
         d = _lib.skv_cache_head_dim(c)
         k = np.empty((n, d), dtype=np.float32)
         v = np.empty((n, d), dtype=np.float32)
         pos = np.empty(n, dtype=np.int32)
         err = L.skv_err()
-        st = _lib.skv_cache_head_read(c, int(layer), int(kv_head), _f32p(k), _f32p(v),
-                                      _i32p(pos), byref(err))
+        st = _lib.skv_cache_head_read(c, layer, kv_head, _f32p(k), _f32p(v), _i32p(pos),
+                                      byref(err))
         _check(st, err)
         return k, v, pos
 
     def select(self, layer, positions, kv_head=None):
         """Keeps only the listed positions in a layer (every kv head), or in one kv head."""
-        self._check_layer(layer, kv_head)
-        a = _tokens(positions, "positions")
+        layer, kv_head = self._check_layer(layer, kv_head)
+        a = _tokens(positions, "positions", "position")
         err = L.skv_err()
         if kv_head is None:
-            st = _lib.skv_cache_select_layer(self._cache(), int(layer), _i32p(a), len(a),
-                                             byref(err))
+            st = _lib.skv_cache_select_layer(self._cache(), layer, _i32p(a), len(a), byref(err))
         else:
-            st = _lib.skv_cache_select_head(self._cache(), int(layer), int(kv_head), _i32p(a),
-                                            len(a), byref(err))
+            st = _lib.skv_cache_select_head(self._cache(), layer, kv_head, _i32p(a), len(a),
+                                            byref(err))
         _check(st, err)
 
     def clone(self):
@@ -717,34 +810,36 @@ class Context:
             _raise(err)
         c = Context(self.model, _ptr=ptr)
         c.capture_window = getattr(self, "capture_window", 0)
+        c._unbounded = self._unbounded  # the clone has the budget too
         c._last_logits = None if self._last_logits is None else self._last_logits.copy()
         return c
 
     # -- generation
     def generate(self, prompt=None, n=32, temperature=0.0, top_k=0, top_p=1.0, seed=0,
                  stop_at_eos=True, on_token=None):
-        """Feeds prompt (text, tokenized with BOS when the cache is empty, or token ids) and
-        samples up to n tokens (temperature 0 = greedy; stops before an end-of-generation token
-        (EOS, EOT, ...) when stop_at_eos).
+        """Feeds prompt (text: str or bytes, tokenized with BOS when the cache is empty; or
+        token ids) and samples up to n tokens (temperature 0 = greedy; stops before an
+        end-of-generation token (EOS, EOT, ...) when stop_at_eos).
         Each new token is fed to the cache, so n_past grows by the prompt and the new tokens and
         another generate() without a prompt continues the text (it starts from the logits of
         the last forward call). on_token(id, piece_bytes) is called for each new
         token (streaming). Returns a Generation (.tokens, .text)."""
         model = self.model
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
-            raise _bad_arg("n must be an int >= 0 (tokens to sample), got %r" % (n,))
-        if isinstance(prompt, str):
+        n = _int(n, "n", 0, 1 << 30)  # the CLI's -n range
+        top_k = _int(top_k, "top_k", 0, 1 << 30)
+        seed = _int(seed, "seed", 0, L.UINT64_MAX)
+        if isinstance(prompt, (str, bytes)):
             ids = model.tokenize(prompt, bos=self.n_past == 0)
         elif prompt is None:
             ids = np.zeros(0, dtype=np.int32)
         else:
             ids = model._check_ids(prompt)
         # refused up front, as the CLI does, rather than failing with the context full and the
-        # tokens sampled so far lost
-        if self.n_past + len(ids) + int(n) > self.n_ctx:
+        # tokens sampled so far lost (a re-rotating budget keeps the heads within n_ctx)
+        if self.n_past + len(ids) + n > self.n_ctx and not self._unbounded:
             raise _bad_arg("generate: %d cached + %d prompt + %d new tokens would exceed n_ctx "
-                           "= %d (lower n, or make the context larger)"
-                           % (self.n_past, len(ids), int(n), self.n_ctx))
+                           "= %d (lower n, make the context larger, or set a budget with "
+                           "positions='rerotate')" % (self.n_past, len(ids), n, self.n_ctx))
         if len(ids):
             logits = self.forward(ids, logits="last")
             prev = int(ids[-1])
@@ -756,9 +851,9 @@ class Context:
                              6)
         sp = _lib.skv_sampler_default_params()
         sp.temperature = float(temperature)
-        sp.top_k = int(top_k)
+        sp.top_k = top_k
         sp.top_p = float(top_p)
-        sp.seed = int(seed)
+        sp.seed = seed
         err = L.skv_err()
         s = _lib.skv_sampler_new(byref(sp), byref(err))
         if not s:
@@ -774,7 +869,7 @@ class Context:
                 return t == eos
         V = model.n_vocab
         try:
-            for i in range(int(n)):
+            for i in range(n):
                 tok = int(_lib.skv_sampler_sample(s, _f32p(logits), V))
                 if stop_at_eos and is_end(tok):
                     break

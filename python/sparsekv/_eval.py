@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from ._core import _POLICY_PARAMS, Error, Model, _bad_arg, _policy_reads
+from ._core import (_MAX_THREADS, _POLICY_PARAMS, Error, Model, _bad_arg, _compress_params, _int,
+                    _policy_reads, _policy_row, _policy_rows)
 
 DEFAULT_POLICIES = ("sink_recent", "random", "attention", "pyramid")
 DEFAULT_KEEPS = (0.1, 0.25, 0.5, 1.0)
@@ -71,6 +72,35 @@ def _as_samples(model, data):
         else:
             out.append(model._check_ids(d))
     return out
+
+
+def _split_sizes(window, continuation, prefix):
+    """window, continuation and prefix (None: the rest) as ints >= 1."""
+    return (_int(window, "window", 1), _int(continuation, "continuation", 1),
+            None if prefix is None else _int(prefix, "prefix", 1))
+
+
+def _check_params(policies, policy_params, call):
+    """The set of parameters each policy reads (None: unknown to the registry). A parameter
+    goes to the policies that read it; one that none of them reads is refused (the CLI's
+    rule), as compress() refuses one its policy does not read; so is a value compress() would
+    refuse, before any sample is skipped."""
+    reads = {pol: _policy_reads(pol)[1] for pol in policies}
+    for k in policy_params:
+        if k not in _POLICY_PARAMS:  # as compress() says it
+            raise TypeError("%s() got an unexpected keyword argument %r (policy "
+                            "parameters: %s)" % (call, k, ", ".join(_POLICY_PARAMS)))
+        if all(r is not None and k not in r for r in reads.values()):
+            raise _bad_arg("%s does not apply to any of the policies %s"
+                           % (k, ", ".join(map(str, policies))))
+    for pol in policies:
+        _compress_params(pol, "original", _params_for(reads[pol], policy_params), call)
+    return reads
+
+
+def _params_for(reads, params):
+    """The parameters a policy reads (all of them when the registry does not know it)."""
+    return params if reads is None else {k: v for k, v in params.items() if k in reads}
 
 
 def _cut(n, n_ctx, W, C, G, prefix):
@@ -145,19 +175,16 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
     for p in protocols:
         if p not in ("seed", "engine"):
             raise _bad_arg("protocol must be seed or engine, got %r" % (p,))
-    # a parameter goes to the policies that read it; one that none of them reads is refused
-    # (the CLI's rule), as compress() refuses one its policy does not read
-    reads = {pol: _policy_reads(pol)[1] for pol in policies}
-    for k in policy_params:
-        if k not in _POLICY_PARAMS:  # as compress() says it
-            raise TypeError("evaluate() got an unexpected keyword argument %r (policy "
-                            "parameters: %s)" % (k, ", ".join(_POLICY_PARAMS)))
-        if all(r is not None and k not in r for r in reads.values()):
-            raise _bad_arg("%s does not apply to any of the policies %s"
-                           % (k, ", ".join(map(str, policies))))
+    reads = _check_params(policies, policy_params, "evaluate")
+    # h2o scores with the attention summed during the prefill: the base context sums it when
+    # a policy needs it (as the C harness), its clones stop once they no longer need it
+    need_attn = any((_policy_row(pol) or {}).get("needs_prefill_attention") for pol in policies)
     n_ctx = model.hparams["n_ctx_train"]
     results = EvalResults()
-    W, C, G = int(window), int(continuation), int(greedy)
+    W, C, prefix = _split_sizes(window, continuation, prefix)
+    G = _int(greedy, "greedy", 0, 1 << 20)  # the CLI's ranges
+    seeds = _int(seeds, "seeds", 1, 256)
+    threads = _int(threads, "threads", 0, _MAX_THREADS)  # before any sample is skipped
     for si, toks in enumerate(_as_samples(model, data)):
         T = _cut(len(toks), n_ctx, W, C, G, prefix)
         if T is None:
@@ -169,16 +196,20 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
                                      capture_window=W if proto == "engine" else 0)
             try:
                 first = None
+                if need_attn:
+                    base.accumulate_attention(True)
                 if proto == "seed":
                     base.forward(toks[:T], logits="none")
                 else:
                     first = base.forward(toks[:T + W], logits="last")
                 with base.clone() as c:
+                    c.accumulate_attention(False)
                     ref_logits = _teacher_force(c, s, proto, first)
                 with base.clone() as g:
+                    g.accumulate_attention(False)
                     ref_greedy = _greedy(g, s, proto, first)
                 for pol in policies:
-                    seed_list = range(int(seeds)) if pol == "random" else [0]
+                    seed_list = range(seeds) if pol == "random" else [0]
                     for keep in keeps:
                         for pos in positions:
                             for seed in seed_list:
@@ -201,12 +232,11 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
 
 def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_greedy, params,
                 reads):
-    kw = dict(params, seed=seed)
-    if reads is not None:
-        kw = {k: v for k, v in kw.items() if k in reads}
+    kw = _params_for(reads, dict(params, seed=seed))
     with base.clone() as c:
         info = c.compress(pol, keep, protocol=proto,
                           window=s.window if proto == "seed" else s.W, positions=pos, **kw)
+        c.accumulate_attention(False)  # the sums are no longer needed
         with c.clone() as g:
             cmp = _teacher_force(c, s, proto, first)
             m = compare_logits(ref_logits, cmp, s.cont)
@@ -226,6 +256,107 @@ def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_gre
     return r
 
 
+# `eval --budget` takes no --greedy, yet its samples are cut with the default's room (32)
+_BUDGET_GREEDY = 32
+
+
+def _decode_rows(ctx, s):
+    """Feeds the sample as `eval --budget` does (the prefix in one call, then one token per
+    call): the C continuation rows [C, V] and the most entries of any kv head after each
+    single-token step."""
+    ctx.forward(s.toks[:s.T], logits="none")
+    rows, entries = [], []
+    for j in range(s.T, s.T + s.W + s.C - 1):
+        logits = ctx.forward(s.toks[j:j + 1], logits="last")
+        entries.append(int(ctx.head_lengths().max()))
+        if j >= s.T + s.W - 1:  # the row predicting continuation token j - (T + W - 1)
+            rows.append(logits)
+    return np.stack(rows), entries
+
+
+def evaluate_budget(model, data, budgets, policies=None, compress_every=32, window=32,
+                    continuation=64, prefix=None, threads=1, kv_type="f32", progress=None,
+                    **policy_params):
+    """Decoding-time compression, as `sparsekv eval --budget`: each sample (cut as evaluate() cuts
+    it with its default greedy=32, as eval does) is teacher-forced, the prefix in one forward call
+    and then one token per call, on a context under Context.set_budget(policy, budget,
+    compress_every, window=W, positions="rerotate") and on a full one; the C continuation
+    distributions are compared. policies: default every decode policy of the registry (one that
+    cannot decode is refused); budgets: entries per kv head, each larger than the window. Returns
+    one dict per sample x budget x policy: sample, mode ("decode"), policy, budget, compress_every,
+    protocol ("engine"), positions ("rerotate"), n_prefix, n_window, n_continuation, evaluate()'s
+    metrics (no greedy), cuts, max_entries and entries (the most entries of any kv head after each
+    of the W + C - 1 single-token steps). A budget of at least the sample's length never cuts
+    (KL 0)."""
+    if isinstance(model, str) or model is None:
+        model = Model(model)
+    if isinstance(budgets, (int, np.integer)):
+        budgets = [budgets]
+    if isinstance(policies, str):
+        policies = [policies]
+    if policies is None:  # as the CLI: the built-in rows, those that decode
+        policies = [r["name"] for r in _policy_rows() if r.get("decode") and r.get("builtin")]
+    names = []
+    for pol in policies:
+        row = _policy_row(pol)
+        if row is None:
+            raise _bad_arg("unknown policy %r (sparsekv.policies() lists them)" % (pol,))
+        if not row.get("decode"):
+            raise _bad_arg("%s does not run under a budget (sparsekv.policies() marks the "
+                           "decode ones)" % row["name"])
+        if row["name"] not in names:
+            names.append(row["name"])
+    W, C, prefix = _split_sizes(window, continuation, prefix)
+    every = _int(compress_every, "compress_every", 1, 1 << 24)
+    threads = _int(threads, "threads", 0, _MAX_THREADS)
+    n_ctx = model.hparams["n_ctx_train"]
+    blist = []
+    for b in budgets:
+        b = _int(b, "budget", 1, 1 << 24)
+        if b <= W:
+            raise _bad_arg("budget %d is not larger than the window (%d tokens, always kept): "
+                           "every policy would keep the same entries; raise the budget or "
+                           "lower window" % (b, W))
+        if b + every > n_ctx:
+            raise _bad_arg("budget %d + compress_every %d exceeds the model's context (%d): the "
+                           "cache holds up to budget + every entries per head" % (b, every, n_ctx))
+        if b not in blist:
+            blist.append(b)
+    if not names or not blist:
+        raise _bad_arg("evaluate_budget needs at least one policy and one budget")
+    reads = _check_params(names, policy_params, "evaluate_budget")
+    results = EvalResults()
+    for si, toks in enumerate(_as_samples(model, data)):
+        T = _cut(len(toks), n_ctx, W, C, _BUDGET_GREEDY, prefix)
+        if T is None:
+            results.skipped.append(si)
+            continue
+        s = _Sample(toks, T, W, C, 0)
+        with model.new_context(threads=threads, kv_type=kv_type) as ref_ctx:
+            ref, _ = _decode_rows(ref_ctx, s)
+        for b in blist:
+            for pol in names:
+                with model.new_context(threads=threads, kv_type=kv_type) as ctx:
+                    ctx.set_budget(pol, b, every, window=W, positions="rerotate",
+                                   **_params_for(reads[pol], policy_params))
+                    cmp, entries = _decode_rows(ctx, s)
+                    cuts = ctx.budget_cuts
+                m = compare_logits(ref, cmp, s.cont)
+                r = {"sample": si, "mode": "decode", "policy": pol, "budget": b,
+                     "compress_every": every, "protocol": "engine", "positions": "rerotate",
+                     "n_prefix": T, "n_window": W, "n_continuation": C, "cuts": cuts,
+                     "max_entries": max(entries), "entries": entries}
+                r["kl_rows"] = m.pop("kl")
+                r.update(m)
+                results.append(r)
+                if progress:
+                    progress(r)
+    if not results:
+        raise _bad_arg("nothing was evaluated: %s" % (
+            "every sample was skipped" if results.skipped else "no samples"))
+    return results
+
+
 class EvalResults(list):
     """The list of per-sample x configuration results, with summary()."""
 
@@ -234,23 +365,29 @@ class EvalResults(list):
         self.skipped = []
 
     def summary(self):
-        """Per configuration (policy, keep_frac, protocol, positions): the mean over samples of
-        kl_mean, top1, ln_ppl_ratio and greedy_match (random: seeds averaged per sample first),
-        and n_samples. A list of dicts in first-seen order."""
+        """Per configuration (policy, keep_frac, protocol, positions; evaluate_budget's: policy,
+        budget, compress_every): the mean over samples of kl_mean, top1, ln_ppl_ratio and
+        greedy_match (random: seeds averaged per sample first; evaluate_budget's: cuts, and the
+        max of max_entries), and n_samples. A list of dicts in first-seen order."""
         groups = {}
         for r in self:
-            key = (r["policy"], r["keep_frac"], r["protocol"], r["positions"])
+            names = ("policy", "budget", "compress_every") if r.get("mode") == "decode" else \
+                ("policy", "keep_frac", "protocol", "positions")
+            key = tuple((k, r[k]) for k in names)
             groups.setdefault(key, {}).setdefault(r["sample"], []).append(r)
         out = []
-        for (pol, keep, proto, pos), by_sample in groups.items():
-            row = {"policy": pol, "keep_frac": keep, "protocol": proto, "positions": pos,
-                   "n_samples": len(by_sample)}
-            for f in ("kl_mean", "top1", "ln_ppl_ratio", "greedy_match"):
+        for key, by_sample in groups.items():
+            row = dict(key, n_samples=len(by_sample))
+            decode = "budget" in row
+            for f in ("kl_mean", "top1", "ln_ppl_ratio", "cuts" if decode else "greedy_match"):
                 per = [np.mean([r[f] for r in rs]) for rs in by_sample.values()]
                 row[f] = float(np.mean(per))
+            if decode:
+                row["max_entries"] = max(r["max_entries"] for rs in by_sample.values()
+                                         for r in rs)
             row["ppl_ratio"] = math.exp(row["ln_ppl_ratio"])
             out.append(row)
         return out
 
 
-__all__ = ["evaluate", "compare_logits", "log_softmax", "EvalResults", "Error"]
+__all__ = ["evaluate", "evaluate_budget", "compare_logits", "log_softmax", "EvalResults", "Error"]

@@ -21,7 +21,8 @@ PROTOCOL_SEED, PROTOCOL_ENGINE = 0, 1
 POOL_MAX, POOL_AVG = 0, 1
 POSITIONS_ORIGINAL, POSITIONS_REROTATE = 0, 1
 ROPE_MODES = {0: "adjacent", 1: "neox"}
-INT_MIN = -(2**31)
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+UINT64_MAX = 2**64 - 1
 
 
 class skv_err(Structure):
@@ -194,6 +195,9 @@ _PROTOTYPES = {
     "skv_policy_count": (c_int, []),
     "skv_policy_describe": (c_int, [c_int, POINTER(skv_policy_about), P_err]),
     "skv_context_accumulate_attention": (c_int, [c_void_p, c_bool, P_err]),
+    "skv_context_set_budget": (c_int, [c_void_p, POINTER(skv_compress_params), c_int, c_int,
+                                       P_err]),
+    "skv_context_budget_cuts": (c_int, [c_void_p]),
     "skv_sampler_default_params": (skv_sampler_params, []),
     "skv_sampler_new": (c_void_p, [POINTER(skv_sampler_params), P_err]),
     "skv_sampler_free": (None, [c_void_p]),

@@ -537,3 +537,76 @@ def test_refusals_as_the_cli(model):
     res = sparsekv.evaluate(model, [long_ids, long_ids], policies=(p for p in ["knorm"]),
                             keeps=[0.5], window=8, continuation=8, greedy=4)
     assert len(res) == 2
+
+
+# ---- integers ctypes would wrap, text that is not text (new-user trial) ------------------------
+
+def test_integers_are_range_checked_not_wrapped(model):
+    ids = model.tokenize(PROMPT)
+    # ctypes used to keep the low bits: 2**32 + 2 sinks kept 2, seed -1 was 2**64 - 1, ...
+    bad = [("streaming", None, {"sinks": 2**32 + 2}, "sinks"),
+           ("streaming", None, {"sinks": True}, "sinks"),
+           ("streaming", None, {"sinks": 2.0}, "sinks"),
+           ("snapkv", ids[-4:], {"kernel": 2**32 + 3}, "kernel"),
+           ("snapkv", ids[-4:], {"window_keep": -2**31 - 1}, "window_keep"),
+           ("random", None, {"seed": -1}, "seed"),
+           ("random", None, {"seed": 2**64}, "seed"),
+           ("random", None, {"seed": "7"}, "seed")]
+    with model.new_context(n_ctx=512, capture_window=4) as ctx:
+        ctx.forward(ids, logits="none")
+        for policy, window, params, what in bad:
+            with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+                ctx.compress(policy, 0.3, window=window, **params)
+        for keep in (True, "0.5", None):  # a float or an int is a fraction; a bool is not
+            with pytest.raises(sparsekv.InvalidArgumentError, match="keep"):
+                ctx.compress("streaming", keep)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="window"):
+            ctx.compress("snapkv", 0.3, protocol="engine", window=2**32 + 4)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="pooling"):
+            ctx.compress("snapkv", 0.3, window=ids[-4:], pooling=True)
+        assert ctx.kept_positions(0, 0).size == len(ids)  # nothing changed
+        # the largest seed is a seed (the CLI's --seed takes [0, 2**64))
+        with ctx.clone() as c:
+            c.compress("random", 0.3, seed=2**64 - 1)
+        # layers and heads: ints in range, not what int() would turn into one
+        for layer, head in ((2**32, 0), (True, 0), ("0", 0), (0.0, 0), (0, 2**32 + 1)):
+            with pytest.raises(sparsekv.InvalidArgumentError, match="layer|head"):
+                ctx.kept_positions(layer, head)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="layer"):
+            ctx.layer_bytes(2**32)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="position does not fit"):
+            ctx.select(0, [2**32])
+        with pytest.raises(sparsekv.InvalidArgumentError, match="prev"):
+            model.token_to_piece(int(ids[1]), 2**32 + 1)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="logits"):
+            ctx.forward([1], logits=True)
+    for kw, what in (({"n_ctx": 2**32 + 64}, "n_ctx"), ({"n_ctx": "12"}, "n_ctx"),
+                     ({"n_ctx": -1}, "n_ctx"), ({"n_ctx": 64, "threads": 2**32 + 1}, "threads"),
+                     ({"n_ctx": 64, "threads": 1025}, "threads"),
+                     ({"n_ctx": 64, "capture_window": 2**32 + 4}, "capture_window"),
+                     ({"n_ctx": 64, "kv_type": True}, "type")):
+        with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+            model.new_context(**kw)
+    with model.new_context(n_ctx=np.int64(64), threads=np.int32(1)) as ctx:  # NumPy ints are ints
+        assert ctx.n_ctx == 64 and ctx.n_threads == 1
+        for kw, what in (({"n": 2**32 + 1}, "n"), ({"top_k": 2**32 + 1}, "top_k"),
+                         ({"seed": -1}, "seed"), ({"seed": 2**64}, "seed")):
+            with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+                ctx.generate(ids[:4], **kw)
+        assert ctx.n_past == 0
+
+
+def test_text_must_be_str_or_bytes(model):
+    # bytes(5) is five NULs and an array's raw buffer is not its text: both used to tokenize
+    for bad in (5, np.array([1, 2]), [72, 105], None, bytearray(b"Hi")):
+        with pytest.raises(TypeError, match="str or bytes"):
+            model.tokenize(bad)
+    with pytest.raises(TypeError, match="str or bytes"):
+        sparsekv.policy_canonical(5)
+    with pytest.raises(TypeError, match="str or bytes"):
+        sparsekv.policy_needs_window(None)
+    assert sparsekv.policy_canonical(b"snapkv") == "attention"
+    # a prompt given as bytes is text, as in tokenize
+    with model.new_context(n_ctx=64) as a, model.new_context(n_ctx=64) as b:
+        assert a.generate(b"Lily saw", n=8).tokens.tolist() == \
+            b.generate("Lily saw", n=8).tokens.tolist()

@@ -45,15 +45,16 @@ def runs(tmp_path_factory):
         f.write(json.dumps({"tokens": samples[0]}) + "\n")
         f.write(json.dumps({"text": samples[1]}) + "\n")
     args = [CLI, "eval", "-m", STORIES, "--data", str(d / "data.jsonl"),
-            "--policies", "sink_recent,random,attention,pyramid", "--keep", "0.25,0.5",
+            "--policies", "sink_recent,random,attention,pyramid,h2o", "--keep", "0.25,0.5",
             "--protocols", "seed,engine", "--seeds", "2", "--window", "8",
             "--continuation", "16", "--greedy", "8", "-t", "1", "--out", str(d / "out"), "-q"]
     p = subprocess.run(args, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     c_rows = [json.loads(l) for l in open(d / "out" / "results.jsonl")]
     with sparsekv.Model(STORIES) as m:
+        # h2o: evaluate sums the prefill's attention for it, as `eval` does
         py = sparsekv.evaluate(m, samples, policies=["sink_recent", "random", "attention",
-                                                     "pyramid"],
+                                                     "pyramid", "h2o"],
                                keeps=[0.25, 0.5, 1.0], protocols=["seed", "engine"], seeds=2,
                                window=8, continuation=16, greedy=8, threads=1)
     return c_rows, py
@@ -65,7 +66,8 @@ def _key(r):
 
 def test_evaluate_matches_cli_eval(runs):
     c_rows, py = runs
-    assert len(py) == len(c_rows) == 2 * 2 * (3 + 3 * 2 + 3 + 3)
+    assert len(py) == len(c_rows) == 2 * 2 * (3 + 3 * 2 + 3 + 3 + 3)
+    assert sum(r["policy"] == "h2o" for r in py) == 2 * 2 * 3
     assert not py.skipped
     c = {_key(r): r for r in c_rows}
     worst = 0.0
@@ -92,7 +94,7 @@ def test_evaluate_matches_cli_eval(runs):
 def test_summary(runs):
     _, py = runs
     rows = py.summary()
-    assert len(rows) == 2 * (3 * 4)
+    assert len(rows) == 2 * (3 * 5)
     one = [s for s in rows if s["policy"] == "random" and s["keep_frac"] == 0.25
            and s["protocol"] == "seed"][0]
     per_sample = [np.mean([r["kl_mean"] for r in py if r["policy"] == "random"
@@ -100,6 +102,27 @@ def test_summary(runs):
                            and r["sample"] == i]) for i in (0, 1)]
     assert one["n_samples"] == 2 and one["kl_mean"] == pytest.approx(np.mean(per_sample))
     assert one["ppl_ratio"] == pytest.approx(math.exp(one["ln_ppl_ratio"]))
+
+
+def test_evaluate_h2o_alone():
+    # the new-user trial's call: h2o used to fail for want of the prefill's attention
+    with sparsekv.Model(STORIES) as m:
+        r = sparsekv.evaluate(m, [m.tokenize(TEXT)], policies=["h2o"], keeps=[0.5], greedy=4,
+                              window=8, continuation=8)
+    assert len(r) == 1 and r[0]["policy"] == "h2o" and r[0]["kl_mean"] > 0
+
+
+def test_evaluate_refuses_bad_sizes():
+    # integers in the CLI's ranges, not bools, floats or text that int() would take
+    with sparsekv.Model(STORIES) as m:
+        ids = m.tokenize(TEXT)
+        for kw, what in (({"window": 0}, "window"), ({"window": 8.5}, "window"),
+                         ({"continuation": "16"}, "continuation"), ({"greedy": -1}, "greedy"),
+                         ({"greedy": True}, "greedy"), ({"seeds": 0}, "seeds"),
+                         ({"prefix": 2**32 + 8}, "prefix"), ({"threads": 2**32 + 1}, "threads"),
+                         ({"sinks": 2**32 + 2}, "sinks")):
+            with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+                sparsekv.evaluate(m, [ids], policies=["sink_recent"], keeps=[0.5], **kw)
 
 
 def test_evaluate_skips_short_samples():
