@@ -83,7 +83,7 @@ for preset in $PRESETS; do
         : >"$sj"
         for r in $(seq 1 "$ROUNDS"); do
             echo "vs llama.cpp: $preset $type round $r/$ROUNDS" >&2
-            l() { "$LLAMA" -m "$f" -p "$PP" -n "$TG" -t "$T" -d "$D" -r 1 -o jsonl >>"$lj" 2>/dev/null ||
+            l() { "$LLAMA" -m "$f" -p "$PP" -n "$TG" -t "$T" $([ "$D" -gt 0 ] && echo "-d $D") -r 1 -o jsonl >>"$lj" 2>/dev/null ||
                 echo "llama-bench failed on $f" >&2; }
             s() { "$CLI" bench -m "$f" -p "$PP" -n "$TG" -t "$T" -r 1 --kv-type f16 --roofline --json \
                 $([ "$D" -gt 0 ] && echo "--depth $D") >>"$sj"; }

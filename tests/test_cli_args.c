@@ -123,7 +123,7 @@ static void test_refused(void **state) {
         /* a budget no larger than its window (the last 32 tokens) leaves nothing to choose;
          * it used to fail at the first cut, after the prompt was printed */
         {"generate -p " PROMPT " --policy tova --max-cache 16 -n 1", 2,
-         "--max-cache 16 is not larger than each cut's window (the last 32 decoded tokens"},
+         "--max-cache 16 is not larger than each cut's window (the last 32 tokens fed"},
         /* under a budget: --protocol is ignored, so refused; --keep with it is the first word;
          * --window counts decoded tokens, not the prompt's */
         {"generate -p " PROMPT " --policy snapkv --max-cache 40 --protocol seed -n 1", 2,
@@ -135,10 +135,12 @@ static void test_refused(void **state) {
          0, NULL},
         /* nothing chosen by score: said, after the prompt (--keep) or before the run (budget) */
         {"generate -p " PROMPT " -t 1 --policy snapkv --keep 0.25 --window 8 -n 1", 0,
-         "note: nothing was chosen by score: every kept entry was forced (--window 8, "
-         "--window-keep 32)"},
+         "note: nothing was chosen by score: every kept entry was forced (--window-keep 32)"},
+        {"generate -p " PROMPT " -t 1 --policy snapkv --keep 0.25 --window 8 --protocol engine -n "
+         "1",
+         0, "every kept entry was forced (--window 8, --window-keep 32)"},
         {"generate -p " PROMPT " -t 1 --policy snapkv --max-cache 40 --compress-every 8 -n 1", 0,
-         "(the window of 8 decoded tokens + --window-keep 32 = 40), nothing chosen by score"},
+         "(the window of the last 8 tokens + --window-keep 32 = 40), nothing chosen by score"},
         {"eval --policies knorm --keep 0.5 --out /dev/null", 2,
          "--out /dev/null exists and is not a directory"},
         /* a value is the whole word: no blanks around it (strtoull read " -1" as 2^64 - 1) */

@@ -282,8 +282,8 @@ static void run_type(skv_type t, const int *n_ins, int n_n_in) {
     if (!skv_act_block(t)) {
         /* float: two column blocks, panels ending inside a thread; then two x blocks (MC = 192
          * rows) times two column blocks; then x rows split over 3 threads (mm_split's x_split:
-         * "big" above splits them over 2); then decode over many panels per thread (the AVX2
-         * code's 4 quarters, the AVX-512 code's 2 halves, with a tail and a partial last panel) */
+         * "big" above splits them over 2); then decode over many panels per thread (2 halves
+         * at both levels, with an odd last panel and a partial last panel) */
         const mm_case more[] = {{t, 13, 37, 1100}, {t, 200, 37, 1300}, {t, 768, 37, 288},
                                 {t, 1, 150, 288},  {t, 1, 63, 600},    {t, 1, 80, 288}};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) run_case(&more[i], pools);
@@ -532,6 +532,30 @@ static void test_float_order(void **s) {
                                  skv_type_name(ts[ti]), run < 3 ? "rows" : "panels", m, i, r,
                                  y[i * N_OUT + r], a);
                 }
+            }
+        }
+        free(panels);
+    }
+    /* decode over many panels (the two-stream loop, the odd last panel, a ragged last one):
+     * 7 panels (101 outputs) on one, two and three threads */
+    enum { N_OUT2 = 101, N_IN2 = 77 };
+    float y2[N_OUT2];
+    for (int ti = 0; ti < 3; ti++) {
+        size_t rb = skv_row_bytes(ts[ti], N_IN2);
+        for (int r = 0; r < N_OUT2; r++)
+            skv_quantize_row(ts[ti], wf + (r % N_OUT) * N_IN + r, w + r * rb, N_IN2);
+        void *panels = malloc(skv_panels_bytes(ts[ti], N_OUT2, N_IN2));
+        assert_non_null(panels);
+        skv_panels_pack(ts[ti], w, N_OUT2, N_IN2, panels);
+        for (int p = 0; p < 3; p++) {
+            skv_matmul_panels(pools[p], y2, x, 1, panels, ts[ti], N_OUT2, N_IN2, NULL);
+            for (int r = 0; r < N_OUT2; r++) {
+                skv_dequantize_row(ts[ti], w + r * rb, wd, N_IN2);
+                float a = 0.0f;
+                for (int k = 0; k < N_IN2; k++) a = fmaf(x[k], wd[k], a);
+                if (memcmp(&a, &y2[r], sizeof a) != 0)
+                    fail_msg("%s panels m=1 pool %d y[%d] = %.9g, the fmaf chain gives %.9g",
+                             skv_type_name(ts[ti]), p, r, y2[r], a);
             }
         }
         free(panels);

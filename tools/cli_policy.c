@@ -56,11 +56,12 @@ const char *cli_pooling_name(skv_pooling p) {
 void cli_policy_budget_usage(FILE *f) {
     fprintf(f, "  --max-cache N       decoding budget: every kv head is cut back to N entries by\n"
                "                      the policy (no --keep needed). The last min(--window,\n"
-               "                      --compress-every) tokens are each cut's window, always\n"
-               "                      kept (--window defaults to --compress-every here), so N\n"
-               "                      must be larger; --protocol and --window-text do not\n"
-               "                      apply. With --positions rerotate generation (not the\n"
-               "                      prompt) may run past the model's context length\n"
+               "                      --compress-every) tokens fed (at the first cut, the\n"
+               "                      prompt's) are each cut's window, always kept (--window\n"
+               "                      defaults to --compress-every here), so N must be\n"
+               "                      larger; --protocol and --window-text do not apply.\n"
+               "                      With --positions rerotate generation (not the prompt)\n"
+               "                      may run past the model's context length\n"
                "  --compress-every K  tokens between cuts (default 32): at most N + K entries\n");
 }
 
@@ -74,7 +75,7 @@ void cli_policy_usage(FILE *f) {
             "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
             "                      keep = max(1, round_half_even(F * T))\n"
             "  --window N          the last N prompt tokens are the observation window\n"
-            "                      (under --max-cache: the last N decoded tokens)\n"
+            "                      (under --max-cache: the last N tokens fed)\n"
             "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
             "                      (%s need one of the two)\n"
             "  --protocol seed|engine\n"
@@ -258,7 +259,10 @@ void cli_policy_note_unscored(FILE *f, const cli_policy_opts *o, const skv_compr
         if (info->by_score[l] > 0) return;
     const char *pol = o->params.policy, *sep = "";
     fprintf(f, "note: nothing was chosen by score: every kept entry was forced (");
-    if (info->window_tokens > 0) list_item(f, &sep, "--window %d", info->window_tokens);
+    /* the window forces entries only where it stays in the cache (engine protocol) */
+    if (info->window_tokens > 0 && o->params.protocol == SKV_PROTOCOL_ENGINE)
+        list_item(f, &sep, o->window_text ? "--window-text (%d tokens)" : "--window %d",
+                  info->window_tokens);
     if (cli_policy_reads(pol, "window_keep"))
         list_item(f, &sep, "--window-keep %d", o->params.window_keep);
     if (cli_policy_reads(pol, "sinks")) list_item(f, &sep, "--sinks %d", o->params.sinks);
@@ -273,8 +277,8 @@ void cli_policy_note_budget_unscored(FILE *f, const cli_policy_opts *o) {
     const int forced = qw + (wk ? o->params.window_keep : 0) + (sk ? o->params.sinks : 0);
     if (forced < o->max_cache) return;
     fprintf(f,
-            "note: under --max-cache %d every cut keeps only forced entries (the window of %d "
-            "decoded tokens",
+            "note: under --max-cache %d every cut keeps only forced entries (the window of the "
+            "last %d tokens",
             o->max_cache, qw);
     if (wk) fprintf(f, " + --window-keep %d", o->params.window_keep);
     if (sk) fprintf(f, " + --sinks %d", o->params.sinks);
@@ -357,20 +361,20 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
         }
         if (o->window_text) {
             cli_error(cmd, "--window-text does not apply under --max-cache (the window is the "
-                           "last decoded tokens)");
+                           "last tokens fed)");
             return false;
         }
         if (cli_args_given(args, CLI_POLICY_PROTOCOL)) {
             cli_error(cmd, "--protocol does not apply under --max-cache (every cut scores with "
-                           "the last decoded tokens as the window and keeps them)");
+                           "the last tokens fed as the window and keeps them)");
             return false;
         }
         /* the library's rule (skv_context_set_budget), checked before the model loads */
         const int qw = cli_policy_budget_window(o);
         if (o->max_cache <= qw) {
             cli_error(cmd,
-                      "--max-cache %d is not larger than each cut's window (the last %d decoded "
-                      "tokens, which every policy keeps under a budget): raise --max-cache or "
+                      "--max-cache %d is not larger than each cut's window (the last %d tokens "
+                      "fed, which every policy keeps under a budget): raise --max-cache or "
                       "lower %s",
                       o->max_cache, qw,
                       o->window_n > 0 ? "--window / --compress-every" : "--compress-every");
@@ -468,7 +472,7 @@ int cli_policy_tokenize(const char *cmd, const skv_model *model, const cli_polic
         toks = all;
         n += nw;
         out->n_window = nw;
-    } else if (o->window_n > 0 && o->max_cache == 0) { /* a budget's window is decoded tokens */
+    } else if (o->window_n > 0 && o->max_cache == 0) { /* a budget's window: the last fed */
         if (o->window_n >= n) {
             free(toks);
             cli_error(cmd,

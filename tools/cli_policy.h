@@ -58,7 +58,7 @@ int cli_policy_take(cli_policy_opts *o, const cli_args *args, int key, const cha
 bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required);
 
 /* Under --max-cache: each cut's window, the last min(--window or --compress-every,
- * --compress-every) decoded tokens (the library's rule, skv_context_set_budget). */
+ * --compress-every) tokens fed (the library's rule, skv_context_set_budget). */
 int cli_policy_budget_window(const cli_policy_opts *o);
 
 /* The note when a compression chose nothing by score (every kept entry forced by the window,

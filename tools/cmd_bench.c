@@ -151,7 +151,8 @@ static model_facts facts_of(const skv_model *m, const char *path) {
     return f;
 }
 
-/* FLOPs of a prefill of n tokens at positions p0..p0+n-1 with logits of the last one:
+/* FLOPs of a prefill of n tokens after p0 cache entries (the first sees p0 + 1 keys) with logits
+ * of the last one:
  * 2 per weight per token for the layer matrices, the output matrix once, and causal attention
  * (q.k and the weighted sum of v: 4 * head_dim per query head per visible key). */
 static double prefill_flops(const model_facts *f, int p0, int n) {

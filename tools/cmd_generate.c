@@ -298,7 +298,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error("generate", "%s", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
-    cli_policy_note_budget_unscored(stderr, &po);
+    if (!quiet) cli_policy_note_budget_unscored(stderr, &po);
     double t0 = skv_time_ms();
     rc = cli_policy_run("generate", model, &cp, &po, &prompt_toks, true, &ctx, logits, &info);
     if (rc) goto done;

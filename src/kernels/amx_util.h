@@ -90,7 +90,7 @@ AMX_INLINE void split3(__m512 v, __m512 p[3]) {
  * part the top 16 bits of what the ones before it left (a float's 24 significant bits are three
  * times 8; exact down to 2^-126 as split3). Truncating rather than rounding as split3 does needs
  * no conversion and no permute: 14 operations per pair instead of ~23 (attention with weights
- * split so ~7% faster; error against float64 unchanged in test_amx). */
+ * split so ~7% faster; error against float64 in test_amx no worse). */
 AMX_INLINE void pair_rows3(__m512 a, __m512 b, __m512i row[3]) {
     for (int p = 0;; p++) {
         row[p] = tile_row_f(a, b); /* (takes the top 16 bits of each) */

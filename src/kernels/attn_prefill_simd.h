@@ -42,8 +42,9 @@ _Static_assert(MB % (VL * TV) == 0 && KC % TK == 0, "blocking");
 _Static_assert(VL % TK == 0, "pv_tile's TK columns at a time: hd is a multiple of VL");
 
 /* 2^x for x <= 0. x = k + f with |f| <= 1/2; 2^f from the Taylor series of e^(f ln 2) to degree
- * 6 (relative error below 1.3e-7); 2^k built in the exponent field. Inputs below -125 (also
- * -inf) give 2^-125: negligible beside the row maximum's weight of exactly 1, and never NaN. */
+ * 6 (relative error below 1.3e-7); 2^k built in the exponent field (V_SCALE2 where there is
+ * one: the same bits, every result being normal). Inputs below -125 (also -inf) give 2^-125:
+ * negligible beside the row maximum's weight of exactly 1, and never NaN. */
 AI V exp2_neg(V x) {
     x = V_MAX(x, V_SET1(-125.0f));
     V kf = V_ROUND(x);
@@ -125,7 +126,8 @@ AI void softmax_rows(const ap_ctx *a, int r, int j0, int lim) {
     for (int i = 0; i < VL; i++) vis = SKV_MIN(vis, a->cnt[r + i] - j0);
     vis = SKV_MAX(0, SKV_MIN(vis, lim));
     /* the maximum in four independent chains (one max per 4-cycle latency otherwise; the
-     * maximum is exact, so the order does not change it) */
+     * maximum is exact, so the order does not change it: same bits unless a score is NaN, a
+     * row that gives meaningless output either way) */
     V m4[4] = {ninf, ninf, ninf, ninf};
     int j = 0;
     for (; j + 4 <= vis; j += 4)

@@ -8,7 +8,7 @@
  * Float weights (F32/F16/BF16): one FMA chain per output over k in order (x[k] broadcast, 16
  * outputs in two vectors). W is best stored in panels (skv_panels_pack: 16 rows k-major; what
  * a loaded model holds), raw rows also work.
- *   - one x row from panels: 4 long runs of panels stream at once (8 chains).
+ *   - one x row from panels: 2 long runs of panels stream at once (4 chains).
  *   - otherwise (prefill; raw rows also for one x row): blocks of MC x rows and KC columns; x's
  *     block is packed tile by tile, each 16-row panel is made floats once per block (in L1; raw
  *     rows transposed 8x8) and serves 6x16 register tiles (12 accumulators, 2 loads and 6

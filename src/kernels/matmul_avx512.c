@@ -258,8 +258,8 @@ INLINE void gemm_float(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_typ
 
 /* One x row from panels (decode): the thread's panels in 2 halves, one panel of each at a time,
  * so W streams as 2 long sequential runs per thread (panels are contiguous). 4 runs (quarters,
- * as the AVX2 code) read slower on the Xeon with AMX: qwen2.5-0.5b / llama-3.2-1b F16 tg64 at 2
- * threads, alternated, +5-9% with 2 (3 was 12% slower than 4, 1 the same as 4). */
+ * as the AVX2 code had them) read slower on the Xeon with AMX: qwen2.5-0.5b / llama-3.2-1b F16 tg64
+ * at 2 threads, alternated, +5-9% with 2 (3 was 12% slower than 4, 1 the same as 4). */
 INLINE void gemv_panels(const skv_mm *mm, int r0, int r1, skv_type t) {
     const int n = mm->n_in, np = (r1 - r0 + PANEL - 1) / PANEL, h = np / 2;
     const size_t es = elem_size(t), ps = (size_t)PANEL * n * es, hs = (size_t)h * ps;

@@ -301,7 +301,7 @@ static bool load_tensors(loader *ld, skv_err *err) {
 
     int64_t ti = skv_gguf_find_tensor(g, "token_embd.weight");
     if (ti < 0) {
-        if (skv_gguf_n_tensors(g) == 0)
+        if (skv_gguf_n_tensors(g) == 0 && skv_gguf_find_key(g, "tokenizer.ggml.model") >= 0)
             skv_err_set(err, SKV_ERR_FORMAT,
                         "the file holds no tensors: a vocabulary-only GGUF, not a model (its "
                         "tokenizer serves `sparsekv tokenize -m` and `synth-model --vocab`)");
