@@ -325,6 +325,9 @@ SKV_API skv_type skv_cache_type(const skv_cache *cache);
 SKV_API int skv_cache_n_past(const skv_cache *cache);
 SKV_API skv_position_mode skv_cache_position_mode(const skv_cache *cache);
 
+/* A NULL cache or a (layer, kv head) out of range: the calls below that return a status give
+ * SKV_ERR_INVALID_ARG, skv_cache_head_len 0, skv_cache_head_positions NULL. */
+
 /* Number of entries retained in (layer, kv head). */
 SKV_API int skv_cache_head_len(const skv_cache *cache, int layer, int head);
 /* Retained positions of (layer, kv head): [len], ascending. Borrowed; valid until the cache
@@ -421,7 +424,8 @@ typedef struct skv_compress_info {
 SKV_API void skv_compress_info_free(skv_compress_info *info);
 
 /* Compresses ctx's cache in place under params (SPEC.md). The cache must be a fresh dense
- * prefill in original-position mode (else SKV_ERR_STATE). On error the cache is unchanged. */
+ * prefill in original-position mode (else SKV_ERR_STATE). On error the cache is unchanged.
+ * info may be NULL; it is zeroed first, so skv_compress_info_free is safe after a failure. */
 SKV_API skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
                                 skv_compress_info *info, skv_err *err);
 
@@ -503,7 +507,12 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
  * past n_ctx (each head never holds more than max_entries + interval). keep_frac, protocol and
  * window_tokens are ignored. max_entries = 0 removes the budget; otherwise it must be larger
  * than the window, min(max(n_window, 1), interval) (SKV_ERR_INVALID_ARG). The policy must allow
- * decode (skv_policy_about.decode). */
+ * decode (skv_policy_about.decode). Every head must hold the same number of entries (not after
+ * pyramid or adakv, or skv_cache_select_head): else SKV_ERR_STATE, here and from skv_forward
+ * (before any token enters the cache) while the budget is set. A cut runs after the forward
+ * call's tokens are in the cache: when it fails (out of memory, a registered policy's error)
+ * skv_forward returns that status with the tokens in the cache. h2o turns on
+ * skv_context_accumulate_attention (so the cache must be empty). */
 SKV_API skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *params,
                                           int max_entries, int interval, skv_err *err);
 /* Cuts made under the budget so far. */

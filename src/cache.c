@@ -253,7 +253,7 @@ skv_position_mode skv_cache_position_mode(const skv_cache *c) {
 }
 
 static bool head_ok(const skv_cache *c, int layer, int head) {
-    return layer >= 0 && layer < c->n_layer && head >= 0 && head < c->n_head_kv;
+    return c && layer >= 0 && layer < c->n_layer && head >= 0 && head < c->n_head_kv;
 }
 
 int skv_cache_head_len(const skv_cache *c, int layer, int head) {
@@ -266,6 +266,7 @@ const int32_t *skv_cache_head_positions(const skv_cache *c, int layer, int head)
 
 skv_status skv_cache_head_read(const skv_cache *c, int layer, int head, float *k, float *v,
                                int32_t *pos, skv_err *err) {
+    if (!c) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no cache given");
     if (!head_ok(c, layer, head))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "no (layer %d, kv head %d) in this cache",
                            layer, head);
@@ -377,6 +378,7 @@ static void head_select(skv_cache *c, skv_cache_head *h, const int32_t *p, int n
 
 skv_status skv_cache_select_head(skv_cache *c, int layer, int head, const int32_t *positions,
                                  int n_positions, skv_err *err) {
+    if (!c) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no cache given");
     if (!head_ok(c, layer, head))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "no (layer %d, kv head %d) in this cache",
                            layer, head);
@@ -394,6 +396,7 @@ skv_status skv_cache_select_head(skv_cache *c, int layer, int head, const int32_
 
 skv_status skv_cache_select_layer(skv_cache *c, int layer, const int32_t *positions,
                                   int n_positions, skv_err *err) {
+    if (!c) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no cache given");
     if (layer < 0 || layer >= c->n_layer)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "no layer %d in this cache", layer);
     for (int h = 0; h < c->n_head_kv; h++) {
@@ -412,6 +415,7 @@ skv_status skv_cache_select_layer(skv_cache *c, int layer, const int32_t *positi
 }
 
 skv_status skv_cache_rerotate(skv_cache *c, skv_err *err) {
+    if (!c) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no cache given");
     if (c->mode == SKV_POSITIONS_REROTATE) return SKV_OK; /* invariant already holds */
     rotator rot;
     if (!rotator_init(&rot, c)) {

@@ -345,7 +345,8 @@ static void forward_logits(skv_context *ctx, int n, int rows, float *logits) {
 
 skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
                        float *logits, skv_err *err) {
-    if (!ctx || !tokens || n_tokens <= 0)
+    if (!ctx) return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward: no context given");
+    if (!tokens || n_tokens <= 0)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward needs at least one token");
     if (mode != SKV_LOGITS_NONE && mode != SKV_LOGITS_LAST && mode != SKV_LOGITS_ALL)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "unknown logits mode %d", (int)mode);
@@ -366,7 +367,13 @@ skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, sk
                            "context full: %d tokens after %d would exceed n_ctx = %d", n_tokens,
                            cache->n_past, ctx->params.n_ctx);
 
-    /* Everything that can fail happens before the first token changes the cache. */
+    if (ctx->pstate) {
+        skv_status pst = skv_pstate_before_forward(ctx, err);
+        if (pst) return pst;
+    }
+
+    /* Everything that can fail happens before the first token changes the cache (but a budget's
+     * cut, after it: see skv_context_set_budget). */
     int batch = n_tokens < FORWARD_BATCH ? n_tokens : FORWARD_BATCH;
     skv_status st = skv_context_reserve_batch(ctx, batch, err);
     if (st) return st;

@@ -192,6 +192,9 @@ void skv_pstate_reset(skv_policy_state *ps, const skv_context *ctx);
 void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0);
 bool skv_pstate_unbounded(const skv_context *ctx, int n);
 skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err);
+/* Before a forward call changes the cache: SKV_ERR_STATE when a budget is set and the heads
+ * hold different numbers of entries (its next cut could not run). */
+skv_status skv_pstate_before_forward(const skv_context *ctx, skv_err *err);
 /* h2o: accumulate the attention of one layer (called by skv_pstate_layer). */
 void skv_h2o_accumulate(skv_context *ctx, int layer, int n, int pos0);
 /* Follows a head's compaction to the kept entry indices keep[n_keep] (ascending). */

@@ -179,6 +179,22 @@ static void test_new_rejects(void **state) {
     skv_cache_free(c);
 }
 
+/* The fallible cache calls refuse a NULL cache with SKV_ERR_INVALID_ARG (they crashed); the
+ * accessors answer 0 / NULL. */
+static void test_null_cache(void **state) {
+    (void)state;
+    skv_err err = {0};
+    float k[D];
+    int32_t pos[1] = {0};
+    assert_int_equal(skv_cache_head_read(NULL, 0, 0, k, NULL, NULL, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_cache_select_head(NULL, 0, 0, pos, 1, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_cache_select_layer(NULL, 0, pos, 1, &err), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "no cache"));
+    assert_int_equal(skv_cache_rerotate(NULL, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_cache_head_len(NULL, 0, 0), 0);
+    assert_null(skv_cache_head_positions(NULL, 0, 0));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_and_bytes),
@@ -187,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_clone_isolated),
         cmocka_unit_test(test_rerotate),
         cmocka_unit_test(test_new_rejects),
+        cmocka_unit_test(test_null_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

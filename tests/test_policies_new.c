@@ -460,6 +460,11 @@ static void test_registry(void **state) {
     }
     skv_policy_about a;
     assert_int_equal(skv_policy_describe(n0, &a, NULL), SKV_ERR_INVALID_ARG);
+    skv_err e2 = {0};
+    assert_int_equal(skv_policy_describe(0, NULL, &e2), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(e2.msg, "no place"));
+    assert_int_equal(skv_forward(NULL, toks, 1, SKV_LOGITS_NONE, NULL, &e2), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(e2.msg, "no context"));
     skv_policy_describe(7, &a, NULL);
     assert_true(a.needs_prefill_attention && !a.needs_window); /* h2o */
     skv_policy_describe(8, &a, NULL);
@@ -605,6 +610,50 @@ static void test_budget_streaming(void **state) {
     assert_int_equal(skv_context_set_budget(ctx, &p, 17, 16, &err), SKV_OK);
     skv_context_free(ctx);
     free(lg);
+}
+
+/* A budget cuts every head alike: a cache whose heads hold different counts (pyramid, adakv, a
+ * per-head selection) is refused by set_budget, and by a forward call under a budget before any
+ * token enters the cache (it used to append the tokens, then fail in the cut, on every call). */
+static void test_budget_unequal_heads(void **state) {
+    (void)state;
+    n_threads = 1;
+    skv_err err = {0};
+    skv_compress_params bp = skv_compress_default_params();
+    bp.policy = "tova";
+    bp.n_window = 4;
+    skv_compress_params p = params_for("pyramid", 0.4, SKV_PROTOCOL_ENGINE, NULL, 8);
+    skv_compress_info info;
+    /* compressed first, budget after */
+    skv_context *ctx = new_ctx(8, false);
+    test_feed(ctx, toks, 60, SKV_LOGITS_NONE, NULL);
+    assert_int_equal(skv_compress(ctx, &p, &info, &err), SKV_OK);
+    skv_compress_info_free(&info);
+    const skv_cache *c = skv_context_cache_const(ctx);
+    assert_int_not_equal(skv_cache_head_len(c, 0, 0), skv_cache_head_len(c, L - 1, 0));
+    assert_int_equal(skv_context_set_budget(ctx, &bp, 30, 8, &err), SKV_ERR_STATE);
+    assert_non_null(strstr(err.msg, "same number of entries"));
+    test_feed(ctx, toks, 1, SKV_LOGITS_NONE, NULL); /* no budget: decoding goes on */
+    skv_context_free(ctx);
+    /* budget first, then a compression that leaves the heads unequal */
+    ctx = new_ctx(8, false);
+    assert_int_equal(skv_context_set_budget(ctx, &bp, 100, 8, &err), SKV_OK);
+    test_feed(ctx, toks, 60, SKV_LOGITS_NONE, NULL);
+    assert_int_equal(skv_compress(ctx, &p, &info, &err), SKV_OK);
+    skv_compress_info_free(&info);
+    c = skv_context_cache_const(ctx);
+    const int len0 = skv_cache_head_len(c, 0, 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(skv_forward(ctx, toks, 1, SKV_LOGITS_NONE, NULL, &err), SKV_ERR_STATE);
+        assert_non_null(strstr(err.msg, "same number of entries"));
+        assert_int_equal(skv_context_n_past(ctx), 60);
+        assert_int_equal(skv_cache_head_len(c, 0, 0), len0);
+    }
+    /* removing the budget lets it decode */
+    assert_int_equal(skv_context_set_budget(ctx, NULL, 0, 0, &err), SKV_OK);
+    test_feed(ctx, toks, 1, SKV_LOGITS_NONE, NULL);
+    assert_int_equal(skv_context_n_past(ctx), 61);
+    skv_context_free(ctx);
 }
 
 /* A budget at least the sequence never cuts: the logits are the dense run's, bit for bit. */
@@ -794,6 +843,7 @@ int main(void) {
         cmocka_unit_test(test_budget_bound),
         cmocka_unit_test(test_budget_streaming),
         cmocka_unit_test(test_budget_dense_identity),
+        cmocka_unit_test(test_budget_unequal_heads),
         cmocka_unit_test(test_cli_policies),
         cmocka_unit_test(test_cli_eval_budget),
     };

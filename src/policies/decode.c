@@ -107,6 +107,28 @@ bool skv_pstate_unbounded(const skv_context *ctx, int n) {
     return (int64_t)c->n_past + n < INT32_MAX / 2;
 }
 
+/* A cut takes every head from n entries to the same max_entries: SKV_ERR_STATE unless every
+ * head holds the same number of entries (pyramid, adakv or a per-head selection leave them
+ * unequal). */
+static skv_status heads_equal(const skv_context *ctx, skv_err *err) {
+    const skv_cache *c = ctx->cache;
+    const int H = c->n_head_kv, n = c->heads[0].n;
+    for (int i = 1; i < c->n_layer * H; i++)
+        if (c->heads[i].n != n)
+            return skv_err_set(err, SKV_ERR_STATE,
+                               "a decoding budget needs every head to hold the same number of "
+                               "entries (layer %d kv head %d holds %d, layer 0 kv head 0 %d): "
+                               "compress with a policy that keeps as many in every head, or "
+                               "remove the budget (max_entries = 0)",
+                               i / H, i % H, c->heads[i].n, n);
+    return SKV_OK;
+}
+
+skv_status skv_pstate_before_forward(const skv_context *ctx, skv_err *err) {
+    const skv_policy_state *ps = ctx->pstate;
+    return ps && ps->max_entries > 0 ? heads_equal(ctx, err) : SKV_OK;
+}
+
 skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *params,
                                   int max_entries, int interval, skv_err *err) {
     if (!ctx) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no context given");
@@ -154,6 +176,8 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
         params->positions != SKV_POSITIONS_REROTATE)
         return skv_err_set(err, SKV_ERR_STATE,
                            "the cache is re-rotated: a budget over it must re-rotate too");
+    skv_status eq = heads_equal(ctx, err);
+    if (eq) return eq;
     if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
         skv_status st = skv_context_accumulate_attention(ctx, true, err);
         if (st) return st;
@@ -190,12 +214,8 @@ static skv_status cut(skv_context *ctx, skv_err *err) {
     const skv_hparams *hp = &ctx->model->hp;
     const int L = c->n_layer, H = c->n_head_kv;
     const int n = c->heads[0].n;
-    for (int i = 1; i < L * H; i++)
-        if (c->heads[i].n != n)
-            return skv_err_set(err, SKV_ERR_STATE,
-                               "a decoding budget needs every head at the same length (layer %d "
-                               "kv head %d holds %d, layer 0 kv head 0 %d)",
-                               i / H, i % H, c->heads[i].n, n);
+    skv_status eq = heads_equal(ctx, err);
+    if (eq) return eq;
     if (n <= ps->max_entries) return SKV_OK;
     const skv_policy *pol = skv_policy_find(ps->policy);
     if (!pol) return skv_err_set(err, SKV_ERR_STATE, "the budget's policy is gone");

@@ -111,7 +111,10 @@ int skv_policy_count(void) {
 
 skv_status skv_policy_describe(int i, skv_policy_about *out, skv_err *err) {
     const skv_policy *p = skv_policy_at(i);
-    if (!p || !out)
+    if (p && !out)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "skv_policy_describe: no place to write row %d (out is NULL)", i);
+    if (!p)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "no policy row %d (the registry has %d)", i,
                            skv_policy_registry_size());
     memset(out, 0, sizeof *out);
