@@ -129,6 +129,14 @@ static void test_prefill_at_depth_records(void **state) {
     assert_non_null(d);
     assert_non_null(c);
     assert_null(find_line(out, "test", "pp8")); /* no prefill at depth 0 */
+    /* no decode test: the compression still has its record, without decode figures */
+    const char *cr = find_line(out, "record", "compress");
+    assert_non_null(cr);
+    assert_true(field(cr, "keep_tokens") == 50);
+    assert_true(field(cr, "kv_bytes_after") == KV_HEADS * KV_ENTRY_BYTES * 50.0);
+    assert_true(field(cr, "tg") == 0);
+    const char *nul = strstr(cr, "\"speedup\":null"), *eol = strchr(cr, '\n');
+    assert_true(nul && (!eol || nul < eol));
     const double keys[2] = {8 * 100 + 8 * 9 / 2, 8 * 50 + 8 * 9 / 2};
     const char *rec[2] = {d, c};
     for (int i = 0; i < 2; i++) {

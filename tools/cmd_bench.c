@@ -404,6 +404,68 @@ static bool run_pp_depth(bench *b, const skv_context *master, int threads, int n
     return true;
 }
 
+/* What one compression of the depth cache gave (the same every repetition). */
+typedef struct compress_run {
+    uint64_t bytes_before, bytes_after;
+    int keep; /* entries kept per head */
+} compress_run;
+
+/* The compression record of --policy: its cost (comp_ms over the repetitions, against the depth
+ * prefill) and, when a decode test of n tokens ran (n > 0), the decode speedup it bought next
+ * to the one the bytes read per token predict (kv_d, kv_c: KV bytes read, dense / compressed). */
+static void report_compress(bench *b, int threads, double prefill_ms, const double *comp_ms,
+                            const compress_run *cr, int n, double tps_d, double tps_c, double kv_d,
+                            double kv_c) {
+    const opts *o = b->o;
+    const int D = o->depth;
+    const char *canon = skv_policy_canonical(o->policy), *pol = canon ? canon : o->policy;
+    const stats cm = stats_of(comp_ms, o->reps);
+    const double wb = (double)b->f.weight_bytes * n, pct_prefill = 100.0 * cm.median / prefill_ms;
+    const double speedup = n > 0 ? tps_c / tps_d : 0,
+                 predicted = n > 0 ? (wb + kv_d) / (wb + kv_c) : 0;
+    if (o->json) {
+        printf("{\"record\":\"compress\",\"simd\":\"%s\",\"model\":", skv_simd_level());
+        cli_json_string(stdout, b->f.name, strlen(b->f.name));
+        printf(",\"type\":\"%s\",\"threads\":%d,\"depth\":%d,\"policy\":\"%s\",\"keep\":%.4f,"
+               "\"window\":%d,\"keep_tokens\":%d,\"kv_bytes_before\":%llu,"
+               "\"kv_bytes_after\":%llu,\"prefill_ms\":%.6f,\"compress_ms\":%.6f,"
+               "\"compress_ms_min\":%.6f,\"compress_ms_max\":%.6f,\"pct_prefill\":%.6f",
+               b->f.type, threads, D, pol, o->keep, o->window, cr->keep,
+               (unsigned long long)cr->bytes_before, (unsigned long long)cr->bytes_after,
+               prefill_ms, cm.median, cm.min, cm.max, pct_prefill);
+        if (n > 0)
+            printf(",\"tg\":%d,\"tps_dense\":%.4f,\"tps_compressed\":%.4f,\"speedup\":%.4f,"
+                   "\"speedup_predicted\":%.4f,\"pct_predicted\":%.2f",
+                   n, tps_d, tps_c, speedup, predicted, 100.0 * speedup / predicted);
+        else
+            printf(",\"tg\":0,\"tps_dense\":null,\"tps_compressed\":null,\"speedup\":null,"
+                   "\"speedup_predicted\":null,\"pct_predicted\":null");
+        printf("}\n");
+    } else if (b->notes) {
+        char kb[32], ka[32];
+        fmt_bytes(kb, sizeof kb, cr->bytes_before);
+        fmt_bytes(ka, sizeof ka, cr->bytes_after);
+        if (!b->n_notes++)
+            fprintf(b->notes,
+                    "| model | type | threads | depth | policy | keep | kept/head | KV "
+                    "before -> after | prefill s | compress ms | %% of prefill | test | "
+                    "dense t/s | compressed t/s | speedup | predicted | %% of predicted "
+                    "|\n|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:"
+                    "|---:|---:|\n");
+        fprintf(b->notes,
+                "| %s | %s | %d | %d | %s | %.3g | %d | %s -> %s | %.2f | %.1f (%.1f..%.1f) "
+                "| %.2f%% ",
+                b->f.name, b->f.type, threads, D, pol, o->keep, cr->keep, kb, ka, prefill_ms / 1e3,
+                cm.median, cm.min, cm.max, pct_prefill);
+        if (n > 0)
+            fprintf(b->notes, "| tg%d | %.2f | %.2f | %.2fx | %.2fx | %.0f%% |\n", n, tps_d, tps_c,
+                    speedup, predicted, 100.0 * speedup / predicted);
+        else
+            fprintf(b->notes, "| - | - | - | - | - | - |\n");
+    }
+    fflush(stdout);
+}
+
 /* Prefill and decode on clones of a prefilled context (dense), and with --policy on clones
  * compressed first. */
 static bool run_depth(bench *b, int threads, const peaks *pk) {
@@ -433,6 +495,23 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
         if (n <= 0) continue;
         if (!run_pp_depth(b, master, threads, n, false, pk)) goto fail;
         if (o->policy && !run_pp_depth(b, master, threads, n, true, pk)) goto fail;
+    }
+    bool any_tg = false;
+    for (int ti = 0; ti < o->n_tg; ti++) any_tg |= o->tg[ti] > 0;
+    if (o->policy && !any_tg) { /* no decode test to pair it with: the compression alone */
+        double comp_ms[64];
+        compress_run cr = {0, 0, 0};
+        for (int r = -1; r < o->reps; r++) {
+            skv_compress_info info;
+            double cms = 0;
+            skv_context *c = depth_clone(b, master, true, &info, &cms);
+            if (!c) goto fail;
+            cr = (compress_run){info.bytes_before, info.bytes_after, info.keep};
+            skv_compress_info_free(&info);
+            skv_context_free(c);
+            if (r >= 0) comp_ms[r] = cms;
+        }
+        report_compress(b, threads, prefill_ms, comp_ms, &cr, 0, 0, 0, 0, 0);
     }
     for (int ti = 0; ti < o->n_tg; ti++) {
         int n = (int)o->tg[ti];
@@ -482,42 +561,9 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
             tps_d[r] = n / secs_d[r];
             tps_c[r] = n / secs_c[r];
         }
-        stats sd = stats_of(tps_d, o->reps), sc = stats_of(tps_c, o->reps),
-              cm = stats_of(comp_ms, o->reps);
-        double wb = (double)b->f.weight_bytes * n;
-        double speedup = sc.median / sd.median, predicted = (wb + kv_d) / (wb + kv_c);
-        double pct_prefill = 100.0 * cm.median / prefill_ms;
-        if (o->json) {
-            printf("{\"record\":\"compress\",\"simd\":\"%s\",\"model\":", skv_simd_level());
-            cli_json_string(stdout, b->f.name, strlen(b->f.name));
-            printf(",\"type\":\"%s\",\"threads\":%d,\"depth\":%d,\"policy\":\"%s\",\"keep\":%.4f,"
-                   "\"window\":%d,\"keep_tokens\":%d,\"kv_bytes_before\":%llu,"
-                   "\"kv_bytes_after\":%llu,\"prefill_ms\":%.6f,\"compress_ms\":%.6f,"
-                   "\"compress_ms_min\":%.6f,\"compress_ms_max\":%.6f,\"pct_prefill\":%.6f,"
-                   "\"tg\":%d,\"tps_dense\":%.4f,\"tps_compressed\":%.4f,\"speedup\":%.4f,"
-                   "\"speedup_predicted\":%.4f,\"pct_predicted\":%.2f}\n",
-                   b->f.type, threads, D, canon ? canon : o->policy, o->keep, o->window, kept_keep,
-                   (unsigned long long)bytes_before, (unsigned long long)bytes_after, prefill_ms,
-                   cm.median, cm.min, cm.max, pct_prefill, n, sd.median, sc.median, speedup,
-                   predicted, 100.0 * speedup / predicted);
-        } else if (b->notes) {
-            char kb[32], ka[32];
-            fmt_bytes(kb, sizeof kb, bytes_before);
-            fmt_bytes(ka, sizeof ka, bytes_after);
-            if (!b->n_notes++)
-                fprintf(b->notes,
-                        "| model | type | threads | depth | policy | keep | kept/head | KV "
-                        "before -> after | prefill s | compress ms | %% of prefill | test | "
-                        "dense t/s | compressed t/s | speedup | predicted | %% of predicted "
-                        "|\n|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:"
-                        "|---:|---:|\n");
-            fprintf(b->notes,
-                    "| %s | %s | %d | %d | %s | %.3g | %d | %s -> %s | %.2f | %.1f (%.1f..%.1f) "
-                    "| %.2f%% | tg%d | %.2f | %.2f | %.2fx | %.2fx | %.0f%% |\n",
-                    b->f.name, b->f.type, threads, D, canon ? canon : o->policy, o->keep, kept_keep,
-                    kb, ka, prefill_ms / 1e3, cm.median, cm.min, cm.max, pct_prefill, n, sd.median,
-                    sc.median, speedup, predicted, 100.0 * speedup / predicted);
-        }
+        const compress_run cr = {bytes_before, bytes_after, kept_keep};
+        report_compress(b, threads, prefill_ms, comp_ms, &cr, n, stats_of(tps_d, o->reps).median,
+                        stats_of(tps_c, o->reps).median, kv_d, kv_c);
         fflush(stdout);
     }
     skv_context_free(master);
