@@ -733,12 +733,13 @@ static double bf16_round(float f) {
  * with the weights, within float accumulation error of a float64 loop; each row the same bits
  * alone or in a batch, on any thread count; NaN in x stays in its row. Sizes: odd n_in (a padded
  * pair), several column blocks (320 pairs each), more than one row block (192 rows), x rows
- * split over 2 threads (mm_split's x_split), enough panels for decode's 4 streams per thread. */
+ * split over 2 threads (mm_split's x_split), enough panels for decode's 2 streams per thread and
+ * an odd one. */
 static void test_bf16_dot(void **s) {
     (void)s;
     if (!skv_kernels_use_bf16()) skip();
     skv_kernels_amx(false); /* the vdpbf16ps code (AMX: test_amx) */
-    /* n_out 130: 9 panels, so that decode streams several runs per thread, with a tail */
+    /* n_out 130: 9 panels, so that decode streams both halves on 1-3 threads, with an odd panel */
     const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 400}, n_outs[] = {37, 130};
     for (int ni = 0; ni < 4; ni++)
         for (int mi = 0; mi < 4; mi++) {

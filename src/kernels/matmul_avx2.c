@@ -351,6 +351,8 @@ INLINE void gemv_panels(const skv_mm *mm, int r0, int r1, skv_type t) {
         for (int k = 0; k < n; k++) {
             const __m256 xb = _mm256_broadcast_ss(x + k);
             const uint8_t *e = p + (size_t)k * PANEL * es;
+            SKV_PREFETCH_AHEAD(e, 0);
+            SKV_PREFETCH_AHEAD(e + hs, 0);
             __m256 w0l, w0h, w1l, w1h;
             load_w16(e, t, &w0l, &w0h);
             load_w16(e + hs, t, &w1l, &w1h);
@@ -445,8 +447,7 @@ INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const uint8_t *blk = w[k] + (size_t)b * bb;
-            if ((b & 1) == 0) /* an address, maybe past W: a prefetch never faults */
-                _mm_prefetch((const char *)((uintptr_t)blk + PFD), _MM_HINT_T0);
+            if ((b & 1) == 0) _mm_prefetch((const char *)((uintptr_t)blk + PFD), _MM_HINT_T0);
             v[k] = dot_s8(q8_codes(blk, q4), x);
         }
         const __m256 s = _mm256_mul_ps(_mm256_set1_ps(a.d[b]), scales8(w, (size_t)b * bb));
@@ -649,6 +650,9 @@ static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 for (int q = 0; q < 8; q++) {
                     int32_t x4;
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
+                    SKV_PREFETCH_AHEAD(rec, 64 * q);
+                    if (q == 0) /* a record is 544 bytes: its ninth line */
+                        SKV_PREFETCH_AHEAD(rec, 512);
                     const __m256i x = _mm256_set1_epi32(x4);
                     const __m256i w0 =
                         _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q));
@@ -832,6 +836,9 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const uint8_t *blk = w[k] + (size_t)s * bb;
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; l++) /* the row's block ahead: 144-210 bytes */
+                SKV_PREFETCH_AHEAD(blk, 64 * l);
             if (q6) {
                 v[2 * k] = u_raw(t, blk, xq, _mm_setzero_si128());
                 v[2 * k + 1] = _mm256_madd_epi16(
@@ -1002,6 +1009,8 @@ INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, flo
 #pragma GCC unroll 4
             for (int jj = 0; jj < 4; jj++) {
                 __m256i ca, cb;
+                /* 8 lines ahead per 416-byte pair: some twice, none missed */
+                SKV_PREFETCH_AHEAD(pr, 64 * (4 * h + jj));
                 q6_rec_codes(pr, h, jj, &ca, &cb);
                 int32_t xa, xb;
                 memcpy(&xa, xr + 32 * p + 4 * jj, 4);

@@ -271,6 +271,8 @@ INLINE void gemv_panels(const skv_mm *mm, int r0, int r1, skv_type t) {
         for (int k = 0; k < n; k++) {
             const __m512 xb = _mm512_set1_ps(x[k]);
             const uint8_t *e = p + (size_t)k * PANEL * es;
+            SKV_PREFETCH_AHEAD(e, 0);
+            SKV_PREFETCH_AHEAD(e + hs, 0);
             a0 = _mm512_fmadd_ps(xb, load_w16(e, t), a0);
             a1 = _mm512_fmadd_ps(xb, load_w16(e + hs, t), a1);
         }

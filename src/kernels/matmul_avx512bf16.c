@@ -152,36 +152,33 @@ static void gemm_bf16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     }
 }
 
-/* One x row (decode): the thread's panels in 4 quarters streamed at once (the float gemvs take
- * 2 halves since that measured faster; not measured here). */
+/* One x row (decode): the thread's panels in 2 halves, one panel of each at a time, as the float
+ * gemv in matmul_avx512.c streams them (2 long sequential runs per thread). */
 static void gemv_bf16(const skv_mm *mm, int r0, int r1) {
-    const int n = mm->n_in, npairs = (n + 1) / 2, np = (r1 - r0 + PANEL - 1) / PANEL, q = np / 4;
-    const size_t ps = (size_t)PANEL * n; /* halves per panel */
+    const int n = mm->n_in, npairs = (n + 1) / 2, np = (r1 - r0 + PANEL - 1) / PANEL, h = np / 2;
+    const size_t ps = (size_t)PANEL * n, hs = (size_t)h * ps; /* bf16 values per panel, half */
     const uint32_t *x = (const uint32_t *)(const void *)mm->xq;
     const uint16_t *w0 = (const uint16_t *)mm->w + (size_t)r0 * n;
-    for (int j = 0; j < q; j++) {
+    for (int j = 0; j < h; j++) {
         const uint16_t *p = w0 + (size_t)j * ps;
-        const size_t qs = (size_t)q * ps;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
         for (int k = 0; k < npairs; k++) {
             const __m512i xb = _mm512_set1_epi32((int)x[k]);
+            SKV_PREFETCH_AHEAD(p, (size_t)4 * k * PANEL);
+            SKV_PREFETCH_AHEAD(p + hs, (size_t)4 * k * PANEL);
             a0 = dot2(a0, xb, bf16_load_pair(p, k, n));
-            a1 = dot2(a1, xb, bf16_load_pair(p + qs, k, n));
-            a2 = dot2(a2, xb, bf16_load_pair(p + 2 * qs, k, n));
-            a3 = dot2(a3, xb, bf16_load_pair(p + 3 * qs, k, n));
+            a1 = dot2(a1, xb, bf16_load_pair(p + hs, k, n));
         }
         const int ra = r0 + j * PANEL;
         _mm512_mask_storeu_ps(mm->y + ra, lanes(r1 - ra), a0);
-        _mm512_mask_storeu_ps(mm->y + ra + q * PANEL, lanes(r1 - ra - q * PANEL), a1);
-        _mm512_mask_storeu_ps(mm->y + ra + 2 * q * PANEL, lanes(r1 - ra - 2 * q * PANEL), a2);
-        _mm512_mask_storeu_ps(mm->y + ra + 3 * q * PANEL, lanes(r1 - ra - 3 * q * PANEL), a3);
+        _mm512_mask_storeu_ps(mm->y + ra + h * PANEL, lanes(r1 - ra - h * PANEL), a1);
     }
-    for (int j = 4 * q; j < np; j++) {
-        const uint16_t *p = w0 + (size_t)j * ps;
+    if (np % 2) { /* the odd last panel */
+        const uint16_t *p = w0 + (size_t)(np - 1) * ps;
         __m512 a0 = _mm512_setzero_ps();
         for (int k = 0; k < npairs; k++)
             a0 = dot2(a0, _mm512_set1_epi32((int)x[k]), bf16_load_pair(p, k, n));
-        _mm512_mask_storeu_ps(mm->y + r0 + j * PANEL, lanes(r1 - r0 - j * PANEL), a0);
+        _mm512_mask_storeu_ps(mm->y + r0 + (np - 1) * PANEL, lanes(r1 - r0 - (np - 1) * PANEL), a0);
     }
 }
 

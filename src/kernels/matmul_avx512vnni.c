@@ -219,6 +219,9 @@ INLINE void dot_raw(skv_type t, const uint8_t *const *w, act_row a, int nb, floa
 #pragma GCC unroll 4
         for (int k = 0; k < NW; k++) {
             const uint8_t *blk = w[k] + (size_t)s * bb;
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; l++) /* the row's block ahead: 144-210 bytes */
+                SKV_PREFETCH_AHEAD(blk, 64 * l);
             kblock kb;
             unpack_k_sm(blk, t, sm[k], &kb);
             __m512i u = _mm512_setzero_si512();
@@ -882,6 +885,9 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 for (int q = 0; q < 8; q++) {
                     int32_t x4;
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
+                    SKV_PREFETCH_AHEAD(rec, 64 * q);
+                    if (q == 0) /* a record is 544 bytes: its ninth line */
+                        SKV_PREFETCH_AHEAD(rec, 512);
                     const __m256i x = _mm256_set1_epi32(x4);
                     s0 = _mm256_dpbusd_epi32(
                         s0,
