@@ -216,7 +216,8 @@ SKV_API int skv_detokenize(const skv_vocab *vocab, const int32_t *tokens, int n_
                            bool strip_leading_space, char *buf, int buf_size);
 
 /* Bytes of one token as it would appear in generated text after token prev (so the leading space
- * after BOS is dropped). Returns bytes written or -(needed). */
+ * after BOS is dropped). prev only matters when it is BOS: any other value, -1 for the first
+ * token, is taken as "not after BOS". Returns bytes written or -(needed). */
 SKV_API int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t token, char *buf,
                                int buf_size);
 
@@ -255,6 +256,8 @@ SKV_API int skv_chat_format(const skv_vocab *vocab, const char *tmpl,
  * Context: per-sequence state (KV cache, scratch, captured queries) over a shared model
  * ------------------------------------------------------------------------------------------- */
 
+/* One context serves one thread at a time (its calls are not synchronised); contexts over one
+ * model may run in parallel, each with its own worker threads. */
 typedef struct skv_context skv_context;
 typedef struct skv_cache skv_cache;
 
@@ -278,8 +281,9 @@ SKV_API skv_context *skv_context_new(const skv_model *model, const skv_context_p
                                      skv_err *err);
 SKV_API void skv_context_free(skv_context *ctx);
 
-/* A new context over the same model with a deep copy of ctx's cache (and captured queries).
- * The original is never modified. */
+/* A new context over the same model with a deep copy of ctx's cache, captured queries, decoding
+ * budget (skv_context_set_budget, with its count of cuts) and attention accumulation (h2o). The
+ * original is never modified. */
 SKV_API skv_context *skv_context_clone(const skv_context *ctx, skv_err *err);
 
 SKV_API const skv_model *skv_context_model(const skv_context *ctx);
@@ -287,7 +291,8 @@ SKV_API const skv_model *skv_context_model(const skv_context *ctx);
 SKV_API int skv_context_n_past(const skv_context *ctx);
 SKV_API int skv_context_n_ctx(const skv_context *ctx);
 SKV_API int skv_context_n_threads(const skv_context *ctx);
-/* Drops the whole cache (logical length back to 0) and captured queries. */
+/* Drops the whole cache (logical length back to 0) and captured queries; a decoding budget and
+ * attention accumulation stay set, their counts (cuts, accumulated attention) back to zero. */
 SKV_API void skv_context_reset(skv_context *ctx);
 
 typedef enum skv_logits_mode {
@@ -352,8 +357,8 @@ SKV_API skv_status skv_cache_select_head(skv_cache *cache, int layer, int head,
  * are rotated at (head length + i) while still being causal by logical position. */
 SKV_API skv_status skv_cache_rerotate(skv_cache *cache, skv_err *err);
 
-/* Bytes held by K, V and positions: of one layer, or of the whole cache (layer = -1).
- * Counts retained entries (not spare capacity). */
+/* Bytes held by K, V and positions: of one layer, or of the whole cache (layer < 0; a layer past
+ * the last holds 0). Counts retained entries (not spare capacity). */
 SKV_API uint64_t skv_cache_bytes(const skv_cache *cache, int layer);
 /* Bytes actually allocated (including spare capacity). */
 SKV_API uint64_t skv_cache_bytes_allocated(const skv_cache *cache);
