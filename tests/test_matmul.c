@@ -186,6 +186,47 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* vdpbf16ps decode (gemv_bf16: 2 half streams per thread and an odd last panel): for n_out whose
+ * thread shares have 1-13 panels, even and odd, with a partial last panel in either half, on
+ * 1-3 threads, every row of one x row the same bits as in a batch of 2, and nothing written past
+ * the last row. */
+static void test_bf16_gemv_halves(void **s) {
+    (void)s;
+    if (!skv_kernels_use_bf16()) skip();
+    skv_kernels_amx(false);
+    const int n_outs[] = {1, 16, 37, 50, 64, 120, 130, 200}, n_in = 67, PAD = 16;
+    for (int oi = 0; oi < (int)(sizeof n_outs / sizeof *n_outs); oi++) {
+        const int N_OUT = n_outs[oi];
+        const size_t rb = skv_row_bytes(SKV_TYPE_BF16, n_in);
+        float *x = malloc(sizeof(float) * 2 * n_in), *wf = malloc(sizeof(float) * n_in);
+        float *y2 = malloc(sizeof(float) * 2 * N_OUT), *y1 = malloc(sizeof(float) * (N_OUT + PAD));
+        uint8_t *w = malloc(rb * N_OUT);
+        void *panels = malloc(skv_panels_bytes(SKV_TYPE_BF16, N_OUT, n_in));
+        uint8_t *work = malloc(skv_matmul_work_size(SKV_TYPE_BF16, 2, n_in));
+        assert_true(x && wf && y2 && y1 && w && panels && work);
+        fill_x(x, 2, n_in);
+        for (int r = 0; r < N_OUT; r++) {
+            fill_w(wf, 1, n_in);
+            skv_quantize_row(SKV_TYPE_BF16, wf, w + r * rb, n_in);
+        }
+        skv_panels_pack(SKV_TYPE_BF16, w, N_OUT, n_in, panels);
+        skv_matmul_panels(pools[0], y2, x, 2, panels, SKV_TYPE_BF16, N_OUT, n_in, work);
+        for (int p = 0; p < 3; p++) { /* threads */
+            for (int r = 0; r < N_OUT + PAD; r++) y1[r] = -12345.0f;
+            skv_matmul_panels(pools[p], y1, x, 1, panels, SKV_TYPE_BF16, N_OUT, n_in, work);
+            for (int r = 0; r < N_OUT; r++)
+                if (memcmp(&y1[r], &y2[r], sizeof(float)) != 0)
+                    fail_msg("bf16 gemv n_out=%d, %d threads: y[%d] = %.9g, batch %.9g", N_OUT,
+                             p + 1, r, y1[r], y2[r]);
+            for (int r = N_OUT; r < N_OUT + PAD; r++)
+                if (y1[r] != -12345.0f)
+                    fail_msg("bf16 gemv n_out=%d, %d threads: wrote y[%d]", N_OUT, p + 1, r);
+        }
+        free(x), free(wf), free(y2), free(y1), free(w), free(panels), free(work);
+    }
+    skv_kernels_amx(true);
+}
+
 /* Q4_K, Q8_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
  * (the SIMD kernels read the records; the scalar level unpacks them). Ragged groups (n_out % 16),
@@ -1004,6 +1045,7 @@ int main(void) {
         cmocka_unit_test(test_float_order),
         cmocka_unit_test(test_k_formula),
         cmocka_unit_test(test_bf16_dot),
+        cmocka_unit_test(test_bf16_gemv_halves),
         cmocka_unit_test(test_amx),
         cmocka_unit_test(test_amx_work_end),
         cmocka_unit_test(test_nonfinite_x),
