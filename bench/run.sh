@@ -93,6 +93,8 @@ function get(key,   m) { # the value of "key" in the current JSON line ("" when 
 function f1(x) { return x == "" ? "-" : sprintf("%.1f", x) }
 function f2(x) { return x == "" ? "-" : sprintf("%.2f", x) }
 function pc(x) { return x == "" ? "-" : sprintf("%.1f%%", x) }
+function fx(x) { return x == "" ? "-" : sprintf("%.2fx", x) }
+function p0(x) { return x == "" ? "-" : sprintf("%.0f%%", x) }
 function check(name, got, op, want, unit,   ok, shown) {
     if (got == "") { ok = "not measured"; shown = "-" }
     else {
@@ -120,13 +122,16 @@ function check(name, got, op, want, unit,   ok, shown) {
         tps[key] = get("tps_median"); pfma[key] = get("pct_fma"); pbw[key] = get("pct_bw")
     } else if (rec == "compress") {
         d = get("depth")
-        comp = comp sprintf("| %s | %s | %s | %s | %s | %s | %.1f -> %.1f MiB | %.2f | %.1f | %.2f%% | tg%s | %.2f | %.2f | %.2fx | %.2fx | %.0f%% |\n",
+        # tg 0 (bench -n 0): the decode figures are null, which get() reads as ""
+        tgn = get("tg") + 0
+        comp = comp sprintf("| %s | %s | %s | %s | %s | %s | %.1f -> %.1f MiB | %.2f | %.1f | %.2f%% | %s | %s | %s | %s | %s | %s |\n",
             get("model"), get("type"), get("threads"), d, get("policy"), get("keep") + 0,
             get("kv_bytes_before") / 1048576, get("kv_bytes_after") / 1048576,
-            get("prefill_ms") / 1000, get("compress_ms"), get("pct_prefill"), get("tg"),
-            get("tps_dense"), get("tps_compressed"), get("speedup"), get("speedup_predicted"),
-            get("pct_predicted"))
-        pct_prefill[d] = get("pct_prefill"); pct_pred[d] = get("pct_predicted")
+            get("prefill_ms") / 1000, get("compress_ms"), get("pct_prefill"),
+            tgn > 0 ? "tg" tgn : "-", f2(get("tps_dense")), f2(get("tps_compressed")),
+            fx(get("speedup")), fx(get("speedup_predicted")), p0(get("pct_predicted")))
+        pct_prefill[d] = get("pct_prefill")
+        if (tgn > 0) pct_pred[d] = get("pct_predicted")
     }
 }
 END {
