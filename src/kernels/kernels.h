@@ -71,8 +71,10 @@ size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads
- * (software prefetch in every decode kernel of the SIMD levels but the Q4_K records', which are
- * bound by their arithmetic: prefetching made them 10% slower). The hardware prefetcher alone
+ * (software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
+ * rows'; not in the Q4_K records', which are bound by their arithmetic: prefetching made them
+ * 10% slower, nor in the VNNI Q8_0/Q4_0 rows' gemv_hex, which measured slower with it; the
+ * AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its own PFD). The hardware prefetcher alone
  * left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m F16 tg128 108 -> 129 t/s,
  * qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 -> 35, Q5_K 33.5 -> 40.5
  * (rows); its F16 was at the read bandwidth already. 512 bytes gained nothing, 4096-8192 a
