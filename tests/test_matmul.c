@@ -780,7 +780,8 @@ static void test_bf16_dot(void **s) {
     (void)s;
     if (!skv_kernels_use_bf16()) skip();
     skv_kernels_amx(false); /* the vdpbf16ps code (AMX: test_amx) */
-    /* n_out 130: 9 panels, so that decode streams both halves on 1-3 threads, with an odd panel */
+    /* n_out 130: 9 panels, so that decode (2 threads here) streams both halves of a share with an
+     * odd panel; test_bf16_gemv_halves covers 1-3 threads and more shapes */
     const int n_ins[] = {7, 64, 601, 1301}, ms[] = {13, 400}, n_outs[] = {37, 130};
     for (int ni = 0; ni < 4; ni++)
         for (int mi = 0; mi < 4; mi++) {

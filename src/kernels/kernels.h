@@ -70,15 +70,15 @@ void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n)
 size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);
-/* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads
- * (software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
- * rows'; not in the Q4_K records', which are bound by their arithmetic: prefetching made them
- * 10% slower, nor in the VNNI Q8_0/Q4_0 rows' gemv_hex, which measured slower with it; the
- * AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its own PFD). The hardware prefetcher alone
- * left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m F16 tg128 108 -> 129 t/s,
- * qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 -> 35, Q5_K 33.5 -> 40.5
- * (rows); its F16 was at the read bandwidth already. 512 bytes gained nothing, 4096-8192 a
- * little less than 2048. */
+/* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
+ * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
+ * rows'. Not in the Q4_K records' (it made them 10% slower in the model; why they decode slower
+ * than raw rows there, but not in matmul_bench, is open), nor in the VNNI Q8_0/Q4_0 rows'
+ * gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its own PFD. The
+ * hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m F16
+ * tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->
+ * 35, Q5_K 33.5 -> 40.5 (rows); its F16 was at the read bandwidth already. 512 bytes gained
+ * nothing, 4096-8192 a little less than 2048. */
 #define SKV_GEMV_PREFETCH 2048
 /* Prefetch of the line SKV_GEMV_PREFETCH + off bytes past p: an address computed as an integer,
  * since it may lie past W's end (a prefetch never faults). Needs <immintrin.h>. */
