@@ -72,8 +72,8 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
                 int n_out, int n_in, void *work);
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
  * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
- * rows'. Not in the Q4_K records' (it made them 10% slower in the model; why they decode slower
- * than raw rows there, but not in matmul_bench, is open), nor in the VNNI Q8_0/Q4_0 rows'
+ * rows'. The Q4_K records' gemv_k16 reads 4 streams 1 KB ahead (K16_STREAMS, quant_x86.h; on
+ * one stream prefetching made it slower). Not in the VNNI Q8_0/Q4_0 rows'
  * gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its own PFD. The
  * hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m F16
  * tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->

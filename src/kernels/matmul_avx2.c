@@ -876,10 +876,12 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     __m256i u0 = _mm256_setzero_si256(), u1 = u0;
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
+        K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
         __m256i t0 = _mm256_setzero_si256(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
             int32_t c0, c1;
+            K16_PREFETCH(rec, 256 * j + 64 * gp);
             memcpy(&c0, xq + 32 * j + 4 * gp, 4);
             memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
             const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
@@ -929,7 +931,8 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
 }
 
-/* The thread's groups one after the other: W read as one stream. */
+/* The rows' groups in K16_STREAMS quarters streamed at once, each line asked for
+ * K16_PREFETCH_BYTES ahead, as the VNNI level's gemv_k16. */
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
@@ -938,7 +941,25 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         float *y = mm->y + (size_t)i * mm->n_out;
         const bool pre = nsb <= K16_MAX_SB;
         for (int s = 0; pre && s < nsb; s++) k_xpairs(a, s, 0, xp[s]);
-        for (int g = r0 / 16; 16 * g < r1; g++) {
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16, h = gn / K16_STREAMS;
+        for (int j = 0; j < h; j++) {
+            __m256 acc[K16_STREAMS][2];
+            for (int q = 0; q < K16_STREAMS; q++) acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+            for (int s = 0; s < nsb; s++) {
+                int32_t one[8];
+                if (!pre) k_xpairs(a, s, 0, one);
+                const __m256 dx = _mm256_set1_ps(a.d[s]);
+#pragma GCC unroll 4
+                for (int q = 0; q < K16_STREAMS; q++)
+                    k16_step(k16_rec(mm, ga + q * h + j, s), a.q + 256 * s, pre ? xp[s] : one, dx,
+                             acc[q]);
+            }
+            for (int q = 0; q < K16_STREAMS; q++) {
+                const int g = ga + q * h + j;
+                store_group(y + 16 * g, acc[q], r1 - 16 * g);
+            }
+        }
+        for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int s = 0; s < nsb; s++) {
                 int32_t one[8];
