@@ -80,10 +80,11 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
  * 35, Q5_K 33.5 -> 40.5 (rows); its F16 was at the read bandwidth already. 512 bytes gained
  * nothing, 4096-8192 a little less than 2048. */
 #define SKV_GEMV_PREFETCH 2048
-/* Prefetch of the line SKV_GEMV_PREFETCH + off bytes past p: an address computed as an integer,
- * since it may lie past W's end (a prefetch never faults). Needs <immintrin.h>. */
-#define SKV_PREFETCH_AHEAD(p, off)                                                                 \
-    _mm_prefetch((const char *)((uintptr_t)(p) + SKV_GEMV_PREFETCH + (off)), _MM_HINT_T0)
+/* Prefetch of the line off bytes past p: an address computed as an integer, since it may lie
+ * past W's end (a prefetch never faults). Needs <immintrin.h>. */
+#define SKV_PREFETCH_AT(p, off) _mm_prefetch((const char *)((uintptr_t)(p) + (off)), _MM_HINT_T0)
+/* ... SKV_GEMV_PREFETCH + off bytes past p. */
+#define SKV_PREFETCH_AHEAD(p, off) SKV_PREFETCH_AT(p, SKV_GEMV_PREFETCH + (off))
 
 /* Float W (F32/F16/BF16) in panels: rows in groups of SKV_MM_PANEL, each group stored column by
  * column (element (r, k) at index (r / 16 * n_in + k) * 16 + r % 16), the last group padded

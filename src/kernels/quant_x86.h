@@ -221,10 +221,9 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
 
 /* Q4_K decode from k16 records (gemv_k16 at both levels): the thread's groups in K16_STREAMS
  * runs read at once, each line asked for K16_PREFETCH_BYTES ahead (see matmul_avx512vnni.c). */
-#define K16_STREAMS        4
-#define K16_PREFETCH_BYTES 1024
-#define K16_PREFETCH(rec, off)                                                                     \
-    _mm_prefetch((const char *)((uintptr_t)(rec) + K16_PREFETCH_BYTES + (off)), _MM_HINT_T0)
+#define K16_STREAMS            4
+#define K16_PREFETCH_BYTES     1024
+#define K16_PREFETCH(rec, off) SKV_PREFETCH_AT(rec, K16_PREFETCH_BYTES + (off))
 
 /* The k16 record (kernels.h) of 16-row group g, block b (of unit values, rec bytes each). */
 static inline const uint8_t *k16_at(const skv_mm *mm, int g, int b, int unit, size_t rec) {
