@@ -16,7 +16,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -31,10 +33,40 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Spin iterations before sleeping: ~50 us (a pause is ~25 ns here), long enough to bridge the
- * gap between the back-to-back calls of one decode step, short enough not to burn a core that
- * other processes (or more threads than cores) need. */
-#define SPIN_ITERS 2000
+/* A waiter spins before it sleeps, as long as it takes to bridge the gaps between the
+ * back-to-back calls of a decode step: in a VM those include the other vCPU's stolen time, and
+ * a futex wake there can cost as much as the call it starts (Zen 1 VM, smollm2 Q8_0 decode at 2
+ * threads: 2400-16000 futex calls per 64 tokens, at times half the speed of one thread; with
+ * this, 16-230). First with pauses, then for the rest of the budget yielding the core (a thread
+ * that should run on it, when there are more threads than cores, gets it). Counted in time, not
+ * in pauses: a pause takes from a few cycles to ~140 (Skylake and later). */
+#ifndef SKV_SPIN_NS
+#define SKV_SPIN_NS 1000000
+#endif
+#define SPIN_PAUSE_NS 50000
+/* Pauses between two reads of the clock (a vDSO call of ~20-50 ns). */
+#define SPIN_CHUNK 32
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Spins until *addr != val (returns true, *v the new value) or the budget runs out. */
+static bool spin_change(atomic_uint *addr, unsigned val, unsigned *v) {
+    const uint64_t t0 = now_ns();
+    for (;;) {
+        for (int i = 0; i < SPIN_CHUNK; i++) {
+            *v = atomic_load_explicit(addr, memory_order_acquire);
+            if (*v != val) return true;
+            cpu_relax();
+        }
+        const uint64_t dt = now_ns() - t0;
+        if (dt > SKV_SPIN_NS) return false;
+        if (dt > SPIN_PAUSE_NS) sched_yield();
+    }
+}
 
 /* Sleeps while *addr == val (may wake spuriously; callers re-check). */
 static void wait_on(atomic_uint *addr, unsigned val) {
@@ -75,14 +107,11 @@ typedef struct worker_arg {
 
 /* Waits until *addr != val; returns the new value. */
 static unsigned wait_change(atomic_uint *addr, unsigned val, atomic_int *sleepers) {
-    for (int i = 0; i < SPIN_ITERS; i++) {
-        unsigned v = atomic_load_explicit(addr, memory_order_acquire);
-        if (v != val) return v;
-        cpu_relax();
-    }
+    unsigned v;
+    if (spin_change(addr, val, &v)) return v;
     for (;;) {
         atomic_fetch_add(sleepers, 1); /* seq_cst: pairs with the waker's store + load */
-        unsigned v = atomic_load(addr);
+        v = atomic_load(addr);
         if (v == val) wait_on(addr, val);
         atomic_fetch_sub(sleepers, 1);
         v = atomic_load_explicit(addr, memory_order_acquire);
@@ -171,9 +200,7 @@ void skv_pool_run(skv_pool *pool, skv_task_fn fn, void *arg) {
     if (atomic_load(&pool->gen_sleepers) > 0) wake_all(&pool->gen);
     fn(arg, 0, pool->n);
     unsigned left = atomic_load_explicit(&pool->pending, memory_order_acquire);
-    for (int i = 0; left != 0 && i < SPIN_ITERS; i++) {
-        cpu_relax();
-        left = atomic_load_explicit(&pool->pending, memory_order_acquire);
+    while (left != 0 && spin_change(&pool->pending, left, &left)) {
     }
     while (left != 0) {
         atomic_store(&pool->done_sleeping, 1);
