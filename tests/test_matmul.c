@@ -413,7 +413,8 @@ static void test_rows_independent(void **s) {
 }
 
 /* skv_matmul_group gives each part the same bits as a call of its own, for every layout, m (one
- * row: the parts' rows taken from one counter; more: each part split on its own), thread count
+ * row: the parts' rows taken from one counter; more: tiles of W rows from one counter, or with
+ * too few rows each part split on its own), thread count
  * and SIMD level; parts of unequal sizes, not multiples of 16, an empty one, more parts than one
  * pool run takes (SKV_MM_GROUP_MAX), BF16 panels without work (the float path). */
 enum { G_PARTS = SKV_MM_GROUP_MAX + 1 };
