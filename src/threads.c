@@ -2,7 +2,7 @@
  *
  * A decode step makes a few hundred pool calls of tens of microseconds each, so a call must
  * cost microseconds, not a mutex/condvar round trip. Workers wait for a new generation number
- * by spinning briefly and then sleeping on a futex; the caller counts finished workers down
+ * by spinning (up to SPIN_MS) and then sleeping on a futex; the caller counts finished workers down
  * and waits the same way. Sleeper counts let the waking side skip the wake syscall when
  * nobody sleeps. All shared state is C11 atomics (sequentially consistent where a sleeper
  * count pairs with the value it guards), so TSan sees every happens-before edge. */
@@ -16,9 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -40,31 +38,23 @@
  * this, 16-230). First with pauses, then for the rest of the budget yielding the core (a thread
  * that should run on it, when there are more threads than cores, gets it). Counted in time, not
  * in pauses: a pause takes from a few cycles to ~140 (Skylake and later). */
-#ifndef SKV_SPIN_NS
-#define SKV_SPIN_NS 1000000
-#endif
-#define SPIN_PAUSE_NS 50000
+#define SPIN_MS       1.0
+#define SPIN_PAUSE_MS 0.05
 /* Pauses between two reads of the clock (a vDSO call of ~20-50 ns). */
 #define SPIN_CHUNK 32
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Spins until *addr != val (returns true, *v the new value) or the budget runs out. */
 static bool spin_change(atomic_uint *addr, unsigned val, unsigned *v) {
-    const uint64_t t0 = now_ns();
+    const double t0 = skv_time_ms();
     for (;;) {
         for (int i = 0; i < SPIN_CHUNK; i++) {
             *v = atomic_load_explicit(addr, memory_order_acquire);
             if (*v != val) return true;
             cpu_relax();
         }
-        const uint64_t dt = now_ns() - t0;
-        if (dt > SKV_SPIN_NS) return false;
-        if (dt > SPIN_PAUSE_NS) sched_yield();
+        const double dt = skv_time_ms() - t0;
+        if (dt > SPIN_MS) return false;
+        if (dt > SPIN_PAUSE_MS) sched_yield();
     }
 }
 
