@@ -229,7 +229,8 @@ static void test_bf16_gemv_halves(void **s) {
 
 /* Q4_K, Q8_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
- * (the SIMD kernels read the records; the scalar level unpacks them). Ragged groups (n_out % 16),
+ * (the SIMD kernels read the records; the scalar level unpacks them); Q4_K decode with and
+ * without the streams (skv_kernels_k16_streams). Ragged groups (n_out % 16),
  * several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
@@ -283,10 +284,18 @@ static void test_k16(void **s) {
                                 m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
                                 continue;
                             skv_matmul(pools[p], y, x, m, w, t, n_out, n_in, work);
-                            skv_matmul_k16(pools[p], y16, x, m, k16, t, n_out, n_in, work);
-                            if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
-                                fail_msg("%s k16 m=%d n_out=%d n_in=%d simd=%d pool %d: other bits",
-                                         skv_type_name(t), m, n_out, n_in, simd, p);
+                            /* Q4_K decode both ways, whichever this CPU picks */
+                            const int n_st = simd && m == 1 && t == SKV_TYPE_Q4_K ? 2 : 1;
+                            for (int st = 0; st < n_st; st++) {
+                                skv_kernels_k16_streams(n_st == 2 ? st : -1);
+                                memset(y16, 0xff, sizeof(float) * m * n_out);
+                                skv_matmul_k16(pools[p], y16, x, m, k16, t, n_out, n_in, work);
+                                if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
+                                    fail_msg("%s k16 m=%d n_out=%d n_in=%d simd=%d pool %d "
+                                             "streams %d: other bits",
+                                             skv_type_name(t), m, n_out, n_in, simd, p, st);
+                            }
+                            skv_kernels_k16_streams(-1);
                         }
                 }
                 skv_kernels_force_ref(false);

@@ -94,6 +94,9 @@ static bool simd_amx = false;     /* ... in use: the avx512 level, granted by th
 static atomic_bool bf16_dot_off = false;
 static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
+static bool cpu_amd = false;            /* CPUID vendor AMD (or Hygon, a Zen 1) */
+static int k16_streams_env = -1;        /* SKV_K16_STREAMS: 0, 1, or -1 when unset */
+static atomic_int k16_streams_set = -1; /* skv_kernels_k16_streams: 0, 1, or -1 (default) */
 
 static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
 
@@ -137,6 +140,13 @@ static void simd_detect(void) {
     bool sse42 = false, fma = false, avx = false, f16c = false, osx = false;
     bool avx2 = false, f = false, dq = false, bw = false, vl = false, vnni = false;
     bool vbmi = false, bf16 = false, amx = false;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        char vendor[12]; /* EBX, EDX, ECX */
+        memcpy(vendor, &b, 4);
+        memcpy(vendor + 4, &d, 4);
+        memcpy(vendor + 8, &c, 4);
+        cpu_amd = !memcmp(vendor, "AuthenticAMD", 12) || !memcmp(vendor, "HygonGenuine", 12);
+    }
     if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
         sse42 = c >> 20 & 1;
         fma = c >> 12 & 1;
@@ -224,6 +234,8 @@ static void simd_init(void) {
         }
     }
     simd_active = want;
+    const char *k16 = getenv("SKV_K16_STREAMS");
+    if (k16 && (!strcmp(k16, "0") || !strcmp(k16, "1"))) k16_streams_env = k16[0] - '0';
 #ifdef SKV_HAVE_X86
     /* The tile state is asked of the OS only where it would be used (the grant enlarges every
      * signal frame of the process); SKV_NO_AMX=1 keeps the vector code. */
@@ -315,6 +327,18 @@ const char *skv_kernels_impl(void) {
         return skv_simd_has_vnni() ? "avx512+vnni+bf16+amx" : "avx512+bf16+amx";
     if (skv_simd_has_vnni()) return skv_simd_has_bf16() ? "avx512+vnni+bf16" : "avx512+vnni";
     return skv_simd_has_bf16() ? "avx512+bf16" : "avx512";
+}
+
+bool skv_kernels_use_k16_streams(void) {
+    pthread_once(&simd_once, simd_init);
+    const int set = atomic_load_explicit(&k16_streams_set, memory_order_relaxed);
+    if (set >= 0) return set;
+    if (k16_streams_env >= 0) return k16_streams_env;
+    return !cpu_amd;
+}
+
+void skv_kernels_k16_streams(int on) {
+    atomic_store_explicit(&k16_streams_set, on < 0 ? -1 : on > 0, memory_order_relaxed);
 }
 
 void skv_kernels_force_ref(bool on) {

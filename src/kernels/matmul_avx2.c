@@ -871,17 +871,17 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
  * sub-block 16 vpmaddubsw of the nibbles against 4 broadcast x codes, summed in 16 bits (8 x
  * 2 x 15 x 127 < 2^15), then vpmaddwd by the scales. */
 INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __m256 dx,
-                     __m256 acc[2]) {
+                     __m256 acc[2], bool pf) {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256i u0 = _mm256_setzero_si256(), u1 = u0;
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
+        if (pf) K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
         __m256i t0 = _mm256_setzero_si256(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
             int32_t c0, c1;
-            K16_PREFETCH(rec, 256 * j + 64 * gp);
+            if (pf) K16_PREFETCH(rec, 256 * j + 64 * gp);
             memcpy(&c0, xq + 32 * j + 4 * gp, 4);
             memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
             const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
@@ -931,9 +931,10 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
 }
 
-/* The rows' groups in K16_STREAMS quarters streamed at once, each line asked for
- * K16_PREFETCH_BYTES ahead, as the VNNI level's gemv_k16. */
-static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+/* With streams (skv_kernels_use_k16_streams) the rows' groups in K16_STREAMS quarters read at
+ * once, each line asked for K16_PREFETCH_BYTES ahead, as the VNNI level's gemv_k16; without,
+ * one group after the other. streams is a constant after inlining. */
+INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
     for (int i = i0; i < i1; i++) {
@@ -941,7 +942,8 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         float *y = mm->y + (size_t)i * mm->n_out;
         const bool pre = nsb <= K16_MAX_SB;
         for (int s = 0; pre && s < nsb; s++) k_xpairs(a, s, 0, xp[s]);
-        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16, h = gn / K16_STREAMS;
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
+        const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
             __m256 acc[K16_STREAMS][2];
             for (int q = 0; q < K16_STREAMS; q++) acc[q][0] = acc[q][1] = _mm256_setzero_ps();
@@ -952,7 +954,7 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 #pragma GCC unroll 4
                 for (int q = 0; q < K16_STREAMS; q++)
                     k16_step(k16_rec(mm, ga + q * h + j, s), a.q + 256 * s, pre ? xp[s] : one, dx,
-                             acc[q]);
+                             acc[q], true);
             }
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -965,11 +967,18 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 int32_t one[8];
                 if (!pre) k_xpairs(a, s, 0, one);
                 k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
-                         _mm256_set1_ps(a.d[s]), acc);
+                         _mm256_set1_ps(a.d[s]), acc, streams);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
+}
+
+static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->k16_streams)
+        gemv_k16_run(mm, i0, i1, r0, r1, true);
+    else
+        gemv_k16_run(mm, i0, i1, r0, r1, false);
 }
 
 /* Decode from Q6_K k16 records (kernels.h): per pair of scale groups and octet, 8 code vectors

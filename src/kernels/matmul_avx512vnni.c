@@ -500,16 +500,16 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
  * sub-block 8 vpdpbusd of the nibbles against 4 broadcast x codes, times the 16 scales. One
  * super-block of one group: */
 INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __m512 dx,
-                       __m512 acc) {
+                       __m512 acc, bool pf) {
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512i u = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
+        if (pf) K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
         __m512i t0 = _mm512_setzero_si512(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
-            K16_PREFETCH(rec, 256 * j + 64 * gp);
+            if (pf) K16_PREFETCH(rec, 256 * j + 64 * gp);
             const __m512i v = _mm512_loadu_si512(rec + SKV_K16_Q + 256 * j + 64 * gp);
             int32_t x0, x1;
             memcpy(&x0, xq + 32 * j + 4 * gp, 4);
@@ -538,12 +538,14 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
 }
 
-/* The rows' groups in 4 quarters streamed at once (K16_STREAMS, quant_x86.h), each line asked
- * for 1 KB ahead (K16_PREFETCH). AMX Xeon, llama-3.2-1b Q4_K tg at 2 threads: one stream without
- * prefetch (as before) 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams 49.3, 8 streams 39;
- * 4 streams with 2048 / 4096 bytes ahead 45 / 40. Zen 4 had one stream without prefetch at
- * 39-53 against 32-40 for 4 streams without prefetch: A/B this there. */
-static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+/* With streams (skv_kernels_use_k16_streams) the rows' groups in 4 quarters read at once
+ * (K16_STREAMS, quant_x86.h), each line asked for 1 KB ahead (K16_PREFETCH); without, one
+ * group after the other on the hardware prefetcher. AMX Xeon, llama-3.2-1b Q4_K tg at 2
+ * threads: one stream without prefetch 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams
+ * 49.3, 8 streams 39; 4 streams with 2048 / 4096 bytes ahead 45 / 40. Zen 4 had one stream
+ * without prefetch at 39-53 against 32-40 for 4 streams without prefetch (an earlier session;
+ * the streams with prefetch not measured there): AMD takes one stream. */
+INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
     for (int i = i0; i < i1; i++) {
@@ -551,7 +553,8 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         float *y = mm->y + (size_t)i * mm->n_out;
         const bool pre = nsb <= K16_MAX_SB;
         for (int s = 0; pre && s < nsb; s++) k_xpairs(a, s, 0, xp[s]);
-        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16, h = gn / K16_STREAMS;
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
+        const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
             __m512 acc[K16_STREAMS];
             for (int q = 0; q < K16_STREAMS; q++) acc[q] = _mm512_setzero_ps();
@@ -562,7 +565,7 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 #pragma GCC unroll 4
                 for (int q = 0; q < K16_STREAMS; q++)
                     acc[q] = k16_step(k16_rec(mm, ga + q * h + j, s), a.q + 256 * s,
-                                      pre ? xp[s] : one, dx, acc[q]);
+                                      pre ? xp[s] : one, dx, acc[q], true);
             }
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -575,11 +578,18 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 int32_t one[8];
                 if (!pre) k_xpairs(a, s, 0, one);
                 acc = k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
-                               _mm512_set1_ps(a.d[s]), acc);
+                               _mm512_set1_ps(a.d[s]), acc, streams);
             }
             _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
         }
     }
+}
+
+static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->k16_streams)
+        gemv_k16_run(mm, i0, i1, r0, r1, true);
+    else
+        gemv_k16_run(mm, i0, i1, r0, r1, false);
 }
 
 /* Not inlined: each has its ~60 KB frame apart from the caller's. */
