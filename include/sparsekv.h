@@ -596,6 +596,11 @@ SKV_API const char *skv_simd_level(void);
  * smaller batch (decode) runs the FMA code, within float rounding of it. The attention's scores
  * and weighted values are exact bf16 partial products summed in float as well. */
 SKV_API bool skv_simd_amx(void);
+/* Whether Q4_K decode reads its weights as several prefetched streams per thread (else one
+ * stream on the hardware prefetcher): true at a SIMD level unless the CPU is AMD or Hygon, where
+ * the software prefetch was measured slower; SKV_K16_PREFETCH=0|1 (read once) overrides it. The
+ * results are the same bits either way; only the speed differs. */
+SKV_API bool skv_simd_k16_prefetch(void);
 /* The widest level this CPU (and its OS) supports, whatever SKV_SIMD says or this build has. */
 SKV_API const char *skv_simd_cpu_level(void);
 /* The CPU features seen, space-separated ("sse4.2 avx avx2 fma f16c avx512f ..."). */

@@ -230,7 +230,7 @@ static void test_bf16_gemv_halves(void **s) {
 /* Q4_K, Q8_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
  * (the SIMD kernels read the records; the scalar level unpacks them); Q4_K decode with and
- * without the streams (skv_kernels_k16_streams). Ragged groups (n_out % 16),
+ * without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups (n_out % 16),
  * several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
@@ -284,18 +284,19 @@ static void test_k16(void **s) {
                                 m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
                                 continue;
                             skv_matmul(pools[p], y, x, m, w, t, n_out, n_in, work);
-                            /* Q4_K decode both ways, whichever this CPU picks */
-                            const int n_st = simd && m == 1 && t == SKV_TYPE_Q4_K ? 2 : 1;
+                            /* Q4_K decode (gemv_k16) both ways, whichever this CPU picks */
+                            const int n_st = simd && m < 3 && t == SKV_TYPE_Q4_K ? 2 : 1;
                             for (int st = 0; st < n_st; st++) {
-                                skv_kernels_k16_streams(n_st == 2 ? st : -1);
+                                const int mode = n_st == 2 ? st : -1;
+                                skv_kernels_k16_prefetch(mode);
                                 memset(y16, 0xff, sizeof(float) * m * n_out);
                                 skv_matmul_k16(pools[p], y16, x, m, k16, t, n_out, n_in, work);
                                 if (memcmp(y, y16, sizeof(float) * m * n_out) != 0)
                                     fail_msg("%s k16 m=%d n_out=%d n_in=%d simd=%d pool %d "
-                                             "streams %d: other bits",
-                                             skv_type_name(t), m, n_out, n_in, simd, p, st);
+                                             "prefetch mode %d: other bits",
+                                             skv_type_name(t), m, n_out, n_in, simd, p, mode);
                             }
-                            skv_kernels_k16_streams(-1);
+                            skv_kernels_k16_prefetch(-1);
                         }
                 }
                 skv_kernels_force_ref(false);
@@ -422,8 +423,8 @@ static void test_rows_independent(void **s) {
 }
 
 /* skv_matmul_group gives each part the same bits as a call of its own, for every layout, m (one
- * row: the parts' rows taken from one counter; more: tiles of W rows from one counter, or with
- * too few rows each part split on its own), thread count
+ * row: the parts' rows taken from one counter; more: tiles of W rows from one counter, except
+ * float panels on the FMA code and parts with too few rows: each split on its own), thread count
  * and SIMD level; parts of unequal sizes, not multiples of 16, an empty one, more parts than one
  * pool run takes (SKV_MM_GROUP_MAX), BF16 panels without work (the float path). */
 enum { G_PARTS = SKV_MM_GROUP_MAX + 1 };

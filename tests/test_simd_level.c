@@ -38,7 +38,9 @@ static bool cpuinfo_has(const char *flag) {
 static char *system_json(const char *env, char **err_out) {
     const char *errf = test_tmp_path(".err");
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "env -u SKV_SIMD -u SKV_FORCE_SCALAR %s %s info --system --json 2>%s",
+    snprintf(cmd, sizeof cmd,
+             "env -u SKV_SIMD -u SKV_FORCE_SCALAR -u SKV_K16_PREFETCH %s %s info --system --json "
+             "2>%s",
              env, test_cli(), errf);
     int st;
     char *out = test_run(cmd, &st);
@@ -119,6 +121,50 @@ static void test_amx(void **s) {
     free(err);
 }
 
+/* The CPU's vendor from /proc/cpuinfo's first "vendor_id" line ("" when there is none). */
+static void cpuinfo_vendor(char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "vendor_id", 9) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (v) snprintf(out, n, "%s", v + 1 + strspn(v + 1, " \t"));
+        out[strcspn(out, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+/* How Q4_K decode reads its records: prefetched streams unless the CPU is AMD or Hygon (and never
+ * at the scalar level, which has no such kernel); SKV_K16_PREFETCH=0|1 overrides the CPU, any
+ * other value is ignored with a warning. */
+static void test_k16_prefetch(void **s) {
+    (void)s;
+    char vendor[64], *err;
+    cpuinfo_vendor(vendor, sizeof vendor);
+    const bool simd = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
+    const bool amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
+    const struct {
+        const char *env;
+        bool on, warn;
+    } cases[] = {{"", simd && !amd, false},
+                 {"SKV_K16_PREFETCH=1", simd, false},
+                 {"SKV_K16_PREFETCH=0", false, false},
+                 {"SKV_K16_PREFETCH=1 SKV_SIMD=scalar", false, false},
+                 {"SKV_K16_PREFETCH=4", simd && !amd, true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *js = system_json(cases[i].env, &err);
+        const char *want = cases[i].on ? "\"k16_prefetch\":true" : "\"k16_prefetch\":false";
+        if (!strstr(js, want)) fprintf(stderr, "vendor '%s' %s: %s", vendor, cases[i].env, js);
+        assert_non_null(strstr(js, want));
+        assert_int_equal(strstr(err, "SKV_K16_PREFETCH") != NULL, cases[i].warn);
+        free(js);
+        free(err);
+    }
+}
+
 /* bench --json carries the level in every record. */
 static void test_bench_json(void **s) {
     (void)s;
@@ -146,6 +192,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_amx),
+        cmocka_unit_test(test_k16_prefetch),
         cmocka_unit_test(test_bench_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,8 +15,8 @@ static void usage(FILE *f) {
                "and vocabulary facts. --json prints one JSON document instead.\n"
                "--system prints the CPU features seen and the SIMD level the kernels use (the\n"
                "CPU's widest, lowered by SKV_SIMD=scalar|avx2|avx512), and whether F16/BF16\n"
-               "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off); with a MODEL, then\n"
-               "the model.\n");
+               "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off) and how Q4_K decode\n"
+               "reads its weights (SKV_K16_PREFETCH=0|1); with a MODEL, then the model.\n");
 }
 
 /* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
@@ -51,8 +51,10 @@ static void print_system(bool json) {
     if (json) {
         printf("{\"cpu_features\":");
         cli_json_string(stdout, skv_simd_cpu_features(), strlen(skv_simd_cpu_features()));
-        printf(",\"cpu_simd\":\"%s\",\"simd\":\"%s\",\"amx\":%s,\"skv_simd_env\":",
-               skv_simd_cpu_level(), skv_simd_level(), skv_simd_amx() ? "true" : "false");
+        printf(",\"cpu_simd\":\"%s\",\"simd\":\"%s\",\"amx\":%s,\"k16_prefetch\":%s,"
+               "\"skv_simd_env\":",
+               skv_simd_cpu_level(), skv_simd_level(), skv_simd_amx() ? "true" : "false",
+               skv_simd_k16_prefetch() ? "true" : "false");
         if (env)
             cli_json_string(stdout, env, strlen(env));
         else
@@ -73,6 +75,10 @@ static void print_system(bool json) {
            env ? ")" : "", forced ? " (SKV_FORCE_SCALAR set)" : "");
     if (skv_simd_amx())
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
+    if (strcmp(skv_simd_level(), "scalar") != 0)
+        printf("q4_k decode  %s (SKV_K16_PREFETCH=0|1 sets it)\n",
+               skv_simd_k16_prefetch() ? "4 streams per thread, software prefetch 1 KB ahead"
+                                       : "one stream per thread, hardware prefetch only");
     if (warn) printf("simd note    %s\n", warn);
 }
 

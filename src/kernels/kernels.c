@@ -94,9 +94,9 @@ static bool simd_amx = false;     /* ... in use: the avx512 level, granted by th
 static atomic_bool bf16_dot_off = false;
 static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
-static bool cpu_amd = false;            /* CPUID vendor AMD (or Hygon, a Zen 1) */
-static int k16_streams_env = -1;        /* SKV_K16_STREAMS: 0, 1, or -1 when unset */
-static atomic_int k16_streams_set = -1; /* skv_kernels_k16_streams: 0, 1, or -1 (default) */
+static bool cpu_amd = false;             /* CPUID vendor AMD (or Hygon, a Zen 1) */
+static int k16_prefetch_env = -1;        /* SKV_K16_PREFETCH: 0, 1, or -1 when unset */
+static atomic_int k16_prefetch_set = -1; /* skv_kernels_k16_prefetch: 0, 1, or -1 (default) */
 
 static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
 
@@ -132,8 +132,9 @@ static bool amx_granted(void) {
 #endif
 
 /* CPUID straight from the leaves (so that the names do not depend on the compiler's
- * __builtin_cpu_supports list): leaf 1 ECX, leaf 7.0 EBX/ECX, leaf 7.1 EAX, and XCR0 for the
- * register state the OS saves (YMM: bits 1-2; opmask and ZMM: bits 5-7). */
+ * __builtin_cpu_supports list): leaf 0 EBX/EDX/ECX (the vendor), leaf 1 ECX, leaf 7.0 EBX/ECX,
+ * leaf 7.1 EAX, and XCR0 for the register state the OS saves (YMM: bits 1-2; opmask and ZMM:
+ * bits 5-7). */
 static void simd_detect(void) {
 #ifdef SKV_HAVE_X86
     unsigned a = 0, b = 0, c = 0, d = 0, max_leaf = __get_cpuid_max(0, NULL);
@@ -234,8 +235,14 @@ static void simd_init(void) {
         }
     }
     simd_active = want;
-    const char *k16 = getenv("SKV_K16_STREAMS");
-    if (k16 && (!strcmp(k16, "0") || !strcmp(k16, "1"))) k16_streams_env = k16[0] - '0';
+    const char *k16 = getenv("SKV_K16_PREFETCH");
+    if (k16 && (!strcmp(k16, "0") || !strcmp(k16, "1"))) {
+        k16_prefetch_env = k16[0] - '0';
+    } else if (k16 && k16[0]) {
+        const size_t len = strlen(simd_warning);
+        snprintf(simd_warning + len, sizeof simd_warning - len,
+                 "%sSKV_K16_PREFETCH='%.20s' is not 0 or 1; ignored", len ? "; " : "", k16);
+    }
 #ifdef SKV_HAVE_X86
     /* The tile state is asked of the OS only where it would be used (the grant enlarges every
      * signal frame of the process); SKV_NO_AMX=1 keeps the vector code. */
@@ -329,16 +336,20 @@ const char *skv_kernels_impl(void) {
     return skv_simd_has_bf16() ? "avx512+bf16" : "avx512";
 }
 
-bool skv_kernels_use_k16_streams(void) {
+bool skv_kernels_use_k16_prefetch(void) {
     pthread_once(&simd_once, simd_init);
-    const int set = atomic_load_explicit(&k16_streams_set, memory_order_relaxed);
+    const int set = atomic_load_explicit(&k16_prefetch_set, memory_order_relaxed);
     if (set >= 0) return set;
-    if (k16_streams_env >= 0) return k16_streams_env;
+    if (k16_prefetch_env >= 0) return k16_prefetch_env;
     return !cpu_amd;
 }
 
-void skv_kernels_k16_streams(int on) {
-    atomic_store_explicit(&k16_streams_set, on < 0 ? -1 : on > 0, memory_order_relaxed);
+void skv_kernels_k16_prefetch(int mode) {
+    atomic_store_explicit(&k16_prefetch_set, mode < 0 ? -1 : mode > 0, memory_order_relaxed);
+}
+
+bool skv_simd_k16_prefetch(void) {
+    return skv_kernels_use_simd() && skv_kernels_use_k16_prefetch();
 }
 
 void skv_kernels_force_ref(bool on) {

@@ -73,7 +73,7 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
  * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
  * rows'. The Q4_K records' gemv_k16 reads 4 streams 1 KB ahead where the CPU gains by it
- * (skv_kernels_use_k16_streams; on one stream prefetching made it slower). Not in the VNNI
+ * (skv_kernels_use_k16_prefetch; on one stream prefetching made it slower). Not in the VNNI
  * Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its
  * own PFD. The hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m
  * F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->
@@ -216,9 +216,9 @@ typedef struct skv_mm {
     size_t w_stride, xq_stride;
     skv_type wt;
     int m, n_out, n_in;
-    bool w_panels;    /* float W in panels (skv_panels_pack) */
-    bool w_k16;       /* Q4_K, Q8_0 or Q6_K W in k16 records (skv_k16_pack) */
-    bool k16_streams; /* Q4_K records' decode: skv_kernels_use_k16_streams() */
+    bool w_panels;     /* float W in panels (skv_panels_pack) */
+    bool w_k16;        /* Q4_K, Q8_0 or Q6_K W in k16 records (skv_k16_pack) */
+    bool k16_prefetch; /* Q4_K records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
@@ -394,15 +394,17 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K records' decode (gemv_k16, m = 1) reads W: true, the rows' 16-row groups in
- * K16_STREAMS runs at once, each line asked for K16_PREFETCH_BYTES ahead; false, one group at a
- * time on the hardware prefetcher alone. The same bits either way. The CPU decides (streams on
- * Intel, not on AMD), then SKV_K16_STREAMS=0|1 (read once), then skv_kernels_k16_streams(on)
- * (tests: 0 or 1; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg: AMX Xeon at 2
- * threads, one group 38.4 t/s, streams 49.3; Zen 1 (EPYC family 23) at 1 / 2 threads, one group
- * 8.9 / 13.7, streams 6.4 / 9.9 (streams without the prefetch 8.3 / 12.8). */
-bool skv_kernels_use_k16_streams(void);
-void skv_kernels_k16_streams(int on);
+/* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true, each thread's 16-row
+ * groups as K16_STREAMS runs read at once, every line asked for K16_PREFETCH_BYTES ahead; false,
+ * one group after the other on the hardware prefetcher alone. The same bits either way. The CPU
+ * sets the default (true unless it is AMD or Hygon), SKV_K16_PREFETCH=0|1 (read once) overrides
+ * it, and skv_kernels_k16_prefetch(mode) overrides both (tests: mode 1 or 0; -1 gives the choice
+ * back). Measured, llama-3.2-1b Q4_K tg: AMX Xeon at 2 threads, one group 38.4 t/s, streams
+ * 49.3; Zen 1 (EPYC family 23) at 1 / 2 threads, one group 8.9 / 13.7, streams 6.4 / 9.9
+ * (streams without the prefetch 8.3 / 12.8). Zen 2-5 take the AMD default unmeasured (an earlier
+ * Zen 4 A/B, both without prefetch: one group 39-53, 4 streams 32-40). */
+bool skv_kernels_use_k16_prefetch(void);
+void skv_kernels_k16_prefetch(int mode);
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);
 

@@ -286,18 +286,22 @@ _Static_assert(SKV_MM_ROW_ALIGN % 16 == 0 && DECODE_MIN % 16 == 0, "rows split i
 /* Prefill takes W rows by tiles too, from a shared counter, each tile with every x row: the
  * threads' speeds differ (in a VM, a vCPU loses stretches of milliseconds to the host), and with
  * fixed halves the first done waits for the other. Quantized W costs nothing more this way (x is
- * quantized once, each W row is prepared once either way); float W in panels keeps its shares
- * (mm_split), as does W with too few rows to deal out: each tile packs its x again (pack_x).
- * Zen 1 VM (~11% stolen), smollm2 pp256 at 2 threads, 6 alternated rounds, medians: Q8_0 87 ->
- * 102 t/s, Q4_K 148 -> 156; qwen2.5 Q4_K 40.3 -> 39.5; the rounds spread +-25% there, so within
- * the noise. F16 in tiles, against shares (Zen 1, calm, 5 rounds): smollm2 pp32 249 vs 279,
- * pp128 278 vs 306; qwen2.5 pp128 87 vs 90. */
+ * quantized once, each W row is prepared once either way). Float W in panels on the FMA code keeps
+ * its shares (mm_split), since each tile would pack its x again (gemm_float's pack_x); on AMX
+ * tiles or vdpbf16ps (no pack_x) it keeps them where its x rows split (x_split); so does W with
+ * too few rows to deal out. Zen 1 VM (~11% stolen), smollm2 pp256 at 2 threads, 6 alternated
+ * rounds, medians: Q8_0 87 -> 102 t/s, Q4_K 148 -> 156; qwen2.5 Q4_K 40.3 -> 39.5; the rounds
+ * spread +-25% there, so within the noise. F16 in tiles, against shares (Zen 1, calm, 5 rounds):
+ * smollm2 pp32 249 vs 279, pp128 278 vs 306; qwen2.5 pp128 87 vs 90. */
 #define PREFILL_TILES_PER_THREAD 4
 static int prefill_tiles(mm_group *g, int nth) {
     int units = 0;
-    if (nth < 2 || g->t[0].mm.m < 2 || g->t[0].mm.w_panels) return 0;
-    for (int j = 0; j < g->n; j++)
-        units += (g->t[j].mm.n_out + SKV_MM_ROW_ALIGN - 1) / SKV_MM_ROW_ALIGN;
+    if (nth < 2 || g->t[0].mm.m < 2) return 0;
+    for (int j = 0; j < g->n; j++) {
+        const mm_task *t = &g->t[j];
+        if (x_split(&t->mm, nth) || (t->mm.w_panels && !t->amx && !t->bf16)) return 0;
+        units += (t->mm.n_out + SKV_MM_ROW_ALIGN - 1) / SKV_MM_ROW_ALIGN;
+    }
     if (units < PREFILL_TILES_PER_THREAD * nth) return 0;
     const int tile = units / (PREFILL_TILES_PER_THREAD * nth) * SKV_MM_ROW_ALIGN;
     for (int j = 0; j < g->n; j++) {
@@ -441,7 +445,7 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->amx = panels && m >= SKV_MM_AMX_MIN_ROWS && amx_type(wt) && skv_kernels_use_amx();
     if (t->amx) t->bf16 = false;
     t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
-    t->mm.k16_streams = t->k16_kernels && wt == SKV_TYPE_Q4_K && skv_kernels_use_k16_streams();
+    t->mm.k16_prefetch = t->k16_kernels && wt == SKV_TYPE_Q4_K && skv_kernels_use_k16_prefetch();
 #endif
 }
 

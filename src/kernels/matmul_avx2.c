@@ -931,7 +931,7 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
 }
 
-/* With streams (skv_kernels_use_k16_streams) the rows' groups in K16_STREAMS quarters read at
+/* With streams (mm->k16_prefetch) the rows' groups in K16_STREAMS quarters read at
  * once, each line asked for K16_PREFETCH_BYTES ahead, as the VNNI level's gemv_k16; without,
  * one group after the other. streams is a constant after inlining. */
 INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
@@ -975,7 +975,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
 }
 
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_streams)
+    if (mm->k16_prefetch)
         gemv_k16_run(mm, i0, i1, r0, r1, true);
     else
         gemv_k16_run(mm, i0, i1, r0, r1, false);

@@ -538,13 +538,13 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
 }
 
-/* With streams (skv_kernels_use_k16_streams) the rows' groups in 4 quarters read at once
+/* With streams (mm->k16_prefetch) the rows' groups in 4 quarters read at once
  * (K16_STREAMS, quant_x86.h), each line asked for 1 KB ahead (K16_PREFETCH); without, one
  * group after the other on the hardware prefetcher. AMX Xeon, llama-3.2-1b Q4_K tg at 2
  * threads: one stream without prefetch 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams
  * 49.3, 8 streams 39; 4 streams with 2048 / 4096 bytes ahead 45 / 40. Zen 4 had one stream
  * without prefetch at 39-53 against 32-40 for 4 streams without prefetch (an earlier session;
- * the streams with prefetch not measured there): AMD takes one stream. */
+ * the streams with prefetch not measured there): AMD takes one stream (kernels.h). */
 INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
@@ -586,7 +586,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
 }
 
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_streams)
+    if (mm->k16_prefetch)
         gemv_k16_run(mm, i0, i1, r0, r1, true);
     else
         gemv_k16_run(mm, i0, i1, r0, r1, false);

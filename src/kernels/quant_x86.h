@@ -220,7 +220,7 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
     } while (0)
 
 /* Q4_K decode from k16 records (gemv_k16 at both levels) where the CPU gains by it
- * (skv_kernels_use_k16_streams): the thread's groups in K16_STREAMS runs read at once, each line
+ * (skv_kernels_use_k16_prefetch): the thread's groups in K16_STREAMS runs read at once, each line
  * asked for K16_PREFETCH_BYTES ahead (see matmul_avx512vnni.c). */
 #define K16_STREAMS            4
 #define K16_PREFETCH_BYTES     1024
