@@ -607,7 +607,8 @@ SKV_API const char *skv_simd_cpu_level(void);
 SKV_API const char *skv_simd_cpu_features(void);
 /* NULL when SKV_SIMD is unset or was honoured; else why not, and which level runs instead (an
  * unknown value is ignored; a level the CPU or build lacks falls back to the widest below it).
- * The library never prints it: the CLI does, on stderr. */
+ * Also names an SKV_K16_PREFETCH value other than 0 or 1 (ignored). The library never prints
+ * it: the CLI does, on stderr. */
 SKV_API const char *skv_simd_warning(void);
 
 /* ---------------------------------------------------------------------------------------------

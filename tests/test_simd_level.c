@@ -16,22 +16,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The first "flags" line of /proc/cpuinfo (procfs files have no size: read line by line). */
-static bool cpuinfo_has(const char *flag) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return false;
+/* The value of the first /proc/cpuinfo line whose name is key ("flags", "vendor_id"), without
+ * its newline, or "" (procfs files have no size: read line by line). */
+static const char *cpuinfo_value(const char *key) {
     static char line[16384];
-    bool has = false;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5) != 0) continue;
-        line[strcspn(line, "\n")] = ' ';
-        char pat[64];
-        snprintf(pat, sizeof pat, " %s ", flag);
-        has = strstr(line, pat) != NULL;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    const char *value = "";
+    while (f && fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (!colon || strncmp(line, key, strlen(key)) != 0 ||
+            strspn(line + strlen(key), " \t") != (size_t)(colon - line) - strlen(key))
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        value = colon + 1 + strspn(colon + 1, " \t");
         break;
     }
-    fclose(f);
-    return has;
+    if (f) fclose(f);
+    return value;
+}
+
+static bool cpuinfo_has(const char *flag) {
+    char line[16384];
+    snprintf(line, sizeof line, " %s ", cpuinfo_value("flags"));
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s ", flag);
+    return strstr(line, pat) != NULL;
 }
 
 /* The CLI's `info --system --json` under an environment prefix; stderr into *err_out. */
@@ -121,29 +130,13 @@ static void test_amx(void **s) {
     free(err);
 }
 
-/* The CPU's vendor from /proc/cpuinfo's first "vendor_id" line ("" when there is none). */
-static void cpuinfo_vendor(char *out, size_t n) {
-    out[0] = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "vendor_id", 9) != 0) continue;
-        const char *v = strchr(line, ':');
-        if (v) snprintf(out, n, "%s", v + 1 + strspn(v + 1, " \t"));
-        out[strcspn(out, "\n")] = 0;
-        break;
-    }
-    fclose(f);
-}
-
 /* How Q4_K decode reads its records: prefetched streams unless the CPU is AMD or Hygon (and never
  * at the scalar level, which has no such kernel); SKV_K16_PREFETCH=0|1 overrides the CPU, any
  * other value is ignored with a warning. */
 static void test_k16_prefetch(void **s) {
     (void)s;
     char vendor[64], *err;
-    cpuinfo_vendor(vendor, sizeof vendor);
+    snprintf(vendor, sizeof vendor, "%s", cpuinfo_value("vendor_id"));
     const bool simd = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
     const bool amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
     const struct {
