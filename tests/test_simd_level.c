@@ -130,9 +130,9 @@ static void test_amx(void **s) {
     free(err);
 }
 
-/* How Q4_K decode reads its records: prefetched streams unless the CPU is AMD or Hygon (and never
- * at the scalar level, which has no such kernel); SKV_K16_PREFETCH=0|1 overrides the CPU, any
- * other value is ignored with a warning. */
+/* How Q4_K decode reads its records: prefetched streams (never at the scalar level, which has no
+ * such kernel), 3 KB ahead on AMD or Hygon and 1 KB on other CPUs; SKV_K16_PREFETCH=0 turns them
+ * off, any value other than 0 or 1 is ignored with a warning. */
 static void test_k16_prefetch(void **s) {
     (void)s;
     char vendor[64], *err;
@@ -142,14 +142,16 @@ static void test_k16_prefetch(void **s) {
     const struct {
         const char *env;
         bool on, warn;
-    } cases[] = {{"", simd && !amd, false},
+    } cases[] = {{"", simd, false},
                  {"SKV_K16_PREFETCH=1", simd, false},
                  {"SKV_K16_PREFETCH=0", false, false},
                  {"SKV_K16_PREFETCH=1 SKV_SIMD=scalar", false, false},
-                 {"SKV_K16_PREFETCH=4", simd && !amd, true}};
+                 {"SKV_K16_PREFETCH=4", simd, true}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *js = system_json(cases[i].env, &err);
-        const char *want = cases[i].on ? "\"k16_prefetch\":true" : "\"k16_prefetch\":false";
+        char want[96];
+        snprintf(want, sizeof want, "\"k16_prefetch\":%s,\"k16_ahead\":%d",
+                 cases[i].on ? "true" : "false", cases[i].on ? (amd ? 3072 : 1024) : 0);
         if (!strstr(js, want)) fprintf(stderr, "vendor '%s' %s: %s", vendor, cases[i].env, js);
         assert_non_null(strstr(js, want));
         assert_int_equal(strstr(err, "SKV_K16_PREFETCH") != NULL, cases[i].warn);

@@ -213,9 +213,10 @@ static void print_row(const opts *o, const model_facts *f, int threads, const ch
     double gflops = flops > 0 ? flops / ts.median / 1e9 : 0;
     double gbs = bytes > 0 ? bytes / ts.median / 1e9 : 0;
     if (o->json) {
-        printf("{\"record\":\"test\",\"simd\":\"%s\",\"amx\":%s,\"k16_prefetch\":%s,\"model\":",
+        printf("{\"record\":\"test\",\"simd\":\"%s\",\"amx\":%s,\"k16_prefetch\":%s,"
+               "\"k16_ahead\":%d,\"model\":",
                skv_simd_level(), skv_simd_amx() ? "true" : "false",
-               skv_simd_k16_prefetch() ? "true" : "false");
+               skv_simd_k16_prefetch() ? "true" : "false", skv_simd_k16_ahead());
         cli_json_string(stdout, f->name, strlen(f->name));
         printf(",\"type\":\"%s\",\"weight_bytes\":%llu,\"params\":%llu,\"threads\":%d,"
                "\"test\":\"%s\",\"tokens\":%d,\"reps\":%d,\"tps_median\":%.4f,\"tps_min\":%.4f,"

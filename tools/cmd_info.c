@@ -52,9 +52,9 @@ static void print_system(bool json) {
         printf("{\"cpu_features\":");
         cli_json_string(stdout, skv_simd_cpu_features(), strlen(skv_simd_cpu_features()));
         printf(",\"cpu_simd\":\"%s\",\"simd\":\"%s\",\"amx\":%s,\"k16_prefetch\":%s,"
-               "\"skv_simd_env\":",
+               "\"k16_ahead\":%d,\"skv_simd_env\":",
                skv_simd_cpu_level(), skv_simd_level(), skv_simd_amx() ? "true" : "false",
-               skv_simd_k16_prefetch() ? "true" : "false");
+               skv_simd_k16_prefetch() ? "true" : "false", skv_simd_k16_ahead());
         if (env)
             cli_json_string(stdout, env, strlen(env));
         else
@@ -75,10 +75,13 @@ static void print_system(bool json) {
            env ? ")" : "", forced ? " (SKV_FORCE_SCALAR set)" : "");
     if (skv_simd_amx())
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
-    if (strcmp(skv_simd_level(), "scalar") != 0)
-        printf("q4_k decode  %s (SKV_K16_PREFETCH=0|1 sets it)\n",
-               skv_simd_k16_prefetch() ? "4 streams per thread, software prefetch 1 KB ahead"
-                                       : "one stream per thread, hardware prefetch only");
+    if (strcmp(skv_simd_level(), "scalar") != 0 && skv_simd_k16_prefetch())
+        printf("q4_k decode  4 streams per thread, software prefetch %d bytes ahead "
+               "(SKV_K16_PREFETCH=0: one stream)\n",
+               skv_simd_k16_ahead());
+    else if (strcmp(skv_simd_level(), "scalar") != 0)
+        printf("q4_k decode  one stream per thread, hardware prefetch only (as SKV_K16_PREFETCH=0 "
+               "asks)\n");
     if (warn) printf("simd note    %s\n", warn);
 }
 

@@ -72,8 +72,8 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
                 int n_out, int n_in, void *work);
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
  * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
- * rows'. The Q4_K records' gemv_k16 reads 4 streams 1 KB ahead where the CPU gains by it
- * (skv_kernels_use_k16_prefetch; on one stream prefetching made it slower). Not in the VNNI
+ * rows'. The Q4_K records' gemv_k16 reads 4 streams, 1 KB or 3 KB ahead by the CPU
+ * (skv_kernels_k16_ahead). Not in the VNNI
  * Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its
  * own PFD. The hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m
  * F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->
@@ -394,17 +394,26 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true, each thread's 16-row
- * groups as K16_STREAMS runs read at once, every line asked for K16_PREFETCH_BYTES ahead; false,
- * one group after the other on the hardware prefetcher alone. The same bits either way. The CPU
- * sets the default (true unless it is AMD or Hygon), SKV_K16_PREFETCH=0|1 (read once) overrides
- * it, and skv_kernels_k16_prefetch(mode) overrides both (tests: mode 1 or 0; -1 gives the choice
- * back). Measured, llama-3.2-1b Q4_K tg: AMX Xeon at 2 threads, one group 38.4 t/s, streams
- * 49.3; Zen 1 (EPYC family 23) at 1 / 2 threads, one group 8.9 / 13.7, streams 6.4 / 9.9
- * (streams without the prefetch 8.3 / 12.8). Zen 2-5 take the AMD default unmeasured (an earlier
- * Zen 4 A/B, both without prefetch: one group 39-53, 4 streams 32-40). */
+/* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true (the default), each
+ * thread's 16-row groups as K16_STREAMS runs read at once, every line asked for
+ * skv_kernels_k16_ahead() bytes ahead (1 KB on Intel, 3 KB on AMD: kernels.c); false, one group
+ * after the other on the hardware prefetcher alone. The same bits either way.
+ * SKV_K16_PREFETCH=0|1 (read once) sets it, and skv_kernels_k16_prefetch(mode) overrides that
+ * (tests, benchmarks: mode 1 or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at
+ * 2 threads: AMX Xeon, one group 38.4 t/s, streams 49.3; Zen 1 (tokens alternating in one
+ * process), one group 16.4-17.3, streams 3 KB ahead 21.6-24.6 (1 KB ahead: 13.1-13.5). An
+ * earlier Zen 1 finding that the prefetch cost 20-30% came from builds that differed in their
+ * code layout, to which this loop on Zen 1 is sensitive (+-30% from the layout alone). */
 bool skv_kernels_use_k16_prefetch(void);
 void skv_kernels_k16_prefetch(int mode);
+/* Bytes ahead of its loads the Q4_K records' decode prefetches; 0 when it does not. */
+int skv_kernels_k16_ahead(void);
+/* ... when it does, by the CPU: set once with the SIMD level (before any product can run), read
+ * by the kernels from memory. On Zen 1 that loop ran 30% faster reading its distance from here
+ * than with the same distance as a constant or a local variable (the code gcc 12 makes of the
+ * streams differs, in ways not understood: spills of accumulators on the stack sat at the top of
+ * the slow ones' profiles). */
+extern int skv_k16_ahead_cpu;
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);
 

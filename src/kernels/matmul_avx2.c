@@ -876,12 +876,13 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     __m256i u0 = _mm256_setzero_si256(), u1 = u0;
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        if (pf) K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
+        /* the scales, mins and d: lines 32-36 of 37 */
+        if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 2048 + 64 * j);
         __m256i t0 = _mm256_setzero_si256(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
             int32_t c0, c1;
-            if (pf) K16_PREFETCH(rec, 256 * j + 64 * gp);
+            if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 256 * j + 64 * gp);
             memcpy(&c0, xq + 32 * j + 4 * gp, 4);
             memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
             const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
@@ -931,9 +932,9 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
 }
 
-/* With streams (mm->k16_prefetch) the rows' groups in K16_STREAMS quarters read at
- * once, each line asked for K16_PREFETCH_BYTES ahead, as the VNNI level's gemv_k16; without,
- * one group after the other. streams is a constant after inlining. */
+/* With streams (mm->k16_prefetch) the rows' groups in K16_STREAMS quarters read at once, each
+ * line asked for skv_k16_ahead_cpu bytes ahead, as the VNNI level's gemv_k16; without, one group
+ * after the other. streams is a constant after inlining. */
 INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];

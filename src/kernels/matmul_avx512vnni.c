@@ -505,11 +505,12 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
     __m512i u = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        if (pf) K16_PREFETCH(rec, 2048 + 64 * j); /* the scales, mins and d: lines 32-36 of 37 */
+        /* the scales, mins and d: lines 32-36 of 37 */
+        if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 2048 + 64 * j);
         __m512i t0 = _mm512_setzero_si512(), t1 = t0;
 #pragma GCC unroll 4
         for (int gp = 0; gp < 4; gp++) {
-            if (pf) K16_PREFETCH(rec, 256 * j + 64 * gp);
+            if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 256 * j + 64 * gp);
             const __m512i v = _mm512_loadu_si512(rec + SKV_K16_Q + 256 * j + 64 * gp);
             int32_t x0, x1;
             memcpy(&x0, xq + 32 * j + 4 * gp, 4);
@@ -538,13 +539,13 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
 }
 
-/* With streams (mm->k16_prefetch) the rows' groups in 4 quarters read at once
- * (K16_STREAMS, quant_x86.h), each line asked for 1 KB ahead (K16_PREFETCH); without, one
- * group after the other on the hardware prefetcher. AMX Xeon, llama-3.2-1b Q4_K tg at 2
- * threads: one stream without prefetch 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams
- * 49.3, 8 streams 39; 4 streams with 2048 / 4096 bytes ahead 45 / 40. Zen 4 had one stream
- * without prefetch at 39-53 against 32-40 for 4 streams without prefetch (an earlier session;
- * the streams with prefetch not measured there): AMD takes one stream (kernels.h). */
+/* With streams (mm->k16_prefetch) the rows' groups in 4 quarters read at once (K16_STREAMS,
+ * quant_x86.h), each line asked for skv_k16_ahead_cpu bytes ahead; without, one group after the
+ * other on the hardware prefetcher. AMX Xeon, llama-3.2-1b Q4_K tg at 2 threads: one stream
+ * without prefetch 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams 49.3, 8 streams 39; 4
+ * streams with 2048 / 4096 bytes ahead 45 / 40 (so 1 KB on Intel; AMD's 3 KB is Zen 1's, at the
+ * AVX2 level: kernels.c). Zen 4 had one stream without prefetch at 39-53 against 32-40 for 4
+ * streams without prefetch (an earlier session; the streams with prefetch not measured). */
 INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];

@@ -219,12 +219,10 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* Q4_K decode from k16 records (gemv_k16 at both levels) where the CPU gains by it
- * (skv_kernels_use_k16_prefetch): the thread's groups in K16_STREAMS runs read at once, each line
- * asked for K16_PREFETCH_BYTES ahead (see matmul_avx512vnni.c). */
-#define K16_STREAMS            4
-#define K16_PREFETCH_BYTES     1024
-#define K16_PREFETCH(rec, off) SKV_PREFETCH_AT(rec, K16_PREFETCH_BYTES + (off))
+/* Q4_K decode from k16 records (gemv_k16 at both levels) with prefetch (mm->k16_prefetch): the
+ * thread's groups in K16_STREAMS runs read at once, each line asked for skv_k16_ahead_cpu bytes
+ * ahead (kernels.h; see matmul_avx512vnni.c). */
+#define K16_STREAMS 4
 
 /* The k16 record (kernels.h) of 16-row group g, block b (of unit values, rec bytes each). */
 static inline const uint8_t *k16_at(const skv_mm *mm, int g, int b, int unit, size_t rec) {
