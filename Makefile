@@ -51,7 +51,7 @@ CLI      := $(BUILD)/sparsekv
 .SECONDARY:
 .PHONY: all lib test asan tsan fuzz check bench install uninstall clean format pytest
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
-all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES)
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(BUILD)/bench_decode_ab
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h eval/*.h tools/*.h tests/*.h)
