@@ -22,9 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const VOCABS[] = {"llama-bpe", "qwen2", "gpt-2", "phi-3", "llama-spm"};
-#define N_VOCABS (sizeof VOCABS / sizeof VOCABS[0])
-
 /* Skips the calling test unless all three vocabularies are there (a test that holds several
  * must not skip after loading the first). */
 static void need_vocabs(const char *a, const char *b, const char *c) {
@@ -186,7 +183,7 @@ static void test_vocab_only_files(void **state) {
         {"phi-3", "llama", NULL, 32064, 1, 32000, true},
         {"llama-spm", "llama", NULL, 32000, 1, 2, true},
     };
-    for (size_t i = 0; i < N_VOCABS; i++) {
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         skv_vocab *v = load_vocab(want[i].name);
         assert_int_equal(skv_vocab_n_tokens(v), want[i].n);
         assert_string_equal(skv_vocab_model(v), want[i].model);

@@ -5,7 +5,8 @@
 #include "kernels.h"
 
 #if defined(SKV_HAVE_MATMUL_AMX) && defined(__AVX512F__) && defined(__AVX512BF16__) &&             \
-    defined(__AMX_TILE__) && defined(__AMX_BF16__)
+    (defined(__AMX_TILE__) || defined(__AMXTILE__)) &&                                             \
+    (defined(__AMX_BF16__) || defined(__AMXBF16__))
 
 #include "amx_util.h"
 #include "attn_prefill_v16.h"

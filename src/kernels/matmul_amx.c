@@ -30,7 +30,8 @@
 
 #if defined(SKV_HAVE_MATMUL_AMX) && defined(__AVX512F__) && defined(__AVX512BW__) &&               \
     defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__AVX512BF16__) &&                   \
-    defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__F16C__)
+    (defined(__AMX_TILE__) || defined(__AMXTILE__)) &&                                             \
+    (defined(__AMX_BF16__) || defined(__AMXBF16__)) && defined(__F16C__)
 
 #include "amx_util.h"
 #include "avx512_util.h"
