@@ -11,8 +11,9 @@
  *
  *   build: make (it builds build/bench_decode_ab)
  *   usage: bench_decode_ab MODEL.gguf [--threads T] [--tokens N] [--depth D] [--ahead A,B,...]
- *          (default: 2 threads, 40 tokens per setting, depth 16, settings 0,1024,2048,3072,4096;
- *          a model with Q4_K matrices, e.g. from bench/synth_model.sh) */
+ *          (default: 2 threads, 40 tokens per setting (at most 1000), depth 16, settings
+ *          0,1024,2048,3072,4096 (at most 16, each 0..65536); a model with Q4_K matrices, e.g.
+ *          `sparsekv synth-model --preset llama-3.2-1b --type q4_k -o m.gguf`) */
 #include "kernels/kernels.h"
 #include "sparsekv.h"
 
@@ -36,9 +37,23 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_decode_ab MODEL.gguf [--threads T] [--tokens N] [--depth D] "
-                    "[--ahead A,B,...]\n");
+    fprintf(stderr,
+            "usage: bench_decode_ab MODEL.gguf [--threads T] [--tokens N] [--depth D] "
+            "[--ahead A,B,...]\n"
+            "  T 1..256 (2), N 1..%d tokens per setting (40), D 1..65536 (16), up to %d "
+            "settings of 0..65536 bytes (0: one stream)\n",
+            MAX_TOKENS, MAX_SETTINGS);
     return 2;
+}
+
+/* A whole decimal in [lo, hi] or false. */
+static bool parse_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    if (*s < '0' || *s > '9') return false; /* strtol would take spaces and signs */
+    const long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
 }
 
 int main(int argc, char **argv) {
@@ -48,22 +63,29 @@ int main(int argc, char **argv) {
     int ahead[MAX_SETTINGS];
     for (int i = 2; i < argc; i++) {
         if (i + 1 >= argc) return usage();
-        if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tokens"))
-            tokens = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--depth"))
-            depth = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--ahead"))
-            for (char *s = argv[++i], *end; *s && n_set < MAX_SETTINGS; s = *end ? end + 1 : end) {
-                const long v = strtol(s, &end, 10);
-                if (end == s || v < 0 || v > 65536 || (*end && *end != ',')) return usage();
-                ahead[n_set++] = (int)v;
+        const char *v = argv[++i];
+        if (!strcmp(argv[i - 1], "--threads")) {
+            if (!parse_int(v, 1, 256, &threads)) return usage();
+        } else if (!strcmp(argv[i - 1], "--tokens")) {
+            if (!parse_int(v, 1, MAX_TOKENS, &tokens)) return usage();
+        } else if (!strcmp(argv[i - 1], "--depth")) {
+            if (!parse_int(v, 1, 65536, &depth)) return usage();
+        } else if (!strcmp(argv[i - 1], "--ahead")) {
+            char item[16];
+            for (n_set = 0; *v; n_set++) { /* "A,B,...": no empty item, no trailing comma */
+                const size_t len = strcspn(v, ",");
+                if (n_set == MAX_SETTINGS || len == 0 || len >= sizeof item) return usage();
+                memcpy(item, v, len);
+                item[len] = 0;
+                if (!parse_int(item, 0, 65536, &ahead[n_set])) return usage();
+                v += len;
+                if (*v == ',' && !*++v) return usage();
             }
-        else
+            if (n_set == 0) return usage();
+        } else {
             return usage();
+        }
     }
-    if (threads < 1 || tokens < 1 || tokens > MAX_TOKENS || depth < 1) return usage();
     if (n_set == 0) {
         const int dflt[] = {0, 1024, 2048, 3072, 4096};
         memcpy(ahead, dflt, sizeof dflt);
@@ -80,6 +102,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "decode_ab: %s\n", err.msg);
         return 1;
     }
+    if (skv_model_weight_type(model) != SKV_TYPE_Q4_K) /* the settings would all run alike */
+        fprintf(stderr,
+                "decode_ab: warning: %s is mostly %s, not Q4_K: the settings change "
+                "only its Q4_K matrices, if any\n",
+                path, skv_type_name(skv_model_weight_type(model)));
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = threads;
     cp.n_ctx = depth + n_set * tokens + 8;
@@ -96,9 +123,10 @@ int main(int argc, char **argv) {
     int rc = ms && logits ? 0 : 1;
     for (int i = 0; i < depth && rc == 0; i++) /* context, and warm-up */
         rc = skv_forward(ctx, &tok, 1, SKV_LOGITS_LAST, logits, &err) != SKV_OK;
-    const int cpu_ahead = skv_k16_ahead_cpu;
+    const int cpu_ahead = skv_k16_ahead_cpu, cpu_on = skv_kernels_use_k16_prefetch();
     for (int t = 0; t < tokens && rc == 0; t++)
-        for (int k = 0; k < n_set && rc == 0; k++) {
+        for (int j = 0; j < n_set && rc == 0; j++) {
+            const int k = (j + t) % n_set; /* each setting in each place of the turn alike */
             /* between tokens the pool's workers are idle: its next task publishes the value */
             skv_kernels_k16_prefetch(ahead[k] > 0);
             if (ahead[k] > 0) skv_k16_ahead_cpu = ahead[k];
@@ -109,9 +137,10 @@ int main(int argc, char **argv) {
     skv_k16_ahead_cpu = cpu_ahead;
     skv_kernels_k16_prefetch(-1);
     if (rc == 0) {
-        printf("decode_ab: %s, %d threads, simd %s, %d tokens per setting after %d, this CPU's "
-               "default %d bytes ahead\n",
-               path, threads, skv_simd_level(), tokens, depth, skv_simd_k16_ahead());
+        printf("decode_ab: %s, %d threads, simd %s, %d tokens per setting after %d; the default "
+               "here: %s%d%s\n",
+               path, threads, skv_simd_level(), tokens, depth, cpu_on ? "" : "one stream (",
+               cpu_ahead, cpu_on ? " bytes ahead" : " bytes ahead when streams are asked for)");
         printf("%-14s %10s %10s %10s %8s\n", "setting", "median t/s", "q1", "q3", "vs first");
         double first = 0;
         for (int k = 0; k < n_set; k++) {

@@ -131,22 +131,23 @@ static void test_amx(void **s) {
 }
 
 /* How Q4_K decode reads its records: prefetched streams (never at the scalar level, which has no
- * such kernel), 3 KB ahead on AMD or Hygon and 1 KB on other CPUs; SKV_K16_PREFETCH=0 turns them
- * off, any value other than 0 or 1 is ignored with a warning. */
+ * such kernel) except on AMD past family 0x17, 3 KB ahead on AMD or Hygon and 1 KB on other
+ * CPUs; SKV_K16_PREFETCH=0|1 overrides the CPU, any other value is ignored with a warning. */
 static void test_k16_prefetch(void **s) {
     (void)s;
     char vendor[64], *err;
     snprintf(vendor, sizeof vendor, "%s", cpuinfo_value("vendor_id"));
     const bool simd = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
     const bool amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
+    const bool dflt = simd && !(amd && atoi(cpuinfo_value("cpu family")) > 0x17);
     const struct {
         const char *env;
         bool on, warn;
-    } cases[] = {{"", simd, false},
+    } cases[] = {{"", dflt, false},
                  {"SKV_K16_PREFETCH=1", simd, false},
                  {"SKV_K16_PREFETCH=0", false, false},
                  {"SKV_K16_PREFETCH=1 SKV_SIMD=scalar", false, false},
-                 {"SKV_K16_PREFETCH=4", simd, true}};
+                 {"SKV_K16_PREFETCH=4", dflt, true}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *js = system_json(cases[i].env, &err);
         char want[96];

@@ -95,14 +95,18 @@ static atomic_bool bf16_dot_off = false;
 static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
 static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
-/* How far ahead the Q4_K records' decode asks for its lines (kernels.h): llama-3.2-1b Q4_K tg,
- * 4 streams per thread. AMX Xeon (VNNI level) at 2 threads: 1 KB 49.3 t/s, 2 KB 45, 4 KB 40.
- * Zen 1 (AVX2 level; tokens of one process alternating between settings, medians of 40), at 2
- * threads: none (one stream) 10.7, 1 KB 12.5, 2 KB 15.0, 3 KB 14.8, 4 KB 14.7; at 1 thread:
- * 10.2, 10.7, 13.9, 14.3, 14.5. Zen 2-5 take AMD's unmeasured. */
-#define K16_AHEAD_INTEL 1024
-#define K16_AHEAD_AMD   3072
-int skv_k16_ahead_cpu = K16_AHEAD_INTEL;
+static unsigned cpu_family;  /* CPUID leaf 1's family (base + extended): Zen 1 and 2 are 0x17 */
+/* How the Q4_K records' decode reads by default (kernels.h): 4 prefetched streams per thread,
+ * one stream on AMD families past 0x17 (Zen 3-5: not measured with the prefetch; a Zen 4 had
+ * one stream at 39-53 t/s against 32-40 for 4 streams without it), and how far ahead. The
+ * distance, llama-3.2-1b Q4_K tg: AMX Xeon (VNNI level) at 2 threads 1 KB 49.3 t/s, 2 KB 45,
+ * 4 KB 40. Zen 1 (AVX2 level; one binary whose distance was read from memory, the settings
+ * taking turns token by token in one process, medians of 40) at 2 threads: one stream 10.7,
+ * 1 KB 12.5, 2 KB 15.0, 3 KB 14.8, 4 KB 14.7; at 1 thread 10.2, 10.7, 13.9, 14.3, 14.5. */
+#define K16_AHEAD_DEFAULT 1024
+#define K16_AHEAD_AMD     3072
+#define K16_AMD_FAMILY    0x17
+int skv_k16_ahead_cpu = K16_AHEAD_DEFAULT;
 static int k16_prefetch_env = -1;        /* SKV_K16_PREFETCH: 0, 1, or -1 when unset */
 static atomic_int k16_prefetch_set = -1; /* skv_kernels_k16_prefetch: 0, 1, or -1 (default) */
 
@@ -155,9 +159,10 @@ static void simd_detect(void) {
         memcpy(vendor + 4, &d, 4);
         memcpy(vendor + 8, &c, 4);
         cpu_amd = !memcmp(vendor, "AuthenticAMD", 12) || !memcmp(vendor, "HygonGenuine", 12);
-        skv_k16_ahead_cpu = cpu_amd ? K16_AHEAD_AMD : K16_AHEAD_INTEL;
+        skv_k16_ahead_cpu = cpu_amd ? K16_AHEAD_AMD : K16_AHEAD_DEFAULT;
     }
     if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
+        cpu_family = (a >> 8 & 0xf) + ((a >> 8 & 0xf) == 0xf ? (a >> 20 & 0xff) : 0);
         sse42 = c >> 20 & 1;
         fma = c >> 12 & 1;
         osx = c >> 27 & 1;
@@ -350,7 +355,7 @@ bool skv_kernels_use_k16_prefetch(void) {
     const int set = atomic_load_explicit(&k16_prefetch_set, memory_order_relaxed);
     if (set >= 0) return set;
     if (k16_prefetch_env >= 0) return k16_prefetch_env;
-    return true;
+    return !cpu_amd || cpu_family <= K16_AMD_FAMILY;
 }
 
 int skv_kernels_k16_ahead(void) {
@@ -366,7 +371,7 @@ bool skv_simd_k16_prefetch(void) {
 }
 
 int skv_simd_k16_ahead(void) {
-    return skv_simd_k16_prefetch() ? skv_kernels_k16_ahead() : 0;
+    return skv_kernels_use_simd() ? skv_kernels_k16_ahead() : 0;
 }
 
 void skv_kernels_force_ref(bool on) {

@@ -73,7 +73,7 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
  * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
  * rows'. The Q4_K records' gemv_k16 reads 4 streams, 1 KB or 3 KB ahead by the CPU
- * (skv_kernels_k16_ahead). Not in the VNNI
+ * (skv_kernels_k16_ahead; SKV_K16_PREFETCH=0: one stream, no prefetch). Not in the VNNI
  * Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its
  * own PFD. The hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m
  * F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->
@@ -394,25 +394,29 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true (the default), each
- * thread's 16-row groups as K16_STREAMS runs read at once, every line asked for
- * skv_kernels_k16_ahead() bytes ahead (1 KB on Intel, 3 KB on AMD: kernels.c); false, one group
- * after the other on the hardware prefetcher alone. The same bits either way.
- * SKV_K16_PREFETCH=0|1 (read once) sets it, and skv_kernels_k16_prefetch(mode) overrides that
- * (tests, benchmarks: mode 1 or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at
- * 2 threads: AMX Xeon, one group 38.4 t/s, streams 49.3; Zen 1 (tokens alternating in one
- * process), one group 16.4-17.3, streams 3 KB ahead 21.6-24.6 (1 KB ahead: 13.1-13.5). An
- * earlier Zen 1 finding that the prefetch cost 20-30% came from builds that differed in their
- * code layout, to which this loop on Zen 1 is sensitive (+-30% from the layout alone). */
+/* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true, each thread's 16-row
+ * groups as K16_STREAMS runs read at once, every line asked for skv_kernels_k16_ahead() bytes
+ * ahead (3 KB on AMD, 1 KB on other CPUs: kernels.c); false, one group after the other on the
+ * hardware prefetcher alone. The same bits either way. The default is true except on AMD past
+ * Zen 2 (family 0x17; not measured with the prefetch there), SKV_K16_PREFETCH=0|1 (read once)
+ * overrides it, and skv_kernels_k16_prefetch(mode) overrides both (tests, benchmarks: mode 1
+ * or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at 2 threads: AMX Xeon, one
+ * group 38.4 t/s, streams 49.3; Zen 1 (the settings taking turns token by token in one
+ * process, bench/decode_ab.c), the build committed: one group 17.1, streams 3 KB ahead 22.0
+ * (1 thread 10.1 and 13.0). An earlier Zen 1 finding that the prefetch cost 20-30% came from
+ * separate builds, and on Zen 1 this loop's speed depends on the code gcc makes of it by
+ * +-30%: in the build before this one, streams 1 KB ahead ran at 13.1-13.5 against one group's
+ * 16.4-17.3; in another, where the distance was read from memory, at 12.5 against 10.7. */
 bool skv_kernels_use_k16_prefetch(void);
 void skv_kernels_k16_prefetch(int mode);
 /* Bytes ahead of its loads the Q4_K records' decode prefetches; 0 when it does not. */
 int skv_kernels_k16_ahead(void);
 /* ... when it does, by the CPU: set once with the SIMD level (before any product can run), read
- * by the kernels from memory. On Zen 1 that loop ran 30% faster reading its distance from here
- * than with the same distance as a constant or a local variable (the code gcc 12 makes of the
- * streams differs, in ways not understood: spills of accumulators on the stack sat at the top of
- * the slow ones' profiles). */
+ * by the kernels from memory; bench/decode_ab.c changes it between forward calls, never while
+ * a product runs (the pool's hand-off orders the write before the workers' reads). On Zen 1 that
+ * loop ran 30% faster reading its distance from here than with the same distance as a constant or a
+ * local variable (the code gcc 12 makes of the streams differs, in ways not understood: spills of
+ * accumulators on the stack sat at the top of the slow ones' profiles). */
 extern int skv_k16_ahead_cpu;
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);
