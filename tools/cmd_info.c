@@ -75,13 +75,13 @@ static void print_system(bool json) {
            env ? ")" : "", forced ? " (SKV_FORCE_SCALAR set)" : "");
     if (skv_simd_amx())
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
-    if (strcmp(skv_simd_level(), "scalar") != 0 && skv_simd_k16_prefetch())
+    if (skv_simd_k16_prefetch())
         printf("q4_k decode  4 streams per thread, software prefetch %d bytes ahead "
                "(SKV_K16_PREFETCH=0: one stream)\n",
                skv_simd_k16_ahead());
-    else if (strcmp(skv_simd_level(), "scalar") != 0)
-        printf("q4_k decode  one stream per thread, hardware prefetch only (as SKV_K16_PREFETCH=0 "
-               "asks)\n");
+    else if (strcmp(skv_simd_level(), "scalar") != 0) /* set so, or AMD past Zen 2 */
+        printf("q4_k decode  one stream per thread, hardware prefetch only "
+               "(SKV_K16_PREFETCH=1: 4 prefetched streams)\n");
     if (warn) printf("simd note    %s\n", warn);
 }
 
