@@ -36,14 +36,18 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int usage(void) {
-    fprintf(stderr,
+static int usage_to(FILE *f) {
+    fprintf(f,
             "usage: bench_decode_ab MODEL.gguf [--threads T] [--tokens N] [--depth D] "
             "[--ahead A,B,...]\n"
             "  T 1..256 (2), N 1..%d tokens per setting (40), D 1..65536 (16), up to %d "
             "settings of 0..65536 bytes (0: one stream)\n",
             MAX_TOKENS, MAX_SETTINGS);
     return 2;
+}
+
+static int usage(void) {
+    return usage_to(stderr);
 }
 
 /* A whole decimal in [lo, hi] or false. */
@@ -57,7 +61,11 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) return usage();
+    if (argc < 2 || argv[1][0] == '-') { /* --help, or options before the model */
+        const bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        usage_to(help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
     const char *path = argv[1];
     int threads = 2, tokens = 40, depth = 16, n_set = 0;
     int ahead[MAX_SETTINGS];

@@ -95,18 +95,28 @@ static atomic_bool bf16_dot_off = false;
 static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
 static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
-static unsigned cpu_family;  /* CPUID leaf 1's family (base + extended): Zen 1 and 2 are 0x17 */
 /* How the Q4_K records' decode reads by default (kernels.h): 4 prefetched streams per thread,
- * one stream on AMD families past 0x17 (Zen 3-5: not measured with the prefetch; a Zen 4 had
- * one stream at 39-53 t/s against 32-40 for 4 streams without it), and how far ahead. The
- * distance, llama-3.2-1b Q4_K tg: AMX Xeon (VNNI level) at 2 threads 1 KB 49.3 t/s, 2 KB 45,
- * 4 KB 40. Zen 1 (AVX2 level; one binary whose distance was read from memory, the settings
- * taking turns token by token in one process, medians of 40) at 2 threads: one stream 10.7,
- * 1 KB 12.5, 2 KB 15.0, 3 KB 14.8, 4 KB 14.7; at 1 thread 10.2, 10.7, 13.9, 14.3, 14.5. */
-#define K16_AHEAD_DEFAULT 1024
-#define K16_AHEAD_AMD     3072
-#define K16_AMD_FAMILY    0x17
-int skv_k16_ahead_cpu = K16_AHEAD_DEFAULT;
+ * each line asked for k16_ahead_for() bytes ahead, 0 meaning one stream on the hardware
+ * prefetcher alone. Measured, llama-3.2-1b Q4_K tg, one binary, the settings taking turns token by
+ * token in one process (bench/decode_ab.c, medians of 40-80 tokens):
+ * - AMX Xeon (VNNI level, 2 threads): 1 KB 49.3 t/s, 2 KB 45, 4 KB 40 (one stream 38.4).
+ * - Zen 1, family 0x17 (AVX2 level), 2 threads: one stream 10.7, 1 KB 12.5, 2 KB 15.0, 3 KB 14.8,
+ *   4 KB 14.7; 1 thread 10.2, 10.7, 13.9, 14.3, 14.5.
+ * - Zen 5, family 0x1a (EPYC, VNNI level), 2 threads: one stream 48.4, 1 KB 41.6, 1.5 KB 52.9,
+ *   2 KB 58.4, 2.5 KB 56.5, 3 KB 52.2; 1 thread 21.7, 17.7, 23.7, 24.8, 24.2, 23.0 (Q4_K_M
+ *   2 threads: 50.4, 48.0, 2 KB 55.3, 3 KB 52.0). 1 KB, right on Intel, is slower than none here.
+ * Zen 3 and 4 (family 0x19) are not measured: one stream (a Zen 4 once had one stream at 39-53
+ * t/s against 32-40 for 4 streams without the prefetch), 2 KB when SKV_K16_PREFETCH=1 asks. */
+#define K16_AHEAD_OTHER 1024 /* Intel and other vendors */
+#define K16_AHEAD_ZEN1  3072 /* AMD and Hygon family 0x17 and older */
+#define K16_AHEAD_ZEN5  2048 /* AMD family 0x1a and newer; also Zen 3/4's when asked */
+static int k16_ahead_for(bool amd, unsigned family, bool *streams) {
+    *streams = !amd || family <= 0x17 || family >= 0x1a;
+    if (!amd) return K16_AHEAD_OTHER;
+    return family <= 0x17 ? K16_AHEAD_ZEN1 : K16_AHEAD_ZEN5;
+}
+int skv_k16_ahead_cpu = K16_AHEAD_OTHER;
+static bool k16_streams_cpu = true;      /* the CPU's default: k16_ahead_for */
 static int k16_prefetch_env = -1;        /* SKV_K16_PREFETCH: 0, 1, or -1 when unset */
 static atomic_int k16_prefetch_set = -1; /* skv_kernels_k16_prefetch: 0, 1, or -1 (default) */
 
@@ -159,10 +169,11 @@ static void simd_detect(void) {
         memcpy(vendor + 4, &d, 4);
         memcpy(vendor + 8, &c, 4);
         cpu_amd = !memcmp(vendor, "AuthenticAMD", 12) || !memcmp(vendor, "HygonGenuine", 12);
-        skv_k16_ahead_cpu = cpu_amd ? K16_AHEAD_AMD : K16_AHEAD_DEFAULT;
     }
     if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
-        cpu_family = (a >> 8 & 0xf) + ((a >> 8 & 0xf) == 0xf ? (a >> 20 & 0xff) : 0);
+        /* the family, base + extended: Zen 1 and 2 are 0x17, Zen 3 and 4 0x19, Zen 5 0x1a */
+        const unsigned family = (a >> 8 & 0xf) + ((a >> 8 & 0xf) == 0xf ? (a >> 20 & 0xff) : 0);
+        skv_k16_ahead_cpu = k16_ahead_for(cpu_amd, family, &k16_streams_cpu);
         sse42 = c >> 20 & 1;
         fma = c >> 12 & 1;
         osx = c >> 27 & 1;
@@ -355,7 +366,7 @@ bool skv_kernels_use_k16_prefetch(void) {
     const int set = atomic_load_explicit(&k16_prefetch_set, memory_order_relaxed);
     if (set >= 0) return set;
     if (k16_prefetch_env >= 0) return k16_prefetch_env;
-    return !cpu_amd || cpu_family <= K16_AMD_FAMILY;
+    return k16_streams_cpu;
 }
 
 int skv_kernels_k16_ahead(void) {

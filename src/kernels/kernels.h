@@ -396,15 +396,17 @@ bool skv_kernels_use_avx512(void);
 const char *skv_kernels_impl(void);
 /* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true, each thread's 16-row
  * groups as K16_STREAMS runs read at once, every line asked for skv_kernels_k16_ahead() bytes
- * ahead (3 KB on AMD, 1 KB on other CPUs: kernels.c); false, one group after the other on the
- * hardware prefetcher alone. The same bits either way. The default is true except on AMD past
- * Zen 2 (family 0x17; not measured with the prefetch there), SKV_K16_PREFETCH=0|1 (read once)
+ * ahead (by the CPU, kernels.c: 3 KB on Zen 1-2, 2 KB on Zen 5, 1 KB on Intel and others);
+ * false, one group after the other on the hardware prefetcher alone. The same bits either way.
+ * The default is true except on Zen 3 and 4 (AMD family 0x19; not measured with the prefetch
+ * there, 2 KB when asked), SKV_K16_PREFETCH=0|1 (read once)
  * overrides it, and skv_kernels_k16_prefetch(mode) overrides both (tests, benchmarks: mode 1
  * or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at 2 threads: AMX Xeon, one
- * group 38.4 t/s, streams 49.3; Zen 1 (the settings taking turns token by token in one
- * process, bench/decode_ab.c), the build committed: one group 17.1, streams 3 KB ahead 22.0
- * (1 thread 10.1 and 13.0). An earlier Zen 1 finding that the prefetch cost 20-30% came from
- * separate builds, and on Zen 1 this loop's speed depends on the code gcc makes of it by
+ * group 38.4 t/s, streams 49.3; Zen 5, one group 48.4, streams 58.4; Zen 1 (the settings taking
+ * turns token by token in one process, bench/decode_ab.c), the build committed: one group 17.1,
+ * streams 3 KB ahead 22.0 (1 thread 10.1 and 13.0). An earlier Zen 1 finding that the prefetch cost
+ * 20-30% came from separate builds, and on Zen 1 this loop's speed depends on the code gcc makes of
+ * it by
  * +-30%: in the build before this one, streams 1 KB ahead ran at 13.1-13.5 against one group's
  * 16.4-17.3; in another, where the distance was read from memory, at 12.5 against 10.7. */
 bool skv_kernels_use_k16_prefetch(void);
