@@ -79,7 +79,7 @@ static void print_system(bool json) {
         printf("q4_k decode  4 streams per thread, software prefetch %d bytes ahead "
                "(SKV_K16_PREFETCH=0: one stream)\n",
                skv_simd_k16_ahead());
-    else if (strcmp(skv_simd_level(), "scalar") != 0) /* set so, or AMD past Zen 2 */
+    else if (strcmp(skv_simd_level(), "scalar") != 0) /* set so, or AMD Zen 3/4 */
         printf("q4_k decode  one stream per thread, hardware prefetch only "
                "(SKV_K16_PREFETCH=1: 4 prefetched streams)\n");
     if (warn) printf("simd note    %s\n", warn);
