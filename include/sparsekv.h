@@ -292,7 +292,9 @@ SKV_API int skv_context_n_past(const skv_context *ctx);
 SKV_API int skv_context_n_ctx(const skv_context *ctx);
 SKV_API int skv_context_n_threads(const skv_context *ctx);
 /* Drops the whole cache (logical length back to 0) and captured queries; a decoding budget and
- * attention accumulation stay set, their counts (cuts, accumulated attention) back to zero. */
+ * attention accumulation stay set, their counts (cuts, accumulated attention) back to zero. The
+ * cache keeps its memory for the next prompt (skv_cache_bytes_allocated() says how much; a
+ * compression gives the part past what it keeps back, skv_context_free all of it). */
 SKV_API void skv_context_reset(skv_context *ctx);
 
 typedef enum skv_logits_mode {

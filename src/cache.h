@@ -47,6 +47,8 @@ skv_cache *skv_cache_new(int n_layer, int n_head_kv, int head_dim, int n_rot, fl
 void skv_cache_set_rope(skv_cache *c, const skv_rope_spec *r);
 void skv_cache_free(skv_cache *c);
 skv_cache *skv_cache_clone(const skv_cache *c, skv_err *err);
+/* Empties every head (n_past 0, original positions) and keeps the arrays for the next appends;
+ * skv_cache_free gives them back. */
 void skv_cache_clear(skv_cache *c);
 /* Makes room for n more entries in every head (grows geometrically, up to n_ctx). */
 skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err);

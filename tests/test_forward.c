@@ -161,6 +161,43 @@ static void test_threads_agree(void **state) {
     free(c);
 }
 
+/* A reset context keeps its cache's memory (heads of different lengths and shifted rotations
+ * after a compression among it) and then computes a new prompt exactly as a fresh context. */
+static void test_reset_reuses_cache(void **state) {
+    (void)state;
+    int32_t toks[300];
+    const int n = load_reference_tokens(toks, 300), n2 = n / 2;
+    const int V = skv_model_hparams(model)->n_vocab;
+    skv_err err = {0};
+    skv_context *used = test_context(model, SKV_TYPE_F16, 0, 2, 0);
+    test_feed(used, toks, n, SKV_LOGITS_NONE, NULL);
+    skv_compress_params cp = skv_compress_default_params();
+    cp.keep_frac = 0.3;
+    cp.positions = SKV_POSITIONS_REROTATE;
+    assert_int_equal(skv_compress(used, &cp, NULL, &err), SKV_OK);
+    test_feed(used, toks, 3, SKV_LOGITS_NONE, NULL); /* decoded after it: shifted rotations */
+    const uint64_t held = skv_cache_bytes_allocated(skv_context_cache(used));
+    assert_true(held > 0);
+    skv_context_reset(used);
+    assert_int_equal(skv_context_n_past(used), 0);
+    assert_int_equal(skv_cache_bytes(skv_context_cache(used), -1), 0);
+    assert_int_equal(skv_cache_bytes_allocated(skv_context_cache(used)), held);
+
+    skv_context *fresh = test_context(model, SKV_TYPE_F16, 0, 2, 0);
+    float *a = malloc((size_t)n2 * V * sizeof(float)), *b = malloc((size_t)n2 * V * sizeof(float));
+    const int32_t *prompt = toks + n - n2; /* another prompt than the first */
+    test_feed(used, prompt, n2, SKV_LOGITS_ALL, a);
+    test_feed(fresh, prompt, n2, SKV_LOGITS_ALL, b);
+    assert_memory_equal(a, b, (size_t)n2 * V * sizeof(float));
+    test_feed(used, toks, 1, SKV_LOGITS_LAST, a); /* and a decode step after it */
+    test_feed(fresh, toks, 1, SKV_LOGITS_LAST, b);
+    assert_memory_equal(a, b, (size_t)V * sizeof(float));
+    free(a);
+    free(b);
+    skv_context_free(fresh);
+    skv_context_free(used);
+}
+
 static void test_f16_cache_close(void **state) {
     (void)state;
     int32_t toks[300];
@@ -355,6 +392,7 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_sequential),
         cmocka_unit_test(test_threads_agree),
         cmocka_unit_test(test_f16_cache_close),
+        cmocka_unit_test(test_reset_reuses_cache),
         cmocka_unit_test(test_greedy_reference_text),
         cmocka_unit_test(test_cli_generate_reference),
         cmocka_unit_test(test_blocked_prefill_attention),

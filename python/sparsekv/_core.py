@@ -584,7 +584,8 @@ class Context:
 
     # -- running the model
     def reset(self):
-        """Drops the whole cache (n_past back to 0)."""
+        """Drops the whole cache (n_past back to 0); its memory stays allocated for the next
+        prompt (cache_bytes_allocated)."""
         _lib.skv_context_reset(self._p())
         self._last_logits = None
 
