@@ -49,7 +49,7 @@ SHARED   := $(BUILD)/libsparsekv.so
 CLI      := $(BUILD)/sparsekv
 
 .SECONDARY:
-.PHONY: all lib test asan tsan fuzz check bench install uninstall clean format pytest
+.PHONY: all lib test asan tsan clang fuzz check bench install uninstall clean format pytest
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(BUILD)/bench_decode_ab
 lib: $(STATIC) $(SHARED)
@@ -129,6 +129,11 @@ tsan:
 	    $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 	tests/tsan_run.sh $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 
+# The library and the CLI built with clang too (own build dir, -Werror as always): clang warns
+# where gcc does not, and its target macros differ (the AMX files once compiled empty under it).
+clang:
+	$(MAKE) BUILD=build-clang CC=clang build-clang/sparsekv
+
 FUZZ_CC ?= clang
 fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_results $(BUILD)/fuzz_model
 # model and vocabulary loading: the loader's files instrumented, the rest of the engine from the
@@ -157,6 +162,7 @@ check:
 	$(MAKE) pytest
 	$(MAKE) -j$(NPROC) asan
 	$(MAKE) -j$(NPROC) tsan
+	$(MAKE) -j$(NPROC) clang
 	$(MAKE) -j$(NPROC) fuzz
 	tests/fuzz_run.sh $(BUILD)/fuzz_gguf
 	tests/fuzz_results_run.sh $(BUILD)/fuzz_results
@@ -205,4 +211,4 @@ format:
 	clang-format -i $(wildcard include/*.h src/*.[ch] src/*/*.[ch] eval/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.c)
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-clang

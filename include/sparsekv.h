@@ -604,7 +604,7 @@ SKV_API bool skv_simd_amx(void);
  * the same bits either way; only the speed differs. */
 SKV_API bool skv_simd_k16_prefetch(void);
 /* How many bytes ahead of its loads that decode asks for its weights, as measured per CPU: 3072
- * on AMD and Hygon up to family 0x17 (a Zen 1), 2048 on later AMD (a Zen 5), 1024 on other CPUs
+ * on AMD and Hygon up to family 0x18 (a Zen 1), 2048 on later AMD (a Zen 5), 1024 on other CPUs
  * (an AMX Xeon); 0 when skv_simd_k16_prefetch() is false. */
 SKV_API int skv_simd_k16_ahead(void);
 /* The widest level this CPU (and its OS) supports, whatever SKV_SIMD says or this build has. */

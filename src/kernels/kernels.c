@@ -108,12 +108,12 @@ static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
  * Zen 3 and 4 (family 0x19) are not measured: one stream (a Zen 4 once had one stream at 39-53
  * t/s against 32-40 for 4 streams without the prefetch), 2 KB when SKV_K16_PREFETCH=1 asks. */
 #define K16_AHEAD_OTHER 1024 /* Intel and other vendors */
-#define K16_AHEAD_ZEN1  3072 /* AMD and Hygon family 0x17 and older */
+#define K16_AHEAD_ZEN1  3072 /* AMD family 0x17 and older, Hygon's 0x18 (a Zen 1) */
 #define K16_AHEAD_ZEN5  2048 /* AMD family 0x1a and newer; also Zen 3/4's when asked */
 static int k16_ahead_for(bool amd, unsigned family, bool *streams) {
-    *streams = !amd || family <= 0x17 || family >= 0x1a;
+    *streams = !amd || family != 0x19;
     if (!amd) return K16_AHEAD_OTHER;
-    return family <= 0x17 ? K16_AHEAD_ZEN1 : K16_AHEAD_ZEN5;
+    return family <= 0x18 ? K16_AHEAD_ZEN1 : K16_AHEAD_ZEN5;
 }
 int skv_k16_ahead_cpu = K16_AHEAD_OTHER;
 static bool k16_streams_cpu = true;      /* the CPU's default: k16_ahead_for */
@@ -171,7 +171,8 @@ static void simd_detect(void) {
         cpu_amd = !memcmp(vendor, "AuthenticAMD", 12) || !memcmp(vendor, "HygonGenuine", 12);
     }
     if (max_leaf >= 1 && __get_cpuid(1, &a, &b, &c, &d)) {
-        /* the family, base + extended: Zen 1 and 2 are 0x17, Zen 3 and 4 0x19, Zen 5 0x1a */
+        /* the family, base + extended: Zen 1 and 2 are 0x17 (Hygon 0x18), Zen 3 and 4 0x19, Zen 5
+         * 0x1a */
         const unsigned family = (a >> 8 & 0xf) + ((a >> 8 & 0xf) == 0xf ? (a >> 20 & 0xff) : 0);
         skv_k16_ahead_cpu = k16_ahead_for(cpu_amd, family, &k16_streams_cpu);
         sse42 = c >> 20 & 1;
