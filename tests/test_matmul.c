@@ -229,8 +229,8 @@ static void test_bf16_gemv_halves(void **s) {
 
 /* Q4_K, Q8_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
- * (the SIMD kernels read the records; the scalar level unpacks them); Q4_K decode with and
- * without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups (n_out % 16),
+ * (the SIMD kernels read the records; the scalar level unpacks them); Q4_K and Q8_0 decode with
+ * and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups (n_out % 16),
  * several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
@@ -284,8 +284,8 @@ static void test_k16(void **s) {
                                 m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
                                 continue;
                             skv_matmul(pools[p], y, x, m, w, t, n_out, n_in, work);
-                            /* Q4_K decode (gemv_k16) both ways, whichever this CPU picks */
-                            const int n_st = simd && m < 3 && t == SKV_TYPE_Q4_K ? 2 : 1;
+                            /* Q4_K and Q8_0 decode both ways, whichever this CPU picks */
+                            const int n_st = simd && m < 3 && t != SKV_TYPE_Q6_K ? 2 : 1;
                             for (int st = 0; st < n_st; st++) {
                                 const int mode = n_st == 2 ? st : -1;
                                 skv_kernels_k16_prefetch(mode);

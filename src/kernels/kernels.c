@@ -105,6 +105,10 @@ static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
  * - Zen 5, family 0x1a (EPYC, VNNI level), 2 threads: one stream 48.4, 1 KB 41.6, 1.5 KB 52.9,
  *   2 KB 58.4, 2.5 KB 56.5, 3 KB 52.2; 1 thread 21.7, 17.7, 23.7, 24.8, 24.2, 23.0 (Q4_K_M
  *   2 threads: 50.4, 48.0, 2 KB 55.3, 3 KB 52.0). 1 KB, right on Intel, is slower than none here.
+ *   The VNNI Q8_0 records' decode (gemv_hex_rec) with the same streams, llama-3.2-1b Q8_0 tg at 2
+ *   threads: one stream 30.6-33.3, 1 KB 38.2-41.4, 2 KB 38.6-42.5, 3 KB 38.5-42.1 (+24-28%); 1
+ *   thread 19.2 -> 24.0; qwen2.5-0.5b 82.8 -> 97.4, smollm2-135m 259 -> 296. Not measured on
+ *   Intel or Zen 1 (whose AVX2 level reads Q8_0 records as one stream, 2 KB ahead).
  * Zen 3 and 4 (family 0x19) are not measured: one stream (a Zen 4 once had one stream at 39-53
  * t/s against 32-40 for 4 streams without the prefetch), 2 KB when SKV_K16_PREFETCH=1 asks. */
 #define K16_AHEAD_OTHER 1024 /* Intel and other vendors */

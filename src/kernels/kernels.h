@@ -72,8 +72,9 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
                 int n_out, int n_in, void *work);
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
  * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
- * rows'. The Q4_K records' gemv_k16 reads 4 streams, 1 KB or 3 KB ahead by the CPU
- * (skv_kernels_k16_ahead; SKV_K16_PREFETCH=0: one stream, no prefetch). Not in the VNNI
+ * rows'. The Q4_K records' gemv_k16 (and the VNNI level's Q8_0 records' gemv_hex_rec) reads 4
+ * streams, 1-3 KB ahead by the CPU (skv_kernels_k16_ahead; SKV_K16_PREFETCH=0: one stream, Q4_K
+ * without prefetch, Q8_0 on this distance). Not in the VNNI
  * Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its
  * own PFD. The hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m
  * F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->
@@ -218,7 +219,7 @@ typedef struct skv_mm {
     int m, n_out, n_in;
     bool w_panels;     /* float W in panels (skv_panels_pack) */
     bool w_k16;        /* Q4_K, Q8_0 or Q6_K W in k16 records (skv_k16_pack) */
-    bool k16_prefetch; /* Q4_K records' decode: skv_kernels_use_k16_prefetch() */
+    bool k16_prefetch; /* Q4_K (and VNNI Q8_0) records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
@@ -394,7 +395,8 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K records' decode (gemv_k16: m < 3 x rows) reads W: true, each thread's 16-row
+/* How the Q4_K records' decode (gemv_k16: m < 3 x rows), and the Q8_0 records' at the VNNI level
+ * (gemv_hex_rec), read W: true, each thread's 16-row
  * groups as K16_STREAMS runs read at once, every line asked for skv_kernels_k16_ahead() bytes
  * ahead (by the CPU, kernels.c: 3 KB on Zen 1-2, 2 KB on Zen 5, 1 KB on Intel and others);
  * false, one group after the other on the hardware prefetcher alone. The same bits either way.
@@ -411,7 +413,8 @@ const char *skv_kernels_impl(void);
  * 16.4-17.3; in another, where the distance was read from memory, at 12.5 against 10.7. */
 bool skv_kernels_use_k16_prefetch(void);
 void skv_kernels_k16_prefetch(int mode);
-/* Bytes ahead of its loads the Q4_K records' decode prefetches; 0 when it does not. */
+/* Bytes ahead of its loads the Q4_K (and VNNI Q8_0) records' decode prefetches in streams; 0 when
+ * it reads one stream. */
 int skv_kernels_k16_ahead(void);
 /* ... when it does, by the CPU: set once with the SIMD level (before any product can run), read
  * by the kernels from memory; bench/decode_ab.c changes it between forward calls, never while

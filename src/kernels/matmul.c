@@ -445,7 +445,8 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->amx = panels && m >= SKV_MM_AMX_MIN_ROWS && amx_type(wt) && skv_kernels_use_amx();
     if (t->amx) t->bf16 = false;
     t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
-    t->mm.k16_prefetch = t->k16_kernels && wt == SKV_TYPE_Q4_K && skv_kernels_use_k16_prefetch();
+    t->mm.k16_prefetch = t->k16_kernels && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q8_0) &&
+                         skv_kernels_use_k16_prefetch();
 #endif
 }
 

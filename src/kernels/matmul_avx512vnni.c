@@ -7,7 +7,8 @@
  *     rows front to back and sum in the same order: the same bits (also as the AVX2 level's).
  *     Q8_0 in k16 records (a loaded model's): decode reads each octet's 8 rows in the lanes of
  *     one chain, W codes made unsigned (^ 0x80) against signed x, less 128 times the block's x
- *     sum (gemv_hex_rec); prefill joins a group's two octets into its hexads (prep_hexad_rec).
+ *     sum (gemv_hex_rec; 4 prefetched streams per thread as gemv_k16's where the CPU takes
+ *     them); prefill joins a group's two octets into its hexads (prep_hexad_rec).
  *   - K-quants (the first section): per super-block two exact integers per output (the codes'
  *     dot with x times the sub-block scales, and the mins / offsets times x's group sums), then
  *     one float chain over super-blocks; prefill with sixteen W rows in the lanes (vpdpbusd,
@@ -893,56 +894,91 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     }
 }
 
-/* Decode from Q8_0 k16 records: the thread's groups one after the other (W as one stream), per
- * block each octet's 8 rows in the lanes of one chain: vpdpbusd of the codes made unsigned
- * (w ^ 0x80) with 4 x codes broadcast, less 128 * the sum of x's block (xb); the 8 scales one
- * load. The operations of a lane of the tiles, as gemv_hex's: the same bits. r0 is a multiple
- * of 16 (matmul.c). */
-static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    const int nb = mm->n_in / 32;
+/* One Q8_0 record's step (block b of a 16-row group): each octet's 8 rows in the lanes of one
+ * chain, vpdpbusd of the codes made unsigned (w ^ 0x80) with 4 x codes broadcast, less 128 * the
+ * sum of x's block (xb); the 8 scales one load. The operations of a lane of the tiles, as
+ * gemv_hex's: the same bits. Prefetch: `ahead` bytes past each line (0: the fixed
+ * SKV_GEMV_PREFETCH of the one-stream read). */
+INLINE void q8_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float dx, __m256 acc[2],
+                        int ahead) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) {
+        int32_t x4;
+        memcpy(&x4, xq + 4 * q, 4);
+        if (ahead) {
+            SKV_PREFETCH_AT(rec, ahead + 64 * q);
+            if (q == 0)
+                SKV_PREFETCH_AT(rec, ahead + 512); /* a record is 544 bytes: its ninth line */
+        } else {
+            SKV_PREFETCH_AHEAD(rec, 64 * q);
+            if (q == 0) SKV_PREFETCH_AHEAD(rec, 512);
+        }
+        const __m256i x = _mm256_set1_epi32(x4);
+        s0 = _mm256_dpbusd_epi32(
+            s0,
+            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
+                             flip),
+            x);
+        s1 = _mm256_dpbusd_epi32(
+            s1,
+            _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)), flip),
+            x);
+    }
+    const __m256i xbv = _mm256_set1_epi32(xb);
+    q8_rec_chain(rec, _mm256_sub_epi32(s0, xbv), _mm256_sub_epi32(s1, xbv), dx, acc);
+}
+
+/* Decode from Q8_0 k16 records. With streams (mm->k16_prefetch, as Q4_K's gemv_k16) the thread's
+ * groups in K16_STREAMS quarters read at once, each line asked for skv_k16_ahead_cpu bytes ahead;
+ * without, one group after the other (W as one stream) on SKV_GEMV_PREFETCH. Either way each
+ * group's chains take the same steps: the same bits. Zen 5 (llama-3.2-1b Q8_0 tg, 2 threads,
+ * the settings taking turns token by token in one process): see kernels.c. r0 is a multiple of
+ * 16 (matmul.c). */
+INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
+    const int nb = mm->n_in / 32;
     int32_t xb[MAX_XB]; /* 128 * the sum of each block of x's codes, once per x row */
     if (nb > MAX_XB) {  /* wider than any model layer: the AVX2 code, same bits */
         skv_matmul_avx2(mm, i0, i1, r0, r1);
         return;
     }
+    const int ahead = streams ? skv_k16_ahead_cpu : 0;
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
         hex_xsums(a, nb, xb);
-        for (int g = r0 / 16; 16 * g < r1; g++) {
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
+        const int h = streams ? gn / K16_STREAMS : 0;
+        for (int j = 0; j < h; j++) {
+            __m256 acc[K16_STREAMS][2];
+            for (int q = 0; q < K16_STREAMS; q++) acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+            for (int b = 0; b < nb; b++)
+#pragma GCC unroll 4
+                for (int q = 0; q < K16_STREAMS; q++)
+                    q8_rec_step(q8_rec(mm, ga + q * h + j, b), a.q + 32 * b, xb[b], a.d[b], acc[q],
+                                ahead);
+            for (int q = 0; q < K16_STREAMS; q++) {
+                const int g = ga + q * h + j;
+                store_group(y + 16 * g, acc[q], r1 - 16 * g);
+            }
+        }
+        for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
             const uint8_t *rec = q8_rec(mm, g, 0);
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
-                __m256i s0 = _mm256_setzero_si256(), s1 = s0;
-#pragma GCC unroll 8
-                for (int q = 0; q < 8; q++) {
-                    int32_t x4;
-                    memcpy(&x4, a.q + 32 * b + 4 * q, 4);
-                    SKV_PREFETCH_AHEAD(rec, 64 * q);
-                    if (q == 0) /* a record is 544 bytes: its ninth line */
-                        SKV_PREFETCH_AHEAD(rec, 512);
-                    const __m256i x = _mm256_set1_epi32(x4);
-                    s0 = _mm256_dpbusd_epi32(
-                        s0,
-                        _mm256_xor_si256(
-                            _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
-                            flip),
-                        x);
-                    s1 = _mm256_dpbusd_epi32(
-                        s1,
-                        _mm256_xor_si256(_mm256_loadu_si256(
-                                             (const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)),
-                                         flip),
-                        x);
-                }
-                const __m256i xbv = _mm256_set1_epi32(xb[b]);
-                q8_rec_chain(rec, _mm256_sub_epi32(s0, xbv), _mm256_sub_epi32(s1, xbv), a.d[b],
-                             acc);
-            }
+            for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD)
+                q8_rec_step(rec, a.q + 32 * b, xb[b], a.d[b], acc, ahead);
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
+}
+
+static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->k16_prefetch)
+        gemv_hex_rec_run(mm, i0, i1, r0, r1, true);
+    else
+        gemv_hex_rec_run(mm, i0, i1, r0, r1, false);
 }
 
 /* x rows below which quantized W is used straight from its raw blocks. */
