@@ -1,6 +1,6 @@
 # sparsekv — plain GNU make. `make` builds the library and CLI, `make test` runs the suite,
-# `make asan` runs it again under AddressSanitizer + UndefinedBehaviorSanitizer, `make fuzz`
-# builds the libFuzzer target, `make bench` writes bench/results.md, `make install PREFIX=...`.
+# `make asan` runs it again under AddressSanitizer + UndefinedBehaviorSanitizer, `make clang`
+# builds everything with clang, `make fuzz` builds the libFuzzer target, `make bench` writes bench/results.md, `make install PREFIX=...`.
 
 CC       ?= cc
 BUILD    ?= build
@@ -129,10 +129,11 @@ tsan:
 	    $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 	tests/tsan_run.sh $(patsubst %,build-tsan/tests/%,$(TSAN_TESTS))
 
-# The library and the CLI built with clang too (own build dir, -Werror as always): clang warns
-# where gcc does not, and its target macros differ (the AMX files once compiled empty under it).
+# Everything built with clang too (library, CLI, examples, benchmarks, the tests' programs; own
+# build dir, -Werror as always): clang warns where gcc does not, and its target macros differ
+# (the AMX files once compiled empty under it). Built, not run: the gcc builds run the suite.
 clang:
-	$(MAKE) BUILD=build-clang CC=clang build-clang/sparsekv
+	$(MAKE) BUILD=build-clang CC=clang all $(patsubst $(BUILD)/%,build-clang/%,$(TEST_BIN))
 
 FUZZ_CC ?= clang
 fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_results $(BUILD)/fuzz_model

@@ -11,6 +11,7 @@
  *
  *   build: make (it builds build/bench_decode_ab)
  *   usage: bench_decode_ab MODEL.gguf [--threads T] [--tokens N] [--depth D] [--ahead A,B,...]
+ *          bench_decode_ab --help
  *          (default: 2 threads, 40 tokens per setting (at most 1000), depth 16, settings
  *          0,1024,2048,3072,4096 (at most 16, each 0..65536); a model with Q4_K matrices, e.g.
  *          `sparsekv synth-model --preset llama-3.2-1b --type q4_k -o m.gguf`) */
@@ -61,8 +62,9 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || argv[1][0] == '-') { /* --help, or options before the model */
-        const bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    bool help = false;
+    for (int i = 1; i < argc; i++) help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+    if (argc < 2 || argv[1][0] == '-' || help) { /* --help, or options before the model */
         usage_to(help ? stdout : stderr);
         return help ? 0 : 2;
     }

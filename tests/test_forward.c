@@ -182,6 +182,7 @@ static void test_reset_reuses_cache(void **state) {
     assert_int_equal(skv_context_n_past(used), 0);
     assert_int_equal(skv_cache_bytes(skv_context_cache(used), -1), 0);
     assert_int_equal(skv_cache_bytes_allocated(skv_context_cache(used)), held);
+    assert_int_equal(skv_cache_position_mode(skv_context_cache(used)), SKV_POSITIONS_ORIGINAL);
 
     skv_context *fresh = test_context(model, SKV_TYPE_F16, 0, 2, 0);
     float *a = malloc((size_t)n2 * V * sizeof(float)), *b = malloc((size_t)n2 * V * sizeof(float));
@@ -192,6 +193,9 @@ static void test_reset_reuses_cache(void **state) {
     test_feed(used, toks, 1, SKV_LOGITS_LAST, a); /* and a decode step after it */
     test_feed(fresh, toks, 1, SKV_LOGITS_LAST, b);
     assert_memory_equal(a, b, (size_t)V * sizeof(float));
+    skv_context_reset(used); /* and it can be compressed again, as a fresh prefill */
+    test_feed(used, prompt, n2, SKV_LOGITS_NONE, NULL);
+    assert_int_equal(skv_compress(used, &cp, NULL, &err), SKV_OK);
     free(a);
     free(b);
     skv_context_free(fresh);

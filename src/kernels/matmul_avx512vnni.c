@@ -544,9 +544,10 @@ INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, 
  * quant_x86.h), each line asked for skv_k16_ahead_cpu bytes ahead; without, one group after the
  * other on the hardware prefetcher. AMX Xeon, llama-3.2-1b Q4_K tg at 2 threads: one stream
  * without prefetch 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams 49.3, 8 streams 39; 4
- * streams with 2048 / 4096 bytes ahead 45 / 40 (so 1 KB on Intel; AMD's 3 KB is Zen 1's, at the
- * AVX2 level: kernels.c). Zen 4 had one stream without prefetch at 39-53 against 32-40 for 4
- * streams without prefetch (an earlier session; the streams with prefetch not measured). */
+ * streams with 2048 / 4096 bytes ahead 45 / 40: so 1 KB on Intel, 2 KB on Zen 5 (measured on this
+ * kernel), 3 KB on Zen 1-2 (at the AVX2 level), Zen 3-4 one stream: kernels.c, k16_ahead_for. Zen 4
+ * had one stream without prefetch at 39-53 against 32-40 for 4 streams without prefetch (an earlier
+ * session; the streams with prefetch not measured). */
 INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
