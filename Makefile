@@ -1,6 +1,7 @@
 # sparsekv — plain GNU make. `make` builds the library and CLI, `make test` runs the suite,
 # `make asan` runs it again under AddressSanitizer + UndefinedBehaviorSanitizer, `make clang`
-# builds everything with clang, `make fuzz` builds the libFuzzer target, `make bench` writes bench/results.md, `make install PREFIX=...`.
+# builds everything with clang, `make fuzz` builds the libFuzzer targets, `make bench` writes
+# bench/results.md, `make install PREFIX=...`.
 
 CC       ?= cc
 BUILD    ?= build

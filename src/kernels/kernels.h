@@ -395,22 +395,21 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K records' decode (gemv_k16: m < 3 x rows), and the Q8_0 records' at the VNNI level
- * (gemv_hex_rec), read W: true, each thread's 16-row
- * groups as K16_STREAMS runs read at once, every line asked for skv_kernels_k16_ahead() bytes
- * ahead (by the CPU, kernels.c: 3 KB on Zen 1-2, 2 KB on Zen 5, 1 KB on Intel and others);
- * false, one group after the other on the hardware prefetcher alone. The same bits either way.
- * The default is true except on Zen 3 and 4 (AMD family 0x19; not measured with the prefetch
- * there, 2 KB when asked), SKV_K16_PREFETCH=0|1 (read once)
- * overrides it, and skv_kernels_k16_prefetch(mode) overrides both (tests, benchmarks: mode 1
- * or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at 2 threads: AMX Xeon, one
- * group 38.4 t/s, streams 49.3; Zen 5, one group 48.4, streams 58.4; Zen 1 (the settings taking
- * turns token by token in one process, bench/decode_ab.c), the build committed: one group 17.1,
- * streams 3 KB ahead 22.0 (1 thread 10.1 and 13.0). An earlier Zen 1 finding that the prefetch cost
- * 20-30% came from separate builds, and on Zen 1 this loop's speed depends on the code gcc makes of
- * it by
- * +-30%: in the build before this one, streams 1 KB ahead ran at 13.1-13.5 against one group's
- * 16.4-17.3; in another, where the distance was read from memory, at 12.5 against 10.7. */
+/* How the Q4_K records' decode (gemv_k16: m < 3 x rows), and the Q8_0 records' at the VNNI
+ * level (gemv_hex_rec), read W: true, each thread's 16-row groups as K16_STREAMS runs read at
+ * once, every line asked for skv_kernels_k16_ahead() bytes ahead (by the CPU, kernels.c: 3 KB on
+ * Zen 1-2, 2 KB on Zen 5, 1 KB on Intel and others); false, one group after the other on the
+ * hardware prefetcher alone. The same bits either way. The default is true except on Zen 3 and 4
+ * (AMD family 0x19; not measured with the prefetch there, 2 KB when asked); SKV_K16_PREFETCH=0|1
+ * (read once) overrides it, and skv_kernels_k16_prefetch(mode) overrides both (tests,
+ * benchmarks: mode 1 or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at 2
+ * threads: AMX Xeon, one group 38.4 t/s, streams 49.3; Zen 5, one group 48.4, streams 58.4;
+ * Zen 1 (the settings taking turns token by token in one process, bench/decode_ab.c), the build
+ * committed: one group 17.1, streams 3 KB ahead 22.0 (1 thread 10.1 and 13.0). An earlier Zen 1
+ * finding that the prefetch cost 20-30% came from separate builds, and on Zen 1 this loop's speed
+ * depends on the code gcc makes of it by +-30%: in the build before this one, streams 1 KB ahead
+ * ran at 13.1-13.5 against one group's 16.4-17.3; in another, where the distance was read from
+ * memory, at 12.5 against 10.7. */
 bool skv_kernels_use_k16_prefetch(void);
 void skv_kernels_k16_prefetch(int mode);
 /* Bytes ahead of its loads the Q4_K (and VNNI Q8_0) records' decode prefetches in streams; 0 when

@@ -898,20 +898,20 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
 /* One Q8_0 record's step (block b of a 16-row group): each octet's 8 rows in the lanes of one
  * chain, vpdpbusd of the codes made unsigned (w ^ 0x80) with 4 x codes broadcast, less 128 * the
  * sum of x's block (xb); the 8 scales one load. The operations of a lane of the tiles, as
- * gemv_hex's: the same bits. Prefetch: `ahead` bytes past each line (0: the fixed
- * SKV_GEMV_PREFETCH of the one-stream read). */
+ * gemv_hex's: the same bits. Prefetch, as k16_step's: with streams skv_k16_ahead_cpu bytes past
+ * each line (read from memory, kernels.h), else the fixed SKV_GEMV_PREFETCH of one stream. */
 INLINE void q8_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float dx, __m256 acc[2],
-                        int ahead) {
+                        bool streams) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m256i s0 = _mm256_setzero_si256(), s1 = s0;
 #pragma GCC unroll 8
     for (int q = 0; q < 8; q++) {
         int32_t x4;
         memcpy(&x4, xq + 4 * q, 4);
-        if (ahead) {
-            SKV_PREFETCH_AT(rec, ahead + 64 * q);
-            if (q == 0)
-                SKV_PREFETCH_AT(rec, ahead + 512); /* a record is 544 bytes: its ninth line */
+        /* a record is 544 bytes: q == 0 asks for its ninth line too */
+        if (streams) {
+            SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 64 * q);
+            if (q == 0) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 512);
         } else {
             SKV_PREFETCH_AHEAD(rec, 64 * q);
             if (q == 0) SKV_PREFETCH_AHEAD(rec, 512);
@@ -945,7 +945,6 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
         skv_matmul_avx2(mm, i0, i1, r0, r1);
         return;
     }
-    const int ahead = streams ? skv_k16_ahead_cpu : 0;
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
@@ -959,7 +958,7 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
 #pragma GCC unroll 4
                 for (int q = 0; q < K16_STREAMS; q++)
                     q8_rec_step(q8_rec(mm, ga + q * h + j, b), a.q + 32 * b, xb[b], a.d[b], acc[q],
-                                ahead);
+                                true);
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
                 store_group(y + 16 * g, acc[q], r1 - 16 * g);
@@ -969,7 +968,7 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
             const uint8_t *rec = q8_rec(mm, g, 0);
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD)
-                q8_rec_step(rec, a.q + 32 * b, xb[b], a.d[b], acc, ahead);
+                q8_rec_step(rec, a.q + 32 * b, xb[b], a.d[b], acc, streams);
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
