@@ -268,7 +268,7 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
  * once per column block so that one 64-byte load holds 4 codes of each row; x codes broadcast
  * 4 at a time (vpdpbusd: unsigned W codes . signed x codes); per sub-block the 16 rows' sums
  * times their scales (vpmulld) into U; M by vpdpwssd of pairs of mn against pairs of x's
- * group sums. */
+ * sub-block sums (Q4_K/Q5_K) or group sums (Q6_K). */
 #define MRK 4  /* x rows per tile */
 #define NOK 2  /* hexads per tile (32 W rows) */
 #define KBK 2  /* super-blocks per prepared column block: two hexads are 23 KB */
@@ -277,7 +277,8 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 typedef struct prep_k16 {
     uint8_t q[KBK * 4096] ALIGNED64; /* [sb][group g of 4 codes (64)][row k][4], K order */
     int32_t sc[KBK * 256] ALIGNED64; /* [sb][sub-block j (8 or 16)][row k] */
-    int32_t mn[KBK * 128] ALIGNED64; /* [sb][pair p][row k]: mn_2p, mn_2p+1 as 16-bit words */
+    int32_t mn[KBK * 128] ALIGNED64; /* [sb][pair p][row k]: mn_2p, mn_2p+1 as 16-bit words, of
+                                      * sub-blocks (Q4_K/Q5_K, p < 4) or groups of 16 (Q6_K) */
     float d[KBK * 16] ALIGNED64;     /* [sb][row k] */
     float dm[KBK * 16] ALIGNED64;    /* [sb][row k] */
 } prep_k16;
@@ -321,10 +322,12 @@ INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int 
         }
         for (int j = 0; j < (q6 ? 16 : 8); j++)
             for (int k = 0; k < 16; k++) p->sc[256 * s + 16 * j + k] = sc[k][j];
-        for (int q = 0; q < 8; q++)
+        const int pw = q6 ? 1 : 2; /* Q4_K/Q5_K's mn words: each sub-block's min twice */
+        for (int q = 0; q < (q6 ? 8 : 4); q++)
             for (int k = 0; k < 16; k++)
-                p->mn[128 * s + 16 * q + k] = (int32_t)((uint32_t)(uint16_t)mn[k][2 * q] |
-                                                        (uint32_t)(uint16_t)mn[k][2 * q + 1] << 16);
+                p->mn[128 * s + 16 * q + k] =
+                    (int32_t)((uint32_t)(uint16_t)mn[k][2 * pw * q] |
+                              (uint32_t)(uint16_t)mn[k][2 * pw * q + pw] << 16);
     }
 }
 
@@ -333,7 +336,7 @@ INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int 
 
 /* prep_k16_fill from the records of group g: the nibbles split, the scales widened. */
 static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int nb) {
-    const __m512i m4 = _mm512_set1_epi8(15), lo16 = _mm512_set1_epi32(0xffff);
+    const __m512i m4 = _mm512_set1_epi8(15);
     for (int s = 0; s < nb; s++) {
         const uint8_t *rec = k16_rec(mm, g, b0 + s);
         for (int j = 0; j < 8; j++) {
@@ -347,15 +350,10 @@ static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int 
                                _mm512_cvtepu8_epi32(
                                    _mm_loadu_si128((const __m128i *)(rec + SKV_K16_SC + 16 * j))));
         }
-        for (int q = 0; q < 4; q++) { /* groups of 16: both halves of sub-block 2q, then 2q + 1 */
-            const __m512i pw = _mm512_cvtepu8_epi16(
-                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_MN + 32 * q)));
-            const __m512i e = _mm512_and_si512(pw, lo16), o = _mm512_srli_epi32(pw, 16);
-            _mm512_store_si512(p->mn + 128 * s + 16 * (2 * q),
-                               _mm512_or_si512(e, _mm512_slli_epi32(e, 16)));
-            _mm512_store_si512(p->mn + 128 * s + 16 * (2 * q + 1),
-                               _mm512_or_si512(o, _mm512_slli_epi32(o, 16)));
-        }
+        for (int q = 0; q < 4; q++) /* the records' pairs (mn_2q, mn_2q+1) of each row, widened */
+            _mm512_store_si512(p->mn + 128 * s + 16 * q,
+                               _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                                   (const __m256i *)(rec + SKV_K16_MN + 32 * q))));
         _mm512_store_ps(p->d + 16 * s,
                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_D))));
         _mm512_store_ps(p->dm + 16 * s, _mm512_mul_ps(_mm512_set1_ps(-1.0f),
@@ -406,20 +404,43 @@ INLINE void tile_k16(int mr, skv_type t, const act_row *a, int b0, const prep_k1
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            int32_t xp[8];
-            _mm256_storeu_si256((__m256i *)xp, xsums16(a[i], b0 + s));
+            /* M: each x pair broadcast in-lane from a register (vpshufd), not stored and
+             * loaded back (-10%) */
+            __m256i xl[2];
+            k_xpairs_lanes(a[i], b0 + s, q6, xl);
+            const __m512i x0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(xl[0]));
+            const __m512i x1 = q6 ? _mm512_broadcast_i32x4(_mm256_castsi256_si128(xl[1])) : x0;
+            __m512i m[NOK];
+            for (int c = 0; c < NOK; c++) m[c] = _mm512_setzero_si512();
+#define MN_PAIR(q, xv, imm)                                                                        \
+    do {                                                                                           \
+        const __m512i xb = _mm512_shuffle_epi32(xv, imm);                                          \
+        for (int c = 0; c < NOK; c++)                                                              \
+            m[c] =                                                                                 \
+                _mm512_dpwssd_epi32(m[c], _mm512_load_si512(p[c]->mn + 128 * s + 16 * (q)), xb);   \
+    } while (0)
+            MN_PAIR(0, x0, _MM_PERM_AAAA);
+            if (q6) {
+                MN_PAIR(1, x0, _MM_PERM_BBBB);
+                MN_PAIR(2, x0, _MM_PERM_CCCC);
+                MN_PAIR(3, x0, _MM_PERM_DDDD);
+                MN_PAIR(4, x1, _MM_PERM_AAAA);
+                MN_PAIR(5, x1, _MM_PERM_BBBB);
+                MN_PAIR(6, x1, _MM_PERM_CCCC);
+                MN_PAIR(7, x1, _MM_PERM_DDDD);
+            } else { /* lanes hold pairs 0 2 1 3 */
+                MN_PAIR(1, x0, _MM_PERM_CCCC);
+                MN_PAIR(2, x0, _MM_PERM_BBBB);
+                MN_PAIR(3, x0, _MM_PERM_DDDD);
+            }
+#undef MN_PAIR
             const __m512 dx = _mm512_set1_ps(a[i].d[b0 + s]);
 #pragma GCC unroll 2
             for (int c = 0; c < NOK; c++) {
-                __m512i m = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                for (int q = 0; q < 8; q++)
-                    m = _mm512_dpwssd_epi32(m, _mm512_load_si512(p[c]->mn + 128 * s + 16 * q),
-                                            _mm512_set1_epi32(xp[q]));
                 acc[i][c] =
                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(u[i][c]),
                                     _mm512_mul_ps(_mm512_load_ps(p[c]->d + 16 * s), dx), acc[i][c]);
-                acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m),
+                acc[i][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m[c]),
                                             _mm512_mul_ps(_mm512_load_ps(p[c]->dm + 16 * s), dx),
                                             acc[i][c]);
             }

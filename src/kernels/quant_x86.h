@@ -161,6 +161,23 @@ static inline __m256i k_xpairs_v(act_row a, int s, int q6) {
     return w;
 }
 
+/* The same pairs with both 128-bit lanes alike, so that an in-lane vpshufd broadcasts one
+ * (a lane-crossing vpermd per pair cost the AVX2 prefill tile ~15%): Q4_K/Q5_K x[0] holds pairs
+ * 0, 2, 1, 3 (x[1] unset), Q6_K x[0] pairs 0-3 and x[1] pairs 4-7. */
+static inline void k_xpairs_lanes(act_row a, int s, int q6, __m256i x[2]) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)(a.s + 16 * s));
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)(a.s + 16 * s + 8));
+    if (q6) { /* 64-bit elements: pairs 0 1 | 4 5 | 2 3 | 6 7 */
+        const __m256i pk = _mm256_packs_epi32(lo, hi);
+        x[0] = _mm256_permute4x64_epi64(pk, 0x88);
+        x[1] = _mm256_permute4x64_epi64(pk, 0xdd);
+    } else { /* sub-blocks 0 1 4 5 | 2 3 6 7; as words, 64-bit elements: pairs 0 2 | 0 2 | 1 3 | 1 3
+              */
+        const __m256i sb = _mm256_hadd_epi32(lo, hi);
+        x[0] = _mm256_permute4x64_epi64(_mm256_packs_epi32(sb, sb), 0x88);
+    }
+}
+
 static inline void k_xpairs(act_row a, int s, int q6, int32_t xp[8]) {
     _mm256_storeu_si256((__m256i *)xp, k_xpairs_v(a, s, q6));
 }
