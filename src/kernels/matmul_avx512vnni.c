@@ -495,10 +495,14 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
+                k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK,
+                                              SKV_K16_RECORD, 256, (mc1 - mc0) / MRK);
                 int i = mc0;
-                for (; i + MRK <= mc1; i += MRK)
+                for (; i + MRK <= mc1; i += MRK) {
+                    k16_ahead_some(&ah);
                     tile_k16_step(MRK, t, mm, i, r, nr, p, b0, nb, first, last,
                                   save + (size_t)(i - mc0) * NOK);
+                }
                 __m512 *sv = save + (size_t)(i - mc0) * NOK;
                 switch (mc1 - i) {
                 case 3:
@@ -784,10 +788,14 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                     prep_hexad(&prep[c], w, q4, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
+                k16_ahead ah = k16_ahead_next(mm, mc0, MCH, i1, r, NOH, r0, r1, kb, nkb, KBH,
+                                              SKV_K16_Q8_RECORD, 32, (mc1 - mc0) / MRH);
                 int i = mc0;
-                for (; i + MRH <= mc1; i += MRH)
+                for (; i + MRH <= mc1; i += MRH) {
+                    k16_ahead_some(&ah);
                     tile_hex_step(MRH, mm, i, r, nr, p, b0, nb, first, last,
                                   save + (size_t)(i - mc0) * NOH);
+                }
                 __m512 *sv = save + (size_t)(i - mc0) * NOH;
                 switch (mc1 - i) {
                 case 3:

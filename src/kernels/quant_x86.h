@@ -255,6 +255,42 @@ static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K */
     return k16_at(mm, g, s, 256, SKV_K16_Q6_RECORD);
 }
 
+/* Prefill fetches the k16 records that its next preparation will read into L2, a share before
+ * each tile while the tiles of the current column block run: preparing them straight from
+ * memory stalled for ~25% of the VNNI Q8_0 tile loop's samples and ~10% of Q4_K's. The loops
+ * run x blocks (mc0, step mcs) > W rows (r, step 16 ng) > column blocks (kb of nkb, kbs blocks
+ * of unit values each, rec bytes per record); the next preparation is the next column block's,
+ * the next W rows' first, or the next x block's first; none after the last. (VNNI only: the
+ * slower AVX2 tiles hide the wait, no gain measured there on Zen 5.) */
+typedef struct k16_ahead {
+    const uint8_t *p[2]; /* [ng]: the groups' records, len bytes each */
+    size_t len, off;     /* off: bytes fetched so far, over the groups in turn */
+    int ng, share;       /* share: lines per tile */
+} k16_ahead;
+
+static inline k16_ahead k16_ahead_next(const skv_mm *mm, int mc0, int mcs, int i1, int r, int ng,
+                                       int r0, int r1, int kb, int nkb, int kbs, size_t rec,
+                                       int unit, int tiles) {
+    k16_ahead a = {{NULL, NULL}, 0, 0, 0, 0};
+    const int last = kb == nkb - 1;
+    const int rn = !last ? r : r + 16 * ng < r1 ? r + 16 * ng : r0;
+    if (!mm->w_k16 || (last && rn == r0 && mc0 + mcs >= i1)) return a;
+    const int nblk = mm->n_in / unit, b0 = last ? 0 : (kb + 1) * kbs;
+    a.len = (size_t)(nblk - b0 < kbs ? nblk - b0 : kbs) * rec;
+    a.ng = (r1 - rn < 16 * ng ? r1 - rn + 15 : 16 * ng) / 16;
+    for (int c = 0; c < a.ng; c++) a.p[c] = k16_at(mm, rn / 16 + c, b0, unit, rec);
+    a.share = (int)((size_t)a.ng * a.len / 64 / (size_t)(tiles > 0 ? tiles : 1)) + 1;
+    return a;
+}
+
+/* The next share of a's lines. */
+static inline void k16_ahead_some(k16_ahead *a) {
+    for (int n = a->share; n > 0 && a->off < (size_t)a->ng * a->len; n--, a->off += 64) {
+        const size_t c = a->off / a->len;
+        _mm_prefetch((const char *)(a->p[c] + (a->off - c * a->len)), _MM_HINT_T1);
+    }
+}
+
 /* One Q8_0 record's step of its 16 rows' chains: s0 / s1 the exact integer dots of rows
  * [0, 8) / [8, 16), acc += s (dx d), as every Q8_0 kernel sums (the same bits). */
 static inline void q8_rec_chain(const uint8_t *rec, __m256i s0, __m256i s1, float dx,
