@@ -70,7 +70,7 @@ void skv_rmsnorm_avx512(float *out, const float *x, const float *w, int n, float
         __mmask16 m = lanes(SKV_MIN(16, n - i));
         __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs),
                                  _mm512_maskz_loadu_ps(m, w + i));
-        _mm512_mask_storeu_ps(out + i, m, y);
+        store_ps16(out + i, m, y);
     }
 }
 
@@ -80,7 +80,7 @@ void skv_swiglu_avx512(float *out, const float *gate, const float *up, int n) {
         __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
         __m512 e = vexp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
         __m512 y = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
-        _mm512_mask_storeu_ps(out + i, m, y);
+        store_ps16(out + i, m, y);
     }
 }
 
@@ -114,14 +114,14 @@ static inline __attribute__((always_inline)) void softmax16(float *x, int n, flo
         if (sum) v = _mm512_mul_ps(v, vsc);
         __m512 e = _mm512_maskz_mov_ps(m, vexp16(_mm512_sub_ps(v, vm)));
         vs = _mm512_add_ps(vs, e);
-        _mm512_mask_storeu_ps(x + i, m, e);
+        store_ps16(x + i, m, e);
     }
     __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = lanes(SKV_MIN(16, n - i));
         __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv);
         if (!sum) {
-            _mm512_mask_storeu_ps(x + i, m, p);
+            store_ps16(x + i, m, p);
             continue;
         }
         const __mmask8 lo = (__mmask8)m, hi = (__mmask8)(m >> 8);
@@ -129,8 +129,8 @@ static inline __attribute__((always_inline)) void softmax16(float *x, int n, flo
                 a1 = _mm512_maskz_loadu_pd(hi, acc + i + 8);
         a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
         a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1)));
-        _mm512_mask_storeu_pd(acc + i, lo, a0);
-        _mm512_mask_storeu_pd(acc + i + 8, hi, a1);
+        store_pd8(acc + i, lo, a0);
+        store_pd8(acc + i + 8, hi, a1);
     }
 }
 
@@ -153,8 +153,8 @@ void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs) {
             __mmask16 m = lanes(SKV_MIN(16, h - i));
             __m512 c = _mm512_maskz_loadu_ps(m, cs + i), s = _mm512_maskz_loadu_ps(m, cs + h + i);
             __m512 x0 = _mm512_maskz_loadu_ps(m, x + i), x1 = _mm512_maskz_loadu_ps(m, x1p + i);
-            _mm512_mask_storeu_ps(x + i, m, _mm512_fmsub_ps(x0, c, _mm512_mul_ps(x1, s)));
-            _mm512_mask_storeu_ps(x1p + i, m, _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c)));
+            store_ps16(x + i, m, _mm512_fmsub_ps(x0, c, _mm512_mul_ps(x1, s)));
+            store_ps16(x1p + i, m, _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c)));
         }
         return;
     }
@@ -165,7 +165,7 @@ void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs) {
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         __m512 sw = _mm512_permute_ps(v, 0xB1); /* (x1, x0) per pair */
         /* even lanes x0 c - x1 s, odd lanes x1 c + x0 s */
-        _mm512_mask_storeu_ps(x + i, m, _mm512_fmaddsub_ps(v, cc, _mm512_mul_ps(sw, ss)));
+        store_ps16(x + i, m, _mm512_fmaddsub_ps(v, cc, _mm512_mul_ps(sw, ss)));
     }
 }
 
