@@ -227,6 +227,64 @@ static void test_bf16_gemv_halves(void **s) {
     skv_kernels_amx(true);
 }
 
+/* skv_k16_next_prep names the preparation that a replay of the prefill loops (as gemm_k16 and
+ * gemm_hex run them) does next, and none after the last; its groups and blocks stay inside W. */
+static void test_k16_next_prep(void **s) {
+    (void)s;
+    static const int n_outs[] = {1, 15, 16, 17, 31, 33, 45, 64, 100, 200};
+    static const int nblks[] = {1, 2, 3, 17}, kbss[] = {2, 16}, mcss[] = {4, 96};
+    static const int xr[][2] = {{0, 3}, {0, 4}, {0, 97}, {5, 101}};
+    enum { MAXP = 4096 };
+    static int prep[MAXP][4]; /* g, ng, b0, nb */
+    int checked = 0;
+    for (size_t a = 0; a < sizeof n_outs / sizeof *n_outs; a++)
+        for (size_t b = 0; b < sizeof nblks / sizeof *nblks; b++)
+            for (size_t c = 0; c < 2; c++)
+                for (int tg = 1; tg <= 2; tg++)
+                    for (size_t d = 0; d < 2; d++)
+                        for (size_t e = 0; e < sizeof xr / sizeof *xr; e++)
+                            for (int r0 = 0; r0 < n_outs[a]; r0 += 16)
+                                for (int q = 0; q < 3; q++) {
+                                    const int n_out = n_outs[a], nblk = nblks[b], kbs = kbss[c];
+                                    const int mcs = mcss[d], i0 = xr[e][0], i1 = xr[e][1];
+                                    const int r1 = q == 0   ? n_out
+                                                   : q == 1 ? SKV_MIN(n_out, r0 + 16)
+                                                            : SKV_MIN(n_out, r0 + 48);
+                                    const int nkb = (nblk + kbs - 1) / kbs;
+                                    int np = 0;
+                                    /* the loops' preparations, in order */
+                                    for (int mc0 = i0; mc0 < i1; mc0 += mcs)
+                                        for (int r = r0; r < r1; r += 16 * tg)
+                                            for (int kb = 0; kb < nkb; kb++) {
+                                                const int nr = SKV_MIN(r1 - r, 16 * tg);
+                                                assert_true(np < MAXP);
+                                                prep[np][0] = r / 16, prep[np][1] = (nr + 15) / 16;
+                                                prep[np][2] = kb * kbs;
+                                                prep[np][3] = SKV_MIN(nblk - kb * kbs, kbs);
+                                                np++;
+                                            }
+                                    int k = 0;
+                                    for (int mc0 = i0; mc0 < i1; mc0 += mcs)
+                                        for (int r = r0; r < r1; r += 16 * tg)
+                                            for (int kb = 0; kb < nkb; kb++, k++) {
+                                                int g, ng, b0, nb;
+                                                const bool more = skv_k16_next_prep(
+                                                    mc0, mcs, i1, r, tg, r0, r1, kb, nkb, kbs, nblk,
+                                                    &g, &ng, &b0, &nb);
+                                                assert_int_equal(more, k + 1 < np);
+                                                if (!more) continue;
+                                                assert_int_equal(g, prep[k + 1][0]);
+                                                assert_int_equal(ng, prep[k + 1][1]);
+                                                assert_int_equal(b0, prep[k + 1][2]);
+                                                assert_int_equal(nb, prep[k + 1][3]);
+                                                assert_true(g + ng <= (n_out + 15) / 16);
+                                                assert_true(b0 >= 0 && nb > 0 && b0 + nb <= nblk);
+                                                checked++;
+                                            }
+                                }
+    assert_true(checked > 10000);
+}
+
 /* Q4_K, Q8_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row range),
  * and the products are the same bits as from the rows, for any m, thread count and SIMD level
  * (the SIMD kernels read the records; the scalar level unpacks them); Q4_K and Q8_0 decode with
@@ -1054,6 +1112,7 @@ int main(void) {
         cmocka_unit_test(test_rows_independent),
         cmocka_unit_test(test_group),
         cmocka_unit_test(test_k16),
+        cmocka_unit_test(test_k16_next_prep),
         cmocka_unit_test(test_float_order),
         cmocka_unit_test(test_k_formula),
         cmocka_unit_test(test_bf16_dot),

@@ -425,4 +425,21 @@ extern int skv_k16_ahead_cpu;
 /* Force the scalar reference paths (tests, benchmarks). */
 void skv_kernels_force_ref(bool on);
 
+/* The preparation after the current one in a prefill loop over k16 records (the VNNI gemms
+ * fetch its records ahead, quant_x86.h): x blocks [mc0, i1) in steps of mcs > W rows [r0, r1)
+ * in steps of 16 tg rows (r0 a multiple of 16) > column blocks kb < nkb of kbs blocks (nblk in
+ * all). False after the last; else 16-row groups [*g, *g + *ng) and blocks [*b0, *b0 + *nb). */
+static inline bool skv_k16_next_prep(int mc0, int mcs, int i1, int r, int tg, int r0, int r1,
+                                     int kb, int nkb, int kbs, int nblk, int *g, int *ng, int *b0,
+                                     int *nb) {
+    const int last = kb == nkb - 1;
+    const int rn = !last ? r : r + 16 * tg < r1 ? r + 16 * tg : r0;
+    if (last && rn == r0 && mc0 + mcs >= i1) return false;
+    *b0 = last ? 0 : (kb + 1) * kbs;
+    *nb = nblk - *b0 < kbs ? nblk - *b0 : kbs;
+    *g = rn / 16;
+    *ng = (r1 - rn < 16 * tg ? r1 - rn + 15 : 16 * tg) / 16;
+    return true;
+}
+
 #endif

@@ -273,6 +273,7 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 #define NOK 2  /* hexads per tile (32 W rows) */
 #define KBK 2  /* super-blocks per prepared column block: two hexads are 23 KB */
 #define MCK 96 /* x rows per row block */
+_Static_assert(NOK <= 2, "k16_ahead holds two groups");
 
 typedef struct prep_k16 {
     uint8_t q[KBK * 4096] ALIGNED64; /* [sb][group g of 4 codes (64)][row k][4], K order */
@@ -322,7 +323,7 @@ INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int 
         }
         for (int j = 0; j < (q6 ? 16 : 8); j++)
             for (int k = 0; k < 16; k++) p->sc[256 * s + 16 * j + k] = sc[k][j];
-        const int pw = q6 ? 1 : 2; /* Q4_K/Q5_K's mn words: each sub-block's min twice */
+        const int pw = q6 ? 1 : 2; /* Q4_K/Q5_K: kb.mn has each sub-block's min twice */
         for (int q = 0; q < (q6 ? 8 : 4); q++)
             for (int k = 0; k < 16; k++)
                 p->mn[128 * s + 16 * q + k] =
@@ -495,6 +496,7 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
+                /* w_k16 here means Q4_K (Q6_K's records are unpacked at this level) */
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK,
                                               SKV_K16_RECORD, 256, (mc1 - mc0) / MRK);
                 int i = mc0;
@@ -653,6 +655,7 @@ static __attribute__((noinline)) void gemm_k(const skv_mm *mm, int i0, int i1, i
 #define NOH 2  /* hexads per tile (32 W rows) */
 #define KBH 16 /* blocks per prepared column block: two hexads are 20 KB, in L1 */
 #define MCH 96 /* x rows per row block */
+_Static_assert(NOH <= 2, "k16_ahead holds two groups");
 
 typedef struct prep_hex {
     int8_t q[KBH * 512] ALIGNED64;  /* [block][group g][row k][4]: row k's codes 4g..4g+3 */

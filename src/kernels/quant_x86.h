@@ -162,8 +162,9 @@ static inline __m256i k_xpairs_v(act_row a, int s, int q6) {
 }
 
 /* The same pairs with both 128-bit lanes alike, so that an in-lane vpshufd broadcasts one
- * (a lane-crossing vpermd per pair cost the AVX2 prefill tile ~15%): Q4_K/Q5_K x[0] holds pairs
- * 0, 2, 1, 3 (x[1] unset), Q6_K x[0] pairs 0-3 and x[1] pairs 4-7. */
+ * (a lane-crossing vpermd per pair cost the AVX2 prefill tile ~4% on Zen 5): Q4_K/Q5_K x[0]
+ * holds pairs 0, 2, 1, 3 (x[1] unset), Q6_K x[0] pairs 0-3 and x[1] pairs 4-7. Q4_K/Q5_K: the
+ * sums of sub-blocks 0 1 4 5 | 2 3 6 7 as words, 64-bit elements pairs 0 2 | 0 2 | 1 3 | 1 3. */
 static inline void k_xpairs_lanes(act_row a, int s, int q6, __m256i x[2]) {
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(a.s + 16 * s));
     const __m256i hi = _mm256_loadu_si256((const __m256i *)(a.s + 16 * s + 8));
@@ -171,8 +172,7 @@ static inline void k_xpairs_lanes(act_row a, int s, int q6, __m256i x[2]) {
         const __m256i pk = _mm256_packs_epi32(lo, hi);
         x[0] = _mm256_permute4x64_epi64(pk, 0x88);
         x[1] = _mm256_permute4x64_epi64(pk, 0xdd);
-    } else { /* sub-blocks 0 1 4 5 | 2 3 6 7; as words, 64-bit elements: pairs 0 2 | 0 2 | 1 3 | 1 3
-              */
+    } else {
         const __m256i sb = _mm256_hadd_epi32(lo, hi);
         x[0] = _mm256_permute4x64_epi64(_mm256_packs_epi32(sb, sb), 0x88);
     }
@@ -255,30 +255,34 @@ static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K */
     return k16_at(mm, g, s, 256, SKV_K16_Q6_RECORD);
 }
 
-/* Prefill fetches the k16 records that its next preparation will read into L2, a share before
- * each tile while the tiles of the current column block run: preparing them straight from
- * memory stalled for ~25% of the VNNI Q8_0 tile loop's samples and ~10% of Q4_K's. The loops
- * run x blocks (mc0, step mcs) > W rows (r, step 16 ng) > column blocks (kb of nkb, kbs blocks
- * of unit values each, rec bytes per record); the next preparation is the next column block's,
- * the next W rows' first, or the next x block's first; none after the last. (VNNI only: the
- * slower AVX2 tiles hide the wait, no gain measured there on Zen 5.) */
+/* Prefill fetches the k16 records that its next preparation will read (skv_k16_next_prep) into
+ * L2, a share before each tile while the tiles of the current column block run: preparing them
+ * straight from memory stalled for ~25% of the VNNI Q8_0 tile loop's samples and ~10% of Q4_K's.
+ * (VNNI only: the slower AVX2 tiles hide the wait, no gain measured there on Zen 5.) Addresses
+ * are formed as integers: a group's lines from the one holding its first byte may end past
+ * the weights (a prefetch does not fault). */
 typedef struct k16_ahead {
-    const uint8_t *p[2]; /* [ng]: the groups' records, len bytes each */
-    size_t len, off;     /* off: bytes fetched so far, over the groups in turn */
-    int ng, share;       /* share: lines per tile */
+    uintptr_t p[2]; /* [ng]: the line holding each group's first record byte */
+    size_t len;     /* bytes from p[c] to the group's last record byte */
+    size_t off;     /* bytes fetched so far, over the groups in turn */
+    int ng, share;  /* share: lines per tile */
 } k16_ahead;
 
-static inline k16_ahead k16_ahead_next(const skv_mm *mm, int mc0, int mcs, int i1, int r, int ng,
+/* tg: 16-row groups per tile (at most 2); rec: record bytes, of unit values; tiles: the tiles
+ * that will run before the next preparation. */
+static inline k16_ahead k16_ahead_next(const skv_mm *mm, int mc0, int mcs, int i1, int r, int tg,
                                        int r0, int r1, int kb, int nkb, int kbs, size_t rec,
                                        int unit, int tiles) {
-    k16_ahead a = {{NULL, NULL}, 0, 0, 0, 0};
-    const int last = kb == nkb - 1;
-    const int rn = !last ? r : r + 16 * ng < r1 ? r + 16 * ng : r0;
-    if (!mm->w_k16 || (last && rn == r0 && mc0 + mcs >= i1)) return a;
-    const int nblk = mm->n_in / unit, b0 = last ? 0 : (kb + 1) * kbs;
-    a.len = (size_t)(nblk - b0 < kbs ? nblk - b0 : kbs) * rec;
-    a.ng = (r1 - rn < 16 * ng ? r1 - rn + 15 : 16 * ng) / 16;
-    for (int c = 0; c < a.ng; c++) a.p[c] = k16_at(mm, rn / 16 + c, b0, unit, rec);
+    k16_ahead a = {{0, 0}, 0, 0, 0, 0};
+    int g, ng, b0, nb;
+    if (!mm->w_k16 || tg > 2 ||
+        !skv_k16_next_prep(mc0, mcs, i1, r, tg, r0, r1, kb, nkb, kbs, mm->n_in / unit, &g, &ng, &b0,
+                           &nb))
+        return a;
+    a.ng = ng;
+    a.len = (size_t)nb * rec + 63;
+    for (int c = 0; c < ng; c++)
+        a.p[c] = (uintptr_t)k16_at(mm, g + c, b0, unit, rec) & ~(uintptr_t)63;
     a.share = (int)((size_t)a.ng * a.len / 64 / (size_t)(tiles > 0 ? tiles : 1)) + 1;
     return a;
 }
