@@ -268,16 +268,15 @@ typedef struct k16_ahead {
     int ng, share;  /* share: lines per tile */
 } k16_ahead;
 
-/* tg: 16-row groups per tile (at most 2); rec: record bytes, of unit values; tiles: the tiles
- * that will run before the next preparation. */
+/* tg: 16-row groups per tile (at most 2: the callers assert it); rec: record bytes, of unit values;
+ * tiles: the tiles that will run before the next preparation. */
 static inline k16_ahead k16_ahead_next(const skv_mm *mm, int mc0, int mcs, int i1, int r, int tg,
                                        int r0, int r1, int kb, int nkb, int kbs, size_t rec,
                                        int unit, int tiles) {
     k16_ahead a = {{0, 0}, 0, 0, 0, 0};
     int g, ng, b0, nb;
-    if (!mm->w_k16 || tg > 2 ||
-        !skv_k16_next_prep(mc0, mcs, i1, r, tg, r0, r1, kb, nkb, kbs, mm->n_in / unit, &g, &ng, &b0,
-                           &nb))
+    if (!mm->w_k16 || !skv_k16_next_prep(mc0, mcs, i1, r, tg, r0, r1, kb, nkb, kbs, mm->n_in / unit,
+                                         &g, &ng, &b0, &nb))
         return a;
     a.ng = ng;
     a.len = (size_t)nb * rec + 63;
@@ -290,7 +289,7 @@ static inline k16_ahead k16_ahead_next(const skv_mm *mm, int mc0, int mcs, int i
 /* The next share of a's lines. */
 static inline void k16_ahead_some(k16_ahead *a) {
     for (int n = a->share; n > 0 && a->off < (size_t)a->ng * a->len; n--, a->off += 64) {
-        const size_t c = a->off / a->len;
+        const size_t c = a->off >= a->len; /* ng <= 2 */
         _mm_prefetch((const char *)(a->p[c] + (a->off - c * a->len)), _MM_HINT_T1);
     }
 }
