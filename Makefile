@@ -52,7 +52,7 @@ CLI      := $(BUILD)/sparsekv
 .SECONDARY:
 .PHONY: all lib test asan tsan clang fuzz check bench install uninstall clean format pytest
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
-all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(BUILD)/bench_decode_ab
+all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(BUILD)/bench_decode_ab $(BUILD)/bench_lib_ab
 lib: $(STATIC) $(SHARED)
 
 $(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h eval/*.h tools/*.h tests/*.h)
@@ -104,7 +104,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC)
 # an AVX-512 machine the first run tests the AVX-512 code, this one the AVX2 code (elsewhere it
 # repeats the first).
 SIMD_TESTS := $(patsubst %,$(BUILD)/tests/%,test_matmul test_kernels test_attn_prefill test_quant test_quantize_model)
-test: $(TEST_BIN) $(CLI)
+test: $(TEST_BIN) $(CLI) $(SHARED) $(BUILD)/bench_lib_ab
 	@SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(TEST_BIN)
 	@echo "again with SKV_SIMD=avx2:"
 	@SKV_SIMD=avx2 SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(SIMD_TESTS)
@@ -179,6 +179,11 @@ $(BUILD)/examples/%: examples/%.c include/sparsekv.h $(STATIC)
 BENCH_BIN := $(BUILD)/bench_mem_compress
 $(BUILD)/bench_%: bench/%.c $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
+
+# Two builds of the shared library against each other in one process (bench/lib_ab.c): it
+# dlopens them, so it links neither.
+$(BUILD)/bench_lib_ab: bench/lib_ab.c include/sparsekv.h
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -ldl -lm
 
 # make bench LLAMA_BENCH=/path/to/llama-bench adds llama.cpp side by side (bench/vs_llama.sh);
 # LLAMA_BENCH_AVX2=/path/to/a/llama-bench built without AVX-512 compares the AVX2 levels too.

@@ -183,6 +183,57 @@ static void test_usage_errors(void **state) {
     free(out);
 }
 
+/* bench_lib_ab (bench/lib_ab.c) with this build's shared library as A and a copy of it as B: two
+ * copies in one process, each with its own globals, must compute the same logits; and with the
+ * same file twice it says so. SKV_BUILD (set by make test) names the build directory. */
+static void test_lib_ab(void **state) {
+    (void)state;
+    const char *build = getenv("SKV_BUILD");
+    if (!build) skip();
+    char lib[1024], copy[1024], cmd[4096];
+    snprintf(lib, sizeof lib, "%s/libsparsekv.so", build);
+    snprintf(copy, sizeof copy, "%s", test_tmp_path(".so"));
+    size_t n;
+    void *bytes = test_read_file(lib, &n);
+    assert_non_null(bytes);
+    FILE *f = fopen(copy, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(bytes);
+    const char *model = test_model_path("stories260K/stories260K.gguf");
+    int st;
+    snprintf(cmd, sizeof cmd, "%s/bench_lib_ab %s %s %s --prompt 32 --decode 4 --rounds 2", build,
+             lib, copy, model);
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "| pp32 | "));
+    assert_non_null(strstr(out, "| tg4 | "));
+    assert_non_null(strstr(out, "logits of the last prompt token: identical"));
+    assert_null(strstr(out, "the same copy"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/bench_lib_ab %s %s %s --prompt 16 --rounds 1", build, lib, lib,
+             model);
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "- the same copy as A"));
+    assert_null(strstr(out, "| tg"));
+    free(out);
+    const char *bad[] = {"--rounds 0", "--prompt 0", "--kv-type q4_0", "--threads", "--nope 1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/bench_lib_ab %s %s %s %s 2>/dev/null", build, lib, copy,
+                 model, bad[i]);
+        free(test_run(cmd, &st));
+        if (st != 2) fprintf(stderr, "bench_lib_ab ... %s: exit %d\n", bad[i], st);
+        assert_int_equal(st, 2);
+    }
+    snprintf(cmd, sizeof cmd, "%s/bench_lib_ab %s %s.absent %s 2>/dev/null", build, lib, copy,
+             model);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 1);
+    remove(copy);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_and_decode_records),
@@ -190,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_prefill_at_depth_records),
         cmocka_unit_test(test_roofline_record),
         cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_lib_ab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
