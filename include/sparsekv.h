@@ -599,13 +599,12 @@ SKV_API const char *skv_simd_level(void);
  * and weighted values are exact bf16 partial products summed in float as well. */
 SKV_API bool skv_simd_amx(void);
 /* Whether Q4_K decode (and Q8_0 decode at the AVX-512 VNNI level) reads its weights as several
- * prefetched streams per thread (else one stream): true at a SIMD level except on AMD Zen 3 and 4
- * (family 0x19, not measured with it); SKV_K16_PREFETCH=0|1 (read once) overrides that. The results
- * are the same bits either way; only the speed differs. */
+ * prefetched streams per thread (else one stream): true at a SIMD level; SKV_K16_PREFETCH=0|1
+ * (read once) overrides that. The results are the same bits either way; only the speed differs. */
 SKV_API bool skv_simd_k16_prefetch(void);
 /* How many bytes ahead of its loads that decode asks for its weights, as measured per CPU: 3072
- * on AMD and Hygon up to family 0x18 (a Zen 1), 2048 on later AMD (a Zen 5), 1024 on other CPUs
- * (an AMX Xeon); 0 when skv_simd_k16_prefetch() is false. */
+ * on AMD and Hygon up to family 0x18 (a Zen 1), 2048 on later AMD (a Zen 5; Zen 3 and 4 not
+ * measured), 1024 on other CPUs (an AMX Xeon); 0 when skv_simd_k16_prefetch() is false. */
 SKV_API int skv_simd_k16_ahead(void);
 /* The widest level this CPU (and its OS) supports, whatever SKV_SIMD says or this build has. */
 SKV_API const char *skv_simd_cpu_level(void);

@@ -131,7 +131,7 @@ static void test_amx(void **s) {
 }
 
 /* How Q4_K decode reads its records: prefetched streams (never at the scalar level, which has no
- * such kernel) except on AMD family 0x19 (Zen 3, 4), 3 KB ahead on AMD or Hygon up to family
+ * such kernel), 3 KB ahead on AMD or Hygon up to family
  * 0x18, 2 KB on later AMD, 1 KB on other CPUs; SKV_K16_PREFETCH=0|1 overrides the CPU, any other
  * value is ignored with a warning. */
 static void test_k16_prefetch(void **s) {
@@ -141,7 +141,7 @@ static void test_k16_prefetch(void **s) {
     const bool simd = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
     const bool amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
     const int family = atoi(cpuinfo_value("cpu family")); /* decimal: 23 is 0x17 */
-    const bool dflt = simd && !(amd && family == 0x19);
+    const bool dflt = simd;
     const int ahead = !amd ? 1024 : family <= 0x18 ? 3072 : 2048; /* Hygon: 0x18 */
     const struct {
         const char *env;

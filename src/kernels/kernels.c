@@ -109,18 +109,21 @@ static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
  *   threads: one stream 30.6-33.3, 1 KB 38.2-41.4, 2 KB 38.6-42.5, 3 KB 38.5-42.1 (+24-28%); 1
  *   thread 19.2 -> 24.0; qwen2.5-0.5b 82.8 -> 97.4, smollm2-135m 259 -> 296. Not measured on
  *   Intel or Zen 1 (whose AVX2 level reads Q8_0 records as one stream, 2 KB ahead).
- * Zen 3 and 4 (family 0x19) are not measured: one stream (a Zen 4 once had one stream at 39-53
- * t/s against 32-40 for 4 streams without the prefetch), 2 KB when SKV_K16_PREFETCH=1 asks. */
+ * - Zen 5 again after the four streams shared their x broadcasts (k16_step4: before, the compiler
+ *   spilled them, and the streams' kernel computed at ~60% of one stream's speed), 2 threads: VNNI
+ *   one stream 61.2, 1.5 KB 82.1, 2 KB 83.3, 3 KB 80.7; AVX2 level one stream 43.3, 1.5 KB 68.1,
+ *   2 KB 76.9, 3 KB 78.1.
+ * Zen 3 and 4 (family 0x19) are not measured with it: 2 KB, as Zen 5. (A Zen 4 once had one stream
+ * at 39-53 t/s against 32-40 for 4 streams without the prefetch, when the streams' kernel still
+ * spilled; every CPU measured since runs the streams 1.2-1.8x faster than one stream.) */
 #define K16_AHEAD_OTHER 1024 /* Intel and other vendors */
 #define K16_AHEAD_ZEN1  3072 /* AMD family 0x17 and older, Hygon's 0x18 (a Zen 1) */
-#define K16_AHEAD_ZEN5  2048 /* AMD family 0x1a and newer; also Zen 3/4's when asked */
-static int k16_ahead_for(bool amd, unsigned family, bool *streams) {
-    *streams = !amd || family != 0x19;
+#define K16_AHEAD_ZEN5  2048 /* AMD family 0x19 and newer */
+static int k16_ahead_for(bool amd, unsigned family) {
     if (!amd) return K16_AHEAD_OTHER;
     return family <= 0x18 ? K16_AHEAD_ZEN1 : K16_AHEAD_ZEN5;
 }
 int skv_k16_ahead_cpu = K16_AHEAD_OTHER;
-static bool k16_streams_cpu = true;      /* the CPU's default: k16_ahead_for */
 static int k16_prefetch_env = -1;        /* SKV_K16_PREFETCH: 0, 1, or -1 when unset */
 static atomic_int k16_prefetch_set = -1; /* skv_kernels_k16_prefetch: 0, 1, or -1 (default) */
 
@@ -178,7 +181,7 @@ static void simd_detect(void) {
         /* the family, base + extended: Zen 1 and 2 are 0x17 (Hygon 0x18), Zen 3 and 4 0x19, Zen 5
          * 0x1a */
         const unsigned family = (a >> 8 & 0xf) + ((a >> 8 & 0xf) == 0xf ? (a >> 20 & 0xff) : 0);
-        skv_k16_ahead_cpu = k16_ahead_for(cpu_amd, family, &k16_streams_cpu);
+        skv_k16_ahead_cpu = k16_ahead_for(cpu_amd, family);
         sse42 = c >> 20 & 1;
         fma = c >> 12 & 1;
         osx = c >> 27 & 1;
@@ -370,8 +373,7 @@ bool skv_kernels_use_k16_prefetch(void) {
     pthread_once(&simd_once, simd_init);
     const int set = atomic_load_explicit(&k16_prefetch_set, memory_order_relaxed);
     if (set >= 0) return set;
-    if (k16_prefetch_env >= 0) return k16_prefetch_env;
-    return k16_streams_cpu;
+    return k16_prefetch_env != 0; /* unset (-1): the streams, on every CPU */
 }
 
 int skv_kernels_k16_ahead(void) {
