@@ -219,7 +219,7 @@ typedef struct skv_mm {
     int m, n_out, n_in;
     bool w_panels;     /* float W in panels (skv_panels_pack) */
     bool w_k16;        /* Q4_K, Q8_0 or Q6_K W in k16 records (skv_k16_pack) */
-    bool k16_prefetch; /* Q4_K (and VNNI Q8_0) records' decode: skv_kernels_use_k16_prefetch() */
+    bool k16_prefetch; /* Q4_K and Q8_0 records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
@@ -395,12 +395,12 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K records' decode (gemv_k16: m < 3 x rows), and the Q8_0 records' at the VNNI
- * level (gemv_hex_rec), read W: true, each thread's 16-row groups as K16_STREAMS runs read at
+/* How the Q4_K and Q8_0 records' decode (gemv_k16, gemv_hex_rec / gemv_q8_rec: m < 3 x rows)
+ * read W: true, each thread's 16-row groups as K16_STREAMS runs read at
  * once, every line asked for skv_kernels_k16_ahead() bytes ahead (by the CPU, kernels.c: 3 KB on
  * Zen 1-2, 2 KB on Zen 5, 1 KB on Intel and others); false, one group after the other on the
- * hardware prefetcher alone. The same bits either way. The default is true except on Zen 3 and 4
- * (AMD family 0x19; not measured with the prefetch there, 2 KB when asked); SKV_K16_PREFETCH=0|1
+ * hardware prefetcher alone. The same bits either way. The default is true (on Zen 3 and 4,
+ * AMD family 0x19, not measured: 2 KB as Zen 5); SKV_K16_PREFETCH=0|1
  * (read once) overrides it, and skv_kernels_k16_prefetch(mode) overrides both (tests,
  * benchmarks: mode 1 or 0; -1 gives the choice back). Measured, llama-3.2-1b Q4_K tg at 2
  * threads: AMX Xeon, one group 38.4 t/s, streams 49.3; Zen 5, one group 48.4, streams 58.4;
@@ -412,7 +412,7 @@ const char *skv_kernels_impl(void);
  * memory, at 12.5 against 10.7. */
 bool skv_kernels_use_k16_prefetch(void);
 void skv_kernels_k16_prefetch(int mode);
-/* Bytes ahead of its loads the Q4_K (and VNNI Q8_0) records' decode prefetches in streams; 0 when
+/* Bytes ahead of its loads the Q4_K and Q8_0 records' decode prefetches in streams; 0 when
  * it reads one stream. */
 int skv_kernels_k16_ahead(void);
 /* ... when it does, by the CPU: set once with the SIMD level (before any product can run), read

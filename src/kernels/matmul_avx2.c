@@ -627,51 +627,96 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     }
 }
 
-/* Decode from Q8_0 records: the thread's groups one after the other (W read as one stream), per
- * block each octet's 8 rows in the lanes of one chain, as the tiles of gemm_q8 run them, and
- * its 8 scales one load: no transpose of partial sums (sum8_i32) nor 8 scale gathers per block
- * as gemv_q8 needs on rows. Same bits. Zen 4 at SKV_SIMD=avx2: matmul_bench --llama-1b q8_0,
- * 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2 threads, alternated with the rows' build and
- * llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5 -> 22.6-30.2 t/s (llama.cpp 15.2-17.7),
- * qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 -> 154-189. r0 is a multiple of 16
- * (matmul.c splits rows so), or the first group's outputs before r0 would be written. */
-static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    const int nb = mm->n_in / 32;
+/* One Q8_0 record's dot for 16 rows (rows 0-7 in s[0], 8-15 in s[1]): per 4 x codes broadcast,
+ * vpmaddubsw of |w| and x signed as w, pairs summed by vpmaddwd. pf: the stream's lines asked
+ * for skv_k16_ahead_cpu bytes ahead (else SKV_GEMV_PREFETCH, one stream). */
+INLINE void q8_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
     const __m256i ones = _mm256_set1_epi16(1);
+    if (pf) {
+        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 64 * q);
+        if (q == 0) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 512); /* 544 bytes: a ninth line */
+    } else {
+        SKV_PREFETCH_AHEAD(rec, 64 * q);
+        if (q == 0) SKV_PREFETCH_AHEAD(rec, 512);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i w =
+            _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 * h + 32 * q));
+        s[h] = _mm256_add_epi32(
+            s[h], _mm256_madd_epi16(
+                      _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), ones));
+    }
+}
+
+/* Decode from Q8_0 records, per block each octet's 8 rows in the lanes of one chain, as the
+ * tiles of gemm_q8 run them, and its 8 scales one load: no transpose of partial sums (sum8_i32)
+ * nor 8 scale gathers per block as gemv_q8 needs on rows. Same bits. Zen 4 at SKV_SIMD=avx2:
+ * matmul_bench --llama-1b q8_0, 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2 threads,
+ * alternated with the rows' build and llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5 -> 22.6-30.2
+ * t/s (llama.cpp 15.2-17.7), qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 -> 154-189.
+ * With streams (mm->k16_prefetch, as gemv_k16) the thread's groups in K16_STREAMS quarters read
+ * at once, each x broadcast serving all four; without, one group after the other (W as one
+ * stream). r0 is a multiple of 16 (matmul.c splits rows so), or the first group's outputs before
+ * r0 would be written. */
+INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
+    const int nb = mm->n_in / 32;
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        for (int g = r0 / 16; 16 * g < r1; g++) {
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
+        const int h = streams ? gn / K16_STREAMS : 0;
+        for (int j = 0; j < h; j++) {
+            __m256 acc[K16_STREAMS][2];
+            for (int st = 0; st < K16_STREAMS; st++) acc[st][0] = acc[st][1] = _mm256_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *rec[K16_STREAMS];
+                __m256i s[K16_STREAMS][2];
+#pragma GCC unroll 4
+                for (int st = 0; st < K16_STREAMS; st++) {
+                    rec[st] = q8_rec(mm, ga + st * h + j, b);
+                    s[st][0] = s[st][1] = _mm256_setzero_si256();
+                }
+#pragma GCC unroll 2
+                for (int q = 0; q < 8; q++) {
+                    int32_t x4;
+                    memcpy(&x4, a.q + 32 * b + 4 * q, 4);
+                    const __m256i x = _mm256_set1_epi32(x4);
+#pragma GCC unroll 4
+                    for (int st = 0; st < K16_STREAMS; st++) q8_rec_dot(rec[st], x, q, true, s[st]);
+                }
+#pragma GCC unroll 4
+                for (int st = 0; st < K16_STREAMS; st++)
+                    q8_rec_chain(rec[st], s[st][0], s[st][1], a.d[b], acc[st]);
+            }
+            for (int st = 0; st < K16_STREAMS; st++) {
+                const int g = ga + st * h + j;
+                store_group(y + 16 * g, acc[st], r1 - 16 * g);
+            }
+        }
+        for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
             const uint8_t *rec = q8_rec(mm, g, 0);
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
-                __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+                __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 8
                 for (int q = 0; q < 8; q++) {
                     int32_t x4;
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
-                    SKV_PREFETCH_AHEAD(rec, 64 * q);
-                    if (q == 0) /* a record is 544 bytes: its ninth line */
-                        SKV_PREFETCH_AHEAD(rec, 512);
-                    const __m256i x = _mm256_set1_epi32(x4);
-                    const __m256i w0 =
-                        _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q));
-                    const __m256i w1 =
-                        _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q));
-                    s0 = _mm256_add_epi32(
-                        s0, _mm256_madd_epi16(
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(w0), _mm256_sign_epi8(x, w0)),
-                                ones));
-                    s1 = _mm256_add_epi32(
-                        s1, _mm256_madd_epi16(
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(x, w1)),
-                                ones));
+                    q8_rec_dot(rec, _mm256_set1_epi32(x4), q, streams, s);
                 }
-                q8_rec_chain(rec, s0, s1, a.d[b], acc);
+                q8_rec_chain(rec, s[0], s[1], a.d[b], acc);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
+}
+
+static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->k16_prefetch)
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true);
+    else
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false);
 }
 
 INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
