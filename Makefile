@@ -177,12 +177,12 @@ $(BUILD)/examples/%: examples/%.c include/sparsekv.h $(STATIC)
 	$(CC) $(CSTD) $(OPT) $(WARN) $(SAN) -Iinclude -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
 
 BENCH_BIN := $(BUILD)/bench_mem_compress
-$(BUILD)/bench_%: bench/%.c $(STATIC)
+$(BUILD)/bench_%: bench/%.c bench/bench_args.h $(STATIC)
 	$(CC) $(CFLAGS) -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
 
 # Two builds of the shared library against each other in one process (bench/lib_ab.c): it
 # dlopens them, so it links neither.
-$(BUILD)/bench_lib_ab: bench/lib_ab.c include/sparsekv.h
+$(BUILD)/bench_lib_ab: bench/lib_ab.c bench/bench_args.h include/sparsekv.h
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -ldl -lm
 
 # make bench LLAMA_BENCH=/path/to/llama-bench adds llama.cpp side by side (bench/vs_llama.sh);
@@ -215,7 +215,7 @@ uninstall:
 	-rmdir $(DESTDIR)$(PREFIX)/share/sparsekv 2>/dev/null
 
 format:
-	clang-format -i $(wildcard include/*.h src/*.[ch] src/*/*.[ch] eval/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.c)
+	clang-format -i $(wildcard include/*.h src/*.[ch] src/*/*.[ch] eval/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch])
 
 clean:
 	rm -rf build build-asan build-tsan build-clang

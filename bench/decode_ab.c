@@ -17,6 +17,7 @@
  *          `sparsekv synth-model --preset llama-3.2-1b --type q4_k -o m.gguf`) */
 #include "kernels/kernels.h"
 #include "sparsekv.h"
+#include "bench_args.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,16 +52,6 @@ static int usage(void) {
     return usage_to(stderr);
 }
 
-/* A whole decimal in [lo, hi] or false. */
-static bool parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    if (*s < '0' || *s > '9') return false; /* strtol would take spaces and signs */
-    const long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
-}
-
 int main(int argc, char **argv) {
     bool help = false;
     for (int i = 1; i < argc; i++) help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
@@ -75,11 +66,11 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) return usage();
         const char *v = argv[++i];
         if (!strcmp(argv[i - 1], "--threads")) {
-            if (!parse_int(v, 1, 256, &threads)) return usage();
+            if (!bench_parse_int(v, 1, 256, &threads)) return usage();
         } else if (!strcmp(argv[i - 1], "--tokens")) {
-            if (!parse_int(v, 1, MAX_TOKENS, &tokens)) return usage();
+            if (!bench_parse_int(v, 1, MAX_TOKENS, &tokens)) return usage();
         } else if (!strcmp(argv[i - 1], "--depth")) {
-            if (!parse_int(v, 1, 65536, &depth)) return usage();
+            if (!bench_parse_int(v, 1, 65536, &depth)) return usage();
         } else if (!strcmp(argv[i - 1], "--ahead")) {
             char item[16];
             for (n_set = 0; *v; n_set++) { /* "A,B,...": no empty item, no trailing comma */
@@ -87,7 +78,7 @@ int main(int argc, char **argv) {
                 if (n_set == MAX_SETTINGS || len == 0 || len >= sizeof item) return usage();
                 memcpy(item, v, len);
                 item[len] = 0;
-                if (!parse_int(item, 0, 65536, &ahead[n_set])) return usage();
+                if (!bench_parse_int(item, 0, 65536, &ahead[n_set])) return usage();
                 v += len;
                 if (*v == ',' && !*++v) return usage();
             }

@@ -15,6 +15,7 @@
  * the logits be identical. Different builds print how far their logits differ (a kernel change
  * that reorders sums moves the last bits, a wrong one much more). */
 #include "sparsekv.h"
+#include "bench_args.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -61,16 +62,6 @@ static int usage_to(FILE *f) {
                "  tokens 0..65536 after the prompt (0); R 1..1000 rounds after one warm-up (7);\n"
                "  cache f16; seed of the random tokens (1)\n");
     return 2;
-}
-
-/* A whole decimal in [lo, hi] or false. */
-static bool parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    if (*s < '0' || *s > '9') return false; /* strtol would take spaces and signs */
-    const long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
 }
 
 /* (skv_type_from_name is the library's, and this program links none) */
@@ -186,15 +177,15 @@ int main(int argc, char **argv) {
         const char *o = argv[i], *v = argv[++i];
         bool ok;
         if (!strcmp(o, "--threads"))
-            ok = parse_int(v, 1, 256, &threads);
+            ok = bench_parse_int(v, 1, 256, &threads);
         else if (!strcmp(o, "--prompt"))
-            ok = parse_int(v, 0, 65536, &n_pp);
+            ok = bench_parse_int(v, 0, 65536, &n_pp);
         else if (!strcmp(o, "--decode"))
-            ok = parse_int(v, 0, 65536, &n_tg);
+            ok = bench_parse_int(v, 0, 65536, &n_tg);
         else if (!strcmp(o, "--rounds"))
-            ok = parse_int(v, 1, MAX_ROUNDS, &rounds);
+            ok = bench_parse_int(v, 1, MAX_ROUNDS, &rounds);
         else if (!strcmp(o, "--seed"))
-            ok = parse_int(v, 0, 1 << 30, &seed);
+            ok = bench_parse_int(v, 0, 1 << 30, &seed);
         else if (!strcmp(o, "--kv-type"))
             ok = kv_type_parse(v, &kv);
         else
