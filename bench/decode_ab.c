@@ -13,8 +13,8 @@
  *   usage: bench_decode_ab MODEL.gguf [--threads T] [--tokens N] [--depth D] [--ahead A,B,...]
  *          bench_decode_ab --help
  *          (default: 2 threads, 40 tokens per setting (at most 1000), depth 16, settings
- *          0,1024,2048,3072,4096 (at most 16, each 0..65536); a model with Q4_K matrices, e.g.
- *          `sparsekv synth-model --preset llama-3.2-1b --type q4_k -o m.gguf`) */
+ *          0,1024,2048,3072,4096 (at most 16, each 0..65536); a model with Q4_K or Q8_0 matrices,
+ * e.g. `sparsekv synth-model --preset llama-3.2-1b --type q4_k -o m.gguf`) */
 #include "kernels/kernels.h"
 #include "sparsekv.h"
 #include "bench_args.h"
@@ -93,7 +93,8 @@ int main(int argc, char **argv) {
         n_set = 5;
     }
     if (!skv_kernels_use_simd()) {
-        fprintf(stderr, "decode_ab: no SIMD level in use: Q4_K records are unpacked, not read\n");
+        fprintf(stderr,
+                "decode_ab: no SIMD level in use: Q4_K and Q8_0 records are unpacked, not read\n");
         return 1;
     }
 

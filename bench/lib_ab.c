@@ -1,7 +1,9 @@
 /* lib_ab.c — two builds of libsparsekv.so against each other in one process: each loaded with
- * dlopen (its own copy of every global: kernels, thread pool), each with its own model and
- * context, taking turns prefill by prefill (and decode by decode) on the same random tokens,
- * A B, then B A, and so on. Medians over the rounds, and the ratio B/A of each round's two runs.
+ * dlopen (two files: two copies of the code and of every global, such as the SIMD dispatch),
+ * each with its own model and context (and so its own thread pool), taking turns prefill by
+ * prefill (and decode by decode) on the same random tokens, A B, then B A, and so on. Medians
+ * over the rounds, and the ratio B/A of each round's two runs. Every forward call computes the
+ * last token's logits, as `sparsekv bench` and llama-bench do (the output layer included).
  *
  * Why: whole `sparsekv bench` runs of two binaries, minutes apart, swung 10-20% on these VMs
  * (Zen 5, session 32), more than the 2-5% a kernel change is worth; two builds taking turns
@@ -13,7 +15,11 @@
  *
  * The same file twice (or a copy of it) measures the noise floor: B/A should read 1.00x and
  * the logits be identical. Different builds print how far their logits differ (a kernel change
- * that reorders sums moves the last bits, a wrong one much more). */
+ * that reorders sums moves the last bits, a wrong one much more).
+ *
+ * Both builds must share this header's skv_context_params and skv_hparams (returned by value,
+ * read): a base from before a change to either is not comparable (a different version number
+ * is refused; within one version, that is on whoever picks the base). */
 #include "sparsekv.h"
 #include "bench_args.h"
 
@@ -38,9 +44,11 @@ typedef struct lib {
     __typeof__(skv_context_reset) *context_reset;
     __typeof__(skv_forward) *forward;
     __typeof__(skv_simd_level) *simd_level;
+    __typeof__(skv_version_number) *version_number;
     skv_model *model;
     skv_context *ctx;
-    float *logits; /* [n_vocab]: the last prompt token's, from the first timed round */
+    float *logits;  /* [n_vocab]: the last prompt token's, from the warm-up */
+    float *scratch; /* [n_vocab]: the timed calls' logits */
     double pp[MAX_ROUNDS], tg[MAX_ROUNDS]; /* t/s per round */
 } lib;
 
@@ -60,7 +68,9 @@ static int usage_to(FILE *f) {
                "                    [--decode N] [--rounds R] [--kv-type f32|f16|q8_0] [--seed S]\n"
                "  T 1..256 (2); N prompt tokens 0..65536 (512; 0 = no prefill test); decode N\n"
                "  tokens 0..65536 after the prompt (0); R 1..1000 rounds after one warm-up (7);\n"
-               "  cache f16; seed of the random tokens (1)\n");
+               "  KV cache type (f16, as llama-bench's); seed of the random tokens (1).\n"
+               "  Each timed call computes the last token's logits. The two builds must share\n"
+               "  this program's header (skv_context_params, skv_hparams).\n");
     return 2;
 }
 
@@ -82,7 +92,7 @@ static const char *kv_type_name(skv_type t) {
 
 #define SYM(L, name)                                                                               \
     do {                                                                                           \
-        *(void **)&(L)->name = dlsym((L)->handle, "skv_" #name);                                   \
+        (L)->name = (__typeof__((L)->name))dlsym((L)->handle, "skv_" #name);                       \
         if (!(L)->name) {                                                                          \
             fprintf(stderr, "lib_ab: %s has no skv_" #name "\n", (L)->path);                       \
             return false;                                                                          \
@@ -105,6 +115,12 @@ static bool lib_open(lib *L) {
     SYM(L, context_reset);
     SYM(L, forward);
     SYM(L, simd_level);
+    SYM(L, version_number);
+    if (L->version_number() != SKV_VERSION_NUMBER) {
+        fprintf(stderr, "lib_ab: %s is version %d, this program's header %d\n", L->path,
+                L->version_number(), SKV_VERSION_NUMBER);
+        return false;
+    }
     return true;
 }
 
@@ -121,25 +137,27 @@ static bool lib_load(lib *L, const char *model, int threads, int n_ctx, skv_type
     cp.kv_type = kv;
     L->ctx = L->context_new(L->model, &cp, &err);
     L->logits = malloc(sizeof(float) * (size_t)L->model_hparams(L->model)->n_vocab);
-    if (!L->ctx || !L->logits) {
+    L->scratch = malloc(sizeof(float) * (size_t)L->model_hparams(L->model)->n_vocab);
+    if (!L->ctx || !L->logits || !L->scratch) {
         fprintf(stderr, "lib_ab: %s: %s\n", L->path, L->ctx ? "out of memory" : err.msg);
         return false;
     }
     return true;
 }
 
-/* One turn: the prompt from an empty cache, then n_tg tokens one at a time. */
-static bool lib_turn(lib *L, const int32_t *tok, int n_pp, int n_tg, int round, bool keep) {
+/* One turn: the prompt from an empty cache, then n_tg tokens one at a time. round < 0: the
+ * warm-up, whose prompt logits are kept for the comparison. */
+static bool lib_turn(lib *L, const int32_t *tok, int n_pp, int n_tg, int round) {
     skv_err err;
-    float *logits = keep ? L->logits : NULL;
     L->context_reset(L->ctx);
     const double t0 = now_s();
-    if (n_pp > 0 && L->forward(L->ctx, tok, n_pp, keep ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits,
-                               &err) != SKV_OK)
+    if (n_pp > 0 && L->forward(L->ctx, tok, n_pp, SKV_LOGITS_LAST,
+                               round < 0 ? L->logits : L->scratch, &err) != SKV_OK)
         goto fail;
     const double t1 = now_s();
     for (int i = 0; i < n_tg; i++)
-        if (L->forward(L->ctx, tok + n_pp + i, 1, SKV_LOGITS_NONE, NULL, &err) != SKV_OK) goto fail;
+        if (L->forward(L->ctx, tok + n_pp + i, 1, SKV_LOGITS_LAST, L->scratch, &err) != SKV_OK)
+            goto fail;
     const double t2 = now_s();
     if (round >= 0) {
         L->pp[round] = n_pp / (t1 - t0);
@@ -153,6 +171,11 @@ fail:
     return false;
 }
 
+/* The median of sorted v[n] (the mean of the two middle values when n is even). */
+static double median(const double *v, int n) {
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static void report(const char *test, const double *a, const double *b, int n) {
     double ra[MAX_ROUNDS], rb[MAX_ROUNDS], q[MAX_ROUNDS];
     for (int i = 0; i < n; i++) q[i] = b[i] / a[i];
@@ -162,8 +185,8 @@ static void report(const char *test, const double *a, const double *b, int n) {
     qsort(rb, (size_t)n, sizeof(double), cmp_double);
     qsort(q, (size_t)n, sizeof(double), cmp_double);
     printf("| %s | %.2f (%.2f..%.2f) | %.2f (%.2f..%.2f) | %.3fx | %.3fx (%.3f..%.3f) |\n", test,
-           ra[n / 2], ra[0], ra[n - 1], rb[n / 2], rb[0], rb[n - 1], rb[n / 2] / ra[n / 2],
-           q[n / 2], q[0], q[n - 1]);
+           median(ra, n), ra[0], ra[n - 1], median(rb, n), rb[0], rb[n - 1],
+           median(rb, n) / median(ra, n), median(q, n), q[0], q[n - 1]);
 }
 
 int main(int argc, char **argv) {
@@ -173,7 +196,10 @@ int main(int argc, char **argv) {
     int threads = 2, n_pp = 512, n_tg = 0, rounds = 7, seed = 1;
     skv_type kv = SKV_TYPE_F16;
     for (int i = 4; i < argc; i++) {
-        if (i + 1 >= argc) return usage_to(stderr);
+        if (i + 1 >= argc) {
+            fprintf(stderr, "lib_ab: %s wants a value\n", argv[i]);
+            return usage_to(stderr);
+        }
         const char *o = argv[i], *v = argv[++i];
         bool ok;
         if (!strcmp(o, "--threads"))
@@ -190,7 +216,10 @@ int main(int argc, char **argv) {
             ok = kv_type_parse(v, &kv);
         else
             ok = false;
-        if (!ok) return usage_to(stderr);
+        if (!ok) {
+            fprintf(stderr, "lib_ab: bad option or value: %s %s\n", o, v);
+            return usage_to(stderr);
+        }
     }
     if (n_pp + n_tg == 0) {
         fprintf(stderr, "lib_ab: nothing to measure (--prompt 0 --decode 0)\n");
@@ -214,11 +243,11 @@ int main(int argc, char **argv) {
         tok[i] = (int32_t)(r % (uint64_t)n_vocab);
     }
     for (int s = 0; s < 2; s++) /* warm-up: page faults, repacking, the pools' first start */
-        if (!lib_turn(&L[s], tok, n_pp, n_tg, -1, true)) goto done;
+        if (!lib_turn(&L[s], tok, n_pp, n_tg, -1)) goto done;
     for (int k = 0; k < rounds; k++)
         for (int j = 0; j < 2; j++) { /* A B, B A, ...: each first as often */
             const int s = (j + k) % 2;
-            if (!lib_turn(&L[s], tok, n_pp, n_tg, k, false)) goto done;
+            if (!lib_turn(&L[s], tok, n_pp, n_tg, k)) goto done;
         }
     printf("lib_ab: %s, %d threads, %s cache, %d rounds after a warm-up\n", argv[3], threads,
            kv_type_name(kv), rounds);
@@ -253,8 +282,11 @@ done:
         if (L[s].ctx) L[s].context_free(L[s].ctx);
         if (L[s].model) L[s].model_free(L[s].model);
         free(L[s].logits);
+        free(L[s].scratch);
     }
-    /* the handles stay open: a pool's threads may still be on their way out */
+    /* (the contexts' pools joined their threads in context_free) */
+    for (int s = 0; L && s < 2; s++)
+        if (L[s].handle && (s == 0 || L[1].handle != L[0].handle)) dlclose(L[s].handle);
     free(tok);
     free(L);
     return rc;

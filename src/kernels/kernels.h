@@ -72,9 +72,9 @@ void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, 
                 int n_out, int n_in, void *work);
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
  * software prefetch in the float panels' gemvs, the Q8_0 and Q6_K records' and the K-quant raw
- * rows'. The Q4_K records' gemv_k16 (and the VNNI level's Q8_0 records' gemv_hex_rec) reads 4
- * streams, 1-3 KB ahead by the CPU (skv_kernels_k16_ahead; SKV_K16_PREFETCH=0: one stream, Q4_K
- * without prefetch, Q8_0 on this distance). Not in the VNNI
+ * rows'. The Q4_K and Q8_0 records' decode (gemv_k16; gemv_hex_rec at VNNI, gemv_q8_rec at AVX2)
+ * reads 4 streams, 1-3 KB ahead by the CPU (skv_kernels_k16_ahead; SKV_K16_PREFETCH=0: one
+ * stream, Q4_K without prefetch, Q8_0 on this distance). Not in the VNNI
  * Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8 keeps its
  * own PFD. The hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower: smollm2-135m
  * F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 ->

@@ -236,7 +236,8 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* Q4_K decode from k16 records (gemv_k16 at both levels) with prefetch (mm->k16_prefetch): the
+/* Q4_K and Q8_0 decode from k16 records (gemv_k16 at both levels, gemv_hex_rec at VNNI,
+ * gemv_q8_rec at AVX2) with prefetch (mm->k16_prefetch): the
  * thread's groups in K16_STREAMS runs read at once, each line asked for skv_k16_ahead_cpu bytes
  * ahead (kernels.h; see matmul_avx512vnni.c). */
 #define K16_STREAMS 4
