@@ -979,8 +979,9 @@ INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __
 
 /* k16_step for the K16_STREAMS groups a thread reads at once: each x broadcast serves all of
  * them (as K16_STREAMS inlined k16_step calls, the compiler hoisted the 64 broadcasts and spilled
- * them: Zen 5, 512 x 2048 from L2, 37 GB/s against 49 for one group at a time). 16 registers hold
- * the 8 partial sums, the x pair and the codes; U waits in memory (8 sums per sub-block). */
+ * them: Zen 5, 512 x 2048 from L2, 37 GB/s against 49 for one group at a time; now 53). 16
+ * registers hold the 8 partial sums, the x pair and the codes; U waits in memory (8 sums per
+ * sub-block). */
 INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t *xp, __m256 dx,
                       __m256 (*acc)[2]) {
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -994,7 +995,8 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
             SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
             t[q][0] = t[q][1] = _mm256_setzero_si256();
         }
-#pragma GCC unroll 4
+/* unrolled 2: at 4, gcc spilled partial sums (Zen 5, 8192 x 2048 from L3 31 -> 50 GB/s) */
+#pragma GCC unroll 2
         for (int gp = 0; gp < 4; gp++) {
             int32_t c0, c1;
             memcpy(&c0, xq + 32 * j + 4 * gp, 4);
