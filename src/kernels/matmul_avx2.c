@@ -1146,7 +1146,9 @@ INLINE void q6_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i 
 INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,
                     __m256 acc[2]) {
     __m256i u[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, mm[2] = {u[0], u[1]};
-#pragma GCC unroll 8
+    /* unrolled 2: all 8 (64 steps) made gcc spill (Zen 5, one Q6_K matrix hot, 8192 x 2048 from
+     * L3 24 -> 37-41 GB/s) */
+#pragma GCC unroll 2
     for (int p = 0; p < 8; p++) {
         const uint8_t *pr = rec + SKV_K16_Q6_PAIR * p; /* the pair's bytes, read in order */
         const __m256i xpair = _mm256_set1_epi32(xp[p]);
