@@ -111,7 +111,7 @@ static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
  *   Intel or Zen 1. The AVX2 level's Q8_0 decode (gemv_q8_rec) has the streams too: Zen 5 at
  *   SKV_SIMD=avx2, llama-3.2-1b Q8_0 tg at 2 threads, one stream 36.3, 1 KB 46.0, 2 KB 50.8,
  *   3 KB 47.0.
- * - Zen 5 again after the four streams shared their x broadcasts (k16_step4: before, the compiler
+ * - Zen 5 again after the four streams shared their x broadcasts (k16_steps: before, the compiler
  *   spilled them, and the streams' kernel computed at ~60% of one stream's speed), 2 threads: VNNI
  *   one stream 61.2, 1.5 KB 82.1, 2 KB 83.3, 3 KB 80.7; AVX2 level one stream 43.3, 1.5 KB 68.1,
  *   2 KB 76.9, 3 KB 78.1.

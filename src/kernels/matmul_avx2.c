@@ -914,86 +914,24 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
 
 /* Decode from k16 records: sixteen rows in the lanes of two vectors, read as they lie; per
  * sub-block 16 vpmaddubsw of the nibbles against 4 broadcast x codes, summed in 16 bits (8 x
- * 2 x 15 x 127 < 2^15), then vpmaddwd by the scales. */
-INLINE void k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __m256 dx,
-                     __m256 acc[2], bool pf) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256i u0 = _mm256_setzero_si256(), u1 = u0;
-    /* unrolled 2, as the streams' steps (at 8: Zen 5, one matrix hot, 47 -> 53 GB/s from L2) */
-#pragma GCC unroll 2
-    for (int j = 0; j < 8; j++) {
-        /* the scales, mins and d: lines 32-36 of 37 */
-        if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 2048 + 64 * j);
-        __m256i t0 = _mm256_setzero_si256(), t1 = t0;
-#pragma GCC unroll 4
-        for (int gp = 0; gp < 4; gp++) {
-            int32_t c0, c1;
-            if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 256 * j + 64 * gp);
-            memcpy(&c0, xq + 32 * j + 4 * gp, 4);
-            memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
-            const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
-            const __m256i v0 =
-                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q + 256 * j + 64 * gp));
-            const __m256i v1 =
-                _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q + 256 * j + 64 * gp + 32));
-            t0 = _mm256_add_epi16(t0, _mm256_maddubs_epi16(_mm256_and_si256(v0, m4), x0));
-            t1 = _mm256_add_epi16(t1, _mm256_maddubs_epi16(_mm256_and_si256(v1, m4), x0));
-            t0 = _mm256_add_epi16(
-                t0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), x1));
-            t1 = _mm256_add_epi16(
-                t1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), x1));
-        }
-        __m256i s0 =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + SKV_K16_SC + 16 * j)));
-        __m256i s1 =
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + SKV_K16_SC + 16 * j + 8)));
-        s0 = _mm256_or_si256(s0, _mm256_slli_epi32(s0, 16));
-        s1 = _mm256_or_si256(s1, _mm256_slli_epi32(s1, 16));
-        u0 = _mm256_add_epi32(u0, _mm256_madd_epi16(t0, s0));
-        u1 = _mm256_add_epi32(u1, _mm256_madd_epi16(t1, s1));
-    }
-    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-        const __m256i x = _mm256_set1_epi32(xp[p]);
-        m0 = _mm256_add_epi32(m0,
-                              _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                                    (const __m128i *)(rec + SKV_K16_MN + 32 * p))),
-                                                x));
-        m1 = _mm256_add_epi32(
-            m1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                      (const __m128i *)(rec + SKV_K16_MN + 32 * p + 16))),
-                                  x));
-    }
-    const __m256 neg = _mm256_set1_ps(-1.0f);
-    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_D)));
-    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_D + 16)));
-    const __m256 dm0 =
-        _mm256_mul_ps(neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_DMIN))));
-    const __m256 dm1 = _mm256_mul_ps(
-        neg, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_DMIN + 16))));
-    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u0), _mm256_mul_ps(d0, dx), acc[0]);
-    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m0), _mm256_mul_ps(dm0, dx), acc[0]);
-    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u1), _mm256_mul_ps(d1, dx), acc[1]);
-    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m1), _mm256_mul_ps(dm1, dx), acc[1]);
-}
-
-/* k16_step for the K16_STREAMS groups a thread reads at once: each x broadcast serves all of
- * them (as K16_STREAMS inlined k16_step calls, the compiler hoisted the 64 broadcasts and spilled
- * them: Zen 5, 512 x 2048 from L2, 37 GB/s against 49 for one group at a time; now 53). 16
- * registers hold the 8 partial sums, the x pair and the codes; U waits in memory (8 sums per
- * sub-block). */
-INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t *xp, __m256 dx,
-                      __m256 (*acc)[2]) {
+ * 2 x 15 x 127 < 2^15), then vpmaddwd by the scales. One super-block of ns groups (1, or the
+ * K16_STREAMS a thread reads at once; a constant after inlining), each x broadcast serving all of
+ * them (as K16_STREAMS inlined one-group steps, the compiler hoisted the 64 broadcasts and
+ * spilled them: Zen 5, 512 x 2048 from L2, 37 GB/s against 49 for one group at a time; now 53).
+ * 16 registers hold the 8 partial sums, the x pair and the codes; U waits in memory (8 sums per
+ * sub-block). pf: each line asked for skv_k16_ahead_cpu bytes ahead. */
+INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const int32_t *xp,
+                      __m256 dx, __m256 (*acc)[2], bool pf) {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256i u[K16_STREAMS][2];
 #pragma GCC unroll 4
-    for (int q = 0; q < K16_STREAMS; q++) u[q][0] = u[q][1] = _mm256_setzero_si256();
+    for (int q = 0; q < ns; q++) u[q][0] = u[q][1] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
         __m256i t[K16_STREAMS][2];
 #pragma GCC unroll 4
-        for (int q = 0; q < K16_STREAMS; q++) {
-            SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
+        for (int q = 0; q < ns; q++) {
+            /* the scales, mins and d: lines 32-36 of 37 */
+            if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
             t[q][0] = t[q][1] = _mm256_setzero_si256();
         }
 /* unrolled 2: at 4, gcc spilled partial sums (Zen 5, 8192 x 2048 from L3 31 -> 50 GB/s) */
@@ -1004,9 +942,9 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
             memcpy(&c1, xq + 32 * j + 4 * gp + 16, 4);
             const __m256i x0 = _mm256_set1_epi32(c0), x1 = _mm256_set1_epi32(c1);
 #pragma GCC unroll 4
-            for (int q = 0; q < K16_STREAMS; q++) {
+            for (int q = 0; q < ns; q++) {
                 const uint8_t *r = rec[q] + SKV_K16_Q + 256 * j + 64 * gp;
-                SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 256 * j + 64 * gp);
+                if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 256 * j + 64 * gp);
 #pragma GCC unroll 2
                 for (int c = 0; c < 2; c++) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(r + 32 * c));
@@ -1019,7 +957,7 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
             }
         }
 #pragma GCC unroll 4
-        for (int q = 0; q < K16_STREAMS; q++)
+        for (int q = 0; q < ns; q++)
 #pragma GCC unroll 2
             for (int c = 0; c < 2; c++) {
                 __m256i sc = _mm256_cvtepu8_epi32(
@@ -1030,7 +968,7 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
     }
     const __m256 neg = _mm256_set1_ps(-1.0f);
 #pragma GCC unroll 4
-    for (int q = 0; q < K16_STREAMS; q++)
+    for (int q = 0; q < ns; q++)
 #pragma GCC unroll 2
         for (int c = 0; c < 2; c++) {
             __m256i m = _mm256_setzero_si256();
@@ -1074,7 +1012,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
                 const __m256 dx = _mm256_set1_ps(a.d[s]);
                 const uint8_t *rec[K16_STREAMS];
                 for (int q = 0; q < K16_STREAMS; q++) rec[q] = k16_rec(mm, ga + q * h + j, s);
-                k16_step4(rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc);
+                k16_steps(K16_STREAMS, rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc, true);
             }
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -1086,8 +1024,9 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
             for (int s = 0; s < nsb; s++) {
                 int32_t one[8];
                 if (!pre) k_xpairs(a, s, 0, one);
-                k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
-                         _mm256_set1_ps(a.d[s]), acc, streams);
+                const uint8_t *rec = k16_rec(mm, g, s);
+                k16_steps(1, &rec, a.q + 256 * s, pre ? xp[s] : one, _mm256_set1_ps(a.d[s]), &acc,
+                          streams);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }

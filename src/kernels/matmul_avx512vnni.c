@@ -526,62 +526,23 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
 
 /* Decode from k16 records: sixteen rows in the lanes as in prefill, read as they lie; per
  * sub-block 8 vpdpbusd of the nibbles against 4 broadcast x codes, times the 16 scales. One
- * super-block of one group: */
-INLINE __m512 k16_step(const uint8_t *rec, const int8_t *xq, const int32_t *xp, __m512 dx,
-                       __m512 acc, bool pf) {
-    const __m512i m4 = _mm512_set1_epi8(15);
-    __m512i u = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        /* the scales, mins and d: lines 32-36 of 37 */
-        if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 2048 + 64 * j);
-        __m512i t0 = _mm512_setzero_si512(), t1 = t0;
-#pragma GCC unroll 4
-        for (int gp = 0; gp < 4; gp++) {
-            if (pf) SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 256 * j + 64 * gp);
-            const __m512i v = _mm512_loadu_si512(rec + SKV_K16_Q + 256 * j + 64 * gp);
-            int32_t x0, x1;
-            memcpy(&x0, xq + 32 * j + 4 * gp, 4);
-            memcpy(&x1, xq + 32 * j + 4 * gp + 16, 4);
-            t0 = _mm512_dpbusd_epi32(t0, _mm512_and_si512(v, m4), _mm512_set1_epi32(x0));
-            t1 = _mm512_dpbusd_epi32(t1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                     _mm512_set1_epi32(x1));
-        }
-        u = _mm512_add_epi32(
-            u, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1),
-                                  _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                      (const __m128i *)(rec + SKV_K16_SC + 16 * j)))));
-    }
-    __m512i mn = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++)
-        mn = _mm512_dpwssd_epi32(
-            mn,
-            _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_MN + 32 * q))),
-            _mm512_set1_epi32(xp[q]));
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_D)));
-    const __m512 dm =
-        _mm512_mul_ps(_mm512_set1_ps(-1.0f),
-                      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_DMIN))));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(d, dx), acc);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mn), _mm512_mul_ps(dm, dx), acc);
-}
-
-/* k16_step for the K16_STREAMS groups a thread reads at once: each x broadcast serves all of
- * them (as K16_STREAMS inlined k16_step calls, the compiler hoisted the 64 broadcasts and spilled
- * them to the stack: a store each and a reload per vpdpbusd). */
-INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t *xp, __m512 dx,
-                      __m512 *acc) {
+ * super-block of ns groups (1, or the K16_STREAMS a thread reads at once; a constant after
+ * inlining), each x broadcast serving all of them (as K16_STREAMS inlined one-group steps, the
+ * compiler hoisted the 64 broadcasts and spilled them: a store each and a reload per vpdpbusd).
+ * pf: each line asked for skv_k16_ahead_cpu bytes ahead. */
+INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const int32_t *xp,
+                      __m512 dx, __m512 *acc, bool pf) {
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512i u[K16_STREAMS];
 #pragma GCC unroll 4
-    for (int q = 0; q < K16_STREAMS; q++) u[q] = _mm512_setzero_si512();
+    for (int q = 0; q < ns; q++) u[q] = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int j = 0; j < 8; j++) {
         __m512i t0[K16_STREAMS], t1[K16_STREAMS];
 #pragma GCC unroll 4
-        for (int q = 0; q < K16_STREAMS; q++) {
-            SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
+        for (int q = 0; q < ns; q++) {
+            /* the scales, mins and d: lines 32-36 of 37 */
+            if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
             t0[q] = t1[q] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 4
@@ -591,8 +552,8 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
             memcpy(&x1, xq + 32 * j + 4 * gp + 16, 4);
             const __m512i b0 = _mm512_set1_epi32(x0), b1 = _mm512_set1_epi32(x1);
 #pragma GCC unroll 4
-            for (int q = 0; q < K16_STREAMS; q++) {
-                SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 256 * j + 64 * gp);
+            for (int q = 0; q < ns; q++) {
+                if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 256 * j + 64 * gp);
                 const __m512i v = _mm512_loadu_si512(rec[q] + SKV_K16_Q + 256 * j + 64 * gp);
                 t0[q] = _mm512_dpbusd_epi32(t0[q], _mm512_and_si512(v, m4), b0);
                 t1[q] =
@@ -600,7 +561,7 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
             }
         }
 #pragma GCC unroll 4
-        for (int q = 0; q < K16_STREAMS; q++)
+        for (int q = 0; q < ns; q++)
             u[q] = _mm512_add_epi32(
                 u[q], _mm512_mullo_epi32(_mm512_add_epi32(t0[q], t1[q]),
                                          _mm512_cvtepu8_epi32(_mm_loadu_si128(
@@ -608,19 +569,19 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
     }
     __m512i mn[K16_STREAMS];
 #pragma GCC unroll 4
-    for (int q = 0; q < K16_STREAMS; q++) mn[q] = _mm512_setzero_si512();
+    for (int q = 0; q < ns; q++) mn[q] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         const __m512i b = _mm512_set1_epi32(xp[p]);
 #pragma GCC unroll 4
-        for (int q = 0; q < K16_STREAMS; q++)
+        for (int q = 0; q < ns; q++)
             mn[q] = _mm512_dpwssd_epi32(mn[q],
                                         _mm512_cvtepu8_epi16(_mm256_loadu_si256(
                                             (const __m256i *)(rec[q] + SKV_K16_MN + 32 * p))),
                                         b);
     }
 #pragma GCC unroll 4
-    for (int q = 0; q < K16_STREAMS; q++) {
+    for (int q = 0; q < ns; q++) {
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec[q] + SKV_K16_D)));
         const __m512 dm = _mm512_mul_ps(
             _mm512_set1_ps(-1.0f),
@@ -636,8 +597,8 @@ INLINE void k16_step4(const uint8_t *const *rec, const int8_t *xq, const int32_t
  * without prefetch 38.4 t/s, with it 37-38; 2 streams 43-46, 4 streams 49.3, 8 streams 39; 4
  * streams with 2048 / 4096 bytes ahead 45 / 40: so 1 KB on Intel, 2 KB on Zen 3-5 (measured on
  * Zen 5), 3 KB on Zen 1-2 (at the AVX2 level): kernels.c, k16_ahead_for. (Those streams ran
- * K16_STREAMS inlined k16_step calls, which spilled the x broadcasts; k16_step4 shares them: Zen 5,
- * 1 thread, 512 x 2048 from L2 65 -> 108 GB/s, 8192 x 2048 from L3 42 -> 84.) */
+ * K16_STREAMS inlined one-group steps, which spilled the x broadcasts; k16_steps shares them: Zen
+ * 5, 1 thread, 512 x 2048 from L2 65 -> 108 GB/s, 8192 x 2048 from L3 42 -> 84.) */
 INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
@@ -657,7 +618,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
                 const __m512 dx = _mm512_set1_ps(a.d[s]);
                 const uint8_t *rec[K16_STREAMS];
                 for (int q = 0; q < K16_STREAMS; q++) rec[q] = k16_rec(mm, ga + q * h + j, s);
-                k16_step4(rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc);
+                k16_steps(K16_STREAMS, rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc, true);
             }
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -669,8 +630,9 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
             for (int s = 0; s < nsb; s++) {
                 int32_t one[8];
                 if (!pre) k_xpairs(a, s, 0, one);
-                acc = k16_step(k16_rec(mm, g, s), a.q + 256 * s, pre ? xp[s] : one,
-                               _mm512_set1_ps(a.d[s]), acc, streams);
+                const uint8_t *rec = k16_rec(mm, g, s);
+                k16_steps(1, &rec, a.q + 256 * s, pre ? xp[s] : one, _mm512_set1_ps(a.d[s]), &acc,
+                          streams);
             }
             _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
         }
