@@ -598,9 +598,9 @@ SKV_API const char *skv_simd_level(void);
  * smaller batch (decode) runs the FMA code, within float rounding of it. The attention's scores
  * and weighted values are exact bf16 partial products summed in float as well. */
 SKV_API bool skv_simd_amx(void);
-/* Whether Q4_K and Q8_0 decode read their weights as several prefetched streams per thread (else
- * one stream): true at a SIMD level; SKV_K16_PREFETCH=0|1 (read once) overrides that. The results
- * are the same bits either way; only the speed differs. */
+/* Whether Q4_K, Q8_0 and Q4_0 decode read their weights as several prefetched streams per thread
+ * (else one stream): true at a SIMD level; SKV_K16_PREFETCH=0|1 (read once) overrides that. The
+ * results are the same bits either way; only the speed differs. */
 SKV_API bool skv_simd_k16_prefetch(void);
 /* How many bytes ahead of its loads that decode asks for its weights, as measured per CPU: 3072
  * on AMD and Hygon up to family 0x18 (a Zen 1), 2048 on later AMD (a Zen 5; Zen 3 and 4 not

@@ -227,18 +227,19 @@ static char *synth_f32(int n_vocab, int n_layer, int n_ff, uint64_t seed) {
  * read from the mapping) and as unpacked (skv_model_load_unpacked: raw rows), and the copy must
  * really be what the model reads. One layer with n_ff 8192: ffn_gate/up/down hold 2M weights
  * (Q8_0 2.1 MB, Q4_K 1.1 MB: ffn_down in K-quants stays mapped, the path below 2 MB, except
- * at the SIMD levels, where Q4_K and Q8_0 matrices become k16 records (Q6_K where its kernels are
- * the AVX2 ones: Q6_K 1.7 MB); gate and up are fused into
- * one new block at load, 4.2 / 2.2 MB, except quantized ones with SKV_NO_HUGE); the tied
- * 8192 x 256 embedding in Q8_0 (2.2 MB) is copied as the output matrix (or made records), and
- * the embedding rows are then read from that copy (or from the file). */
+ * at the SIMD levels, where Q4_K and Q8_0 (and Q4_0) matrices become k16 records (Q6_K where its
+ * kernels are the AVX2 ones: Q6_K 1.7 MB); gate and up are fused into one new block at load, 4.2
+ * / 2.2 MB, except quantized ones with SKV_NO_HUGE); the tied 8192 x 256 embedding in Q8_0 (2.2 MB)
+ * is copied as the output matrix (or made records), and the embedding rows are then read from that
+ * copy (or from the file). */
 static void test_huge_page_weights(void **state) {
     (void)state;
     char *f32 = synth_f32(8192, 1, 8192, 5);
     int32_t tok[16];
     for (int i = 0; i < 16; i++) tok[i] = 3 + 509 * i; /* rows all over the embedding */
-    const skv_type types[] = {SKV_TYPE_F32, SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K};
-    for (size_t k = 0; k < 4; k++) {
+    const skv_type types[] = {SKV_TYPE_F32, SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K,
+                              SKV_TYPE_Q4_0};
+    for (size_t k = 0; k < 5; k++) {
         skv_quantize_report rep;
         char *path = k == 0 ? strdup(f32) : quantize_to(f32, types[k], 2, &rep);
         for (int huge = 1; huge >= 0; huge--) {
@@ -250,7 +251,8 @@ static void test_huge_page_weights(void **state) {
             skv_model *m = skv_model_load(path, &err);
             assert_non_null(m);
             const skv_weight *down = &m->layers[0].w_down;
-            /* Q4_K and Q8_0 at the SIMD levels, Q6_K without VNNI: k16 records (skv_k16_wanted) */
+            /* Q4_K, Q8_0, Q4_0 at the SIMD levels, Q6_K without VNNI: k16 records
+             * (skv_k16_wanted) */
             const bool k16 = skv_k16_wanted(types[k]) && huge;
             const bool big_q = types[k] == SKV_TYPE_Q8_0 && !k16;
             assert_int_equal(down->copy != NULL, huge && big_q);

@@ -242,8 +242,9 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
 /* k16 records at a level without their kernels (a model loaded at a SIMD level, then
  * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time,
  * each chunk a product of its own (y shifted to its first row): the same bits as from the rows. */
-#define K16_CHUNK   64
-#define K16_ONE_ROW 9216 /* a row on the stack: Q4_K to 16384 values, Q8_0 8672, Q6_K 11008 */
+#define K16_CHUNK 64
+/* a row on the stack: Q4_K and Q4_0 to 16384 values, Q8_0 8672, Q6_K 11008 */
+#define K16_ONE_ROW 9216
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     const size_t rb = skv_row_bytes(t->mm.wt, t->mm.n_in);
     int chunk = K16_CHUNK;
@@ -280,7 +281,7 @@ static void mm_rect(const mm_task *t, int i0, int i1, int r0, int r1) {
  * threads finish close together. Not below DECODE_MIN rows: stories260K's 64-row matrices split
  * in two were 10% slower to decode than whole. */
 #define DECODE_MIN 64
-/* gemv_k16, gemv_q8_rec and gemv_q6_rec start at whole 16-row groups of records */
+/* the records' decode (gemv_k16, gemv_hex_rec, gemv_q8_rec, ...) starts at whole 16-row groups */
 _Static_assert(SKV_MM_ROW_ALIGN % 16 == 0 && DECODE_MIN % 16 == 0, "rows split in whole groups");
 
 /* Prefill takes W rows by tiles too, from a shared counter, each tile with every x row: the
@@ -412,8 +413,8 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
 
 #ifdef SKV_HAVE_MATMUL_AVX2
 /* Whether the kernels of a level (simd: AVX2 or above, avx512: the AVX-512 products) read
- * wt's k16 records as they are: all of the SIMD code for Q4_K and Q8_0, the AVX2 code only for
- * Q6_K (the VNNI level's Q6_K kernels read rows). skv_k16_wanted and the tasks ask this. */
+ * wt's k16 records as they are: all of the SIMD code for Q4_K, Q8_0 and Q4_0, the AVX2 code only
+ * for Q6_K (the VNNI level's Q6_K kernels read rows). skv_k16_wanted and the tasks ask this. */
 static bool k16_readable(skv_type wt, bool simd, bool avx512) {
     if (!simd || skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0) return false;
     return wt != SKV_TYPE_Q6_K || !(avx512 && skv_simd_has_vnni());
@@ -445,8 +446,7 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->amx = panels && m >= SKV_MM_AMX_MIN_ROWS && amx_type(wt) && skv_kernels_use_amx();
     if (t->amx) t->bf16 = false;
     t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
-    t->mm.k16_prefetch = t->k16_kernels && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q8_0) &&
-                         skv_kernels_use_k16_prefetch();
+    t->mm.k16_prefetch = t->k16_kernels && wt != SKV_TYPE_Q6_K && skv_kernels_use_k16_prefetch();
 #endif
 }
 

@@ -18,7 +18,8 @@
  *   - Q8_0/Q4_0: eight W rows in the eight lanes, one float chain per output over the blocks
  *     (see the section below); one or two x rows read the raw blocks, more read 8-row octets
  *     transposed once, in 4 x 16 tiles. Q8_0 in k16 records (a loaded model's at this level)
- *     holds the octets already: decode reads them as they lie, prefill copies them.
+ *     holds the octets already: decode reads them as they lie, prefill copies them; Q4_0
+ *     records hold them in nibbles (two octets per vector).
  *   - K-quants: two exact integers per output and super-block, then one float chain (the
  *     formula of the AVX-512 VNNI level: the same bits); one or two x rows read 4 raw rows side
  *     by side, more put 16 W rows in the lanes of two vectors (3 x 16 tiles); Q4_K and Q6_K in
@@ -418,9 +419,9 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
  * rows read the raw rows, and a block's 8 partial-sum vectors are summed across lanes into the
  * rows' lanes; more x rows read "octets": 8 rows whose codes are transposed once so that one
  * 32-byte load holds 4 codes of each row, met by 4 x codes broadcast. Q8_0 k16 records
- * (kernels.h) are those octets, made at load: decode (gemv_q8_rec) and prefill
- * (prep_octet_rec) read them without the transposes; the raw-row paths serve other callers
- * (skv_matmul on rows, SKV_NO_HUGE, Q4_0). */
+ * (kernels.h) are those octets, made at load, and Q4_0 ones the same in nibbles: decode
+ * (gemv_q8_rec, gemv_q4_rec) and prefill (prep_octet_rec) read them without the transposes; the
+ * raw-row paths serve other callers (skv_matmul on rows, SKV_NO_HUGE). */
 
 /* Stores the first n (1..8) lanes of v. */
 static inline void store_lanes(float *y, __m256 v, int n) {
@@ -488,7 +489,8 @@ INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
 #define MC8 96 /* x rows per row block */
 
 typedef struct prep_oct {
-    int8_t q[KB8 * 256] ALIGNED32; /* [block][group g][row k][4]: row k's codes 4g..4g+3 */
+    int8_t q[KB8 * 256] ALIGNED32; /* [block][group g][row k][4]: row k's codes 4g..4g+3 (Q4_0:
+                                      as stored, code + 8, 0..15) */
     float d[KB8 * 8] ALIGNED32;    /* [block][row k] */
 } prep_oct;
 
@@ -497,7 +499,10 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int
     const size_t bb = q4 ? 18 : 34;
     for (int b = 0; b < nb; b++) {
         __m256i v[8];
-        for (int k = 0; k < 8; k++) v[k] = q8_codes(w[k] + (size_t)(b0 + b) * bb, q4);
+        for (int k = 0; k < 8; k++) {
+            v[k] = q8_codes(w[k] + (size_t)(b0 + b) * bb, q4);
+            if (q4) v[k] = _mm256_add_epi8(v[k], _mm256_set1_epi8(8)); /* as stored: tile_q8x8 */
+        }
         _mm256_store_ps(p->d + 8 * b, scales8(w, (size_t)(b0 + b) * bb));
         __m256 f[8]; /* transpose8 moves 32-bit lanes: the codes pass through bit for bit */
         for (int k = 0; k < 8; k++) f[k] = _mm256_castsi256_ps(v[k]);
@@ -507,19 +512,44 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int
     }
 }
 
-/* prep_octet from records: octet h of group g holds the prepared codes as they are. */
-INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb) {
+/* prep_octet from records: octet h of group g holds the prepared codes as they are (Q8_0), or
+ * as its nibbles (Q4_0: the low ones for h = 0). */
+INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb, int q4) {
     for (int b = 0; b < nb; b++) {
-        const uint8_t *rec = q8_rec(mm, g, b0 + b);
-        memcpy(p->q + 256 * b, rec + SKV_K16_Q8_Q + 256 * h, 256);
+        const uint8_t *rec = k16_at(mm, g, b0 + b, 32, q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD);
+        if (q4)
+            for (int q = 0; q < 8; q++) {
+                const __m256i v =
+                    _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
+                _mm256_store_si256(
+                    (__m256i *)(p->q + 256 * b + 32 * q),
+                    _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f)));
+            }
+        else
+            memcpy(p->q + 256 * b, rec + SKV_K16_Q8_Q + 256 * h, 256);
         _mm256_store_ps(p->d + 8 * b, _mm256_cvtph_ps(_mm_loadu_si128(
                                           (const __m128i *)(rec + SKV_K16_Q8_D + 16 * h))));
     }
 }
 
-/* mr x rows times NO8 octets over blocks [b0, b0 + nb) of x (the octets start at b0). */
+/* 8 * the sum of x's 32 codes at xq in every lane: what Q4_0's stored + 8 adds to a dot. */
+static inline __m256i q4_xsum8_v(const int8_t *xq) {
+    __m256i t = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)xq)),
+        _mm256_set1_epi16(1));
+    t = _mm256_add_epi32(t, _mm256_permute2x128_si256(t, t, 1));
+    t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0x4e));
+    return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xb1));
+}
+
+/* mr x rows times NO8 octets over blocks [b0, b0 + nb) of x (the octets start at b0). Q8_0: per
+ * group the sign of w moves onto x (dot_s8's vpmaddubsw of |w|), pairs summed in 32 bits. Q4_0
+ * (q4): the codes as stored (0..15) are vpmaddubsw's unsigned operand as they are, and its pair
+ * sums stay in 16 bits over the block's 8 groups (at most 8 * 2 * 15 * 127 = 30480: exact) to
+ * meet vpmaddwd once, less the 8 * x's block sum that the + 8 adds: 2 instructions per group, x
+ * row and octet where Q8_0 takes 4. The same integers as the rows' codes give, so the same bits. */
 INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p, int nb,
-                      __m256 acc[MR8][NO8]) {
+                      __m256 acc[MR8][NO8], int q4) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int b = 0; b < nb; b++) {
         __m256i ia[MR8][NO8];
@@ -527,13 +557,16 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
         for (int i = 0; i < MR8; i++)
 #pragma GCC unroll 2
             for (int c = 0; c < NO8; c++) ia[i][c] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+                /* unrolled 2: at 8 gcc kept Q4_0's 16-bit sums on the stack (an add from memory
+                 * each): qwen2.5-0.5b Q4_0 pp512 at 2 threads (Zen 5, SKV_SIMD=avx2) 1.36x faster,
+                 * Q8_0 the same */
+#pragma GCC unroll 2
         for (int g = 0; g < 8; g++) {
             __m256i w[NO8], aw[NO8];
 #pragma GCC unroll 2
             for (int c = 0; c < NO8; c++) {
                 w[c] = _mm256_load_si256((const __m256i *)(p[c]->q + 256 * b + 32 * g));
-                aw[c] = _mm256_abs_epi8(w[c]);
+                aw[c] = q4 ? w[c] : _mm256_abs_epi8(w[c]);
             }
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
@@ -542,20 +575,26 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
                 const __m256i x = _mm256_set1_epi32(x4);
 #pragma GCC unroll 2
                 for (int c = 0; c < NO8; c++)
-                    ia[i][c] = _mm256_add_epi32(
-                        ia[i][c],
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(x, w[c])),
-                                          ones));
+                    ia[i][c] =
+                        q4 ? _mm256_add_epi16(ia[i][c], _mm256_maddubs_epi16(w[c], x))
+                           : _mm256_add_epi32(
+                                 ia[i][c],
+                                 _mm256_madd_epi16(
+                                     _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(x, w[c])), ones));
             }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
+            const __m256i xs = q4 ? q4_xsum8_v(a[i].q + 32 * (b0 + b)) : _mm256_setzero_si256();
 #pragma GCC unroll 2
-            for (int c = 0; c < NO8; c++)
+            for (int c = 0; c < NO8; c++) {
+                const __m256i dot =
+                    q4 ? _mm256_sub_epi32(_mm256_madd_epi16(ia[i][c], ones), xs) : ia[i][c];
                 acc[i][c] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[i][c]),
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                     _mm256_mul_ps(dx, _mm256_load_ps(p[c]->d + 8 * b)), acc[i][c]);
+            }
         }
     }
 }
@@ -563,14 +602,14 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
 /* An mr-row tile over one column block, continuing from (or starting) the saved lanes
  * (save: [mr][NO8]); after the last block it stores the nr (1..16) valid W rows' outputs. */
 INLINE void tile_q8_step(int mr, const skv_mm *mm, int i, int r, int nr, const prep_oct *const *p,
-                         int b0, int nb, int first, int last, __m256 *save) {
+                         int b0, int nb, int first, int last, __m256 *save, int q4) {
     __m256 acc[MR8][NO8];
     act_row a[MR8];
     for (int ii = 0; ii < mr; ii++) {
         a[ii] = act_at(mm, i + ii, 32);
         for (int c = 0; c < NO8; c++) acc[ii][c] = first ? _mm256_setzero_ps() : save[ii * NO8 + c];
     }
-    tile_q8x8(mr, a, b0, p, nb, acc);
+    tile_q8x8(mr, a, b0, p, nb, acc, q4);
     for (int ii = 0; ii < mr; ii++)
         for (int c = 0; c < NO8; c++) {
             if (!last)
@@ -595,7 +634,7 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
                 const int b0 = kb * KB8, nb = nblk - b0 < KB8 ? nblk - b0 : KB8;
                 for (int c = 0; c < no; c++) {
                     if (mm->w_k16) { /* records: r is a multiple of 16 */
-                        prep_octet_rec(&prep[c], mm, r / 16, c, b0, nb);
+                        prep_octet_rec(&prep[c], mm, r / 16, c, b0, nb, q4);
                         continue;
                     }
                     const uint8_t *w[8];
@@ -607,17 +646,17 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
                 /* constant row counts let the compiler keep the tile in registers */
                 for (; i + MR8 <= mc1; i += MR8)
                     tile_q8_step(MR8, mm, i, r, nr, p, b0, nb, first, last,
-                                 save + (size_t)(i - mc0) * NO8);
+                                 save + (size_t)(i - mc0) * NO8, q4);
                 __m256 *sv = save + (size_t)(i - mc0) * NO8;
                 switch (mc1 - i) {
                 case 3:
-                    tile_q8_step(3, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    tile_q8_step(3, mm, i, r, nr, p, b0, nb, first, last, sv, q4);
                     break;
                 case 2:
-                    tile_q8_step(2, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    tile_q8_step(2, mm, i, r, nr, p, b0, nb, first, last, sv, q4);
                     break;
                 case 1:
-                    tile_q8_step(1, mm, i, r, nr, p, b0, nb, first, last, sv);
+                    tile_q8_step(1, mm, i, r, nr, p, b0, nb, first, last, sv, q4);
                     break;
                 default:
                     break;
@@ -649,8 +688,39 @@ INLINE void q8_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[
     }
 }
 
-/* Decode from Q8_0 records, per block each octet's 8 rows in the lanes of one chain, as the
- * tiles of gemm_q8 run them, and its 8 scales one load: no transpose of partial sums (sum8_i32)
+/* One Q4_0 record's dot for 16 rows, as q8_rec_dot's on the codes as stored (0..15: rows 0-7
+ * the low nibbles, 8-15 the high ones), which vpmaddubsw takes as its unsigned operand. Its pair
+ * sums stay in 16 bits over the block (8 of at most 2 * 15 * 127 each: 30480 < 2^15, exact), to
+ * which q8_rec_fin gives the pairs' vpmaddwd once; the caller takes off the 8 * (x's block sum)
+ * that the stored + 8 adds. A 288-byte record spans 5 or 6 lines: the 8 prefetches, 41 bytes
+ * apart from its first byte to its last, touch each. */
+INLINE void q4_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (pf)
+        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 41 * q);
+    else
+        SKV_PREFETCH_AHEAD(rec, 41 * q);
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
+    s[0] = _mm256_add_epi16(s[0], _mm256_maddubs_epi16(_mm256_and_si256(w, m4), x));
+    s[1] = _mm256_add_epi16(s[1],
+                            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), x));
+}
+
+/* A block's sums as int32 less xb: Q4_0's 16-bit pair sums (q4) summed in pairs first. */
+static inline __m256i q8_rec_fin(bool q4, __m256i s, __m256i xb) {
+    return _mm256_sub_epi32(q4 ? _mm256_madd_epi16(s, _mm256_set1_epi16(1)) : s, xb);
+}
+
+/* 8 * the sum of x's 32 codes at xq: what the Q4_0 records' stored + 8 adds to a dot. */
+#define Q4_XS 1024
+static inline int32_t q4_xsum8(const int8_t *xq) {
+    const __m256i p =
+        _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)xq));
+    return hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* Decode from Q8_0 (q4: Q4_0) records, per block each octet's 8 rows in the lanes of one chain, as
+ * the tiles of gemm_q8 run them, and its 8 scales one load: no transpose of partial sums (sum8_i32)
  * nor 8 scale gathers per block as gemv_q8 needs on rows. Same bits. Zen 4 at SKV_SIMD=avx2:
  * matmul_bench --llama-1b q8_0, 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2 threads,
  * alternated with the rows' build and llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5 -> 22.6-30.2
@@ -659,11 +729,17 @@ INLINE void q8_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[
  * at once, each x broadcast serving all four; without, one group after the other (W as one
  * stream). r0 is a multiple of 16 (matmul.c splits rows so), or the first group's outputs before
  * r0 would be written. */
-INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
+INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams,
+                            bool q4) {
     const int nb = mm->n_in / 32;
+    const size_t rb = q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD;
+    /* Q4_0: 8 * x's block sums, once per x row (past Q4_XS blocks, wider than any model layer:
+     * per block and group) */
+    int32_t xs[Q4_XS];
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
+        for (int b = 0; q4 && b < nb && b < Q4_XS; b++) xs[b] = q4_xsum8(a.q + 32 * b);
         const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
         const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
@@ -674,7 +750,7 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
                 __m256i s[K16_STREAMS][2];
 #pragma GCC unroll 4
                 for (int st = 0; st < K16_STREAMS; st++) {
-                    rec[st] = q8_rec(mm, ga + st * h + j, b);
+                    rec[st] = k16_at(mm, ga + st * h + j, b, 32, rb);
                     s[st][0] = s[st][1] = _mm256_setzero_si256();
                 }
 #pragma GCC unroll 2
@@ -683,11 +759,16 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
                     const __m256i x = _mm256_set1_epi32(x4);
 #pragma GCC unroll 4
-                    for (int st = 0; st < K16_STREAMS; st++) q8_rec_dot(rec[st], x, q, true, s[st]);
+                    for (int st = 0; st < K16_STREAMS; st++)
+                        (q4 ? q4_rec_dot : q8_rec_dot)(rec[st], x, q, true, s[st]);
                 }
+                const __m256i xb = _mm256_set1_epi32(!q4         ? 0
+                                                     : b < Q4_XS ? xs[b]
+                                                                 : q4_xsum8(a.q + 32 * b));
 #pragma GCC unroll 4
                 for (int st = 0; st < K16_STREAMS; st++)
-                    q8_rec_chain(rec[st], s[st][0], s[st][1], a.d[b], acc[st]);
+                    q8_rec_chain(rec[st], q8_rec_fin(q4, s[st][0], xb),
+                                 q8_rec_fin(q4, s[st][1], xb), a.d[b], acc[st]);
             }
             for (int st = 0; st < K16_STREAMS; st++) {
                 const int g = ga + st * h + j;
@@ -695,17 +776,20 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
             }
         }
         for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
-            const uint8_t *rec = q8_rec(mm, g, 0);
+            const uint8_t *rec = k16_at(mm, g, 0, 32, rb);
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD) {
+            for (int b = 0; b < nb; b++, rec += rb) {
                 __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 2
                 for (int q = 0; q < 8; q++) {
                     int32_t x4;
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
-                    q8_rec_dot(rec, _mm256_set1_epi32(x4), q, streams, s);
+                    (q4 ? q4_rec_dot : q8_rec_dot)(rec, _mm256_set1_epi32(x4), q, streams, s);
                 }
-                q8_rec_chain(rec, s[0], s[1], a.d[b], acc);
+                const __m256i xb = _mm256_set1_epi32(!q4         ? 0
+                                                     : b < Q4_XS ? xs[b]
+                                                                 : q4_xsum8(a.q + 32 * b));
+                q8_rec_chain(rec, q8_rec_fin(q4, s[0], xb), q8_rec_fin(q4, s[1], xb), a.d[b], acc);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
@@ -714,14 +798,21 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
 
 static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     if (mm->k16_prefetch)
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, true);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, false);
     else
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, false);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, false);
+}
+
+static void gemv_q4_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->k16_prefetch)
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, true);
+    else
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, true);
 }
 
 INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
-        gemv_q8_rec(mm, i0, i1, r0, r1);
+        (q4 ? gemv_q4_rec : gemv_q8_rec)(mm, i0, i1, r0, r1);
     else if (mm->m < GEMM_Q_MIN_M)
         gemv_q8(mm, i0, i1, r0, r1, q4);
     else

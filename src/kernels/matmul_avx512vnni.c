@@ -8,7 +8,9 @@
  *     Q8_0 in k16 records (a loaded model's): decode reads each octet's 8 rows in the lanes of
  *     one chain, W codes made unsigned (^ 0x80) against signed x, less 128 times the block's x
  *     sum (gemv_hex_rec; 4 prefetched streams per thread as gemv_k16's where the CPU takes
- *     them); prefill joins a group's two octets into its hexads (prep_hexad_rec).
+ *     them); prefill joins a group's two octets into its hexads (prep_hexad_rec). Q4_0 records
+ *     alike: a vector's low and high nibbles are the two octets' codes + 8 (less 8 times the x
+ *     sum in decode; made signed for the hexads).
  *   - K-quants (the first section): per super-block two exact integers per output (the codes'
  *     dot with x times the sub-block scales, and the mins / offsets times x's group sums), then
  *     one float chain over super-blocks; prefill with sixteen W rows in the lanes (vpdpbusd,
@@ -712,17 +714,24 @@ INLINE void prep_hexad(prep_hex *p, const uint8_t *const *w, int q4, int b0, int
 }
 
 /* prep_hexad from Q8_0 k16 records (kernels.h): group g's two octets side by side are the
- * hexad's codes as they lie, its 16 scales one load. */
-INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb) {
-    const size_t nblk = (size_t)(mm->n_in / 32);
+ * hexad's codes as they lie, its 16 scales one load. Q4_0 records: the two octets are the low and
+ * the high nibbles of one vector, less 8 (the signed codes, as prep_hexad makes of rows). */
+INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb, int q4) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
     for (int b = 0; b < nb; b++) {
-        const uint8_t *rec =
-            (const uint8_t *)mm->w + ((size_t)g * nblk + (size_t)(b0 + b)) * SKV_K16_Q8_RECORD;
+        const uint8_t *rec = k16_at(mm, g, b0 + b, 32, q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD);
         __m512i bias = _mm512_setzero_si512();
         for (int q = 0; q < 8; q++) {
-            const __m512i v =
-                join(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
-                     _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)));
+            __m512i v;
+            if (q4) {
+                const __m256i c =
+                    _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
+                v = join(_mm256_sub_epi8(_mm256_and_si256(c, m4), eight),
+                         _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), eight));
+            } else {
+                v = join(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
+                         _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)));
+            }
             _mm512_store_si512(p->q + 512 * b + 64 * q, v);
             bias = _mm512_dpbusd_epi32(bias, _mm512_set1_epi8((char)0x80), v);
         }
@@ -807,7 +816,7 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                 const int b0 = kb * KBH, nb = nblk - b0 < KBH ? nblk - b0 : KBH;
                 for (int c = 0; c < no; c++) {
                     if (mm->w_k16) { /* records: r is a multiple of 16 */
-                        prep_hexad_rec(&prep[c], mm, r / 16 + c, b0, nb);
+                        prep_hexad_rec(&prep[c], mm, r / 16 + c, b0, nb, q4);
                         continue;
                     }
                     const uint8_t *w[16];
@@ -816,7 +825,8 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCH, i1, r, NOH, r0, r1, kb, nkb, KBH,
-                                              SKV_K16_Q8_RECORD, 32, (mc1 - mc0) / MRH);
+                                              q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD, 32,
+                                              (mc1 - mc0) / MRH);
                 int i = mc0;
                 for (; i + MRH <= mc1; i += MRH) {
                     k16_ahead_some(&ah);
@@ -909,11 +919,11 @@ INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, 
     for (int r = 0; r < NS; r++) y[r] = out[r];
 }
 
-/* xb[b] = 128 * the sum of x's codes in block b (what vpdpbusd of the codes made unsigned
- * adds), once per x row. */
-static inline void hex_xsums(act_row a, int nb, int32_t *xb) {
+/* xb[b] = k * the sum of x's codes in block b, once per x row: k = 128 is what vpdpbusd of Q8_0
+ * codes made unsigned adds, k = 8 what Q4_0 records' codes as stored (code + 8) add. */
+static inline void hex_xsums(act_row a, int nb, int32_t *xb, int k) {
     for (int b = 0; b < nb; b++)
-        xb[b] = hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80),
+        xb[b] = hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)k),
                                              _mm256_loadu_si256((const __m256i *)(a.q + 32 * b))));
 }
 
@@ -932,7 +942,7 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        hex_xsums(a, nb, xb);
+        hex_xsums(a, nb, xb, 128);
         for (int j = r0; j < r0 + h; j++) {
             const uint8_t *w[NS];
             float v[NS];
@@ -988,15 +998,55 @@ INLINE void q8_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float 
     q8_rec_chain(rec, _mm256_sub_epi32(s0, xbv), _mm256_sub_epi32(s1, xbv), dx, acc);
 }
 
-/* Decode from Q8_0 k16 records. With streams (mm->k16_prefetch, as Q4_K's gemv_k16) the thread's
- * groups in K16_STREAMS quarters read at once, each line asked for skv_k16_ahead_cpu bytes ahead;
- * without, one group after the other (W as one stream) on SKV_GEMV_PREFETCH. Either way each
+/* q8_rec_step for a Q4_0 record: each vector's low nibbles (rows 0-7) and high ones (rows 8-15)
+ * as stored, code + 8, against x by vpdpbusd: the whole bytes once and the high nibbles in place
+ * once (two vpdpbusd and a mask per 64 codes, where the nibbles apart took a shift more); less
+ * 8 * the sum of x's block (xb). A 288-byte record spans 5 or 6 lines: the 8 prefetches, 41 bytes
+ * apart from its first byte to its last, touch each. */
+INLINE void q4_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float dx, __m256 acc[2],
+                        bool streams) {
+    const __m256i hi = _mm256_set1_epi8((char)0xf0);
+    __m256i sb = _mm256_setzero_si256(), sh = sb; /* the whole bytes' dots, the high nibbles' */
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) {
+        int32_t x4;
+        memcpy(&x4, xq + 4 * q, 4);
+        if (streams)
+            SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 41 * q);
+        else
+            SKV_PREFETCH_AHEAD(rec, 41 * q);
+        const __m256i x = _mm256_set1_epi32(x4);
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
+        sb = _mm256_dpbusd_epi32(sb, w, x);
+        sh = _mm256_dpbusd_epi32(sh, _mm256_and_si256(w, hi), x);
+    }
+    /* a byte is lo + 16 hi: rows 0-7's dot sb - sh, rows 8-15's sh / 16 (exact: sh is 16 times
+     * an integer; |sb| < 2^20) */
+    const __m256i xbv = _mm256_set1_epi32(xb);
+    q8_rec_chain(rec, _mm256_sub_epi32(_mm256_sub_epi32(sb, sh), xbv),
+                 _mm256_sub_epi32(_mm256_srai_epi32(sh, 4), xbv), dx, acc);
+}
+
+/* The record step of Q4_0 (q4) or Q8_0. */
+INLINE void hex_rec_step(bool q4, const uint8_t *rec, const int8_t *xq, int32_t xb, float dx,
+                         __m256 acc[2], bool streams) {
+    if (q4)
+        q4_rec_step(rec, xq, xb, dx, acc, streams);
+    else
+        q8_rec_step(rec, xq, xb, dx, acc, streams);
+}
+
+/* Decode from Q8_0 (q4: Q4_0) k16 records. With streams (mm->k16_prefetch, as Q4_K's gemv_k16) the
+ * thread's groups in K16_STREAMS quarters read at once, each line asked for skv_k16_ahead_cpu bytes
+ * ahead; without, one group after the other (W as one stream) on SKV_GEMV_PREFETCH. Either way each
  * group's chains take the same steps: the same bits. Zen 5 (llama-3.2-1b Q8_0 tg, 2 threads,
  * the settings taking turns token by token in one process): see kernels.c. r0 is a multiple of
  * 16 (matmul.c). */
-INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
+INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams,
+                             bool q4) {
     const int nb = mm->n_in / 32;
-    int32_t xb[MAX_XB]; /* 128 * the sum of each block of x's codes, once per x row */
+    const size_t rb = q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD;
+    int32_t xb[MAX_XB]; /* k * the sum of each block of x's codes, once per x row */
     if (nb > MAX_XB) {  /* wider than any model layer: the AVX2 code, same bits */
         skv_matmul_avx2(mm, i0, i1, r0, r1);
         return;
@@ -1004,7 +1054,7 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        hex_xsums(a, nb, xb);
+        hex_xsums(a, nb, xb, q4 ? 8 : 128);
         const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
         const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
@@ -1013,28 +1063,33 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
             for (int b = 0; b < nb; b++)
 #pragma GCC unroll 4
                 for (int q = 0; q < K16_STREAMS; q++)
-                    q8_rec_step(q8_rec(mm, ga + q * h + j, b), a.q + 32 * b, xb[b], a.d[b], acc[q],
-                                true);
+                    hex_rec_step(q4, k16_at(mm, ga + q * h + j, b, 32, rb), a.q + 32 * b, xb[b],
+                                 a.d[b], acc[q], true);
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
                 store_group(y + 16 * g, acc[q], r1 - 16 * g);
             }
         }
         for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
-            const uint8_t *rec = q8_rec(mm, g, 0);
+            const uint8_t *rec = k16_at(mm, g, 0, 32, rb);
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int b = 0; b < nb; b++, rec += SKV_K16_Q8_RECORD)
-                q8_rec_step(rec, a.q + 32 * b, xb[b], a.d[b], acc, streams);
+            for (int b = 0; b < nb; b++, rec += rb)
+                hex_rec_step(q4, rec, a.q + 32 * b, xb[b], a.d[b], acc, streams);
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }
 
 static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_prefetch)
-        gemv_hex_rec_run(mm, i0, i1, r0, r1, true);
+    const bool q4 = mm->wt == SKV_TYPE_Q4_0;
+    if (mm->k16_prefetch && q4)
+        gemv_hex_rec_run(mm, i0, i1, r0, r1, true, true);
+    else if (mm->k16_prefetch)
+        gemv_hex_rec_run(mm, i0, i1, r0, r1, true, false);
+    else if (q4)
+        gemv_hex_rec_run(mm, i0, i1, r0, r1, false, true);
     else
-        gemv_hex_rec_run(mm, i0, i1, r0, r1, false);
+        gemv_hex_rec_run(mm, i0, i1, r0, r1, false, false);
 }
 
 /* x rows below which quantized W is used straight from its raw blocks. */

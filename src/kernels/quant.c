@@ -832,13 +832,16 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     return acc;
 }
 
-/* ---- Q4_K, Q8_0 and Q6_K in k16 records -------------------------------------------------------
+/* ---- k16 records (Q4_K, Q8_0, Q4_0, Q6_K) ----------------------------------------------------
  * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
  * bytes use all their 96 bits). */
 
 _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
 
 _Static_assert(SKV_K16_Q8_Q + 512 == SKV_K16_Q8_RECORD, "the Q8_0 record's parts fill it");
+
+_Static_assert(SKV_K16_Q4_Q + 256 == SKV_K16_Q4_RECORD && SKV_K16_Q4_RECORD == 16 * 18,
+               "the Q4_0 record's parts fill it, with the rows' bytes");
 
 _Static_assert(SKV_K16_Q6_QH == SKV_K16_Q6_SC + 32 && SKV_K16_Q6_QL == SKV_K16_Q6_QH + 128 &&
                    SKV_K16_Q6_PAIR == SKV_K16_Q6_QL + 256 && SKV_K16_Q6_D == 8 * SKV_K16_Q6_PAIR &&
@@ -848,13 +851,14 @@ _Static_assert(SKV_K16_Q6_QH == SKV_K16_Q6_SC + 32 && SKV_K16_Q6_QL == SKV_K16_Q
 static size_t k16_record_bytes(skv_type wt) {
     return wt == SKV_TYPE_Q4_K   ? SKV_K16_RECORD
            : wt == SKV_TYPE_Q8_0 ? SKV_K16_Q8_RECORD
+           : wt == SKV_TYPE_Q4_0 ? SKV_K16_Q4_RECORD
            : wt == SKV_TYPE_Q6_K ? SKV_K16_Q6_RECORD
                                  : 0;
 }
 
-/* Values per record: a Q8_0 block, or a K-quant super-block. */
+/* Values per record: a Q8_0 / Q4_0 block, or a K-quant super-block. */
 static int k16_unit(skv_type wt) {
-    return wt == SKV_TYPE_Q8_0 ? 32 : SKV_QK_K;
+    return wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 ? 32 : SKV_QK_K;
 }
 
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
@@ -981,6 +985,41 @@ static void q8_get(const uint8_t *rec, int k, uint8_t *blk) {
         memcpy(blk + 2 + 4 * q, rec + SKV_K16_Q8_Q + 256 * (k / 8) + 32 * q + 4 * (k % 8), 4);
 }
 
+/* A Q4_0 row's block into its record: code c of the block (byte c % 16 of qs, the low nibble for
+ * c < 16) goes to byte c % 4 of row k % 8's dword in vector c / 4, its nibble k / 8. A dword at a
+ * time: vector g's 4 codes are bytes 4 (g % 4) .. 4 (g % 4) + 3 of qs, their low nibbles for
+ * g < 4, their high ones after (the record starts zeroed: k16_pack_with). */
+static void q4_put(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q4_D + 2 * k, blk, 2);
+    for (int g = 0; g < 8; g++) {
+        uint32_t q, r;
+        memcpy(&q, blk + 2 + 4 * (g % 4), 4);
+        q = (g < 4 ? q : q >> 4) & 0x0f0f0f0fu;
+        uint8_t *dst = rec + SKV_K16_Q4_Q + 32 * g + 4 * (k % 8);
+        memcpy(&r, dst, 4);
+        r |= q << 4 * (k / 8);
+        memcpy(dst, &r, 4);
+    }
+}
+
+/* q4_put code by code (skv_k16_pack_ref: the yardstick of the word-wise one). */
+static void q4_put_ref(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q4_D + 2 * k, blk, 2);
+    for (int c = 0; c < 32; c++) {
+        const int code = c < 16 ? blk[2 + c] & 15 : blk[2 + c - 16] >> 4;
+        rec[SKV_K16_Q4_Q + 32 * (c / 4) + 4 * (k % 8) + c % 4] |= (uint8_t)(code << 4 * (k / 8));
+    }
+}
+
+static void q4_get(const uint8_t *rec, int k, uint8_t *blk) {
+    memcpy(blk, rec + SKV_K16_Q4_D + 2 * k, 2);
+    memset(blk + 2, 0, 16);
+    for (int c = 0; c < 32; c++) {
+        const int code = rec[SKV_K16_Q4_Q + 32 * (c / 4) + 4 * (k % 8) + c % 4] >> 4 * (k / 8) & 15;
+        blk[2 + c % 16] |= (uint8_t)(code << 4 * (c / 16));
+    }
+}
+
 /* A Q4_K row's super-block into its record, code by code (skv_k16_pack_avx2 makes the same). */
 static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
     uint8_t code[SKV_QK_K];
@@ -1006,6 +1045,8 @@ static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
         k16_pack_with(wt, w, n_out, n_in, dst, q8_put);
+    else if (wt == SKV_TYPE_Q4_0)
+        k16_pack_with(wt, w, n_out, n_in, dst, q4_put_ref);
     else if (wt == SKV_TYPE_Q4_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q4k_put_ref);
     else if (wt == SKV_TYPE_Q6_K)
@@ -1021,6 +1062,8 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
 #endif
     if (wt == SKV_TYPE_Q6_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put);
+    else if (wt == SKV_TYPE_Q4_0)
+        k16_pack_with(wt, w, n_out, n_in, dst, q4_put);
     else
         skv_k16_pack_ref(wt, w, n_out, n_in, dst);
 }
@@ -1042,6 +1085,8 @@ static void q4k_get(const uint8_t *rec, int k, uint8_t *b);
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q8_get);
+    else if (wt == SKV_TYPE_Q4_0)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4_get);
     else if (wt == SKV_TYPE_Q4_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4k_get);
     else if (wt == SKV_TYPE_Q6_K)

@@ -236,7 +236,7 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* Q4_K and Q8_0 decode from k16 records (gemv_k16 at both levels, gemv_hex_rec at VNNI,
+/* Q4_K, Q8_0 and Q4_0 decode from k16 records (gemv_k16 at both levels, gemv_hex_rec at VNNI,
  * gemv_q8_rec at AVX2) with prefetch (mm->k16_prefetch): the
  * thread's groups in K16_STREAMS runs read at once, each line asked for skv_k16_ahead_cpu bytes
  * ahead (kernels.h; see matmul_avx512vnni.c). */
@@ -295,8 +295,11 @@ static inline void k16_ahead_some(k16_ahead *a) {
     }
 }
 
-/* One Q8_0 record's step of its 16 rows' chains: s0 / s1 the exact integer dots of rows
- * [0, 8) / [8, 16), acc += s (dx d), as every Q8_0 kernel sums (the same bits). */
+/* One Q8_0 (or Q4_0: the scales lie alike) record's step of its 16 rows' chains: s0 / s1 the
+ * exact integer dots of rows [0, 8) / [8, 16), acc += s (dx d), as every Q8_0 / Q4_0 kernel sums
+ * (the same bits). */
+_Static_assert((int)SKV_K16_Q8_D == (int)SKV_K16_Q4_D,
+               "Q8_0 and Q4_0 records keep their scales alike");
 static inline void q8_rec_chain(const uint8_t *rec, __m256i s0, __m256i s1, float dx,
                                 __m256 acc[2]) {
     const __m256 vdx = _mm256_set1_ps(dx);
