@@ -115,6 +115,8 @@ static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
  *   spilled them, and the streams' kernel computed at ~60% of one stream's speed), 2 threads: VNNI
  *   one stream 61.2, 1.5 KB 82.1, 2 KB 83.3, 3 KB 80.7; AVX2 level one stream 43.3, 1.5 KB 68.1,
  *   2 KB 76.9, 3 KB 78.1.
+ * - Zen 5, the Q4_0 records (f92f6fd), llama-3.2-1b Q4_0 tg, 2 threads: VNNI one stream 59.1,
+ *   1 KB 76.9, 2 KB 78.6, 3 KB 76.6; AVX2 level 56.4, 69.1, 70.8, 68.0.
  * Zen 3 and 4 (family 0x19) are not measured with it: 2 KB, as Zen 5. (A Zen 4 once had one stream
  * at 39-53 t/s against 32-40 for 4 streams without the prefetch, when the streams' kernel still
  * spilled; every CPU measured since runs the streams 1.2-1.8x faster than one stream.) */
