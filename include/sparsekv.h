@@ -78,6 +78,7 @@ typedef enum skv_type {
     SKV_TYPE_F32 = 0,
     SKV_TYPE_F16 = 1,
     SKV_TYPE_Q4_0 = 2,
+    SKV_TYPE_Q5_0 = 6,
     SKV_TYPE_Q8_0 = 8,
     SKV_TYPE_Q4_K = 12,
     SKV_TYPE_Q5_K = 13,

@@ -16,6 +16,7 @@ static const type_traits traits[SKV_TYPE_COUNT] = {
     [SKV_TYPE_BF16] = {"bf16", 1, 2},
     [SKV_TYPE_Q8_0] = {"q8_0", SKV_QK8_0, 2 + SKV_QK8_0},
     [SKV_TYPE_Q4_0] = {"q4_0", SKV_QK4_0, 2 + SKV_QK4_0 / 2},
+    [SKV_TYPE_Q5_0] = {"q5_0", SKV_QK5_0, 2 + 4 + SKV_QK5_0 / 2},
     [SKV_TYPE_Q4_K] = {"q4_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 2},
     [SKV_TYPE_Q5_K] = {"q5_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 8 + SKV_QK_K / 2},
     [SKV_TYPE_Q6_K] = {"q6_k", SKV_QK_K, SKV_QK_K / 2 + SKV_QK_K / 4 + SKV_QK_K / 16 + 2},

@@ -70,6 +70,67 @@ static void test_q4_0_hand(void **s) {
     }
 }
 
+/* Q5_0: { f16 d; uint8 qh[4]; uint8 qs[16] }, code j = nibble (low for j < 16, of qs[j % 16]) |
+ * bit j of qh << 4, value d * (code - 16). */
+static void test_q5_0_hand(void **s) {
+    (void)s;
+    uint8_t b[22];
+    put_f16(b, 0x3800);      /* 0.5 */
+    b[2] = 0x01;             /* qh bit 0: element 0 */
+    b[3] = 0x80;             /* bit 15: element 15 */
+    b[4] = 0x00;             /* bits 16-23: none */
+    b[5] = 0x80;             /* bit 31: element 31 */
+    memset(b + 6, 0x00, 16); /* low nibbles 0 */
+    b[6 + 0] = 0x3f;         /* element 0: 15 | 16 = 31 -> 7.5; element 16: 3 -> -6.5 */
+    b[6 + 15] = 0xa0;        /* element 15: 0 | 16 = 16 -> 0; element 31: 10 | 16 = 26 -> 5 */
+    float y[32];
+    skv_dequantize_row(SKV_TYPE_Q5_0, b, y, 32);
+    for (int j = 0; j < 32; j++) {
+        float want = -8.0f; /* code 0 */
+        if (j == 0) want = 7.5f;
+        if (j == 16) want = -6.5f;
+        if (j == 15) want = 0.0f;
+        if (j == 31) want = 5.0f;
+        assert_true(y[j] == want);
+    }
+}
+
+/* Q5_0 bytes as llama.cpp writes them: llama-quantize (v0.5.0, the node-llama-cpp@3.22.1 bundle)
+ * of stories260K.gguf to Q5_0 gave these two blocks for the first 64 values of
+ * blk.0.attn_q.weight (its other 29 Q5_0 matrices also matched `sparsekv quantize` byte for byte
+ * when this was written). A published output: it pins the layout (qh bit order, nibble halves) and
+ * the reference rounding that a round trip through our own quantizer could not. */
+static void test_q5_0_llama_cpp(void **s) {
+    (void)s;
+    static const float x[64] = {
+        0.0443927869f,  0.0797477067f,  -0.00892534666f, 0.0198952276f,  0.0261523053f,
+        -0.0392007343f, 0.0363316871f,  -0.00846784469f, -0.223864958f,  -0.29264763f,
+        -0.0267679971f, 0.0132093858f,  0.120582424f,    0.124274373f,   -0.151401818f,
+        0.0300537683f,  -0.0878583714f, -0.235822663f,   -0.0193502195f, -0.126902759f,
+        -0.0952636376f, 0.102376454f,   -0.00935794134f, 0.114870302f,   0.0123993745f,
+        0.0134596415f,  -0.192313865f,  -0.300281286f,   -0.0490936525f, -0.0527942255f,
+        0.0711817443f,  -0.13796562f,   0.0804335847f,   0.121699058f,   -0.184270158f,
+        -0.304069221f,  -0.0651853681f, -0.0374549702f,  -0.126901567f,  -0.0661071464f,
+        -0.213962421f,  0.306917906f,   -0.0829920247f,  -0.0223734342f, 0.140782073f,
+        0.120693751f,   0.185378477f,   0.0681086704f,   -0.0039562122f, 0.0285605285f,
+        -0.0033597881f, 0.0429868959f,  0.110148832f,    -0.14925912f,   0.239924818f,
+        -0.246894136f,  -0.0873119682f, 0.0115165487f,   0.156331554f,   -0.158197895f,
+        -0.113864653f,  0.0750132874f,  -0.0128065581f,  -0.0978913233f};
+    static const uint8_t want[44] = {
+        0xce, 0x24, 0xdf, 0xb8, 0xe0, 0x43, 0xb2, 0x34, 0xf0, 0x91, 0xb1, 0x5e, 0x02, 0x60, 0x14,
+        0x10, 0x6f, 0x01, 0xd6, 0xd7, 0x48, 0x92, 0xe9, 0xa4, 0xfc, 0x0d, 0xa5, 0xd9, 0x0c, 0xfa,
+        0x0a, 0xef, 0xa3, 0x82, 0x37, 0xd3, 0x5b, 0xf0, 0x84, 0x81, 0x69, 0xca, 0x16, 0x5c};
+    uint8_t b[44];
+    skv_quantize_row(SKV_TYPE_Q5_0, x, b, 64);
+    assert_memory_equal(b, want, sizeof want);
+    /* and each value back within a step |d| (half a step but at the clipped far end, code 32 ->
+     * 31), d rounded to f16 */
+    float y[64];
+    skv_dequantize_row(SKV_TYPE_Q5_0, want, y, 64);
+    for (int j = 0; j < 64; j++)
+        assert_true(fabsf(y[j] - x[j]) <= fabsf(get_f16(want + 22 * (j / 32))) * 1.01f);
+}
+
 /* Scales and mins of the 8 sub-blocks used by the Q4_K/Q5_K blocks below, and their 12 packed
  * bytes worked out by hand: bytes 0-3 = sc[j] | (sc[j+4] >> 4) << 6, bytes 4-7 = m[j] |
  * (m[j+4] >> 4) << 6, bytes 8-11 = (sc[j+4] & 15) | (m[j+4] & 15) << 4. */
@@ -257,18 +318,25 @@ static void chk_q8_0(const float *x, const float *y, const uint8_t *q) {
     }
 }
 
-/* Q4_0: steps of |d| = amax/8; values within half a step except the far end (code 16 clips to
- * 15), which errs by at most one step. */
-static void chk_q4_0(const float *x, const float *y, const uint8_t *q) {
+/* Q4_0 / Q5_0 (half = 8 / 16 levels each side, bb bytes per block): steps of |d| = amax / half;
+ * values within half a step except the far end (code 2 half clips to 2 half - 1), which errs by
+ * at most one step. */
+static void chk_q_sym(const float *x, const float *y, const uint8_t *q, double half, size_t bb) {
     for (int b = 0; b < N / 32; b++) {
         double amax = 0.0;
         for (int j = 0; j < 32; j++) amax = fmax(amax, fabs((double)x[32 * b + j]));
-        double d = amax / 8.0, d16 = fabs(get_f16(q + 18 * b));
+        double d = amax / half, d16 = fabs(get_f16(q + bb * (size_t)b));
         for (int j = 0; j < 32; j++) {
             double e = fabs((double)x[32 * b + j] - y[32 * b + j]);
-            assert_true(e <= d + 8.0 * fabs(d - d16) + 1e-7 * amax);
+            assert_true(e <= d + half * fabs(d - d16) + 1e-7 * amax);
         }
     }
+}
+static void chk_q4_0(const float *x, const float *y, const uint8_t *q) {
+    chk_q_sym(x, y, q, 8.0, 18);
+}
+static void chk_q5_0(const float *x, const float *y, const uint8_t *q) {
+    chk_q_sym(x, y, q, 16.0, 22);
 }
 
 static void scale_min(const uint8_t *s, int j, int *sc, int *m) {
@@ -415,6 +483,7 @@ static void test_roundtrip(void **s) {
     check_roundtrip(SKV_TYPE_BF16, chk_bf16);
     check_roundtrip(SKV_TYPE_Q8_0, chk_q8_0);
     check_roundtrip(SKV_TYPE_Q4_0, chk_q4_0);
+    check_roundtrip(SKV_TYPE_Q5_0, chk_q5_0);
     check_roundtrip_with(SKV_TYPE_Q4_K, true, chk_q4_k);
     check_roundtrip_with(SKV_TYPE_Q5_K, true, chk_q5_k);
     check_roundtrip_with(SKV_TYPE_Q6_K, true, chk_q6_k);
@@ -422,8 +491,9 @@ static void test_roundtrip(void **s) {
     check_roundtrip(SKV_TYPE_Q5_K, chk_q5_k_search);
     check_roundtrip(SKV_TYPE_Q6_K, chk_q6_k_search);
     /* Types without a search: the same bytes from both entry points. */
-    const skv_type same[] = {SKV_TYPE_F16, SKV_TYPE_BF16, SKV_TYPE_Q8_0, SKV_TYPE_Q4_0};
-    for (int i = 0; i < 4; i++) {
+    const skv_type same[] = {SKV_TYPE_F16, SKV_TYPE_BF16, SKV_TYPE_Q8_0, SKV_TYPE_Q4_0,
+                             SKV_TYPE_Q5_0};
+    for (int i = 0; i < 5; i++) {
         size_t rb = skv_row_bytes(same[i], N);
         uint8_t *a = malloc(rb), *b = malloc(rb);
         float xr[N];
@@ -464,12 +534,25 @@ static void test_quant_hand(void **s) {
     assert_int_equal(b[2], 0 | 15 << 4);
     assert_int_equal(b[3], 10 | 8 << 4);
     assert_int_equal(b[4], 8 | 8 << 4);
+    /* Q5_0: max -16 -> d = 1, x/d + 16.5 truncated: -16 -> 0, 15 -> 31, 3.6 -> 20 (trunc 20.1),
+     * -2.7 -> 13 (trunc 13.8), 0 -> 16; codes 31, 20 and 16 have bit 4 set (in qh) */
+    z[16] = 15.0f;
+    z[1] = 3.6f;
+    z[17] = -2.7f;
+    skv_quantize_row(SKV_TYPE_Q5_0, z, b, 32);
+    assert_true(get_f16(b) == 1.0f);
+    const uint32_t qh =
+        (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+    assert_int_equal(qh, ~(1u << 0 | 1u << 17)); /* all codes but 0 and 13 are >= 16 */
+    assert_int_equal(b[6], 0 | (31 & 15) << 4);
+    assert_int_equal(b[7], (20 & 15) | (13 & 15) << 4);
+    assert_int_equal(b[8], 0 | 0 << 4); /* 16 & 15 twice */
     /* An all-zero block quantizes to zeros in every format. */
     float zero[256] = {0}, back[256];
-    const skv_type ts[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K,
-                           SKV_TYPE_Q6_K};
+    const skv_type ts[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+                           SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
     uint8_t buf[256 * 4];
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         skv_quantize_row(ts[i], zero, buf, 256);
         skv_dequantize_row(ts[i], buf, back, 256);
         for (int j = 0; j < 256; j++) assert_true(back[j] == 0.0f);
@@ -478,9 +561,10 @@ static void test_quant_hand(void **s) {
 
 static void test_can_quantize(void **s) {
     (void)s;
-    const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
-                            SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    for (int i = 0; i < 8; i++) assert_true(skv_type_can_quantize(yes[i]));
+    const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16,
+                            SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+                            SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    for (int i = 0; i < 9; i++) assert_true(skv_type_can_quantize(yes[i]));
     assert_false(skv_type_can_quantize((skv_type)3));
     assert_false(skv_type_can_quantize((skv_type)99));
 }
@@ -708,6 +792,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0_hand),
         cmocka_unit_test(test_q4_0_hand),
+        cmocka_unit_test(test_q5_0_hand),
+        cmocka_unit_test(test_q5_0_llama_cpp),
         cmocka_unit_test(test_q4_k_hand),
         cmocka_unit_test(test_q5_k_hand),
         cmocka_unit_test(test_q6_k_hand),

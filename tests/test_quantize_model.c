@@ -357,11 +357,11 @@ static void test_partial_fusion(void **state) {
 }
 
 /* K-quants need rows of 256: a synthetic model wide enough for them. More bits, less damage:
- * KL(q8_0) < KL(q6_k) < KL(q5_k) < KL(q4_k) and KL(q8_0) < KL(q4_0), all against the F32
- * weights they came from. One bit fewer doubles the weight error and so roughly quadruples the
- * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2); a random model is more sensitive
- * than a trained one (flat logits, every layer at unit gain), so top-1 means little here. The
- * bounds are ~3x the measured values: a wrong block layout gives KL of order 1. */
+ * KL(q8_0) < KL(q6_k) < KL(q5_k) < KL(q4_k) and KL(q8_0) < KL(q5_0) < KL(q4_0), all against the
+ * F32 weights they came from. One bit fewer doubles the weight error and so roughly quadruples the
+ * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2, q5_0 1.4e-2); a random model is more
+ * sensitive than a trained one (flat logits, every layer at unit gain), so top-1 means little here.
+ * The bounds are ~3x the measured values: a wrong block layout gives KL of order 1. */
 static void test_kquants_on_wide_model(void **state) {
     (void)state;
     char *f32 = synth_f32(512, 2, 512, 11);
@@ -371,12 +371,12 @@ static void test_kquants_on_wide_model(void **state) {
     for (int i = 0; i < 48; i++) tok[i] = 3 + (int32_t)skv_rng_below(&rng, 509);
     int nv;
     float *base = logits_of(f32, tok, 48, &nv);
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K, SKV_TYPE_Q4_K,
-                              SKV_TYPE_Q4_0};
-    double kl[5];
-    const double kl_bound[5] = {2e-3, 1e-2, 0.04, 0.15, 0.15};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K,
+                              SKV_TYPE_Q4_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0};
+    double kl[6];
+    const double kl_bound[6] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04};
     printf("synthetic dim-256 model, 48 positions, vs F32:\n");
-    for (size_t k = 0; k < 5; k++) {
+    for (size_t k = 0; k < 6; k++) {
         skv_quantize_report rep;
         char *path = quantize_to(f32, types[k], 2, &rep);
         assert_int_equal(rep.n_fallback, 0);
@@ -397,6 +397,8 @@ static void test_kquants_on_wide_model(void **state) {
     assert_true(kl[0] < kl[4]); /* q8_0 < q4_0 */
     assert_true(kl[1] < kl[2]); /* q6_k < q5_k */
     assert_true(kl[2] < kl[3]); /* q5_k < q4_k */
+    assert_true(kl[0] < kl[5]); /* q8_0 < q5_0 */
+    assert_true(kl[5] < kl[4]); /* q5_0 < q4_0 */
     free(base);
     unlink(f32);
     free(f32);

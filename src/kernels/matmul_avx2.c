@@ -15,7 +15,8 @@
  *     broadcasts per 12 FMAs).
  * Quantized weights: x is first quantized to 8-bit blocks (matmul.c). Integer products with
  *   maddubs (u8 x s8 -> s16 pairs) and madd (s16 -> s32), scaled per block in float.
- *   - Q8_0/Q4_0: eight W rows in the eight lanes, one float chain per output over the blocks
+ *   - Q8_0/Q4_0/Q5_0 (Q4_0's and Q5_0's codes unpacked to signed bytes, q8_codes): eight W rows
+ *     in the eight lanes, one float chain per output over the blocks
  *     (see the section below); one or two x rows read the raw blocks, more read 8-row octets
  *     transposed once, in 4 x 16 tiles. Q8_0 in k16 records (a loaded model's at this level)
  *     holds the octets already: decode reads them as they lie, prefill copies them; Q4_0
@@ -439,8 +440,8 @@ static inline void store_lanes(float *y, __m256 v, int n) {
 #define PFD 1024
 
 /* 8 raw rows w[0..8) against one x row over nb blocks: lane k is row k's chain. */
-INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
-    const size_t bb = q4 ? 18 : 34;
+INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, skv_type t) {
+    const size_t bb = q8_block_bytes(t);
     __m256 acc = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const __m256i x = _mm256_load_si256((const __m256i *)(a.q + 32 * b));
@@ -449,7 +450,7 @@ INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
         for (int k = 0; k < 8; k++) {
             const uint8_t *blk = w[k] + (size_t)b * bb;
             if ((b & 1) == 0) _mm_prefetch((const char *)((uintptr_t)blk + PFD), _MM_HINT_T0);
-            v[k] = dot_s8(q8_codes(blk, q4), x);
+            v[k] = dot_s8(q8_codes(blk, t), x);
         }
         const __m256 s = _mm256_mul_ps(_mm256_set1_ps(a.d[b]), scales8(w, (size_t)b * bb));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_i32(v)), s, acc);
@@ -462,23 +463,23 @@ INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, int q4) {
  * (matmul_bench, sparsekv bench tg): 8 adjacent rows read block by block were 3x slower, 4
  * quarters of 2 adjacent rows 1.4x; without the prefetch 1.3x. Still 0-15% below a one-row-
  * per-vector gemv over 2 streams (llama-3.2-1b Q8_0 tg), which the tiles could not match. */
-INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
+INLINE void gemv_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     const int nb = mm->n_in / 32, h = (r1 - r0) / 8;
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
         for (int j = 0; j < h; j++) {
             const uint8_t *w[8];
-            float t[8];
+            float v[8];
             for (int k = 0; k < 8; k++) w[k] = w_row(mm, r0 + j + k * h);
-            _mm256_storeu_ps(t, dot_raw_q8x8(w, a, nb, q4));
-            for (int k = 0; k < 8; k++) y[r0 + j + k * h] = t[k];
+            _mm256_storeu_ps(v, dot_raw_q8x8(w, a, nb, t));
+            for (int k = 0; k < 8; k++) y[r0 + j + k * h] = v[k];
         }
         const int r = r0 + 8 * h;
         if (r < r1) {
             const uint8_t *w[8];
             lane_rows(mm, r, r1, 8, w);
-            store_lanes(y + r, dot_raw_q8x8(w, a, nb, q4), r1 - r);
+            store_lanes(y + r, dot_raw_q8x8(w, a, nb, t), r1 - r);
         }
     }
 }
@@ -495,13 +496,14 @@ typedef struct prep_oct {
 } prep_oct;
 
 /* Prepares blocks [b0, b0 + nb) of 8 rows: per block the 8 x 8 dwords of codes transposed. */
-INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, int q4, int b0, int nb) {
-    const size_t bb = q4 ? 18 : 34;
+INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, skv_type t, int b0, int nb) {
+    const size_t bb = q8_block_bytes(t);
     for (int b = 0; b < nb; b++) {
         __m256i v[8];
         for (int k = 0; k < 8; k++) {
-            v[k] = q8_codes(w[k] + (size_t)(b0 + b) * bb, q4);
-            if (q4) v[k] = _mm256_add_epi8(v[k], _mm256_set1_epi8(8)); /* as stored: tile_q8x8 */
+            v[k] = q8_codes(w[k] + (size_t)(b0 + b) * bb, t);
+            if (t == SKV_TYPE_Q4_0)
+                v[k] = _mm256_add_epi8(v[k], _mm256_set1_epi8(8)); /* as stored: tile_q8x8 */
         }
         _mm256_store_ps(p->d + 8 * b, scales8(w, (size_t)(b0 + b) * bb));
         __m256 f[8]; /* transpose8 moves 32-bit lanes: the codes pass through bit for bit */
@@ -620,7 +622,8 @@ INLINE void tile_q8_step(int mr, const skv_mm *mm, int i, int r, int nr, const p
         }
 }
 
-INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
+INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    const int q4 = t == SKV_TYPE_Q4_0; /* the stored codes (tile_q8x8) or Q4_0 records */
     prep_oct prep[NO8];
     __m256 save[MC8 * NO8] ALIGNED32;
     const int nblk = mm->n_in / 32, nkb = (nblk + KB8 - 1) / KB8;
@@ -639,7 +642,7 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
                     }
                     const uint8_t *w[8];
                     lane_rows(mm, r + 8 * c, r + nr, 8, w);
-                    prep_octet(&prep[c], w, q4, b0, nb);
+                    prep_octet(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
                 int i = mc0;
@@ -810,21 +813,25 @@ static void gemv_q4_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         gemv_q8_rec_run(mm, i0, i1, r0, r1, false, true);
 }
 
-INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
+INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
-        (q4 ? gemv_q4_rec : gemv_q8_rec)(mm, i0, i1, r0, r1);
+        (t == SKV_TYPE_Q4_0 ? gemv_q4_rec : gemv_q8_rec)(mm, i0, i1, r0, r1); /* no Q5_0 records */
     else if (mm->m < GEMM_Q_MIN_M)
-        gemv_q8(mm, i0, i1, r0, r1, q4);
+        gemv_q8(mm, i0, i1, r0, r1, t);
     else
-        gemm_q8(mm, i0, i1, r0, r1, q4);
+        gemm_q8(mm, i0, i1, r0, r1, t);
 }
 
 static void matmul_q8_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    matmul_q8(mm, i0, i1, r0, r1, 0);
+    matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q8_0);
 }
 
 static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    matmul_q8(mm, i0, i1, r0, r1, 1);
+    matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q4_0);
+}
+
+static void matmul_q5_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q5_0);
 }
 
 /* ---- K-quants (Q4_K, Q5_K, Q6_K): two exact integers per output and super-block -------------
@@ -1575,6 +1582,9 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         break;
     case SKV_TYPE_Q4_0:
         matmul_q4_0(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_Q5_0:
+        matmul_q5_0(mm, i0, i1, r0, r1);
         break;
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:

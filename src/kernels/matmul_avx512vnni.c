@@ -1,8 +1,9 @@
-/* matmul_avx512vnni.c — the AVX-512 products of quantized weights (Q8_0, Q4_0, Q4_K, Q5_K,
- * Q6_K) with VNNI (built with -mavx512f/bw/vl/dq/vnni on top of the AVX2 flags; called from
+/* matmul_avx512vnni.c — the AVX-512 products of quantized weights (Q8_0, Q4_0, Q5_0, Q4_K,
+ * Q5_K, Q6_K) with VNNI (built with -mavx512f/bw/vl/dq/vnni on top of the AVX2 flags; called from
  * matmul_avx512.c only when the CPU has VNNI). x is quantized to 8-bit blocks (matmul.c); integer
  * dot products, scaled in float.
- *   - Q8_0/Q4_0 (the section at the end): sixteen W rows in the lanes, vpdpbusd of 4 x codes
+ *   - Q8_0/Q4_0/Q5_0 (the section at the end; Q4_0's and Q5_0's codes unpacked to signed bytes,
+ *     q8_codes): sixteen W rows in the lanes, vpdpbusd of 4 x codes
  *     (unsigned: + 128) broadcast against 4 codes of each row; one row or two (decode) read W
  *     rows front to back and sum in the same order: the same bits (also as the AVX2 level's).
  *     Q8_0 in k16 records (a loaded model's): decode reads each octet's 8 rows in the lanes of
@@ -690,14 +691,14 @@ typedef struct prep_hex {
 } prep_hex;
 
 /* Prepares blocks [b0, b0 + nb) of 16 rows w[0..16). */
-INLINE void prep_hexad(prep_hex *p, const uint8_t *const *w, int q4, int b0, int nb) {
-    const size_t bb = q4 ? 18 : 34;
+INLINE void prep_hexad(prep_hex *p, const uint8_t *const *w, skv_type t, int b0, int nb) {
+    const size_t bb = q8_block_bytes(t);
     for (int b = 0; b < nb; b++) {
         const size_t off = (size_t)(b0 + b) * bb;
         __m256 lo[8], hi[8]; /* transpose8 moves 32-bit lanes: the codes pass bit for bit */
         for (int k = 0; k < 8; k++) {
-            lo[k] = _mm256_castsi256_ps(q8_codes(w[k] + off, q4));
-            hi[k] = _mm256_castsi256_ps(q8_codes(w[k + 8] + off, q4));
+            lo[k] = _mm256_castsi256_ps(q8_codes(w[k] + off, t));
+            hi[k] = _mm256_castsi256_ps(q8_codes(w[k + 8] + off, t));
         }
         transpose8(lo);
         transpose8(hi);
@@ -802,7 +803,8 @@ INLINE void tile_hex_step(int mr, const skv_mm *mm, int i, int r, int nr, const 
 /* Blocks of MCH x rows; for each 32 W rows and each column block of KBH blocks, the two hexads
  * are prepared once and serve every tile of the x block. */
 static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1, int r0, int r1,
-                                               int q4) {
+                                               skv_type t) {
+    const int q4 = t == SKV_TYPE_Q4_0; /* Q4_0 records */
     prep_hex prep[NOH];
     __m512 save[MCH * NOH];
     const int nblk = mm->n_in / 32, nkb = (nblk + KBH - 1) / KBH;
@@ -821,7 +823,7 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                     }
                     const uint8_t *w[16];
                     lane_rows(mm, r + 16 * c, r + nr, 16, w);
-                    prep_hexad(&prep[c], w, q4, b0, nb);
+                    prep_hexad(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCH, i1, r, NOH, r0, r1, kb, nkb, KBH,
@@ -859,9 +861,9 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
  * lanes into 8 vectors of NS lanes, block by block, so that each row's chain continues in its
  * own lane: acc = fma(float(idot_b), dx_b * dw_b, acc), the operations of a lane of the tiles. */
 #define NS 4
-INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, int nb, int q4,
+INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, int nb, skv_type t,
                          float *y) {
-    const size_t bb = q4 ? 18 : 34;
+    const size_t bb = q8_block_bytes(t);
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     __m128 acc = _mm_setzero_ps(); /* lane r: row r */
     int b = 0;
@@ -881,7 +883,7 @@ INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, 
             for (int k = 0; k < 8; k++) {
                 blk[k] = w[r] + (size_t)(b + k) * bb;
                 v[k] = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                           _mm256_xor_si256(q8_codes(blk[k], q4), flip), x[k]);
+                                           _mm256_xor_si256(q8_codes(blk[k], t), flip), x[k]);
             }
             f[r] = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum8_i32(v), bias));
             s[r] = _mm256_mul_ps(dx, scales8(blk, 0));
@@ -912,7 +914,7 @@ INLINE void dot_hex_rows(const uint8_t *const *w, act_row a, const int32_t *xb, 
             const uint8_t *blk = w[r] + (size_t)b * bb;
             const __m256i x = _mm256_loadu_si256((const __m256i *)(a.q + 32 * b));
             const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                                  _mm256_xor_si256(q8_codes(blk, q4), flip), x);
+                                                  _mm256_xor_si256(q8_codes(blk, t), flip), x);
             const int idot = hsum_i32(d) - xb[b];
             out[r] = fmaf((float)idot, a.d[b] * ld_f16(blk), out[r]);
         }
@@ -932,7 +934,7 @@ static inline void hex_xsums(act_row a, int nb, int32_t *xb, int k) {
  * Measured (Zen 4, llama-3.2-1b Q8_0 tg64): pairs of adjacent rows instead were 2x slower,
  * prefetching 512-2048 B ahead 10-25% slower; 0-15% below the former gemv (two streams, 16-lane
  * partial sums: another order, which the tiles cannot follow). */
-static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
+static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     const int nb = mm->n_in / 32, h = (r1 - r0) / NS;
     int32_t xb[MAX_XB]; /* 128 * the sum of each block of x's codes */
     if (nb > MAX_XB) {  /* wider than any model layer: the AVX2 code, same bits */
@@ -948,14 +950,14 @@ static void gemv_hex(const skv_mm *mm, int i0, int i1, int r0, int r1, int q4) {
             float v[NS];
             for (int k = 0; k < NS; k++)
                 w[k] = (const uint8_t *)mm->w + (size_t)(j + k * h) * mm->w_stride;
-            dot_hex_rows(w, a, xb, nb, q4, v);
+            dot_hex_rows(w, a, xb, nb, t, v);
             for (int k = 0; k < NS; k++) y[j + k * h] = v[k];
         }
         for (int r = r0 + NS * h; r < r1; r += NS) {
             const uint8_t *w[NS];
             float v[NS];
             lane_rows(mm, r, r1, NS, w);
-            dot_hex_rows(w, a, xb, nb, q4, v);
+            dot_hex_rows(w, a, xb, nb, t, v);
             for (int k = 0; k < NS && r + k < r1; k++) y[r + k] = v[k];
         }
     }
@@ -1096,7 +1098,8 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 #define GEMM_Q_MIN_M 3
 
 bool skv_act_unsigned(skv_type wt, int m) {
-    return skv_simd_has_vnni() && (wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0) && m >= GEMM_Q_MIN_M;
+    return skv_simd_has_vnni() &&
+           (wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_Q5_0) && m >= GEMM_Q_MIN_M;
 }
 
 void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
@@ -1108,13 +1111,13 @@ void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
 }
 
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0) {
-        if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
+    if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0 || mm->wt == SKV_TYPE_Q5_0) {
+        if (mm->m < GEMM_Q_MIN_M && mm->w_k16) /* Q8_0, Q4_0 */
             gemv_hex_rec(mm, i0, i1, r0, r1);
         else if (mm->m < GEMM_Q_MIN_M)
-            gemv_hex(mm, i0, i1, r0, r1, mm->wt == SKV_TYPE_Q4_0);
+            gemv_hex(mm, i0, i1, r0, r1, mm->wt);
         else
-            gemm_hex(mm, i0, i1, r0, r1, mm->wt == SKV_TYPE_Q4_0);
+            gemm_hex(mm, i0, i1, r0, r1, mm->wt);
         return;
     }
     if (mm->m < GEMM_Q_MIN_M)

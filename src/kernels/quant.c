@@ -68,6 +68,22 @@ static void deq_q4_0(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* Q5_0: code j (0..31) of a block: the low 4 bits as Q4_0 keeps them (nibble j % 16 of qs, the
+ * low one for j < 16), the fifth bit j of qh (a little-endian uint32); value = d * (code - 16). */
+static inline int q5_0_code(const uint8_t *blk, int j) {
+    const uint32_t qh =
+        (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+    const int lo = j < 16 ? blk[6 + j] & 15 : blk[6 + j - 16] >> 4;
+    return lo | (int)(qh >> j & 1) << 4;
+}
+
+static void deq_q5_0(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 22, y += SKV_QK5_0) {
+        const float d = ld_f16(b);
+        for (int j = 0; j < SKV_QK5_0; j++) y[j] = d * (float)(q5_0_code(b, j) - 16);
+    }
+}
+
 /* Q4_K: value = d * sc * q - dmin * m. qs holds 64 values per 32 bytes: byte l of chunk c has
  * sub-block 2c element l in its low nibble and sub-block 2c+1 element l in its high nibble. */
 static void deq_q4_k(const uint8_t *b, float *y, int64_t nb) {
@@ -156,6 +172,9 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
     case SKV_TYPE_Q4_0:
         deq_q4_0(b, dst, nb);
         break;
+    case SKV_TYPE_Q5_0:
+        deq_q5_0(b, dst, nb);
+        break;
     case SKV_TYPE_Q4_K:
         deq_q4_k(b, dst, nb);
         break;
@@ -211,6 +230,31 @@ static void quant_q4_0(const float *x, uint8_t *b, int64_t nb) {
             int q0 = trunc_code(x[j] * id + 8.5f), q1 = trunc_code(x[j + 16] * id + 8.5f);
             b[2 + j] = (uint8_t)(q0 | q1 << 4);
         }
+    }
+}
+
+/* Q5_0 as ggml's reference: as Q4_0 with 32 levels, d = max / -16, q = min(31, trunc(x / d +
+ * 16.5)), the fifth bits gathered in qh. */
+static void quant_q5_0(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK5_0, b += 22) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < SKV_QK5_0; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, skv_f32_to_f16(d));
+        uint32_t qh = 0;
+        for (int j = 0; j < SKV_QK5_0 / 2; j++) {
+            const float v0 = x[j] * id + 16.5f, v1 = x[j + 16] * id + 16.5f;
+            const int q0 = v0 >= 31.0f ? 31 : v0 > 0.0f ? (int)v0 : 0;
+            const int q1 = v1 >= 31.0f ? 31 : v1 > 0.0f ? (int)v1 : 0;
+            b[6 + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++) b[2 + k] = (uint8_t)(qh >> 8 * k);
     }
 }
 
@@ -656,6 +700,7 @@ bool skv_type_can_quantize(skv_type t) {
     case SKV_TYPE_BF16:
     case SKV_TYPE_Q8_0:
     case SKV_TYPE_Q4_0:
+    case SKV_TYPE_Q5_0:
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
@@ -685,6 +730,9 @@ static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, boo
         break;
     case SKV_TYPE_Q4_0:
         quant_q4_0(src, b, nb);
+        break;
+    case SKV_TYPE_Q5_0:
+        quant_q5_0(src, b, nb);
         break;
     case SKV_TYPE_Q4_K:
         if (simple)
@@ -723,6 +771,7 @@ int skv_act_block(skv_type wt) {
     switch (wt) {
     case SKV_TYPE_Q8_0:
     case SKV_TYPE_Q4_0:
+    case SKV_TYPE_Q5_0:
         return 32;
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
@@ -787,6 +836,13 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
             int sum = 0;
             for (int j = 0; j < 16; j++)
                 sum += ((b[2 + j] & 15) - 8) * q[j] + ((b[2 + j] >> 4) - 8) * q[j + 16];
+            acc += ld_f16(b) * d[i] * (float)sum;
+        }
+        break;
+    case SKV_TYPE_Q5_0:
+        for (int64_t i = 0; i < nb; i++, b += 22, q += 32) {
+            int sum = 0;
+            for (int j = 0; j < 32; j++) sum += (q5_0_code(b, j) - 16) * q[j];
             acc += ld_f16(b) * d[i] * (float)sum;
         }
         break;

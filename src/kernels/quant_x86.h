@@ -50,9 +50,34 @@ static inline __m256i unpack_q4_0(const uint8_t *qs) {
     return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
 }
 
-/* A Q8_0 block's (Q4_0: as signed code - 8) 32 codes. */
-static inline __m256i q8_codes(const uint8_t *blk, int q4) {
-    return q4 ? unpack_q4_0(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
+/* A Q5_0 block's 32 values as signed bytes (code - 16): Q4_0's nibbles, each byte j given bit j
+ * of qh (a little-endian uint32) as its fifth bit: qh's byte j / 8 spread over the 8 bytes of
+ * its lane quarter, each byte's own bit picked and compared. */
+static inline __m256i unpack_q5_0(const uint8_t *blk) {
+    uint32_t qh;
+    memcpy(&qh, blk + 2, 4);
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                             2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                                        _mm256_set1_epi8(0x10));
+    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 6));
+    const __m256i lo = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)),
+                                        _mm_and_si128(v, _mm_set1_epi8(15)));
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(16));
+}
+
+/* The 32-value block types that the Q8_0 kernels read as signed bytes: Q8_0's codes, Q4_0's
+ * code - 8, Q5_0's code - 16; bytes per block. */
+static inline __m256i q8_codes(const uint8_t *blk, skv_type t) {
+    return t == SKV_TYPE_Q4_0   ? unpack_q4_0(blk + 2)
+           : t == SKV_TYPE_Q5_0 ? unpack_q5_0(blk)
+                                : _mm256_loadu_si256((const __m256i *)(blk + 2));
+}
+static inline size_t q8_block_bytes(skv_type t) {
+    return t == SKV_TYPE_Q4_0 ? 18 : t == SKV_TYPE_Q5_0 ? 22 : 34;
 }
 
 /* Lane k = the sum of v[k]'s eight lanes (int32: exact in any order). */
