@@ -430,6 +430,14 @@ static void test_q5_0(void **s) {
     (void)s;
     run_type(SKV_TYPE_Q5_0, n_in_q32, 3);
 }
+static void test_q4_1(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q4_1, n_in_q32, 3);
+}
+static void test_q5_1(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q5_1, n_in_q32, 3);
+}
 static void test_q4_k(void **s) {
     (void)s;
     run_type(SKV_TYPE_Q4_K, n_in_qk, 3);
@@ -447,13 +455,13 @@ static void test_q6_k(void **s) {
  * and decode (one row at a time) give the same bits, for every type, SIMD or scalar. */
 static void test_rows_independent(void **s) {
     (void)s;
-    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16,
-                           SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
                            SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
     const int n_ins[] = {7,   64,   600, 2304,
                          256, 2560, 288, 2080}; /* float: any; quantized: blocks (odd counts too) */
     enum { M = 13, N_OUT = 11 };
-    for (int ti = 0; ti < 9; ti++) {
+    for (int ti = 0; ti < 11; ti++) {
         skv_type t = ts[ti];
         for (int ni = 0; ni < 8; ni++) {
             int n_in = n_ins[ni];
@@ -584,12 +592,12 @@ static void test_group(void **s) {
  * weight type, SIMD or scalar, and leaves the other rows alone. */
 static void test_nonfinite_x(void **s) {
     (void)s;
-    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16,
-                           SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
                            SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
     enum { M = 5, N_OUT = 9, N_IN = 512 };
     float x[M * N_IN], wf[N_IN], y[M * N_OUT];
-    for (int ti = 0; ti < 9; ti++) {
+    for (int ti = 0; ti < 11; ti++) {
         size_t rb = skv_row_bytes(ts[ti], N_IN);
         uint8_t *w = malloc(rb * N_OUT);
         for (int r = 0; r < N_OUT; r++) {
@@ -1135,6 +1143,8 @@ int main(void) {
         cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_q5_0),
+        cmocka_unit_test(test_q4_1),
+        cmocka_unit_test(test_q5_1),
         cmocka_unit_test(test_q4_k),
         cmocka_unit_test(test_q5_k),
         cmocka_unit_test(test_q6_k),

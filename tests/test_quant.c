@@ -100,22 +100,24 @@ static void test_q5_0_hand(void **s) {
  * blk.0.attn_q.weight (its other 29 Q5_0 matrices also matched `sparsekv quantize` byte for byte
  * when this was written). A published output: it pins the layout (qh bit order, nibble halves) and
  * the reference rounding that a round trip through our own quantizer could not. */
+static const float attn_q_64[64] = {
+    0.0443927869f,  0.0797477067f,  -0.00892534666f, 0.0198952276f,  0.0261523053f,
+    -0.0392007343f, 0.0363316871f,  -0.00846784469f, -0.223864958f,  -0.29264763f,
+    -0.0267679971f, 0.0132093858f,  0.120582424f,    0.124274373f,   -0.151401818f,
+    0.0300537683f,  -0.0878583714f, -0.235822663f,   -0.0193502195f, -0.126902759f,
+    -0.0952636376f, 0.102376454f,   -0.00935794134f, 0.114870302f,   0.0123993745f,
+    0.0134596415f,  -0.192313865f,  -0.300281286f,   -0.0490936525f, -0.0527942255f,
+    0.0711817443f,  -0.13796562f,   0.0804335847f,   0.121699058f,   -0.184270158f,
+    -0.304069221f,  -0.0651853681f, -0.0374549702f,  -0.126901567f,  -0.0661071464f,
+    -0.213962421f,  0.306917906f,   -0.0829920247f,  -0.0223734342f, 0.140782073f,
+    0.120693751f,   0.185378477f,   0.0681086704f,   -0.0039562122f, 0.0285605285f,
+    -0.0033597881f, 0.0429868959f,  0.110148832f,    -0.14925912f,   0.239924818f,
+    -0.246894136f,  -0.0873119682f, 0.0115165487f,   0.156331554f,   -0.158197895f,
+    -0.113864653f,  0.0750132874f,  -0.0128065581f,  -0.0978913233f};
+
 static void test_q5_0_llama_cpp(void **s) {
     (void)s;
-    static const float x[64] = {
-        0.0443927869f,  0.0797477067f,  -0.00892534666f, 0.0198952276f,  0.0261523053f,
-        -0.0392007343f, 0.0363316871f,  -0.00846784469f, -0.223864958f,  -0.29264763f,
-        -0.0267679971f, 0.0132093858f,  0.120582424f,    0.124274373f,   -0.151401818f,
-        0.0300537683f,  -0.0878583714f, -0.235822663f,   -0.0193502195f, -0.126902759f,
-        -0.0952636376f, 0.102376454f,   -0.00935794134f, 0.114870302f,   0.0123993745f,
-        0.0134596415f,  -0.192313865f,  -0.300281286f,   -0.0490936525f, -0.0527942255f,
-        0.0711817443f,  -0.13796562f,   0.0804335847f,   0.121699058f,   -0.184270158f,
-        -0.304069221f,  -0.0651853681f, -0.0374549702f,  -0.126901567f,  -0.0661071464f,
-        -0.213962421f,  0.306917906f,   -0.0829920247f,  -0.0223734342f, 0.140782073f,
-        0.120693751f,   0.185378477f,   0.0681086704f,   -0.0039562122f, 0.0285605285f,
-        -0.0033597881f, 0.0429868959f,  0.110148832f,    -0.14925912f,   0.239924818f,
-        -0.246894136f,  -0.0873119682f, 0.0115165487f,   0.156331554f,   -0.158197895f,
-        -0.113864653f,  0.0750132874f,  -0.0128065581f,  -0.0978913233f};
+    const float *x = attn_q_64;
     static const uint8_t want[44] = {
         0xce, 0x24, 0xdf, 0xb8, 0xe0, 0x43, 0xb2, 0x34, 0xf0, 0x91, 0xb1, 0x5e, 0x02, 0x60, 0x14,
         0x10, 0x6f, 0x01, 0xd6, 0xd7, 0x48, 0x92, 0xe9, 0xa4, 0xfc, 0x0d, 0xa5, 0xd9, 0x0c, 0xfa,
@@ -129,6 +131,75 @@ static void test_q5_0_llama_cpp(void **s) {
     skv_dequantize_row(SKV_TYPE_Q5_0, want, y, 64);
     for (int j = 0; j < 64; j++)
         assert_true(fabsf(y[j] - x[j]) <= fabsf(get_f16(want + 22 * (j / 32))) * 1.01f);
+}
+
+/* Q4_1 and Q5_1 likewise (llama-quantize of stories260K to Q4_1 / Q5_1: its 30 matrices in
+ * either type matched `sparsekv quantize` byte for byte): the first 64 values of
+ * blk.0.attn_q.weight; and back within a step d of the values (d = (max - min) / 15 or 31; half a
+ * step but for f16 rounding of m and d). */
+static void test_q_1_llama_cpp(void **s) {
+    (void)s;
+    static const uint8_t want4[40] = {0x3f, 0x27, 0xce, 0xb4, 0x8c, 0x2d, 0xaa, 0x6b, 0x7c, 0xe9,
+                                      0xac, 0xfa, 0xb3, 0xb0, 0x4a, 0x0b, 0x9f, 0x9f, 0xd5, 0x6c,
+                                      0x37, 0x29, 0xdd, 0xb4, 0x79, 0x8a, 0x73, 0x90, 0xa6, 0x47,
+                                      0xd4, 0x16, 0x52, 0x8f, 0xb5, 0x47, 0x5b, 0x9a, 0x7c, 0x59};
+    static const uint8_t want5[48] = {0x03, 0x23, 0xce, 0xb4, 0xff, 0xbc, 0xe5, 0x73, 0x09, 0x5c,
+                                      0x55, 0xd7, 0xf8, 0xd3, 0x59, 0xe5, 0x76, 0x71, 0x84, 0x07,
+                                      0x2f, 0x2f, 0xbb, 0xc8, 0x0c, 0x25, 0xdd, 0xb4, 0x03, 0xf2,
+                                      0x5a, 0x26, 0xf4, 0x16, 0xf6, 0x20, 0x5c, 0x8e, 0xc9, 0x3c,
+                                      0xb5, 0x0f, 0x7b, 0x7e, 0xa7, 0x36, 0xf9, 0xa3};
+    const skv_type ts[2] = {SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
+    const uint8_t *want[2] = {want4, want5};
+    const size_t bb[2] = {20, 24};
+    for (int t = 0; t < 2; t++) {
+        uint8_t b[48];
+        float y[64];
+        skv_quantize_row(ts[t], attn_q_64, b, 64);
+        assert_memory_equal(b, want[t], 2 * bb[t]);
+        skv_dequantize_row(ts[t], want[t], y, 64);
+        for (int j = 0; j < 64; j++)
+            assert_true(fabsf(y[j] - attn_q_64[j]) <= get_f16(want[t] + bb[t] * (j / 32)) * 1.01f);
+    }
+}
+
+/* Q4_1: { f16 d, m; qs[16] } (codes as Q4_0's), Q5_1: { f16 d, m; qh[4]; qs[16] } (as Q5_0's);
+ * value d * code + m. */
+static void test_q_1_hand(void **s) {
+    (void)s;
+    uint8_t b4[20], b5[24];
+    put_f16(b4, 0x3800);      /* d 0.5 */
+    put_f16(b4 + 2, 0xc000);  /* m -2 */
+    memset(b4 + 4, 0x00, 16); /* code 0: -2 */
+    b4[4 + 0] = 0x3f;         /* element 0: 15 -> 5.5; element 16: 3 -> -0.5 */
+    b4[4 + 15] = 0xa0;        /* element 31: 10 -> 3 */
+    memcpy(b5, b4, 4);
+    b5[4] = 0x01; /* qh bit 0: element 0 */
+    b5[5] = b5[6] = 0x00;
+    b5[7] = 0x80; /* bit 31: element 31 */
+    memcpy(b5 + 8, b4 + 4, 16);
+    float y4[32], y5[32];
+    skv_dequantize_row(SKV_TYPE_Q4_1, b4, y4, 32);
+    skv_dequantize_row(SKV_TYPE_Q5_1, b5, y5, 32);
+    for (int j = 0; j < 32; j++) {
+        float w4 = -2.0f, w5 = -2.0f;
+        if (j == 0) w4 = 5.5f, w5 = 13.5f; /* Q5_1: 15 | 16 = 31 */
+        if (j == 16) w4 = w5 = -0.5f;
+        if (j == 31) w4 = 3.0f, w5 = 11.0f; /* 10 | 16 = 26 */
+        assert_true(y4[j] == w4);
+        assert_true(y5[j] == w5);
+    }
+    /* ggml's rounding: min -1, max 2 -> Q4_1 d = 0.2, codes trunc((x + 1) / 0.2 + 0.5):
+     * -1 -> 0, 2 -> 15, 0.33 -> 7 (7.15), 0 -> 5 */
+    float x[32] = {0};
+    x[0] = -1.0f;
+    x[16] = 2.0f;
+    x[1] = 0.33f;
+    skv_quantize_row(SKV_TYPE_Q4_1, x, b4, 32);
+    assert_true(get_f16(b4 + 2) == -1.0f);
+    assert_true(fabsf(get_f16(b4) - 0.2f) < 1e-3f);
+    assert_int_equal(b4[4], 0 | 15 << 4);
+    assert_int_equal(b4[5], 7 | 5 << 4);
+    assert_int_equal(b4[6], 5 | 5 << 4);
 }
 
 /* Scales and mins of the 8 sub-blocks used by the Q4_K/Q5_K blocks below, and their 12 packed
@@ -338,6 +409,30 @@ static void chk_q4_0(const float *x, const float *y, const uint8_t *q) {
 static void chk_q5_0(const float *x, const float *y, const uint8_t *q) {
     chk_q_sym(x, y, q, 16.0, 22);
 }
+/* Q4_1 / Q5_1 (top = 15 / 31 steps over [min, max], bb bytes per block): within half a step
+ * d = (max - min) / top, but for the f16 rounding of d and m (up to top steps of d's error) and
+ * the far end's clip. */
+static void chk_q_aff(const float *x, const float *y, const uint8_t *q, double top, size_t bb) {
+    for (int b = 0; b < N / 32; b++) {
+        double lo = x[32 * b], hi = x[32 * b];
+        for (int j = 0; j < 32; j++) {
+            lo = fmin(lo, (double)x[32 * b + j]);
+            hi = fmax(hi, (double)x[32 * b + j]);
+        }
+        double d = (hi - lo) / top, d16 = get_f16(q + bb * (size_t)b),
+               m16 = get_f16(q + bb * (size_t)b + 2);
+        for (int j = 0; j < 32; j++) {
+            double e = fabs((double)x[32 * b + j] - y[32 * b + j]);
+            assert_true(e <= d + top * fabs(d - d16) + fabs(lo - m16) + 1e-7 * (hi - lo));
+        }
+    }
+}
+static void chk_q4_1(const float *x, const float *y, const uint8_t *q) {
+    chk_q_aff(x, y, q, 15.0, 20);
+}
+static void chk_q5_1(const float *x, const float *y, const uint8_t *q) {
+    chk_q_aff(x, y, q, 31.0, 24);
+}
 
 static void scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
@@ -484,6 +579,8 @@ static void test_roundtrip(void **s) {
     check_roundtrip(SKV_TYPE_Q8_0, chk_q8_0);
     check_roundtrip(SKV_TYPE_Q4_0, chk_q4_0);
     check_roundtrip(SKV_TYPE_Q5_0, chk_q5_0);
+    check_roundtrip(SKV_TYPE_Q4_1, chk_q4_1);
+    check_roundtrip(SKV_TYPE_Q5_1, chk_q5_1);
     check_roundtrip_with(SKV_TYPE_Q4_K, true, chk_q4_k);
     check_roundtrip_with(SKV_TYPE_Q5_K, true, chk_q5_k);
     check_roundtrip_with(SKV_TYPE_Q6_K, true, chk_q6_k);
@@ -491,9 +588,9 @@ static void test_roundtrip(void **s) {
     check_roundtrip(SKV_TYPE_Q5_K, chk_q5_k_search);
     check_roundtrip(SKV_TYPE_Q6_K, chk_q6_k_search);
     /* Types without a search: the same bytes from both entry points. */
-    const skv_type same[] = {SKV_TYPE_F16, SKV_TYPE_BF16, SKV_TYPE_Q8_0, SKV_TYPE_Q4_0,
-                             SKV_TYPE_Q5_0};
-    for (int i = 0; i < 5; i++) {
+    const skv_type same[] = {SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0, SKV_TYPE_Q4_0,
+                             SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
+    for (int i = 0; i < 7; i++) {
         size_t rb = skv_row_bytes(same[i], N);
         uint8_t *a = malloc(rb), *b = malloc(rb);
         float xr[N];
@@ -549,10 +646,10 @@ static void test_quant_hand(void **s) {
     assert_int_equal(b[8], 0 | 0 << 4); /* 16 & 15 twice */
     /* An all-zero block quantizes to zeros in every format. */
     float zero[256] = {0}, back[256];
-    const skv_type ts[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
-                           SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    const skv_type ts[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
+                           SKV_TYPE_Q5_1, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
     uint8_t buf[256 * 4];
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         skv_quantize_row(ts[i], zero, buf, 256);
         skv_dequantize_row(ts[i], buf, back, 256);
         for (int j = 0; j < 256; j++) assert_true(back[j] == 0.0f);
@@ -561,11 +658,11 @@ static void test_quant_hand(void **s) {
 
 static void test_can_quantize(void **s) {
     (void)s;
-    const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16,
-                            SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+    const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                            SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
                             SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    for (int i = 0; i < 9; i++) assert_true(skv_type_can_quantize(yes[i]));
-    assert_false(skv_type_can_quantize((skv_type)3));
+    for (int i = 0; i < 11; i++) assert_true(skv_type_can_quantize(yes[i]));
+    assert_false(skv_type_can_quantize((skv_type)4)); /* Q4_2, long gone from ggml */
     assert_false(skv_type_can_quantize((skv_type)99));
 }
 
@@ -794,6 +891,8 @@ int main(void) {
         cmocka_unit_test(test_q4_0_hand),
         cmocka_unit_test(test_q5_0_hand),
         cmocka_unit_test(test_q5_0_llama_cpp),
+        cmocka_unit_test(test_q_1_llama_cpp),
+        cmocka_unit_test(test_q_1_hand),
         cmocka_unit_test(test_q4_k_hand),
         cmocka_unit_test(test_q5_k_hand),
         cmocka_unit_test(test_q6_k_hand),

@@ -371,12 +371,12 @@ static void test_kquants_on_wide_model(void **state) {
     for (int i = 0; i < 48; i++) tok[i] = 3 + (int32_t)skv_rng_below(&rng, 509);
     int nv;
     float *base = logits_of(f32, tok, 48, &nv);
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K,
-                              SKV_TYPE_Q4_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0};
-    double kl[6];
-    const double kl_bound[6] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K, SKV_TYPE_Q4_K,
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
+    double kl[8];
+    const double kl_bound[8] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04, 0.15, 0.04};
     printf("synthetic dim-256 model, 48 positions, vs F32:\n");
-    for (size_t k = 0; k < 6; k++) {
+    for (size_t k = 0; k < 8; k++) {
         skv_quantize_report rep;
         char *path = quantize_to(f32, types[k], 2, &rep);
         assert_int_equal(rep.n_fallback, 0);
@@ -399,6 +399,8 @@ static void test_kquants_on_wide_model(void **state) {
     assert_true(kl[2] < kl[3]); /* q5_k < q4_k */
     assert_true(kl[0] < kl[5]); /* q8_0 < q5_0 */
     assert_true(kl[5] < kl[4]); /* q5_0 < q4_0 */
+    assert_true(kl[0] < kl[7]); /* q8_0 < q5_1 */
+    assert_true(kl[7] < kl[6]); /* q5_1 < q4_1 */
     free(base);
     unlink(f32);
     free(f32);
@@ -585,7 +587,8 @@ static void test_errors(void **state) {
     (void)state;
     skv_err err = {0};
     char *out = strdup(test_tmp_path(".gguf"));
-    assert_int_equal(skv_quantize_model(stories(), out, (skv_type)3, 1, &err), SKV_ERR_UNSUPPORTED);
+    assert_int_equal(skv_quantize_model(stories(), out, (skv_type)10, 1, &err), /* Q2_K */
+                     SKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "type"));
     assert_int_equal(skv_quantize_model("/nonexistent/model.gguf", out, SKV_TYPE_Q8_0, 1, &err),
                      SKV_ERR_IO);
@@ -656,7 +659,7 @@ static void test_command_line(void **state) {
     free(after);
     free(before);
     unlink(out);
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_1 2>/dev/null", test_cli(), stories(), out);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_k 2>/dev/null", test_cli(), stories(), out);
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
     snprintf(cmd, sizeof cmd, "%s quantize %s 2>/dev/null", test_cli(), stories());

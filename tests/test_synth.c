@@ -378,7 +378,7 @@ static void test_kquant_fallback_and_errors(void **state) {
     bad = small;
     bad.n_vocab = 100; /* no room for the byte tokens */
     assert_int_equal(skv_synth_write(&bad, &p, out, &err), SKV_ERR_INVALID_ARG);
-    p.type = (skv_type)3; /* Q4_1: not a type sparsekv writes */
+    p.type = (skv_type)10; /* Q2_K: not a type sparsekv writes */
     assert_int_equal(skv_synth_write(&small, &p, out, &err), SKV_ERR_UNSUPPORTED);
     assert_true(access(out, F_OK) != 0);
     p.type = SKV_TYPE_F32;
@@ -412,7 +412,7 @@ static void test_command_line(void **state) {
              test_cli(), path);
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
-    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q4_1 -o %s 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q2_k -o %s 2>/dev/null",
              test_cli(), path);
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);

@@ -20,16 +20,16 @@ static void usage(FILE *f) {
         "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple] [--overwrite]\n"
         "\n"
         "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
-        "included) in TYPE: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q5_k or q6_k, or in\n"
-        "the mix q4_k_m: q6_k for the output matrix (the token embedding when the output\n"
-        "is tied to it) and for attn_v and ffn_down of the first and last eighth of the\n"
-        "layers and of every third layer in between, q4_k for the rest. Norms and other\n"
-        "1-D tensors stay as they are (f32); metadata is copied (general.file_type updated).\n"
-        "A matrix whose rows are not a multiple of TYPE's block size (32 for q8_0, q5_0 and\n"
-        "q4_0, 256 for the k-quants) is written in q8_0 instead when TYPE is a k-quant and\n"
-        "its rows are a multiple of 32, else in f16; one already stored in a type no larger\n"
-        "than that (q5_0 or q4_0 for q8_0, bf16 for f16) is copied as it is. Those matrices\n"
-        "are listed.\n"
+        "included) in TYPE: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, q4_k, q5_k or\n"
+        "q6_k, or in the mix q4_k_m: q6_k for the output matrix (the token embedding when\n"
+        "the output is tied to it) and for attn_v and ffn_down of the first and last\n"
+        "eighth of the layers and of every third layer in between, q4_k for the rest.\n"
+        "Norms and other 1-D tensors stay as they are (f32); metadata is copied\n"
+        "(general.file_type updated). A matrix whose rows are not a multiple of TYPE's\n"
+        "block size (32 for q8_0, q5_* and q4_*, 256 for the k-quants) is written in q8_0\n"
+        "instead when TYPE is a k-quant and its rows are a multiple of 32, else in f16;\n"
+        "one already stored in a type no larger than that (q5_* or q4_* for q8_0, bf16\n"
+        "for f16) is copied as it is. Those matrices are listed.\n"
         "Tensors are converted from any type sparsekv reads and streamed one at a time, so\n"
         "memory stays small. The k-quants search each sub-block's scale and min for the\n"
         "least rounding error, weighted by the values' magnitude.\n"
@@ -123,8 +123,8 @@ int cmd_quantize(int argc, char **argv) {
         qo.type = SKV_TYPE_Q4_K;
     } else if (!skv_type_from_name(pos[2], &qo.type) || !skv_type_can_quantize(qo.type)) {
         cli_error(CMD,
-                  "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_0, q4_0, "
-                  "q4_k, q5_k, q6_k, q4_k_m)",
+                  "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
+                  "q4_1, q4_0, q4_k, q5_k, q6_k, q4_k_m)",
                   pos[2]);
         return 2;
     }

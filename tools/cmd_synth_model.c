@@ -32,8 +32,8 @@ static void usage(FILE *f) {
             "  --vocab FILE    take the tokenizer (tokenizer.* metadata) from a vocab-only GGUF,\n"
             "                  e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf, so text in and\n"
             "                  text out work; the vocabulary size becomes that file's\n"
-            "  --type TYPE     matrix type: f32, f16, bf16, q8_0, q5_0, q4_0, q4_k, q5_k,\n"
-            "                  q6_k\n"
+            "  --type TYPE     matrix type: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0,\n"
+            "                  q4_k, q5_k, q6_k\n"
             "                  (a matrix whose rows are not a multiple of the block size is\n"
             "                  written in q8_0 for a k-quant when they are a multiple of 32,\n"
             "                  else in f16; norms are always f32)\n"
@@ -156,8 +156,8 @@ int cmd_synth_model(int argc, char **argv) {
     skv_type type;
     if (!skv_type_from_name(type_name, &type) || !skv_type_can_quantize(type)) {
         cli_error(CMD,
-                  "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_0, q4_0, "
-                  "q4_k, q5_k, q6_k)",
+                  "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
+                  "q4_1, q4_0, q4_k, q5_k, q6_k)",
                   type_name);
         return 2;
     }

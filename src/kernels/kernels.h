@@ -19,10 +19,12 @@
 
 /* ---- element types and block formats (exact ggml layouts) ---------------------------------- */
 
-#define SKV_QK8_0 32  /* Q8_0: { f16 d; int8 q[32]; }            34 bytes / 32 values */
-#define SKV_QK4_0 32  /* Q4_0: { f16 d; uint8 q[16]; }           18 bytes / 32 values */
-#define SKV_QK5_0 32  /* Q5_0: { f16 d; uint8 qh[4]; uint8 q[16]; } 22 bytes / 32 values */
-#define SKV_QK_K  256 /* K-quants: super-blocks of 256 values               */
+#define SKV_QK8_0 32 /* Q8_0: { f16 d; int8 q[32]; }            34 bytes / 32 values */
+#define SKV_QK4_0 32 /* Q4_0: { f16 d; uint8 q[16]; }           18 bytes / 32 values */
+#define SKV_QK5_0 32 /* Q5_0: { f16 d; uint8 qh[4]; uint8 q[16]; } 22 bytes / 32 values */
+/* Q4_1: { f16 d, m; uint8 q[16]; } 20 bytes, Q5_1: { f16 d, m; uint8 qh[4]; uint8 q[16]; } 24:
+ * value d * code + m (codes 0..15 / 0..31, laid out as Q4_0's / Q5_0's) */
+#define SKV_QK_K 256 /* K-quants: super-blocks of 256 values               */
 /* Q4_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]; }           144 bytes */
 /* Q5_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; } 176 bytes */
 /* Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }        210 bytes */

@@ -439,7 +439,19 @@ static inline void store_lanes(float *y, __m256 v, int n) {
  * per prefetch for Q8_0's 34-byte blocks (Q4_0's 18-byte ones get each line about twice). */
 #define PFD 1024
 
-/* 8 raw rows w[0..8) against one x row over nb blocks: lane k is row k's chain. */
+/* k * the sum of x's 32 codes at xq in every lane (k = 8: what Q4_0's stored + 8 adds to a dot;
+ * 1: the sum that Q4_1's and Q5_1's min m multiplies). */
+static inline __m256i x_sum_v(const int8_t *xq, int k) {
+    __m256i t = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_set1_epi8((char)k), _mm256_loadu_si256((const __m256i *)xq)),
+        _mm256_set1_epi16(1));
+    t = _mm256_add_epi32(t, _mm256_permute2x128_si256(t, t, 1));
+    t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0x4e));
+    return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xb1));
+}
+
+/* 8 raw rows w[0..8) against one x row over nb blocks: lane k is row k's chain (Q4_1, Q5_1:
+ * then fma(x's block sum, dx m, chain), the min's term). */
 INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, skv_type t) {
     const size_t bb = q8_block_bytes(t);
     __m256 acc = _mm256_setzero_ps();
@@ -452,8 +464,12 @@ INLINE __m256 dot_raw_q8x8(const uint8_t *const *w, act_row a, int nb, skv_type 
             if ((b & 1) == 0) _mm_prefetch((const char *)((uintptr_t)blk + PFD), _MM_HINT_T0);
             v[k] = dot_s8(q8_codes(blk, t), x);
         }
-        const __m256 s = _mm256_mul_ps(_mm256_set1_ps(a.d[b]), scales8(w, (size_t)b * bb));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_i32(v)), s, acc);
+        const __m256 dx = _mm256_set1_ps(a.d[b]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8_i32(v)),
+                              _mm256_mul_ps(dx, scales8(w, (size_t)b * bb)), acc);
+        if (q8_affine(t))
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x_sum_v(a.q + 32 * b, 1)),
+                                  _mm256_mul_ps(dx, scales8(w, (size_t)b * bb + 2)), acc);
     }
     return acc;
 }
@@ -493,6 +509,7 @@ typedef struct prep_oct {
     int8_t q[KB8 * 256] ALIGNED32; /* [block][group g][row k][4]: row k's codes 4g..4g+3 (Q4_0:
                                       as stored, code + 8, 0..15) */
     float d[KB8 * 8] ALIGNED32;    /* [block][row k] */
+    float m[KB8 * 8] ALIGNED32;    /* [block][row k]: Q4_1's and Q5_1's mins */
 } prep_oct;
 
 /* Prepares blocks [b0, b0 + nb) of 8 rows: per block the 8 x 8 dwords of codes transposed. */
@@ -506,6 +523,7 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, skv_type t, int b0,
                 v[k] = _mm256_add_epi8(v[k], _mm256_set1_epi8(8)); /* as stored: tile_q8x8 */
         }
         _mm256_store_ps(p->d + 8 * b, scales8(w, (size_t)(b0 + b) * bb));
+        if (q8_affine(t)) _mm256_store_ps(p->m + 8 * b, scales8(w, (size_t)(b0 + b) * bb + 2));
         __m256 f[8]; /* transpose8 moves 32-bit lanes: the codes pass through bit for bit */
         for (int k = 0; k < 8; k++) f[k] = _mm256_castsi256_ps(v[k]);
         transpose8(f);
@@ -534,16 +552,6 @@ INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, 
     }
 }
 
-/* 8 * the sum of x's 32 codes at xq in every lane: what Q4_0's stored + 8 adds to a dot. */
-static inline __m256i q4_xsum8_v(const int8_t *xq) {
-    __m256i t = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)xq)),
-        _mm256_set1_epi16(1));
-    t = _mm256_add_epi32(t, _mm256_permute2x128_si256(t, t, 1));
-    t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0x4e));
-    return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xb1));
-}
-
 /* mr x rows times NO8 octets over blocks [b0, b0 + nb) of x (the octets start at b0). Q8_0: per
  * group the sign of w moves onto x (dot_s8's vpmaddubsw of |w|), pairs summed in 32 bits. Q4_0
  * (q4): the codes as stored (0..15) are vpmaddubsw's unsigned operand as they are, and its pair
@@ -551,8 +559,9 @@ static inline __m256i q4_xsum8_v(const int8_t *xq) {
  * meet vpmaddwd once, less the 8 * x's block sum that the + 8 adds: 2 instructions per group, x
  * row and octet where Q8_0 takes 4. The same integers as the rows' codes give, so the same bits. */
 INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p, int nb,
-                      __m256 acc[MR8][NO8], int q4) {
+                      __m256 acc[MR8][NO8], skv_type t) {
     const __m256i ones = _mm256_set1_epi16(1);
+    const int q4 = t == SKV_TYPE_Q4_0;
     for (int b = 0; b < nb; b++) {
         __m256i ia[MR8][NO8];
 #pragma GCC unroll 4
@@ -588,7 +597,7 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
-            const __m256i xs = q4 ? q4_xsum8_v(a[i].q + 32 * (b0 + b)) : _mm256_setzero_si256();
+            const __m256i xs = q4 ? x_sum_v(a[i].q + 32 * (b0 + b), 8) : _mm256_setzero_si256();
 #pragma GCC unroll 2
             for (int c = 0; c < NO8; c++) {
                 const __m256i dot =
@@ -596,6 +605,10 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
                 acc[i][c] =
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                     _mm256_mul_ps(dx, _mm256_load_ps(p[c]->d + 8 * b)), acc[i][c]);
+                if (q8_affine(t))
+                    acc[i][c] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(x_sum_v(a[i].q + 32 * (b0 + b), 1)),
+                        _mm256_mul_ps(dx, _mm256_load_ps(p[c]->m + 8 * b)), acc[i][c]);
             }
         }
     }
@@ -604,14 +617,14 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
 /* An mr-row tile over one column block, continuing from (or starting) the saved lanes
  * (save: [mr][NO8]); after the last block it stores the nr (1..16) valid W rows' outputs. */
 INLINE void tile_q8_step(int mr, const skv_mm *mm, int i, int r, int nr, const prep_oct *const *p,
-                         int b0, int nb, int first, int last, __m256 *save, int q4) {
+                         int b0, int nb, int first, int last, __m256 *save, skv_type t) {
     __m256 acc[MR8][NO8];
     act_row a[MR8];
     for (int ii = 0; ii < mr; ii++) {
         a[ii] = act_at(mm, i + ii, 32);
         for (int c = 0; c < NO8; c++) acc[ii][c] = first ? _mm256_setzero_ps() : save[ii * NO8 + c];
     }
-    tile_q8x8(mr, a, b0, p, nb, acc, q4);
+    tile_q8x8(mr, a, b0, p, nb, acc, t);
     for (int ii = 0; ii < mr; ii++)
         for (int c = 0; c < NO8; c++) {
             if (!last)
@@ -649,17 +662,17 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t
                 /* constant row counts let the compiler keep the tile in registers */
                 for (; i + MR8 <= mc1; i += MR8)
                     tile_q8_step(MR8, mm, i, r, nr, p, b0, nb, first, last,
-                                 save + (size_t)(i - mc0) * NO8, q4);
+                                 save + (size_t)(i - mc0) * NO8, t);
                 __m256 *sv = save + (size_t)(i - mc0) * NO8;
                 switch (mc1 - i) {
                 case 3:
-                    tile_q8_step(3, mm, i, r, nr, p, b0, nb, first, last, sv, q4);
+                    tile_q8_step(3, mm, i, r, nr, p, b0, nb, first, last, sv, t);
                     break;
                 case 2:
-                    tile_q8_step(2, mm, i, r, nr, p, b0, nb, first, last, sv, q4);
+                    tile_q8_step(2, mm, i, r, nr, p, b0, nb, first, last, sv, t);
                     break;
                 case 1:
-                    tile_q8_step(1, mm, i, r, nr, p, b0, nb, first, last, sv, q4);
+                    tile_q8_step(1, mm, i, r, nr, p, b0, nb, first, last, sv, t);
                     break;
                 default:
                     break;
@@ -717,9 +730,7 @@ static inline __m256i q8_rec_fin(bool q4, __m256i s, __m256i xb) {
 /* 8 * the sum of x's 32 codes at xq: what the Q4_0 records' stored + 8 adds to a dot. */
 #define Q4_XS 1024
 static inline int32_t q4_xsum8(const int8_t *xq) {
-    const __m256i p =
-        _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)xq));
-    return hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_cvtsi256_si32(x_sum_v(xq, 8));
 }
 
 /* Decode from Q8_0 (q4: Q4_0) records, per block each octet's 8 rows in the lanes of one chain, as
@@ -832,6 +843,14 @@ static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 
 static void matmul_q5_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q5_0);
+}
+
+static void matmul_q4_1(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q4_1);
+}
+
+static void matmul_q5_1(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q5_1);
 }
 
 /* ---- K-quants (Q4_K, Q5_K, Q6_K): two exact integers per output and super-block -------------
@@ -1585,6 +1604,12 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         break;
     case SKV_TYPE_Q5_0:
         matmul_q5_0(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_Q4_1:
+        matmul_q4_1(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_Q5_1:
+        matmul_q5_1(mm, i0, i1, r0, r1);
         break;
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:

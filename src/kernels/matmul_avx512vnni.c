@@ -1111,6 +1111,10 @@ void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
 }
 
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (q8_affine(mm->wt)) { /* Q4_1, Q5_1: the AVX2 code */
+        skv_matmul_avx2(mm, i0, i1, r0, r1);
+        return;
+    }
     if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0 || mm->wt == SKV_TYPE_Q5_0) {
         if (mm->m < GEMM_Q_MIN_M && mm->w_k16) /* Q8_0, Q4_0 */
             gemv_hex_rec(mm, i0, i1, r0, r1);

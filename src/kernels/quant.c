@@ -6,6 +6,7 @@
  * does not depend on the host's byte order or on alignment. */
 #include "kernels.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -68,19 +69,34 @@ static void deq_q4_0(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
-/* Q5_0: code j (0..31) of a block: the low 4 bits as Q4_0 keeps them (nibble j % 16 of qs, the
- * low one for j < 16), the fifth bit j of qh (a little-endian uint32); value = d * (code - 16). */
-static inline int q5_0_code(const uint8_t *blk, int j) {
-    const uint32_t qh =
-        (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
-    const int lo = j < 16 ? blk[6 + j] & 15 : blk[6 + j - 16] >> 4;
+/* Code j (0..31) of a Q5_0 / Q5_1 block whose qh starts at byte h: the low 4 bits as Q4_0 keeps
+ * them (nibble j % 16 of qs, the low one for j < 16; qs follows qh), the fifth bit j of qh (a
+ * little-endian uint32). Q5_0: value = d * (code - 16). */
+static inline int q5_code(const uint8_t *blk, int h, int j) {
+    const uint32_t qh = (uint32_t)blk[h] | (uint32_t)blk[h + 1] << 8 | (uint32_t)blk[h + 2] << 16 |
+                        (uint32_t)blk[h + 3] << 24;
+    const int lo = j < 16 ? blk[h + 4 + j] & 15 : blk[h + 4 + j - 16] >> 4;
     return lo | (int)(qh >> j & 1) << 4;
+}
+static inline int q5_0_code(const uint8_t *blk, int j) {
+    return q5_code(blk, 2, j);
+}
+/* Code j of a Q4_1 / Q5_1 (five) block: value d * code + m. */
+static inline int q_1_code(const uint8_t *blk, bool five, int j) {
+    return five ? q5_code(blk, 4, j) : j < 16 ? blk[4 + j] & 15 : blk[4 + j - 16] >> 4;
 }
 
 static void deq_q5_0(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += 22, y += SKV_QK5_0) {
         const float d = ld_f16(b);
         for (int j = 0; j < SKV_QK5_0; j++) y[j] = d * (float)(q5_0_code(b, j) - 16);
+    }
+}
+
+static void deq_q_1(const uint8_t *b, float *y, int64_t nb, bool five) {
+    for (int64_t i = 0; i < nb; i++, b += five ? 24 : 20, y += 32) {
+        const float d = ld_f16(b), m = ld_f16(b + 2);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)q_1_code(b, five, j) + m;
     }
 }
 
@@ -175,6 +191,12 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
     case SKV_TYPE_Q5_0:
         deq_q5_0(b, dst, nb);
         break;
+    case SKV_TYPE_Q4_1:
+        deq_q_1(b, dst, nb, false);
+        break;
+    case SKV_TYPE_Q5_1:
+        deq_q_1(b, dst, nb, true);
+        break;
     case SKV_TYPE_Q4_K:
         deq_q4_k(b, dst, nb);
         break;
@@ -255,6 +277,32 @@ static void quant_q5_0(const float *x, uint8_t *b, int64_t nb) {
             qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
         }
         for (int k = 0; k < 4; k++) b[2 + k] = (uint8_t)(qh >> 8 * k);
+    }
+}
+
+/* Q4_1 / Q5_1 (five) as ggml's reference: m = the block's min, d = (max - min) / 15 (31),
+ * q = min(15 (31), trunc((x - min) / d + 0.5)). */
+static void quant_q_1(const float *x, uint8_t *b, int64_t nb, bool five) {
+    const int top = five ? 31 : 15;
+    for (int64_t i = 0; i < nb; i++, x += 32, b += five ? 24 : 20) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < 32; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        const float d = (max - min) / (float)top, id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, skv_f32_to_f16(d));
+        st_f16(b + 2, skv_f32_to_f16(min));
+        uint8_t *qs = b + (five ? 8 : 4);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            const float v0 = (x[j] - min) * id + 0.5f, v1 = (x[j + 16] - min) * id + 0.5f;
+            const int q0 = v0 >= (float)top ? top : v0 > 0.0f ? (int)v0 : 0;
+            const int q1 = v1 >= (float)top ? top : v1 > 0.0f ? (int)v1 : 0;
+            qs[j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int k = 0; five && k < 4; k++) b[4 + k] = (uint8_t)(qh >> 8 * k);
     }
 }
 
@@ -701,6 +749,8 @@ bool skv_type_can_quantize(skv_type t) {
     case SKV_TYPE_Q8_0:
     case SKV_TYPE_Q4_0:
     case SKV_TYPE_Q5_0:
+    case SKV_TYPE_Q4_1:
+    case SKV_TYPE_Q5_1:
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
@@ -733,6 +783,12 @@ static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, boo
         break;
     case SKV_TYPE_Q5_0:
         quant_q5_0(src, b, nb);
+        break;
+    case SKV_TYPE_Q4_1:
+        quant_q_1(src, b, nb, false);
+        break;
+    case SKV_TYPE_Q5_1:
+        quant_q_1(src, b, nb, true);
         break;
     case SKV_TYPE_Q4_K:
         if (simple)
@@ -772,6 +828,8 @@ int skv_act_block(skv_type wt) {
     case SKV_TYPE_Q8_0:
     case SKV_TYPE_Q4_0:
     case SKV_TYPE_Q5_0:
+    case SKV_TYPE_Q4_1:
+    case SKV_TYPE_Q5_1:
         return 32;
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
@@ -846,6 +904,19 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
             acc += ld_f16(b) * d[i] * (float)sum;
         }
         break;
+    case SKV_TYPE_Q4_1:
+    case SKV_TYPE_Q5_1: { /* d dx (codes . x) + m dx (sum of x's codes) */
+        const bool five = wt == SKV_TYPE_Q5_1;
+        for (int64_t i = 0; i < nb; i++, b += five ? 24 : 20, q += 32) {
+            int sum = 0, xs = 0;
+            for (int j = 0; j < 32; j++) {
+                sum += q_1_code(b, five, j) * q[j];
+                xs += q[j];
+            }
+            acc += ld_f16(b) * d[i] * (float)sum + ld_f16(b + 2) * d[i] * (float)xs;
+        }
+        break;
+    }
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K: {
         size_t bb = wt == SKV_TYPE_Q4_K ? 144 : 176;

@@ -42,42 +42,68 @@ static inline void lane_rows(const skv_mm *mm, int r, int r1, int n, const uint8
     for (int k = 0; k < n; k++) w[k] = w_row(mm, r + k < r1 ? r + k : r1 - 1);
 }
 
-/* Q4_0's 16 bytes as 32 signed values (code - 8): low nibbles first, then high nibbles. */
-static inline __m256i unpack_q4_0(const uint8_t *qs) {
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(15));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15));
-    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+/* 16 bytes of nibbles as 32 values 0..15: the low nibbles first, then the high ones (the order
+ * of Q4_0's, Q4_1's, Q5_0's and Q5_1's codes). */
+static inline __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)),
+                            _mm_and_si128(v, _mm_set1_epi8(15)));
 }
 
-/* A Q5_0 block's 32 values as signed bytes (code - 16): Q4_0's nibbles, each byte j given bit j
- * of qh (a little-endian uint32) as its fifth bit: qh's byte j / 8 spread over the 8 bytes of
- * its lane quarter, each byte's own bit picked and compared. */
-static inline __m256i unpack_q5_0(const uint8_t *blk) {
-    uint32_t qh;
-    memcpy(&qh, blk + 2, 4);
+/* Q4_0's 16 bytes as 32 signed values (code - 8). */
+static inline __m256i unpack_q4_0(const uint8_t *qs) {
+    return _mm256_sub_epi8(unpack_nibbles(qs), _mm256_set1_epi8(8));
+}
+
+/* The fifth bits of Q5_0 / Q5_1 codes, 0x10 in byte j where bit j of qh (a little-endian uint32)
+ * is set: qh's byte j / 8 spread over the 8 bytes of its lane quarter, each byte's own bit picked
+ * and compared. */
+static inline __m256i unpack_fifth_bits(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
     const __m256i spread =
-        _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+        _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
                                              2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                                        _mm256_set1_epi8(0x10));
-    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 6));
-    const __m256i lo = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)),
-                                        _mm_and_si128(v, _mm_set1_epi8(15)));
-    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(16));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                            _mm256_set1_epi8(0x10));
 }
 
 /* The 32-value block types that the Q8_0 kernels read as signed bytes: Q8_0's codes, Q4_0's
- * code - 8, Q5_0's code - 16; bytes per block. */
+ * code - 8, Q5_0's code - 16, Q4_1's and Q5_1's codes as they are (0..15, 0..31: value d code +
+ * m, the "affine" ones); bytes per block; whether a type has the min m (f16, after d). */
 static inline __m256i q8_codes(const uint8_t *blk, skv_type t) {
-    return t == SKV_TYPE_Q4_0   ? unpack_q4_0(blk + 2)
-           : t == SKV_TYPE_Q5_0 ? unpack_q5_0(blk)
-                                : _mm256_loadu_si256((const __m256i *)(blk + 2));
+    switch (t) {
+    case SKV_TYPE_Q4_0:
+        return unpack_q4_0(blk + 2);
+    case SKV_TYPE_Q5_0:
+        return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(blk + 6), unpack_fifth_bits(blk + 2)),
+                               _mm256_set1_epi8(16));
+    case SKV_TYPE_Q4_1:
+        return unpack_nibbles(blk + 4);
+    case SKV_TYPE_Q5_1:
+        return _mm256_or_si256(unpack_nibbles(blk + 8), unpack_fifth_bits(blk + 4));
+    default:
+        return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    }
 }
 static inline size_t q8_block_bytes(skv_type t) {
-    return t == SKV_TYPE_Q4_0 ? 18 : t == SKV_TYPE_Q5_0 ? 22 : 34;
+    switch (t) {
+    case SKV_TYPE_Q4_0:
+        return 18;
+    case SKV_TYPE_Q4_1:
+        return 20;
+    case SKV_TYPE_Q5_0:
+        return 22;
+    case SKV_TYPE_Q5_1:
+        return 24;
+    default:
+        return 34;
+    }
+}
+static inline bool q8_affine(skv_type t) {
+    return t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1;
 }
 
 /* Lane k = the sum of v[k]'s eight lanes (int32: exact in any order). */

@@ -136,8 +136,12 @@ uint32_t skv_ftype_of(skv_type t) {
         return 1;
     case SKV_TYPE_Q4_0:
         return 2;
+    case SKV_TYPE_Q4_1:
+        return 3;
     case SKV_TYPE_Q5_0:
         return 8;
+    case SKV_TYPE_Q5_1:
+        return 9;
     case SKV_TYPE_Q8_0:
         return 7;
     case SKV_TYPE_Q4_K:
