@@ -285,8 +285,8 @@ static void test_k16_next_prep(void **s) {
     assert_true(checked > 10000);
 }
 
-/* Q4_K, Q8_0, Q4_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any row
- * range), and the products are the same bits as from the rows, for any m, thread count and SIMD
+/* Q4_K, Q8_0, Q4_0, Q5_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any
+ * row range), and the products are the same bits as from the rows, for any m, thread count and SIMD
  * level (the SIMD kernels read the records; the scalar level unpacks them); all but Q6_K decode
  * with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups (n_out % 16),
  * several tiles and column blocks, NaN rows of x. */
@@ -295,27 +295,26 @@ static void test_k16(void **s) {
     /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code;
      * 65792 columns (257 super-blocks, with 17 rows and few x rows): more than decode keeps
      * x's sums for on its stack */
-    /* Q8_0 and Q4_0 also at 32 (one block) and 1056 (33 blocks: a last column block of one in
-     * prefill) */
+    /* Q8_0, Q4_0 and Q5_0 also at 32 (one block) and 1056 (33 blocks: a last column block of one
+     * in prefill) */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
-    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q4_0};
-    for (int ti = 0; ti < 4; ti++)
+    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q4_0,
+                              SKV_TYPE_Q5_0};
+    for (int ti = 0; ti < 5; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];
-                if (n_ins[ni] % 256 && t != SKV_TYPE_Q8_0 && t != SKV_TYPE_Q4_0) continue;
+                if (n_ins[ni] % 256 && skv_act_block(t) != 32) continue;
                 const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
                 /* 65792 also with 64 Q4_K rows: decode's four streams with x's pairs per step */
                 if (n_in > 4096 && n_out != 17 && !(n_out == 64 && t == SKV_TYPE_Q4_K)) continue;
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
-                assert_int_equal(
-                    kb, t == SKV_TYPE_Q4_K
-                            ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
-                        : t == SKV_TYPE_Q6_K ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 210
-                        : t == SKV_TYPE_Q4_0 ? (size_t)(n_out + 15) / 16 * (n_in / 32) * 16 * 18
-                                             : (size_t)(n_out + 15) / 16 * (n_in / 32) * 16 * 34);
+                /* Q4_K records are 2.8% larger than the rows; the others hold the rows' bytes */
+                assert_int_equal(kb, t == SKV_TYPE_Q4_K
+                                         ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
+                                         : (size_t)(n_out + 15) / 16 * 16 * rb);
                 float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
                 uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
                         *back = malloc(kb > rb * n_out ? kb : rb * n_out);

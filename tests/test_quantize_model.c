@@ -237,9 +237,9 @@ static void test_huge_page_weights(void **state) {
     char *f32 = synth_f32(8192, 1, 8192, 5);
     int32_t tok[16];
     for (int i = 0; i < 16; i++) tok[i] = 3 + 509 * i; /* rows all over the embedding */
-    const skv_type types[] = {SKV_TYPE_F32, SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K,
-                              SKV_TYPE_Q4_0};
-    for (size_t k = 0; k < 5; k++) {
+    const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_Q8_0, SKV_TYPE_Q4_K,
+                              SKV_TYPE_Q6_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0};
+    for (size_t k = 0; k < 6; k++) {
         skv_quantize_report rep;
         char *path = k == 0 ? strdup(f32) : quantize_to(f32, types[k], 2, &rep);
         for (int huge = 1; huge >= 0; huge--) {
@@ -251,7 +251,7 @@ static void test_huge_page_weights(void **state) {
             skv_model *m = skv_model_load(path, &err);
             assert_non_null(m);
             const skv_weight *down = &m->layers[0].w_down;
-            /* Q4_K, Q8_0, Q4_0 at the SIMD levels, Q6_K without VNNI: k16 records
+            /* Q4_K, Q8_0, Q4_0, Q5_0 at the SIMD levels, Q6_K without VNNI: k16 records
              * (skv_k16_wanted) */
             const bool k16 = skv_k16_wanted(types[k]) && huge;
             const bool big_q = types[k] == SKV_TYPE_Q8_0 && !k16;

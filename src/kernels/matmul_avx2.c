@@ -533,17 +533,22 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, skv_type t, int b0,
 }
 
 /* prep_octet from records: octet h of group g holds the prepared codes as they are (Q8_0), or
- * as its nibbles (Q4_0: the low ones for h = 0). */
-INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb, int q4) {
+ * as its nibbles (Q4_0: the low ones for h = 0; Q5_0: with their fifth bits, less 16). */
+INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb,
+                           skv_type t) {
     for (int b = 0; b < nb; b++) {
-        const uint8_t *rec = k16_at(mm, g, b0 + b, 32, q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD);
-        if (q4)
+        const uint8_t *rec = k16_at(mm, g, b0 + b, 32, rec32_bytes(t));
+        if (t != SKV_TYPE_Q8_0)
             for (int q = 0; q < 8; q++) {
                 const __m256i v =
                     _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
-                _mm256_store_si256(
-                    (__m256i *)(p->q + 256 * b + 32 * q),
-                    _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f)));
+                __m256i c =
+                    _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+                if (t == SKV_TYPE_Q5_0)
+                    c = _mm256_sub_epi8(
+                        _mm256_or_si256(c, unpack_fifth_bits(rec + SKV_K16_Q5_H + 8 * q + 4 * h)),
+                        _mm256_set1_epi8(16));
+                _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * q), c);
             }
         else
             memcpy(p->q + 256 * b, rec + SKV_K16_Q8_Q + 256 * h, 256);
@@ -636,7 +641,6 @@ INLINE void tile_q8_step(int mr, const skv_mm *mm, int i, int r, int nr, const p
 }
 
 INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    const int q4 = t == SKV_TYPE_Q4_0; /* the stored codes (tile_q8x8) or Q4_0 records */
     prep_oct prep[NO8];
     __m256 save[MC8 * NO8] ALIGNED32;
     const int nblk = mm->n_in / 32, nkb = (nblk + KB8 - 1) / KB8;
@@ -650,7 +654,7 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t
                 const int b0 = kb * KB8, nb = nblk - b0 < KB8 ? nblk - b0 : KB8;
                 for (int c = 0; c < no; c++) {
                     if (mm->w_k16) { /* records: r is a multiple of 16 */
-                        prep_octet_rec(&prep[c], mm, r / 16, c, b0, nb, q4);
+                        prep_octet_rec(&prep[c], mm, r / 16, c, b0, nb, t);
                         continue;
                     }
                     const uint8_t *w[8];
@@ -722,38 +726,68 @@ INLINE void q4_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[
                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), x));
 }
 
+/* One Q5_0 record's dot for 16 rows: q4_rec_dot's with each code's fifth bit (0x10 from h), the
+ * code as stored (0..31), 32-bit sums (a block's 16-bit ones could reach 8 * 2 * 31 * 127). The
+ * caller takes off 16 * (x's block sum). 352 bytes, 5 or 6 lines: 8 prefetches 50 apart. */
+INLINE void q5_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    if (pf)
+        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + (SKV_K16_Q5_RECORD - 1) * q / 7);
+    else
+        SKV_PREFETCH_AHEAD(rec, (SKV_K16_Q5_RECORD - 1) * q / 7);
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q5_Q + 32 * q));
+    const uint8_t *hb = rec + SKV_K16_Q5_H + 8 * q;
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(w, m4), unpack_fifth_bits(hb));
+    const __m256i hi =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), unpack_fifth_bits(hb + 4));
+    s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones));
+    s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones));
+}
+
+/* The record dot of type t. */
+INLINE void rec32_dot(skv_type t, const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
+    if (t == SKV_TYPE_Q4_0)
+        q4_rec_dot(rec, x, q, pf, s);
+    else if (t == SKV_TYPE_Q5_0)
+        q5_rec_dot(rec, x, q, pf, s);
+    else
+        q8_rec_dot(rec, x, q, pf, s);
+}
+
 /* A block's sums as int32 less xb: Q4_0's 16-bit pair sums (q4) summed in pairs first. */
 static inline __m256i q8_rec_fin(bool q4, __m256i s, __m256i xb) {
     return _mm256_sub_epi32(q4 ? _mm256_madd_epi16(s, _mm256_set1_epi16(1)) : s, xb);
 }
 
-/* 8 * the sum of x's 32 codes at xq: what the Q4_0 records' stored + 8 adds to a dot. */
+/* off * the sum of x's 32 codes at xq: what the Q4_0 (Q5_0) records' stored codes, code + off
+ * for off = 8 (16), add to a dot. */
 #define Q4_XS 1024
-static inline int32_t q4_xsum8(const int8_t *xq) {
-    return _mm256_cvtsi256_si32(x_sum_v(xq, 8));
+static inline int32_t rec32_xsum(const int8_t *xq, int off) {
+    return _mm256_cvtsi256_si32(x_sum_v(xq, off));
 }
 
-/* Decode from Q8_0 (q4: Q4_0) records, per block each octet's 8 rows in the lanes of one chain, as
- * the tiles of gemm_q8 run them, and its 8 scales one load: no transpose of partial sums (sum8_i32)
- * nor 8 scale gathers per block as gemv_q8 needs on rows. Same bits. Zen 4 at SKV_SIMD=avx2:
- * matmul_bench --llama-1b q8_0, 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2 threads,
- * alternated with the rows' build and llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5 -> 22.6-30.2
- * t/s (llama.cpp 15.2-17.7), qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 -> 154-189.
- * With streams (mm->k16_prefetch, as gemv_k16) the thread's groups in K16_STREAMS quarters read
- * at once, each x broadcast serving all four; without, one group after the other (W as one
+/* Decode from Q8_0 (Q4_0, Q5_0) records, per block each octet's 8 rows in the lanes of one chain,
+ * as the tiles of gemm_q8 run them, and its 8 scales one load: no transpose of partial sums
+ * (sum8_i32) nor 8 scale gathers per block as gemv_q8 needs on rows. Same bits. Zen 4 at
+ * SKV_SIMD=avx2: matmul_bench --llama-1b q8_0, 1 thread, 16-20 -> 28-33 GB/s; model tg64 at 2
+ * threads, alternated with the rows' build and llama.cpp's AVX2 build: llama-3.2-1b 16.5-23.5
+ * -> 22.6-30.2 t/s (llama.cpp 15.2-17.7), qwen2.5-0.5b 43-51 -> 56-71, smollm2-135m 135-146 ->
+ * 154-189. With streams (mm->k16_prefetch, as gemv_k16) the thread's groups in K16_STREAMS quarters
+ * read at once, each x broadcast serving all four; without, one group after the other (W as one
  * stream). r0 is a multiple of 16 (matmul.c splits rows so), or the first group's outputs before
  * r0 would be written. */
 INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams,
-                            bool q4) {
-    const int nb = mm->n_in / 32;
-    const size_t rb = q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD;
-    /* Q4_0: 8 * x's block sums, once per x row (past Q4_XS blocks, wider than any model layer:
-     * per block and group) */
+                            skv_type t) {
+    const int nb = mm->n_in / 32, q4 = t == SKV_TYPE_Q4_0;
+    const int off = t == SKV_TYPE_Q4_0 ? 8 : t == SKV_TYPE_Q5_0 ? 16 : 0;
+    const size_t rb = rec32_bytes(t);
+    /* Q4_0, Q5_0: off * x's block sums, once per x row (past Q4_XS blocks, wider than any model
+     * layer: per block and group) */
     int32_t xs[Q4_XS];
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        for (int b = 0; q4 && b < nb && b < Q4_XS; b++) xs[b] = q4_xsum8(a.q + 32 * b);
+        for (int b = 0; off && b < nb && b < Q4_XS; b++) xs[b] = rec32_xsum(a.q + 32 * b, off);
         const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
         const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
@@ -774,11 +808,11 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
                     const __m256i x = _mm256_set1_epi32(x4);
 #pragma GCC unroll 4
                     for (int st = 0; st < K16_STREAMS; st++)
-                        (q4 ? q4_rec_dot : q8_rec_dot)(rec[st], x, q, true, s[st]);
+                        rec32_dot(t, rec[st], x, q, true, s[st]);
                 }
-                const __m256i xb = _mm256_set1_epi32(!q4         ? 0
+                const __m256i xb = _mm256_set1_epi32(!off        ? 0
                                                      : b < Q4_XS ? xs[b]
-                                                                 : q4_xsum8(a.q + 32 * b));
+                                                                 : rec32_xsum(a.q + 32 * b, off));
 #pragma GCC unroll 4
                 for (int st = 0; st < K16_STREAMS; st++)
                     q8_rec_chain(rec[st], q8_rec_fin(q4, s[st][0], xb),
@@ -798,11 +832,11 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
                 for (int q = 0; q < 8; q++) {
                     int32_t x4;
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
-                    (q4 ? q4_rec_dot : q8_rec_dot)(rec, _mm256_set1_epi32(x4), q, streams, s);
+                    rec32_dot(t, rec, _mm256_set1_epi32(x4), q, streams, s);
                 }
-                const __m256i xb = _mm256_set1_epi32(!q4         ? 0
+                const __m256i xb = _mm256_set1_epi32(!off        ? 0
                                                      : b < Q4_XS ? xs[b]
-                                                                 : q4_xsum8(a.q + 32 * b));
+                                                                 : rec32_xsum(a.q + 32 * b, off));
                 q8_rec_chain(rec, q8_rec_fin(q4, s[0], xb), q8_rec_fin(q4, s[1], xb), a.d[b], acc);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
@@ -812,21 +846,30 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
 
 static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     if (mm->k16_prefetch)
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, false);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, SKV_TYPE_Q8_0);
     else
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, false);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, SKV_TYPE_Q8_0);
 }
 
 static void gemv_q4_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     if (mm->k16_prefetch)
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, true);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, SKV_TYPE_Q4_0);
     else
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, true);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, SKV_TYPE_Q4_0);
+}
+
+static void gemv_q5_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->k16_prefetch)
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, SKV_TYPE_Q5_0);
+    else
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, SKV_TYPE_Q5_0);
 }
 
 INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
-        (t == SKV_TYPE_Q4_0 ? gemv_q4_rec : gemv_q8_rec)(mm, i0, i1, r0, r1); /* no Q5_0 records */
+        (t == SKV_TYPE_Q4_0   ? gemv_q4_rec
+         : t == SKV_TYPE_Q5_0 ? gemv_q5_rec
+                              : gemv_q8_rec)(mm, i0, i1, r0, r1);
     else if (mm->m < GEMM_Q_MIN_M)
         gemv_q8(mm, i0, i1, r0, r1, t);
     else

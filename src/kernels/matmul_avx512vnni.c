@@ -714,21 +714,36 @@ INLINE void prep_hexad(prep_hex *p, const uint8_t *const *w, skv_type t, int b0,
     }
 }
 
+/* The fifth bits of a Q5_0 record's group vector: 0x10 in byte i where bit i of the mask is set
+ * (the low nibbles' bits at h, the high ones' at h + 4). */
+static inline __m256i q5_fifth(const uint8_t *h) {
+    uint32_t m;
+    memcpy(&m, h, 4);
+    return _mm256_maskz_mov_epi8((__mmask32)m, _mm256_set1_epi8(0x10));
+}
+
 /* prep_hexad from Q8_0 k16 records (kernels.h): group g's two octets side by side are the
  * hexad's codes as they lie, its 16 scales one load. Q4_0 records: the two octets are the low and
- * the high nibbles of one vector, less 8 (the signed codes, as prep_hexad makes of rows). */
-INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb, int q4) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+ * the high nibbles of one vector, less 8 (the signed codes, as prep_hexad makes of rows); Q5_0
+ * records with the fifth bits, less 16. */
+INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb, skv_type t) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i off = _mm256_set1_epi8(t == SKV_TYPE_Q5_0 ? 16 : 8);
     for (int b = 0; b < nb; b++) {
-        const uint8_t *rec = k16_at(mm, g, b0 + b, 32, q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD);
+        const uint8_t *rec = k16_at(mm, g, b0 + b, 32, rec32_bytes(t));
         __m512i bias = _mm512_setzero_si512();
         for (int q = 0; q < 8; q++) {
             __m512i v;
-            if (q4) {
+            if (t != SKV_TYPE_Q8_0) {
                 const __m256i c =
                     _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
-                v = join(_mm256_sub_epi8(_mm256_and_si256(c, m4), eight),
-                         _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), eight));
+                __m256i lo = _mm256_and_si256(c, m4),
+                        hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+                if (t == SKV_TYPE_Q5_0) {
+                    lo = _mm256_or_si256(lo, q5_fifth(rec + SKV_K16_Q5_H + 8 * q));
+                    hi = _mm256_or_si256(hi, q5_fifth(rec + SKV_K16_Q5_H + 8 * q + 4));
+                }
+                v = join(_mm256_sub_epi8(lo, off), _mm256_sub_epi8(hi, off));
             } else {
                 v = join(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 32 * q)),
                          _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_Q + 256 + 32 * q)));
@@ -804,7 +819,6 @@ INLINE void tile_hex_step(int mr, const skv_mm *mm, int i, int r, int nr, const 
  * are prepared once and serve every tile of the x block. */
 static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1, int r0, int r1,
                                                skv_type t) {
-    const int q4 = t == SKV_TYPE_Q4_0; /* Q4_0 records */
     prep_hex prep[NOH];
     __m512 save[MCH * NOH];
     const int nblk = mm->n_in / 32, nkb = (nblk + KBH - 1) / KBH;
@@ -818,7 +832,7 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                 const int b0 = kb * KBH, nb = nblk - b0 < KBH ? nblk - b0 : KBH;
                 for (int c = 0; c < no; c++) {
                     if (mm->w_k16) { /* records: r is a multiple of 16 */
-                        prep_hexad_rec(&prep[c], mm, r / 16 + c, b0, nb, q4);
+                        prep_hexad_rec(&prep[c], mm, r / 16 + c, b0, nb, t);
                         continue;
                     }
                     const uint8_t *w[16];
@@ -827,8 +841,7 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCH, i1, r, NOH, r0, r1, kb, nkb, KBH,
-                                              q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD, 32,
-                                              (mc1 - mc0) / MRH);
+                                              rec32_bytes(t), 32, (mc1 - mc0) / MRH);
                 int i = mc0;
                 for (; i + MRH <= mc1; i += MRH) {
                     k16_ahead_some(&ah);
@@ -1029,25 +1042,56 @@ INLINE void q4_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float 
                  _mm256_sub_epi32(_mm256_srai_epi32(sh, 4), xbv), dx, acc);
 }
 
-/* The record step of Q4_0 (q4) or Q8_0. */
-INLINE void hex_rec_step(bool q4, const uint8_t *rec, const int8_t *xq, int32_t xb, float dx,
+/* q8_rec_step for a Q5_0 record: the nibbles with their fifth bits (a masked add each), code +
+ * 16 as stored, vpdpbusd against x; less 16 * the sum of x's block (xb). 352 bytes, 5 or 6 lines:
+ * 8 prefetches 50 bytes apart. */
+INLINE void q5_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float dx, __m256 acc[2],
+                        bool streams) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) {
+        int32_t x4;
+        memcpy(&x4, xq + 4 * q, 4);
+        if (streams)
+            SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + (SKV_K16_Q5_RECORD - 1) * q / 7);
+        else
+            SKV_PREFETCH_AHEAD(rec, (SKV_K16_Q5_RECORD - 1) * q / 7);
+        const __m256i x = _mm256_set1_epi32(x4);
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q5_Q + 32 * q));
+        uint64_t hb;
+        memcpy(&hb, rec + SKV_K16_Q5_H + 8 * q, 8);
+        const __m256i lo = _mm256_and_si256(w, m4),
+                      hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        const __m256i bit = _mm256_set1_epi8(0x10);
+        s0 = _mm256_dpbusd_epi32(s0, _mm256_mask_add_epi8(lo, (__mmask32)hb, lo, bit), x);
+        s1 = _mm256_dpbusd_epi32(s1, _mm256_mask_add_epi8(hi, (__mmask32)(hb >> 32), hi, bit), x);
+    }
+    const __m256i xbv = _mm256_set1_epi32(xb);
+    q8_rec_chain(rec, _mm256_sub_epi32(s0, xbv), _mm256_sub_epi32(s1, xbv), dx, acc);
+}
+
+/* The record step of type t (Q8_0, Q4_0, Q5_0). */
+INLINE void hex_rec_step(skv_type t, const uint8_t *rec, const int8_t *xq, int32_t xb, float dx,
                          __m256 acc[2], bool streams) {
-    if (q4)
+    if (t == SKV_TYPE_Q4_0)
         q4_rec_step(rec, xq, xb, dx, acc, streams);
+    else if (t == SKV_TYPE_Q5_0)
+        q5_rec_step(rec, xq, xb, dx, acc, streams);
     else
         q8_rec_step(rec, xq, xb, dx, acc, streams);
 }
 
-/* Decode from Q8_0 (q4: Q4_0) k16 records. With streams (mm->k16_prefetch, as Q4_K's gemv_k16) the
- * thread's groups in K16_STREAMS quarters read at once, each line asked for skv_k16_ahead_cpu bytes
- * ahead; without, one group after the other (W as one stream) on SKV_GEMV_PREFETCH. Either way each
- * group's chains take the same steps: the same bits. Zen 5 (llama-3.2-1b Q8_0 tg, 2 threads,
- * the settings taking turns token by token in one process): see kernels.c. r0 is a multiple of
- * 16 (matmul.c). */
+/* Decode from Q8_0 (Q4_0, Q5_0) k16 records. With streams (mm->k16_prefetch, as Q4_K's gemv_k16)
+ * the thread's groups in K16_STREAMS quarters read at once, each line asked for skv_k16_ahead_cpu
+ * bytes ahead; without, one group after the other (W as one stream) on SKV_GEMV_PREFETCH. Either
+ * way each group's chains take the same steps: the same bits. Zen 5 (llama-3.2-1b Q8_0 tg, 2
+ * threads, the settings taking turns token by token in one process): see kernels.c. r0 is a
+ * multiple of 16 (matmul.c). */
 INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams,
-                             bool q4) {
+                             skv_type t) {
     const int nb = mm->n_in / 32;
-    const size_t rb = q4 ? SKV_K16_Q4_RECORD : SKV_K16_Q8_RECORD;
+    const size_t rb = rec32_bytes(t);
     int32_t xb[MAX_XB]; /* k * the sum of each block of x's codes, once per x row */
     if (nb > MAX_XB) {  /* wider than any model layer: the AVX2 code, same bits */
         skv_matmul_avx2(mm, i0, i1, r0, r1);
@@ -1056,7 +1100,7 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        hex_xsums(a, nb, xb, q4 ? 8 : 128);
+        hex_xsums(a, nb, xb, t == SKV_TYPE_Q4_0 ? 8 : t == SKV_TYPE_Q5_0 ? 16 : 128);
         const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
         const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
@@ -1065,7 +1109,7 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
             for (int b = 0; b < nb; b++)
 #pragma GCC unroll 4
                 for (int q = 0; q < K16_STREAMS; q++)
-                    hex_rec_step(q4, k16_at(mm, ga + q * h + j, b, 32, rb), a.q + 32 * b, xb[b],
+                    hex_rec_step(t, k16_at(mm, ga + q * h + j, b, 32, rb), a.q + 32 * b, xb[b],
                                  a.d[b], acc[q], true);
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -1076,23 +1120,29 @@ INLINE void gemv_hex_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, b
             const uint8_t *rec = k16_at(mm, g, 0, 32, rb);
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int b = 0; b < nb; b++, rec += rb)
-                hex_rec_step(q4, rec, a.q + 32 * b, xb[b], a.d[b], acc, streams);
+                hex_rec_step(t, rec, a.q + 32 * b, xb[b], a.d[b], acc, streams);
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }
 
+/* One copy of the loop per type and prefetch mode (constants after inlining). */
+#define HEX_REC(T)                                                                                 \
+    do {                                                                                           \
+        if (mm->k16_prefetch)                                                                      \
+            gemv_hex_rec_run(mm, i0, i1, r0, r1, true, T);                                         \
+        else                                                                                       \
+            gemv_hex_rec_run(mm, i0, i1, r0, r1, false, T);                                        \
+    } while (0)
 static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    const bool q4 = mm->wt == SKV_TYPE_Q4_0;
-    if (mm->k16_prefetch && q4)
-        gemv_hex_rec_run(mm, i0, i1, r0, r1, true, true);
-    else if (mm->k16_prefetch)
-        gemv_hex_rec_run(mm, i0, i1, r0, r1, true, false);
-    else if (q4)
-        gemv_hex_rec_run(mm, i0, i1, r0, r1, false, true);
+    if (mm->wt == SKV_TYPE_Q4_0)
+        HEX_REC(SKV_TYPE_Q4_0);
+    else if (mm->wt == SKV_TYPE_Q5_0)
+        HEX_REC(SKV_TYPE_Q5_0);
     else
-        gemv_hex_rec_run(mm, i0, i1, r0, r1, false, false);
+        HEX_REC(SKV_TYPE_Q8_0);
 }
+#undef HEX_REC
 
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
@@ -1116,7 +1166,7 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         return;
     }
     if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0 || mm->wt == SKV_TYPE_Q5_0) {
-        if (mm->m < GEMM_Q_MIN_M && mm->w_k16) /* Q8_0, Q4_0 */
+        if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
             gemv_hex_rec(mm, i0, i1, r0, r1);
         else if (mm->m < GEMM_Q_MIN_M)
             gemv_hex(mm, i0, i1, r0, r1, mm->wt);

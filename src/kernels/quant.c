@@ -959,14 +959,17 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     return acc;
 }
 
-/* ---- k16 records (Q4_K, Q8_0, Q4_0, Q6_K) ----------------------------------------------------
- * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
- * bytes use all their 96 bits). */
+/* ---- k16 records (Q4_K, Q8_0, Q4_0, Q5_0, Q6_K)
+ * ---------------------------------------------------- kernels.h describes the layout. Packing and
+ * unpacking are exact inverses (the 12 packed scale bytes use all their 96 bits). */
 
 _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
 
 _Static_assert(SKV_K16_Q8_Q + 512 == SKV_K16_Q8_RECORD, "the Q8_0 record's parts fill it");
 
+_Static_assert(SKV_K16_Q5_Q + 256 == SKV_K16_Q5_H && SKV_K16_Q5_H + 64 == SKV_K16_Q5_RECORD &&
+                   SKV_K16_Q5_RECORD == 16 * 22,
+               "the Q5_0 record's parts fill it, with the rows' bytes");
 _Static_assert(SKV_K16_Q4_Q + 256 == SKV_K16_Q4_RECORD && SKV_K16_Q4_RECORD == 16 * 18,
                "the Q4_0 record's parts fill it, with the rows' bytes");
 
@@ -979,13 +982,14 @@ static size_t k16_record_bytes(skv_type wt) {
     return wt == SKV_TYPE_Q4_K   ? SKV_K16_RECORD
            : wt == SKV_TYPE_Q8_0 ? SKV_K16_Q8_RECORD
            : wt == SKV_TYPE_Q4_0 ? SKV_K16_Q4_RECORD
+           : wt == SKV_TYPE_Q5_0 ? SKV_K16_Q5_RECORD
            : wt == SKV_TYPE_Q6_K ? SKV_K16_Q6_RECORD
                                  : 0;
 }
 
 /* Values per record: a Q8_0 / Q4_0 block, or a K-quant super-block. */
 static int k16_unit(skv_type wt) {
-    return wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 ? 32 : SKV_QK_K;
+    return wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_Q5_0 ? 32 : SKV_QK_K;
 }
 
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
@@ -1115,17 +1119,51 @@ static void q8_get(const uint8_t *rec, int k, uint8_t *blk) {
 /* A Q4_0 row's block into its record: code c of the block (byte c % 16 of qs, the low nibble for
  * c < 16) goes to byte c % 4 of row k % 8's dword in vector c / 4, its nibble k / 8. A dword at a
  * time: vector g's 4 codes are bytes 4 (g % 4) .. 4 (g % 4) + 3 of qs, their low nibbles for
- * g < 4, their high ones after (the record starts zeroed: k16_pack_with). */
-static void q4_put(uint8_t *rec, int k, const uint8_t *blk) {
-    memcpy(rec + SKV_K16_Q4_D + 2 * k, blk, 2);
+ * g < 4, their high ones after (the record starts zeroed: k16_pack_with). Q5_0's low 4 bits
+ * likewise, from its qs. */
+static void nibbles_put(uint8_t *q_rec, int k, const uint8_t *qs) {
     for (int g = 0; g < 8; g++) {
         uint32_t q, r;
-        memcpy(&q, blk + 2 + 4 * (g % 4), 4);
+        memcpy(&q, qs + 4 * (g % 4), 4);
         q = (g < 4 ? q : q >> 4) & 0x0f0f0f0fu;
-        uint8_t *dst = rec + SKV_K16_Q4_Q + 32 * g + 4 * (k % 8);
+        uint8_t *dst = q_rec + 32 * g + 4 * (k % 8);
         memcpy(&r, dst, 4);
         r |= q << 4 * (k / 8);
         memcpy(dst, &r, 4);
+    }
+}
+
+static void q4_put(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q4_D + 2 * k, blk, 2);
+    nibbles_put(rec + SKV_K16_Q4_Q, k, blk + 2);
+}
+
+/* A Q5_0 row's block into its record: the scale, the low 4 bits as Q4_0's, and the fifth bits
+ * of codes 4g..4g+3 (bits 4g..4g+3 of qh) to bits 4 (k % 8) .. + 3 of h[g], 32 higher for
+ * k >= 8. Code by code in q5_get, the unpacker. */
+static void q5_put(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q5_D + 2 * k, blk, 2);
+    nibbles_put(rec + SKV_K16_Q5_Q, k, blk + 6);
+    const uint32_t qh =
+        (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+    for (int g = 0; g < 8; g++) {
+        uint8_t *h = rec + SKV_K16_Q5_H + 8 * g;
+        const int bit = 4 * (k % 8) + 32 * (k / 8);
+        const uint8_t four = (uint8_t)(qh >> 4 * g & 15);
+        h[bit / 8] |= (uint8_t)(four << bit % 8); /* bit % 8 is 0 or 4: within the byte */
+    }
+}
+
+static void q5_get(const uint8_t *rec, int k, uint8_t *blk) {
+    memcpy(blk, rec + SKV_K16_Q5_D + 2 * k, 2);
+    memset(blk + 2, 0, 20);
+    for (int c = 0; c < 32; c++) {
+        const int i = 4 * (k % 8) + c % 4; /* the byte of vector c / 4 */
+        const int lo = rec[SKV_K16_Q5_Q + 32 * (c / 4) + i] >> 4 * (k / 8) & 15;
+        const int bit = i + 32 * (k / 8);
+        const int five = rec[SKV_K16_Q5_H + 8 * (c / 4) + bit / 8] >> bit % 8 & 1;
+        blk[6 + c % 16] |= (uint8_t)(lo << 4 * (c / 16));
+        blk[2 + c / 8] |= (uint8_t)(five << c % 8);
     }
 }
 
@@ -1174,6 +1212,8 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
         k16_pack_with(wt, w, n_out, n_in, dst, q8_put);
     else if (wt == SKV_TYPE_Q4_0)
         k16_pack_with(wt, w, n_out, n_in, dst, q4_put_ref);
+    else if (wt == SKV_TYPE_Q5_0)
+        k16_pack_with(wt, w, n_out, n_in, dst, q5_put);
     else if (wt == SKV_TYPE_Q4_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q4k_put_ref);
     else if (wt == SKV_TYPE_Q6_K)
@@ -1214,6 +1254,8 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q8_get);
     else if (wt == SKV_TYPE_Q4_0)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4_get);
+    else if (wt == SKV_TYPE_Q5_0)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q5_get);
     else if (wt == SKV_TYPE_Q4_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4k_get);
     else if (wt == SKV_TYPE_Q6_K)
