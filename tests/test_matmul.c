@@ -503,11 +503,11 @@ static void test_rows_independent(void **s) {
 enum { G_PARTS = SKV_MM_GROUP_MAX + 1 };
 static void test_group(void **s) {
     (void)s;
-    const skv_type ts[] = {SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_F32,
-                           SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K};
+    const skv_type ts[] = {SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_F32,  SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_K, SKV_TYPE_Q6_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0};
     const int n_outs[2][G_PARTS] = {{200, 37, 0, 48}, {64, 512, 16, 100}}, ms[] = {1, 2, 9};
     enum { N_IN = 512, M = 9, MAX_OUT = 512 };
-    for (int ti = 0; ti < 6; ti++)
+    for (int ti = 0; ti < 8; ti++)
         for (int shape = 0; shape < 2; shape++) {
             const skv_type t = ts[ti];
             const int *no = n_outs[shape];

@@ -656,6 +656,24 @@ static void test_quant_hand(void **s) {
     }
 }
 
+/* The ggml block sizes (values, bytes), which GGUF files are laid out in: a wrong one here would
+ * stay self-consistent through our own quantizer and only show on a real file. */
+static void test_block_sizes(void **s) {
+    (void)s;
+    const struct {
+        skv_type t;
+        int values;
+        size_t bytes;
+    } want[] = {{SKV_TYPE_F32, 1, 4},      {SKV_TYPE_F16, 1, 2},     {SKV_TYPE_BF16, 1, 2},
+                {SKV_TYPE_Q8_0, 32, 34},   {SKV_TYPE_Q4_0, 32, 18},  {SKV_TYPE_Q4_1, 32, 20},
+                {SKV_TYPE_Q5_0, 32, 22},   {SKV_TYPE_Q5_1, 32, 24},  {SKV_TYPE_Q4_K, 256, 144},
+                {SKV_TYPE_Q5_K, 256, 176}, {SKV_TYPE_Q6_K, 256, 210}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_int_equal(skv_type_block_size(want[i].t), want[i].values);
+        assert_int_equal(skv_type_block_bytes(want[i].t), want[i].bytes);
+    }
+}
+
 static void test_can_quantize(void **s) {
     (void)s;
     const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
@@ -899,6 +917,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_quant_hand),
         cmocka_unit_test(test_can_quantize),
+        cmocka_unit_test(test_block_sizes),
         cmocka_unit_test(test_act_rows),
         cmocka_unit_test(test_act_nonfinite),
         cmocka_unit_test(test_act_tiny),

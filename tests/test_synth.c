@@ -604,13 +604,34 @@ static void test_real_vocab(void **state) {
     free(path);
 }
 
+/* general.file_type for a file of one weight type: llama.cpp's llama_ftype numbers (ALL_F32 0,
+ * MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q4_K_S 14, Q5_K_S 16, Q6_K 18, BF16 32),
+ * which it shows as the file's type. */
+static void test_ftype_numbers(void **state) {
+    (void)state;
+    const struct {
+        skv_type t;
+        uint32_t ftype;
+    } want[] = {{SKV_TYPE_F32, 0},   {SKV_TYPE_F16, 1},   {SKV_TYPE_Q4_0, 2}, {SKV_TYPE_Q4_1, 3},
+                {SKV_TYPE_Q8_0, 7},  {SKV_TYPE_Q5_0, 8},  {SKV_TYPE_Q5_1, 9}, {SKV_TYPE_Q4_K, 14},
+                {SKV_TYPE_Q5_K, 16}, {SKV_TYPE_Q6_K, 18}, {SKV_TYPE_BF16, 32}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_int_equal(skv_ftype_of(want[i].t), want[i].ftype);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_shape_f32),   cmocka_unit_test(test_real_preset),
-        cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_types_share_weights),
-        cmocka_unit_test(test_loads_and_runs),    cmocka_unit_test(test_kquant_fallback_and_errors),
-        cmocka_unit_test(test_command_line),      cmocka_unit_test(test_architectures),
-        cmocka_unit_test(test_llama3_rope_freqs), cmocka_unit_test(test_real_vocab),
+        cmocka_unit_test(test_ftype_numbers),
+        cmocka_unit_test(test_small_shape_f32),
+        cmocka_unit_test(test_real_preset),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_types_share_weights),
+        cmocka_unit_test(test_loads_and_runs),
+        cmocka_unit_test(test_kquant_fallback_and_errors),
+        cmocka_unit_test(test_command_line),
+        cmocka_unit_test(test_architectures),
+        cmocka_unit_test(test_llama3_rope_freqs),
+        cmocka_unit_test(test_real_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -195,7 +195,7 @@ void skv_matmul_ref(float *y, const float *x, int m, const void *w, skv_type wt,
                     int n_in);
 
 /* Activations quantized to 8 bits for the integer products (the rows of matmul's work buffer).
- * A row of n values in blocks of bs = skv_act_block(wt) (32 for Q8_0/Q4_0 weights, 256 for
+ * A row of n values in blocks of bs = skv_act_block(wt) (32 for Q8_0, Q4_*, Q5_* weights, 256 for
  * K-quants), at 32-byte aligned offsets:
  *   int8 q[n]; float d[n / bs]; float s[n / 16]
  * value = d * q with d = amax / 127 per block, q rounded to nearest; s[g] = d * (sum of q over

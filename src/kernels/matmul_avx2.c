@@ -410,7 +410,7 @@ static inline __m256i dot_s8(__m256i w, __m256i x) {
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
 
-/* ---- Q8_0/Q4_0: eight W rows in the eight lanes ------------------------------------------
+/* ---- Q8_0, Q4_0, Q5_0, Q4_1, Q5_1: eight W rows in the eight lanes ------------------------
  * Each output is one float chain over the blocks in order,
  *     acc = fma((float)idot_b, dx_b * dw_b, acc),
  * where idot_b is the block's exact integer dot. With eight W rows in the lanes the scales dw

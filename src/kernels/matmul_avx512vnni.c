@@ -664,7 +664,7 @@ static __attribute__((noinline)) void gemm_k(const skv_mm *mm, int i0, int i1, i
     }
 }
 
-/* ---- Q8_0/Q4_0: sixteen W rows in the lanes ---------------------------------------------------
+/* ---- Q8_0, Q4_0, Q5_0: sixteen W rows in the lanes --------------------------------------------
  * Each output is one float chain over the blocks, acc = fma(float(idot_b), dx_b * dw_b, acc):
  * the AVX2 level's order (matmul_avx2.c), so the same bits as its code, and decode (gemv_hex)
  * the same bits as prefill. Prefill: a "hexad" is 16 W rows whose codes are transposed once per
