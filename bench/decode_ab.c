@@ -1,9 +1,9 @@
-/* decode_ab.c — how far ahead Q4_K, Q8_0, Q4_0 and Q5_0 decode should prefetch their k16 records on
- * this CPU, measured so that a noisy machine cannot decide it: one model, one context, and the
- * settings take turns token by token (a minute when the host is busier slows every setting alike),
- * medians over the tokens. A setting is a distance in bytes (the four prefetched streams,
- * skv_k16_ahead_cpu) or 0 (one stream on the hardware prefetcher, SKV_K16_PREFETCH=0). Every
- * setting computes the same bits; only the speed differs.
+/* decode_ab.c — how far ahead Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 decode should prefetch their
+ * k16 records on this CPU, measured so that a noisy machine cannot decide it: one model, one
+ * context, and the settings take turns token by token (a minute when the host is busier slows every
+ * setting alike), medians over the tokens. A setting is a distance in bytes (the four prefetched
+ * streams, skv_k16_ahead_cpu) or 0 (one stream on the hardware prefetcher, SKV_K16_PREFETCH=0).
+ * Every setting computes the same bits; only the speed differs.
  *
  * Why tokens and not runs: on the Zen 1 VM whole `sparsekv bench` runs of one binary moved by
  * +-25% from minute to minute, more than the effects measured, and builds that differed only in
@@ -93,8 +93,10 @@ int main(int argc, char **argv) {
         n_set = 5;
     }
     if (!skv_kernels_use_simd()) {
-        fprintf(stderr, "decode_ab: no SIMD level in use: Q4_K, Q8_0, Q4_0 and Q5_0 records are "
-                        "unpacked, not read\n");
+        fprintf(
+            stderr,
+            "decode_ab: no SIMD level in use: Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records are "
+            "unpacked, not read\n");
         return 1;
     }
 
@@ -104,7 +106,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "decode_ab: %s\n", err.msg);
         return 1;
     }
-    /* the settings change the Q4_K, Q8_0, Q4_0 and Q5_0 records' decode */
+    /* the settings change the Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode */
     const skv_type wt = skv_model_weight_type(model);
     if (wt != SKV_TYPE_Q4_K && wt != SKV_TYPE_Q8_0 && wt != SKV_TYPE_Q4_0)
         fprintf(stderr,

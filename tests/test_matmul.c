@@ -285,23 +285,23 @@ static void test_k16_next_prep(void **s) {
     assert_true(checked > 10000);
 }
 
-/* Q4_K, Q8_0, Q4_0, Q5_0 and Q6_K in k16 records: unpacking gives back the rows byte for byte (any
- * row range), and the products are the same bits as from the rows, for any m, thread count and SIMD
- * level (the SIMD kernels read the records; the scalar level unpacks them); all but Q6_K decode
- * with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups (n_out % 16),
- * several tiles and column blocks, NaN rows of x. */
+/* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and Q6_K in k16 records: unpacking gives back the rows byte
+ * for byte (any row range), and the products are the same bits as from the rows, for any m, thread
+ * count and SIMD level (the SIMD kernels read the records; the scalar level unpacks them); all but
+ * Q6_K decode with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups
+ * (n_out % 16), several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
     /* 200 rows: a thread unpacks more than one chunk of 64 where the level has no k16 code;
      * 65792 columns (257 super-blocks, with 17 rows and few x rows): more than decode keeps
      * x's sums for on its stack */
-    /* Q8_0, Q4_0 and Q5_0 also at 32 (one block) and 1056 (33 blocks: a last column block of one
+    /* the 32-value types also at 32 (one block) and 1056 (33 blocks: a last column block of one
      * in prefill) */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
     const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q4_0,
-                              SKV_TYPE_Q5_0};
-    for (int ti = 0; ti < 5; ti++)
+                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
+    for (int ti = 0; ti < 7; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];

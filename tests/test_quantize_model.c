@@ -251,7 +251,7 @@ static void test_huge_page_weights(void **state) {
             skv_model *m = skv_model_load(path, &err);
             assert_non_null(m);
             const skv_weight *down = &m->layers[0].w_down;
-            /* Q4_K, Q8_0, Q4_0, Q5_0 at the SIMD levels, Q6_K without VNNI: k16 records
+            /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 at the SIMD levels, Q6_K without VNNI: k16 records
              * (skv_k16_wanted) */
             const bool k16 = skv_k16_wanted(types[k]) && huge;
             const bool big_q = types[k] == SKV_TYPE_Q8_0 && !k16;

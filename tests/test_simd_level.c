@@ -130,10 +130,10 @@ static void test_amx(void **s) {
     free(err);
 }
 
-/* How Q4_K, Q8_0, Q4_0 and Q5_0 decode read their records: prefetched streams (never at the scalar
- * level, which has no such kernel), 3 KB ahead on AMD or Hygon up to family 0x18, 2 KB on later
- * AMD, 1 KB on other CPUs; SKV_K16_PREFETCH=0|1 overrides the CPU, any other value is ignored with
- * a warning.
+/* How Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 decode read their records: prefetched streams (never at
+ * the scalar level, which has no such kernel), 3 KB ahead on AMD or Hygon up to family 0x18, 2 KB
+ * on later AMD, 1 KB on other CPUs; SKV_K16_PREFETCH=0|1 overrides the CPU, any other value is
+ * ignored with a warning.
  */
 static void test_k16_prefetch(void **s) {
     (void)s;

@@ -77,11 +77,11 @@ static void print_system(bool json) {
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
     if (skv_simd_k16_prefetch())
         printf(
-            "k16 decode   Q4_K, Q8_0, Q4_0, Q5_0 records as 4 streams per thread, %d bytes ahead "
+            "k16 decode   Q4_K, Q8_0, Q4_*, Q5_* records as 4 streams per thread, %d bytes ahead "
             "(SKV_K16_PREFETCH=0: one stream)\n",
             skv_simd_k16_ahead());
     else if (strcmp(skv_simd_level(), "scalar") != 0) /* SKV_K16_PREFETCH=0 */
-        printf("k16 decode   Q4_K, Q8_0, Q4_0, Q5_0 records as one stream per thread "
+        printf("k16 decode   Q4_K, Q8_0, Q4_*, Q5_* records as one stream per thread "
                "(SKV_K16_PREFETCH=1: 4 prefetched streams)\n");
     if (warn) printf("simd note    %s\n", warn);
 }

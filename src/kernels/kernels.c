@@ -95,10 +95,11 @@ static atomic_bool bf16_dot_off = false;
 static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
 static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
-/* How the Q4_K, Q8_0, Q4_0 and Q5_0 records' decode reads by default (kernels.h): 4 prefetched
- * streams per thread, each line asked for k16_ahead_for() bytes ahead (SKV_K16_PREFETCH=0: one
- * stream on the hardware prefetcher alone). Measured, llama-3.2-1b Q4_K tg, one binary, the
- * settings taking turns token by token in one process (bench/decode_ab.c, medians of 40-80 tokens):
+/* How the Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode reads by default (kernels.h): 4
+ * prefetched streams per thread, each line asked for k16_ahead_for() bytes ahead
+ * (SKV_K16_PREFETCH=0: one stream on the hardware prefetcher alone). Measured, llama-3.2-1b Q4_K
+ * tg, one binary, the settings taking turns token by token in one process (bench/decode_ab.c,
+ * medians of 40-80 tokens):
  * - AMX Xeon (VNNI level, 2 threads): 1 KB 49.3 t/s, 2 KB 45, 4 KB 40 (one stream 38.4).
  * - Zen 1, family 0x17 (AVX2 level), 2 threads: one stream 10.7, 1 KB 12.5, 2 KB 15.0, 3 KB 14.8,
  *   4 KB 14.7; 1 thread 10.2, 10.7, 13.9, 14.3, 14.5.

@@ -74,15 +74,15 @@ size_t skv_matmul_work_size(skv_type wt, int m, int n_in);
 void skv_matmul(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type wt,
                 int n_out, int n_in, void *work);
 /* Decode (one x row) streams W once and asks for it this many bytes ahead of its loads:
- * software prefetch in the float panels' gemvs, the Q8_0, Q4_0, Q5_0 and Q6_K records' and the
- * K-quant raw rows'. The Q4_K, Q8_0, Q4_0 and Q5_0 records' decode (gemv_k16; gemv_hex_rec at VNNI,
- * gemv_q8_rec at AVX2) reads 4 streams, 1-3 KB ahead by the CPU (skv_kernels_k16_ahead;
- * SKV_K16_PREFETCH=0: one stream, Q4_K without prefetch, Q8_0, Q4_0, Q5_0 on this distance). Not in
- * the VNNI Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2 Q8_0/Q4_0 rows' gemv_q8
- * keeps its own PFD. The hardware prefetcher alone left the AMX Xeon at 2 threads 5-23% slower:
- * smollm2-135m F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34, Q8_0 56.5 -> 60; llama-3.2-1b
- * Q6_K 30 -> 35, Q5_K 33.5 -> 40.5 (rows); its F16 was at the read bandwidth already. 512 bytes
- * gained nothing, 4096-8192 a little less than 2048. */
+ * software prefetch in the float panels' gemvs, the Q8_0, Q4_*, Q5_* and Q6_K records' and the
+ * K-quant raw rows'. The Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode (gemv_k16;
+ * gemv_hex_rec at VNNI, gemv_q8_rec at AVX2) reads 4 streams, 1-3 KB ahead by the CPU
+ * (skv_kernels_k16_ahead; SKV_K16_PREFETCH=0: one stream, Q4_K without prefetch, the 32-value types
+ * on this distance). Not in the VNNI Q8_0/Q4_0 rows' gemv_hex (measured slower with it); the AVX2
+ * Q8_0/Q4_0 rows' gemv_q8 keeps its own PFD. The hardware prefetcher alone left the AMX Xeon at 2
+ * threads 5-23% slower: smollm2-135m F16 tg128 108 -> 129 t/s, qwen2.5-0.5b BF16 30 -> 34,
+ * Q8_0 56.5 -> 60; llama-3.2-1b Q6_K 30 -> 35, Q5_K 33.5 -> 40.5 (rows); its F16 was at the read
+ * bandwidth already. 512 bytes gained nothing, 4096-8192 a little less than 2048. */
 #define SKV_GEMV_PREFETCH 2048
 /* Prefetch of the line off bytes past p: an address computed as an integer, since it may lie
  * past W's end (a prefetch never faults). Needs <immintrin.h>. */
@@ -132,6 +132,12 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  *                    the low nibble of q[g]'s byte i, bit 32 + i of the one in its high nibble
  * (the rows' bytes): 32 bits a mask register (AVX-512) or a shuffle and a compare (AVX2) make
  * 32 bytes of 0x10 or 0.
+ * Q4_1 and Q5_1 W in k16 records too (read by the AVX2 code at both SIMD levels): a Q4_0 / Q5_0
+ * record with the 16 rows' mins m (f16) after their scales d (value d * code + m). Q4_1:
+ *   d[16], m[16], q[8][8][4] (as Q4_0's)            SKV_K16_Q41_RECORD bytes
+ * Q5_1:
+ *   d[16], m[16], q[8][8][4], h[8] (as Q5_0's)      SKV_K16_Q51_RECORD bytes
+ * (the rows' bytes).
  * Q6_K W in k16 records too (where the Q6_K kernels in use are the AVX2 ones: not at the AVX-512
  * VNNI level, whose Q6_K code reads rows): per group of 16 rows and super-block s one record of
  * SKV_K16_Q6_RECORD bytes (the rows' bytes) at index (row / 16) * (n_in / 256) + s. Scale
@@ -157,20 +163,24 @@ enum { SKV_K16_Q8_D = 0, SKV_K16_Q8_Q = 32 };
 enum { SKV_K16_Q4_D = 0, SKV_K16_Q4_Q = 32 };
 #define SKV_K16_Q5_RECORD 352
 enum { SKV_K16_Q5_D = 0, SKV_K16_Q5_Q = 32, SKV_K16_Q5_H = 288 };
+#define SKV_K16_Q41_RECORD 320
+#define SKV_K16_Q51_RECORD 384
+enum { SKV_K16_Q1_D = 0, SKV_K16_Q1_M = 32, SKV_K16_Q1_Q = 64, SKV_K16_Q51_H = 320 };
 #define SKV_K16_Q6_RECORD 3360
 #define SKV_K16_Q6_PAIR   416
 enum { SKV_K16_Q6_SC = 0, SKV_K16_Q6_QH = 32, SKV_K16_Q6_QL = 160, SKV_K16_Q6_D = 3328 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out rows w of type wt (Q4_K, Q8_0, Q4_0, Q5_0 or Q6_K) into records (dst: skv_k16_bytes); _ref
- * is the plain C version, code by code, which the AVX2 Q4_K one (matmul_avx2.c) and the word-wise
- * Q6_K and Q4_0 ones match byte for byte. */
+/* n_out rows w of type wt (Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 or Q6_K) into records (dst:
+ * skv_k16_bytes); _ref is the plain C version, code by code, which the AVX2 Q4_K one
+ * (matmul_avx2.c) and the word-wise Q6_K and Q4_0 ones match byte for byte. */
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst);
 /* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K, Q8_0, Q4_0,
- * Q5_0 at the AVX2 and AVX-512 levels, Q6_K where its kernels are the AVX2 ones (not with AVX-512
- * VNNI), whose decode and prefill read them as they are (the scalar level unpacks rows). */
+ * Q5_0, Q4_1, Q5_1 at the AVX2 and AVX-512 levels, Q6_K where its kernels are the AVX2 ones (not
+ * with AVX-512 VNNI), whose decode and prefill read them as they are (the scalar level unpacks
+ * rows). */
 bool skv_k16_wanted(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
@@ -237,9 +247,9 @@ typedef struct skv_mm {
     size_t w_stride, xq_stride;
     skv_type wt;
     int m, n_out, n_in;
-    bool w_panels;     /* float W in panels (skv_panels_pack) */
-    bool w_k16;        /* Q4_K, Q8_0, Q4_0, Q5_0 or Q6_K W in k16 records (skv_k16_pack) */
-    bool k16_prefetch; /* Q4_K, Q8_0, Q4_0, Q5_0 records' decode: skv_kernels_use_k16_prefetch() */
+    bool w_panels; /* float W in panels (skv_panels_pack) */
+    bool w_k16;    /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 or Q6_K W in k16 records (skv_k16_pack) */
+    bool k16_prefetch; /* Q4_K, Q8_0, Q4_*, Q5_* records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */
@@ -415,12 +425,12 @@ bool skv_kernels_use_avx512(void);
 /* Which implementation the dispatchers chose: "avx512" with "+vnni", "+bf16" and "+amx" where
  * the CPU has them (and AMX is on), "avx2+fma+f16c" or "scalar". */
 const char *skv_kernels_impl(void);
-/* How the Q4_K, Q8_0, Q4_0 and Q5_0 records' decode (gemv_k16, gemv_hex_rec / gemv_q8_rec: m < 3 x
- * rows) read W: true, each thread's 16-row groups as K16_STREAMS runs read at once, every line
- * asked for skv_kernels_k16_ahead() bytes ahead (by the CPU, kernels.c: 3 KB on Zen 1-2, 2 KB on
- * Zen 5, 1 KB on Intel and others); false, one group after the other on the hardware prefetcher
- * alone. The same bits either way. The default is true (on Zen 3 and 4, AMD family 0x19, not
- * measured: 2 KB as Zen 5); SKV_K16_PREFETCH=0|1 (read once) overrides it, and
+/* How the Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode (gemv_k16, gemv_hex_rec /
+ * gemv_q8_rec: m < 3 x rows) read W: true, each thread's 16-row groups as K16_STREAMS runs read at
+ * once, every line asked for skv_kernels_k16_ahead() bytes ahead (by the CPU, kernels.c: 3 KB on
+ * Zen 1-2, 2 KB on Zen 5, 1 KB on Intel and others); false, one group after the other on the
+ * hardware prefetcher alone. The same bits either way. The default is true (on Zen 3 and 4, AMD
+ * family 0x19, not measured: 2 KB as Zen 5); SKV_K16_PREFETCH=0|1 (read once) overrides it, and
  * skv_kernels_k16_prefetch(mode) overrides both (tests, benchmarks: mode 1 or 0; -1 gives the
  * choice back). Measured, llama-3.2-1b Q4_K tg at 2 threads: AMX Xeon, one group 38.4 t/s,
  * streams 49.3; Zen 5, one group 48.4, streams 58.4; Zen 1 (the settings taking turns token by
@@ -431,8 +441,8 @@ const char *skv_kernels_impl(void);
  * group's 16.4-17.3; in another, where the distance was read from memory, at 12.5 against 10.7. */
 bool skv_kernels_use_k16_prefetch(void);
 void skv_kernels_k16_prefetch(int mode);
-/* Bytes ahead of its loads the Q4_K, Q8_0, Q4_0 and Q5_0 records' decode prefetches in streams; 0
- * when it reads one stream. */
+/* Bytes ahead of its loads the Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode prefetches in
+ * streams; 0 when it reads one stream. */
 int skv_kernels_k16_ahead(void);
 /* ... when it does, by the CPU: set once with the SIMD level (before any product can run), read
  * by the kernels from memory; bench/decode_ab.c changes it between forward calls, never while

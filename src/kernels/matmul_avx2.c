@@ -533,27 +533,30 @@ INLINE void prep_octet(prep_oct *p, const uint8_t *const *w, skv_type t, int b0,
 }
 
 /* prep_octet from records: octet h of group g holds the prepared codes as they are (Q8_0), or
- * as its nibbles (Q4_0: the low ones for h = 0; Q5_0: with their fifth bits, less 16). */
+ * as its nibbles (Q4_0, Q4_1: the low ones for h = 0; Q5_0, Q5_1: with their fifth bits; Q5_0
+ * less 16); Q4_1's and Q5_1's mins after their scales. */
 INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb,
                            skv_type t) {
+    const int aff = q8_affine(t), five = t == SKV_TYPE_Q5_0 || t == SKV_TYPE_Q5_1;
+    const int qo = aff ? SKV_K16_Q1_Q : SKV_K16_Q4_Q, ho = aff ? SKV_K16_Q51_H : SKV_K16_Q5_H;
     for (int b = 0; b < nb; b++) {
         const uint8_t *rec = k16_at(mm, g, b0 + b, 32, rec32_bytes(t));
         if (t != SKV_TYPE_Q8_0)
             for (int q = 0; q < 8; q++) {
-                const __m256i v =
-                    _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(rec + qo + 32 * q));
                 __m256i c =
                     _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
-                if (t == SKV_TYPE_Q5_0)
-                    c = _mm256_sub_epi8(
-                        _mm256_or_si256(c, unpack_fifth_bits(rec + SKV_K16_Q5_H + 8 * q + 4 * h)),
-                        _mm256_set1_epi8(16));
+                if (five) c = _mm256_or_si256(c, unpack_fifth_bits(rec + ho + 8 * q + 4 * h));
+                if (t == SKV_TYPE_Q5_0) c = _mm256_sub_epi8(c, _mm256_set1_epi8(16));
                 _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * q), c);
             }
         else
             memcpy(p->q + 256 * b, rec + SKV_K16_Q8_Q + 256 * h, 256);
         _mm256_store_ps(p->d + 8 * b, _mm256_cvtph_ps(_mm_loadu_si128(
                                           (const __m128i *)(rec + SKV_K16_Q8_D + 16 * h))));
+        if (aff)
+            _mm256_store_ps(p->m + 8 * b, _mm256_cvtph_ps(_mm_loadu_si128(
+                                              (const __m128i *)(rec + SKV_K16_Q1_M + 16 * h))));
     }
 }
 
@@ -708,35 +711,38 @@ INLINE void q8_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[
     }
 }
 
-/* One Q4_0 record's dot for 16 rows, as q8_rec_dot's on the codes as stored (0..15: rows 0-7
- * the low nibbles, 8-15 the high ones), which vpmaddubsw takes as its unsigned operand. Its pair
- * sums stay in 16 bits over the block (8 of at most 2 * 15 * 127 each: 30480 < 2^15, exact), to
- * which q8_rec_fin gives the pairs' vpmaddwd once; the caller takes off the 8 * (x's block sum)
- * that the stored + 8 adds. A 288-byte record spans 5 or 6 lines: the 8 prefetches, 41 bytes
- * apart from its first byte to its last, touch each. */
-INLINE void q4_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
+/* One Q4_0 (Q4_1) record's dot for 16 rows, as q8_rec_dot's on the codes as stored (0..15: rows
+ * 0-7 the low nibbles, 8-15 the high ones, at qo), which vpmaddubsw takes as its unsigned operand.
+ * Its pair sums stay in 16 bits over the block (8 of at most 2 * 15 * 127 each: 30480 < 2^15,
+ * exact), to which q8_rec_fin gives the pairs' vpmaddwd once; the caller takes off the 8 * (x's
+ * block sum) that Q4_0's stored + 8 adds. A record of rb bytes (288, 320) spans 5 or 6 lines: the
+ * 8 prefetches, spread from its first byte to its last (under 64 apart), touch each. */
+INLINE void q4_rec_dot(const uint8_t *rec, int qo, int rb, __m256i x, int q, bool pf,
+                       __m256i s[2]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     if (pf)
-        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + 41 * q);
+        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + (rb - 1) * q / 7);
     else
-        SKV_PREFETCH_AHEAD(rec, 41 * q);
-    const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q4_Q + 32 * q));
+        SKV_PREFETCH_AHEAD(rec, (rb - 1) * q / 7);
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + qo + 32 * q));
     s[0] = _mm256_add_epi16(s[0], _mm256_maddubs_epi16(_mm256_and_si256(w, m4), x));
     s[1] = _mm256_add_epi16(s[1],
                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), x));
 }
 
-/* One Q5_0 record's dot for 16 rows: q4_rec_dot's with each code's fifth bit (0x10 from h), the
- * code as stored (0..31), 32-bit sums (a block's 16-bit ones could reach 8 * 2 * 31 * 127). The
- * caller takes off 16 * (x's block sum). 352 bytes, 5 or 6 lines: 8 prefetches 50 apart. */
-INLINE void q5_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
+/* One Q5_0 (Q5_1) record's dot for 16 rows: q4_rec_dot's with each code's fifth bit (0x10 from
+ * the bits at ho), the code as stored (0..31), 32-bit sums (a block's 16-bit ones could reach 8 *
+ * 2 * 31 * 127). The caller takes off Q5_0's 16 * (x's block sum). 352 (384) bytes: 8
+ * prefetches 50 (54) apart. */
+INLINE void q5_rec_dot(const uint8_t *rec, int qo, int ho, int rb, __m256i x, int q, bool pf,
+                       __m256i s[2]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     if (pf)
-        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + (SKV_K16_Q5_RECORD - 1) * q / 7);
+        SKV_PREFETCH_AT(rec, skv_k16_ahead_cpu + (rb - 1) * q / 7);
     else
-        SKV_PREFETCH_AHEAD(rec, (SKV_K16_Q5_RECORD - 1) * q / 7);
-    const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q5_Q + 32 * q));
-    const uint8_t *hb = rec + SKV_K16_Q5_H + 8 * q;
+        SKV_PREFETCH_AHEAD(rec, (rb - 1) * q / 7);
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + qo + 32 * q));
+    const uint8_t *hb = rec + ho + 8 * q;
     const __m256i lo = _mm256_or_si256(_mm256_and_si256(w, m4), unpack_fifth_bits(hb));
     const __m256i hi =
         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), unpack_fifth_bits(hb + 4));
@@ -747,14 +753,31 @@ INLINE void q5_rec_dot(const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[
 /* The record dot of type t. */
 INLINE void rec32_dot(skv_type t, const uint8_t *rec, __m256i x, int q, bool pf, __m256i s[2]) {
     if (t == SKV_TYPE_Q4_0)
-        q4_rec_dot(rec, x, q, pf, s);
+        q4_rec_dot(rec, SKV_K16_Q4_Q, SKV_K16_Q4_RECORD, x, q, pf, s);
+    else if (t == SKV_TYPE_Q4_1)
+        q4_rec_dot(rec, SKV_K16_Q1_Q, SKV_K16_Q41_RECORD, x, q, pf, s);
     else if (t == SKV_TYPE_Q5_0)
-        q5_rec_dot(rec, x, q, pf, s);
+        q5_rec_dot(rec, SKV_K16_Q5_Q, SKV_K16_Q5_H, SKV_K16_Q5_RECORD, x, q, pf, s);
+    else if (t == SKV_TYPE_Q5_1)
+        q5_rec_dot(rec, SKV_K16_Q1_Q, SKV_K16_Q51_H, SKV_K16_Q51_RECORD, x, q, pf, s);
     else
         q8_rec_dot(rec, x, q, pf, s);
 }
 
-/* A block's sums as int32 less xb: Q4_0's 16-bit pair sums (q4) summed in pairs first. */
+/* Q4_1's and Q5_1's min terms after the scales' (q8_rec_chain): acc += xs (dx m), x's block sum
+ * xs times the 16 rows' mins, as the rows' kernels add them (the same bits). */
+static inline void q1_rec_mins(const uint8_t *rec, int32_t xs, float dx, __m256 acc[2]) {
+    const __m256 vdx = _mm256_set1_ps(dx), f = _mm256_cvtepi32_ps(_mm256_set1_epi32(xs));
+    for (int h = 0; h < 2; h++)
+        acc[h] =
+            _mm256_fmadd_ps(f,
+                            _mm256_mul_ps(vdx, _mm256_cvtph_ps(_mm_loadu_si128((
+                                                   const __m128i *)(rec + SKV_K16_Q1_M + 16 * h)))),
+                            acc[h]);
+}
+
+/* A block's sums as int32 less xb: Q4_0's and Q4_1's 16-bit pair sums (q4) summed in pairs
+ * first. */
 static inline __m256i q8_rec_fin(bool q4, __m256i s, __m256i xb) {
     return _mm256_sub_epi32(q4 ? _mm256_madd_epi16(s, _mm256_set1_epi16(1)) : s, xb);
 }
@@ -778,16 +801,17 @@ static inline int32_t rec32_xsum(const int8_t *xq, int off) {
  * r0 would be written. */
 INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams,
                             skv_type t) {
-    const int nb = mm->n_in / 32, q4 = t == SKV_TYPE_Q4_0;
-    const int off = t == SKV_TYPE_Q4_0 ? 8 : t == SKV_TYPE_Q5_0 ? 16 : 0;
+    const int nb = mm->n_in / 32, q4 = t == SKV_TYPE_Q4_0 || t == SKV_TYPE_Q4_1;
+    const int aff = q8_affine(t), off = t == SKV_TYPE_Q4_0 ? 8 : t == SKV_TYPE_Q5_0 ? 16 : 0;
+    const int xk = aff ? 1 : off; /* xs: x's block sums times the offset, or as they are (mins) */
     const size_t rb = rec32_bytes(t);
-    /* Q4_0, Q5_0: off * x's block sums, once per x row (past Q4_XS blocks, wider than any model
-     * layer: per block and group) */
+    /* xk * x's block sums, once per x row (past Q4_XS blocks, wider than any model layer: per
+     * block and group) */
     int32_t xs[Q4_XS];
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
-        for (int b = 0; off && b < nb && b < Q4_XS; b++) xs[b] = rec32_xsum(a.q + 32 * b, off);
+        for (int b = 0; xk && b < nb && b < Q4_XS; b++) xs[b] = rec32_xsum(a.q + 32 * b, xk);
         const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
         const int h = streams ? gn / K16_STREAMS : 0;
         for (int j = 0; j < h; j++) {
@@ -810,13 +834,14 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
                     for (int st = 0; st < K16_STREAMS; st++)
                         rec32_dot(t, rec[st], x, q, true, s[st]);
                 }
-                const __m256i xb = _mm256_set1_epi32(!off        ? 0
-                                                     : b < Q4_XS ? xs[b]
-                                                                 : rec32_xsum(a.q + 32 * b, off));
+                const int32_t xsb = !xk ? 0 : b < Q4_XS ? xs[b] : rec32_xsum(a.q + 32 * b, xk);
+                const __m256i xb = _mm256_set1_epi32(off ? xsb : 0);
 #pragma GCC unroll 4
-                for (int st = 0; st < K16_STREAMS; st++)
+                for (int st = 0; st < K16_STREAMS; st++) {
                     q8_rec_chain(rec[st], q8_rec_fin(q4, s[st][0], xb),
                                  q8_rec_fin(q4, s[st][1], xb), a.d[b], acc[st]);
+                    if (aff) q1_rec_mins(rec[st], xsb, a.d[b], acc[st]);
+                }
             }
             for (int st = 0; st < K16_STREAMS; st++) {
                 const int g = ga + st * h + j;
@@ -834,42 +859,26 @@ INLINE void gemv_q8_rec_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bo
                     memcpy(&x4, a.q + 32 * b + 4 * q, 4);
                     rec32_dot(t, rec, _mm256_set1_epi32(x4), q, streams, s);
                 }
-                const __m256i xb = _mm256_set1_epi32(!off        ? 0
-                                                     : b < Q4_XS ? xs[b]
-                                                                 : rec32_xsum(a.q + 32 * b, off));
+                const int32_t xsb = !xk ? 0 : b < Q4_XS ? xs[b] : rec32_xsum(a.q + 32 * b, xk);
+                const __m256i xb = _mm256_set1_epi32(off ? xsb : 0);
                 q8_rec_chain(rec, q8_rec_fin(q4, s[0], xb), q8_rec_fin(q4, s[1], xb), a.d[b], acc);
+                if (aff) q1_rec_mins(rec, xsb, a.d[b], acc);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
 }
 
-static void gemv_q8_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+INLINE void gemv_rec(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     if (mm->k16_prefetch)
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, SKV_TYPE_Q8_0);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, t);
     else
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, SKV_TYPE_Q8_0);
-}
-
-static void gemv_q4_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_prefetch)
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, SKV_TYPE_Q4_0);
-    else
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, SKV_TYPE_Q4_0);
-}
-
-static void gemv_q5_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_prefetch)
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, true, SKV_TYPE_Q5_0);
-    else
-        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, SKV_TYPE_Q5_0);
+        gemv_q8_rec_run(mm, i0, i1, r0, r1, false, t);
 }
 
 INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
     if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
-        (t == SKV_TYPE_Q4_0   ? gemv_q4_rec
-         : t == SKV_TYPE_Q5_0 ? gemv_q5_rec
-                              : gemv_q8_rec)(mm, i0, i1, r0, r1);
+        gemv_rec(mm, i0, i1, r0, r1, t);
     else if (mm->m < GEMM_Q_MIN_M)
         gemv_q8(mm, i0, i1, r0, r1, t);
     else

@@ -959,7 +959,7 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     return acc;
 }
 
-/* ---- k16 records (Q4_K, Q8_0, Q4_0, Q5_0, Q6_K)
+/* ---- k16 records (Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K)
  * ---------------------------------------------------- kernels.h describes the layout. Packing and
  * unpacking are exact inverses (the 12 packed scale bytes use all their 96 bits). */
 
@@ -967,6 +967,10 @@ _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it"
 
 _Static_assert(SKV_K16_Q8_Q + 512 == SKV_K16_Q8_RECORD, "the Q8_0 record's parts fill it");
 
+_Static_assert(SKV_K16_Q1_Q + 256 == SKV_K16_Q41_RECORD && SKV_K16_Q41_RECORD == 16 * 20 &&
+                   SKV_K16_Q1_Q + 256 == SKV_K16_Q51_H &&
+                   SKV_K16_Q51_H + 64 == SKV_K16_Q51_RECORD && SKV_K16_Q51_RECORD == 16 * 24,
+               "the Q4_1 and Q5_1 records' parts fill them, with the rows' bytes");
 _Static_assert(SKV_K16_Q5_Q + 256 == SKV_K16_Q5_H && SKV_K16_Q5_H + 64 == SKV_K16_Q5_RECORD &&
                    SKV_K16_Q5_RECORD == 16 * 22,
                "the Q5_0 record's parts fill it, with the rows' bytes");
@@ -983,13 +987,15 @@ static size_t k16_record_bytes(skv_type wt) {
            : wt == SKV_TYPE_Q8_0 ? SKV_K16_Q8_RECORD
            : wt == SKV_TYPE_Q4_0 ? SKV_K16_Q4_RECORD
            : wt == SKV_TYPE_Q5_0 ? SKV_K16_Q5_RECORD
+           : wt == SKV_TYPE_Q4_1 ? SKV_K16_Q41_RECORD
+           : wt == SKV_TYPE_Q5_1 ? SKV_K16_Q51_RECORD
            : wt == SKV_TYPE_Q6_K ? SKV_K16_Q6_RECORD
                                  : 0;
 }
 
 /* Values per record: a Q8_0 / Q4_0 block, or a K-quant super-block. */
 static int k16_unit(skv_type wt) {
-    return wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_Q5_0 ? 32 : SKV_QK_K;
+    return skv_act_block(wt) == 32 ? 32 : SKV_QK_K;
 }
 
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
@@ -1138,33 +1144,76 @@ static void q4_put(uint8_t *rec, int k, const uint8_t *blk) {
     nibbles_put(rec + SKV_K16_Q4_Q, k, blk + 2);
 }
 
-/* A Q5_0 row's block into its record: the scale, the low 4 bits as Q4_0's, and the fifth bits
- * of codes 4g..4g+3 (bits 4g..4g+3 of qh) to bits 4 (k % 8) .. + 3 of h[g], 32 higher for
- * k >= 8. Code by code in q5_get, the unpacker. */
+/* The fifth bits of codes 4g..4g+3 (bits 4g..4g+3 of the block's qh) to bits 4 (k % 8) .. + 3
+ * of h[g], 32 higher for k >= 8 (Q5_0, Q5_1 records). Code by code in rec_codes_get. */
+static void fifth_bits_put(uint8_t *h_rec, int k, const uint8_t *qh4) {
+    const uint32_t qh =
+        (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
+    for (int g = 0; g < 8; g++) {
+        const int bit = 4 * (k % 8) + 32 * (k / 8);
+        h_rec[8 * g + bit / 8] |= (uint8_t)((qh >> 4 * g & 15) << bit % 8);
+    }
+}
+
+/* Q5_0: the scale, the low 4 bits as Q4_0's, the fifth bits; Q4_1 / Q5_1: the Q4_0 / Q5_0
+ * record's parts after the two scale arrays. */
 static void q5_put(uint8_t *rec, int k, const uint8_t *blk) {
     memcpy(rec + SKV_K16_Q5_D + 2 * k, blk, 2);
     nibbles_put(rec + SKV_K16_Q5_Q, k, blk + 6);
-    const uint32_t qh =
-        (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
-    for (int g = 0; g < 8; g++) {
-        uint8_t *h = rec + SKV_K16_Q5_H + 8 * g;
-        const int bit = 4 * (k % 8) + 32 * (k / 8);
-        const uint8_t four = (uint8_t)(qh >> 4 * g & 15);
-        h[bit / 8] |= (uint8_t)(four << bit % 8); /* bit % 8 is 0 or 4: within the byte */
+    fifth_bits_put(rec + SKV_K16_Q5_H, k, blk + 2);
+}
+
+static void q41_put(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q1_D + 2 * k, blk, 2);
+    memcpy(rec + SKV_K16_Q1_M + 2 * k, blk + 2, 2);
+    nibbles_put(rec + SKV_K16_Q1_Q, k, blk + 4);
+}
+
+static void q51_put(uint8_t *rec, int k, const uint8_t *blk) {
+    memcpy(rec + SKV_K16_Q1_D + 2 * k, blk, 2);
+    memcpy(rec + SKV_K16_Q1_M + 2 * k, blk + 2, 2);
+    nibbles_put(rec + SKV_K16_Q1_Q, k, blk + 8);
+    fifth_bits_put(rec + SKV_K16_Q51_H, k, blk + 4);
+}
+
+/* Row k's block back from a record: the nibbles at q, the fifth bits at h (none: h < 0) into
+ * the block's qh at qh_at, qs at qs_at. */
+static void rec_codes_get(const uint8_t *rec, int k, int q, int h, uint8_t *blk, int qh_at,
+                          int qs_at) {
+    for (int c = 0; c < 32; c++) {
+        const int i = 4 * (k % 8) + c % 4; /* the byte of vector c / 4 */
+        const int lo = rec[q + 32 * (c / 4) + i] >> 4 * (k / 8) & 15;
+        blk[qs_at + c % 16] |= (uint8_t)(lo << 4 * (c / 16));
+        if (h < 0) continue;
+        const int bit = i + 32 * (k / 8);
+        blk[qh_at + c / 8] |= (uint8_t)((rec[h + 8 * (c / 4) + bit / 8] >> bit % 8 & 1) << c % 8);
     }
+}
+
+static void q41_get(const uint8_t *rec, int k, uint8_t *blk) {
+    memcpy(blk, rec + SKV_K16_Q1_D + 2 * k, 2);
+    memcpy(blk + 2, rec + SKV_K16_Q1_M + 2 * k, 2);
+    memset(blk + 4, 0, 16);
+    rec_codes_get(rec, k, SKV_K16_Q1_Q, -1, blk, 0, 4);
+}
+
+static void q51_get(const uint8_t *rec, int k, uint8_t *blk) {
+    memcpy(blk, rec + SKV_K16_Q1_D + 2 * k, 2);
+    memcpy(blk + 2, rec + SKV_K16_Q1_M + 2 * k, 2);
+    memset(blk + 4, 0, 20);
+    rec_codes_get(rec, k, SKV_K16_Q1_Q, SKV_K16_Q51_H, blk, 4, 8);
+}
+
+static void q4_get(const uint8_t *rec, int k, uint8_t *blk) {
+    memcpy(blk, rec + SKV_K16_Q4_D + 2 * k, 2);
+    memset(blk + 2, 0, 16);
+    rec_codes_get(rec, k, SKV_K16_Q4_Q, -1, blk, 0, 2);
 }
 
 static void q5_get(const uint8_t *rec, int k, uint8_t *blk) {
     memcpy(blk, rec + SKV_K16_Q5_D + 2 * k, 2);
     memset(blk + 2, 0, 20);
-    for (int c = 0; c < 32; c++) {
-        const int i = 4 * (k % 8) + c % 4; /* the byte of vector c / 4 */
-        const int lo = rec[SKV_K16_Q5_Q + 32 * (c / 4) + i] >> 4 * (k / 8) & 15;
-        const int bit = i + 32 * (k / 8);
-        const int five = rec[SKV_K16_Q5_H + 8 * (c / 4) + bit / 8] >> bit % 8 & 1;
-        blk[6 + c % 16] |= (uint8_t)(lo << 4 * (c / 16));
-        blk[2 + c / 8] |= (uint8_t)(five << c % 8);
-    }
+    rec_codes_get(rec, k, SKV_K16_Q5_Q, SKV_K16_Q5_H, blk, 2, 6);
 }
 
 /* q4_put code by code (skv_k16_pack_ref: the yardstick of the word-wise one). */
@@ -1173,15 +1222,6 @@ static void q4_put_ref(uint8_t *rec, int k, const uint8_t *blk) {
     for (int c = 0; c < 32; c++) {
         const int code = c < 16 ? blk[2 + c] & 15 : blk[2 + c - 16] >> 4;
         rec[SKV_K16_Q4_Q + 32 * (c / 4) + 4 * (k % 8) + c % 4] |= (uint8_t)(code << 4 * (k / 8));
-    }
-}
-
-static void q4_get(const uint8_t *rec, int k, uint8_t *blk) {
-    memcpy(blk, rec + SKV_K16_Q4_D + 2 * k, 2);
-    memset(blk + 2, 0, 16);
-    for (int c = 0; c < 32; c++) {
-        const int code = rec[SKV_K16_Q4_Q + 32 * (c / 4) + 4 * (k % 8) + c % 4] >> 4 * (k / 8) & 15;
-        blk[2 + c % 16] |= (uint8_t)(code << 4 * (c / 16));
     }
 }
 
@@ -1214,6 +1254,10 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
         k16_pack_with(wt, w, n_out, n_in, dst, q4_put_ref);
     else if (wt == SKV_TYPE_Q5_0)
         k16_pack_with(wt, w, n_out, n_in, dst, q5_put);
+    else if (wt == SKV_TYPE_Q4_1)
+        k16_pack_with(wt, w, n_out, n_in, dst, q41_put);
+    else if (wt == SKV_TYPE_Q5_1)
+        k16_pack_with(wt, w, n_out, n_in, dst, q51_put);
     else if (wt == SKV_TYPE_Q4_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q4k_put_ref);
     else if (wt == SKV_TYPE_Q6_K)
@@ -1256,6 +1300,10 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4_get);
     else if (wt == SKV_TYPE_Q5_0)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q5_get);
+    else if (wt == SKV_TYPE_Q4_1)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q41_get);
+    else if (wt == SKV_TYPE_Q5_1)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q51_get);
     else if (wt == SKV_TYPE_Q4_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4k_get);
     else if (wt == SKV_TYPE_Q6_K)

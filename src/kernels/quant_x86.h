@@ -102,10 +102,12 @@ static inline size_t q8_block_bytes(skv_type t) {
         return 34;
     }
 }
-/* Bytes of a k16 record of 32-value blocks (Q8_0, Q4_0, Q5_0; kernels.h). */
+/* Bytes of a k16 record of 32-value blocks (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1; kernels.h). */
 static inline size_t rec32_bytes(skv_type t) {
     return t == SKV_TYPE_Q4_0   ? SKV_K16_Q4_RECORD
            : t == SKV_TYPE_Q5_0 ? SKV_K16_Q5_RECORD
+           : t == SKV_TYPE_Q4_1 ? SKV_K16_Q41_RECORD
+           : t == SKV_TYPE_Q5_1 ? SKV_K16_Q51_RECORD
                                 : SKV_K16_Q8_RECORD;
 }
 static inline bool q8_affine(skv_type t) {
@@ -293,10 +295,10 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
         }                                                                                          \
     } while (0)
 
-/* Q4_K, Q8_0, Q4_0 and Q5_0 decode from k16 records (gemv_k16 at both levels, gemv_hex_rec at VNNI,
- * gemv_q8_rec at AVX2) with prefetch (mm->k16_prefetch): the
- * thread's groups in K16_STREAMS runs read at once, each line asked for skv_k16_ahead_cpu bytes
- * ahead (kernels.h; see matmul_avx512vnni.c). */
+/* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 decode from k16 records (gemv_k16 at both levels,
+ * gemv_hex_rec at VNNI, gemv_q8_rec at AVX2) with prefetch (mm->k16_prefetch): the thread's groups
+ * in K16_STREAMS runs read at once, each line asked for skv_k16_ahead_cpu bytes ahead (kernels.h;
+ * see matmul_avx512vnni.c). */
 #define K16_STREAMS 4
 
 /* The k16 record (kernels.h) of 16-row group g, block b (of unit values, rec bytes each). */
