@@ -227,6 +227,58 @@ static void test_bf16_gemv_halves(void **s) {
     skv_kernels_amx(true);
 }
 
+/* The integer sums at their bounds: every weight code at its top (Q8_0 127, Q4_0 / Q4_1 15, Q5_0
+ * / Q5_1 31: all qh bits set) against x codes all +127 (even rows of x) or all -127 (odd rows),
+ * from rows and from k16 records, decode and prefill, every level: the same bits, and the value
+ * (+-n_in times the code's value, to float rounding). Catches 16-bit sums that the random data of
+ * test_k16 never brings near 2^15 (Q4 records' vpmaddubsw sums reach 30480 per block; Q5 codes
+ * would pass it). */
+static void test_k16_extremes(void **s) {
+    (void)s;
+    enum { N_IN = 512, N_OUT = 32, M = 4 };
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
+                              SKV_TYPE_Q5_1};
+    float x[M * N_IN], y[M * N_OUT], y16[M * N_OUT];
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < N_IN; k++) x[i * N_IN + k] = i % 2 ? -1.0f : 1.0f;
+    for (int ti = 0; ti < 5; ti++) {
+        const skv_type t = types[ti];
+        const size_t rb = skv_row_bytes(t, N_IN), bb = skv_type_block_bytes(t);
+        uint8_t *w = malloc(rb * N_OUT), *k16 = malloc(skv_k16_bytes(t, N_OUT, N_IN));
+        /* d = 2^-7 (m = 0): a code's value is exact; Q8_0 127, Q4_0 7, Q5_0 15, Q4_1 15, Q5_1 31 */
+        const float top = t == SKV_TYPE_Q8_0   ? 127.0f
+                          : t == SKV_TYPE_Q4_0 ? 7.0f
+                          : t == SKV_TYPE_Q5_1 ? 31.0f
+                                               : 15.0f; /* Q4_1, and Q5_0's 31 - 16 */
+        for (size_t b = 0; b < rb * N_OUT / bb; b++) {
+            uint8_t *blk = w + b * bb;
+            memset(blk, t == SKV_TYPE_Q8_0 ? 0x7f : 0xff, bb);
+            const uint16_t d = skv_f32_to_f16(0.0078125f);
+            memcpy(blk, &d, 2);
+            if (t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1) memset(blk + 2, 0, 2); /* m = 0 */
+        }
+        skv_k16_pack(t, w, N_OUT, N_IN, k16);
+        void *work = malloc(skv_matmul_work_size(t, M, N_IN));
+        for (int simd = 1; simd >= 0; simd--) {
+            skv_kernels_force_ref(!simd);
+            for (int m = 1; m <= M; m += M - 1) {
+                skv_matmul(pools[2], y, x, m, w, t, N_OUT, N_IN, work);
+                skv_matmul_k16(pools[2], y16, x, m, k16, t, N_OUT, N_IN, work);
+                assert_memory_equal(y, y16, sizeof(float) * (size_t)m * N_OUT);
+                for (int i = 0; i < m; i++) {
+                    const float want = (i % 2 ? -1.0f : 1.0f) * N_IN * top * 0.0078125f;
+                    for (int r = 0; r < N_OUT; r++)
+                        assert_true(fabsf(y[i * N_OUT + r] - want) <= 1e-4f * fabsf(want));
+                }
+            }
+        }
+        skv_kernels_force_ref(false);
+        free(work);
+        free(w);
+        free(k16);
+    }
+}
+
 /* skv_k16_next_prep names the preparation that a replay of the prefill loops (as gemm_k16 and
  * gemm_hex run them) does next, and none after the last; its groups and blocks stay inside W. */
 static void test_k16_next_prep(void **s) {
@@ -307,8 +359,12 @@ static void test_k16(void **s) {
                 const skv_type t = types[ti];
                 if (n_ins[ni] % 256 && skv_act_block(t) != 32) continue;
                 const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
-                /* 65792 also with 64 Q4_K rows: decode's four streams with x's pairs per step */
-                if (n_in > 4096 && n_out != 17 && !(n_out == 64 && t == SKV_TYPE_Q4_K)) continue;
+                /* 65792 also with 64 rows of Q4_K (decode's four streams with x's pairs per
+                 * step), Q4_0 and Q5_1 (the streams past the x sums kept on the stack) */
+                if (n_in > 4096 && n_out != 17 &&
+                    !(n_out == 64 &&
+                      (t == SKV_TYPE_Q4_K || t == SKV_TYPE_Q4_0 || t == SKV_TYPE_Q5_1)))
+                    continue;
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
                 /* Q4_K records are 2.8% larger than the rows; the others hold the rows' bytes */
@@ -1128,6 +1184,7 @@ int main(void) {
         cmocka_unit_test(test_rows_independent),
         cmocka_unit_test(test_group),
         cmocka_unit_test(test_k16),
+        cmocka_unit_test(test_k16_extremes),
         cmocka_unit_test(test_k16_next_prep),
         cmocka_unit_test(test_float_order),
         cmocka_unit_test(test_k_formula),

@@ -959,9 +959,9 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     return acc;
 }
 
-/* ---- k16 records (Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K)
- * ---------------------------------------------------- kernels.h describes the layout. Packing and
- * unpacking are exact inverses (the 12 packed scale bytes use all their 96 bits). */
+/* ---- k16 records (Q4_K, Q6_K, Q8_0, Q4_*, Q5_*) -----------------------------------------------
+ * kernels.h describes the layout. Packing and unpacking are exact inverses (the 12 packed scale
+ * bytes use all their 96 bits). */
 
 _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
 

@@ -17,8 +17,8 @@ typedef struct skv_weight {
     int64_t rows, cols;
     void *panels; /* owned: a float matrix in 16-row panels (skv_panels_pack), or NULL */
     void *copy;   /* owned: a quantized matrix's rows copied out of the file (data points here) */
-    void *k16;    /* owned: a Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K matrix in k16 records
-                     (skv_k16_pack), or    NULL */
+    void *k16;    /* owned: a matrix in k16 records (skv_k16_pack; Q4_K, Q6_K, Q8_0, Q4_*,
+                     Q5_*), or NULL */
 } skv_weight;
 
 /* Whether a matrix is there (held only as panels or k16 records, data is NULL). */
