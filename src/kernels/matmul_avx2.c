@@ -605,7 +605,9 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const __m256 dx = _mm256_broadcast_ss(&a[i].d[b0 + b]);
-            const __m256i xs = q4 ? x_sum_v(a[i].q + 32 * (b0 + b), 8) : _mm256_setzero_si256();
+            /* x's block sum, once per x row: times 8 (Q4_0's offset), or as it is (the mins') */
+            const int xk = q4 ? 8 : q8_affine(t) ? 1 : 0;
+            const __m256i xs = xk ? x_sum_v(a[i].q + 32 * (b0 + b), xk) : _mm256_setzero_si256();
 #pragma GCC unroll 2
             for (int c = 0; c < NO8; c++) {
                 const __m256i dot =
@@ -614,9 +616,9 @@ INLINE void tile_q8x8(int mr, const act_row *a, int b0, const prep_oct *const *p
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                     _mm256_mul_ps(dx, _mm256_load_ps(p[c]->d + 8 * b)), acc[i][c]);
                 if (q8_affine(t))
-                    acc[i][c] = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(x_sum_v(a[i].q + 32 * (b0 + b), 1)),
-                        _mm256_mul_ps(dx, _mm256_load_ps(p[c]->m + 8 * b)), acc[i][c]);
+                    acc[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(xs),
+                                                _mm256_mul_ps(dx, _mm256_load_ps(p[c]->m + 8 * b)),
+                                                acc[i][c]);
             }
         }
     }

@@ -219,9 +219,9 @@ static inline int8_t sat_i8(float v) {
     return v > 127.0f ? 127 : (int8_t)v;
 }
 
-/* trunc(v) clamped to [0, 15]; NaN gives 0. */
-static inline int trunc_code(float v) {
-    return v >= 15.0f ? 15 : v > 0.0f ? (int)v : 0;
+/* trunc(v) clamped to [0, top]; NaN gives 0. */
+static inline int trunc_code(float v, int top) {
+    return v >= (float)top ? top : v > 0.0f ? (int)v : 0;
 }
 
 /* Q8_0 as ggml's reference: d = amax / 127, q = round(x / d) (half away from zero). */
@@ -235,21 +235,26 @@ static void quant_q8_0(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
+/* The first of 32 values with the largest magnitude, with its sign (0 for none above 0). */
+static float signed_max32(const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
 /* Q4_0 as ggml's reference: the value of largest magnitude (with its sign) maps to code 0,
  * d = max / -8, q = min(15, trunc(x / d + 8.5)). */
 static void quant_q4_0(const float *x, uint8_t *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += SKV_QK4_0, b += 2 + SKV_QK4_0 / 2) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < SKV_QK4_0; j++) {
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = signed_max32(x) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         st_f16(b, skv_f32_to_f16(d));
         for (int j = 0; j < SKV_QK4_0 / 2; j++) {
-            int q0 = trunc_code(x[j] * id + 8.5f), q1 = trunc_code(x[j + 16] * id + 8.5f);
+            int q0 = trunc_code(x[j] * id + 8.5f, 15), q1 = trunc_code(x[j + 16] * id + 8.5f, 15);
             b[2 + j] = (uint8_t)(q0 | q1 << 4);
         }
     }
@@ -259,20 +264,12 @@ static void quant_q4_0(const float *x, uint8_t *b, int64_t nb) {
  * 16.5)), the fifth bits gathered in qh. */
 static void quant_q5_0(const float *x, uint8_t *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += SKV_QK5_0, b += 22) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < SKV_QK5_0; j++) {
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = signed_max32(x) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         st_f16(b, skv_f32_to_f16(d));
         uint32_t qh = 0;
         for (int j = 0; j < SKV_QK5_0 / 2; j++) {
-            const float v0 = x[j] * id + 16.5f, v1 = x[j + 16] * id + 16.5f;
-            const int q0 = v0 >= 31.0f ? 31 : v0 > 0.0f ? (int)v0 : 0;
-            const int q1 = v1 >= 31.0f ? 31 : v1 > 0.0f ? (int)v1 : 0;
+            const int q0 = trunc_code(x[j] * id + 16.5f, 31);
+            const int q1 = trunc_code(x[j + 16] * id + 16.5f, 31);
             b[6 + j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
             qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
         }
@@ -296,9 +293,8 @@ static void quant_q_1(const float *x, uint8_t *b, int64_t nb, bool five) {
         uint8_t *qs = b + (five ? 8 : 4);
         uint32_t qh = 0;
         for (int j = 0; j < 16; j++) {
-            const float v0 = (x[j] - min) * id + 0.5f, v1 = (x[j + 16] - min) * id + 0.5f;
-            const int q0 = v0 >= (float)top ? top : v0 > 0.0f ? (int)v0 : 0;
-            const int q1 = v1 >= (float)top ? top : v1 > 0.0f ? (int)v1 : 0;
+            const int q0 = trunc_code((x[j] - min) * id + 0.5f, top);
+            const int q1 = trunc_code((x[j + 16] - min) * id + 0.5f, top);
             qs[j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
             qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
         }
