@@ -21,6 +21,7 @@ static const type_traits traits[SKV_TYPE_COUNT] = {
     [SKV_TYPE_Q5_1] = {"q5_1", 32, 2 + 2 + 4 + 16},
     [SKV_TYPE_Q4_K] = {"q4_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 2},
     [SKV_TYPE_Q5_K] = {"q5_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 8 + SKV_QK_K / 2},
+    [SKV_TYPE_Q3_K] = {"q3_k", SKV_QK_K, SKV_QK_K / 8 + SKV_QK_K / 4 + 12 + 2},
     [SKV_TYPE_Q6_K] = {"q6_k", SKV_QK_K, SKV_QK_K / 2 + SKV_QK_K / 4 + SKV_QK_K / 16 + 2},
 };
 
@@ -54,4 +55,8 @@ size_t skv_type_block_bytes(skv_type t) {
 size_t skv_row_bytes(skv_type t, int64_t n) {
     if (!skv_type_supported(t) || n < 0 || n % traits[t].block_size) return 0;
     return (size_t)(n / traits[t].block_size) * traits[t].block_bytes;
+}
+
+skv_type skv_type_held(skv_type t) {
+    return t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
 }

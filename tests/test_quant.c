@@ -162,6 +162,131 @@ static void test_q_1_llama_cpp(void **s) {
     }
 }
 
+/* Q3_K by hand: d = 1, every scale stored as 0 (-32) but scale 0 = +1 (stored 33: low nibble 1
+ * of byte 96, top bits 2 in byte 104) and scale 9 = -1 (stored 31: high nibble 15 of byte 97,
+ * top bits 1 at bits 4-5 of byte 105); every hmask bit set and every qs bit clear (code 0),
+ * except: value 0 (qs[0] bits 0-1 = 3: code 3) -> 1 * 3; value 149 (= 128 + 21, scale 9: qs[53]
+ * bits 0-1 = 2, hmask[21] bit 4 clear: code 2 - 4) -> -1 * -2; value 255 (qs[63] bits 6-7 = 0,
+ * hmask[31] bit 7 clear: code -4, scale 15 = -32) -> 128. */
+static void test_q3_k_hand(void **s) {
+    (void)s;
+    uint8_t b[110] = {0};
+    memset(b, 0xff, 32);
+    b[96] = 0x01;
+    b[104] = 0x02;
+    b[97] = 0xf0;
+    b[105] = 0x10;
+    b[32 + 0] = 0x03;
+    b[32 + 53] = 0x02;
+    b[21] &= (uint8_t)~0x10;
+    b[31] &= (uint8_t)~0x80;
+    b[108] = 0x00, b[109] = 0x3c; /* f16 1.0 */
+    float y[256];
+    skv_dequantize_row(SKV_TYPE_Q3_K, b, y, 256);
+    for (int i = 0; i < 256; i++) {
+        float want = i == 0 ? 3.0f : i == 149 ? 2.0f : i == 255 ? 128.0f : 0.0f;
+        if (y[i] != want) fail_msg("value %d: %g, want %g", i, (double)y[i], (double)want);
+    }
+    /* and as Q6_K (skv_q3_k_to_q6_k), the same values */
+    uint8_t w[210];
+    skv_q3_k_to_q6_k(b, w, 1);
+    float z[256];
+    skv_dequantize_row(SKV_TYPE_Q6_K, w, z, 256);
+    assert_memory_equal(y, z, sizeof y);
+}
+
+/* A Q3_K block as llama.cpp writes it: the first of blk.0.attn_q.weight in `llama-quantize
+ * --pure` (v0.5.0) of a random stories110m-shaped F16 model to Q3_K_S, and the 256 values that
+ * llama.cpp's own reference (gguf-py's gguf.quants.dequantize) makes of it. Its scales run from
+ * -32 to 26 and its codes over all of -4..3. The Q6_K rewrite gives the same values. */
+static const uint8_t q3_llama_cpp[110] = {
+    0x45, 0xdf, 0x4e, 0x9c, 0x23, 0x6c, 0xf2, 0x83, 0xb8, 0x8b, 0x03, 0xcd, 0xfd, 0xfb, 0x92, 0xdd,
+    0xe5, 0x78, 0x26, 0x9b, 0x06, 0xf9, 0xe1, 0x7b, 0xf1, 0x66, 0x2b, 0x56, 0x6b, 0xa2, 0x10, 0x92,
+    0x7e, 0xc6, 0xc2, 0x75, 0x31, 0x0d, 0xdc, 0x66, 0x31, 0x35, 0x5c, 0x29, 0xc9, 0xc1, 0x91, 0x6b,
+    0xd9, 0x6b, 0xd4, 0x15, 0xba, 0x3c, 0x0f, 0x3b, 0xcc, 0x82, 0xa9, 0x1a, 0xac, 0x5a, 0x60, 0x66,
+    0xae, 0x8c, 0xf4, 0x1b, 0xab, 0x2f, 0x84, 0x06, 0xd2, 0x17, 0x63, 0xef, 0x05, 0x29, 0x45, 0xc8,
+    0x02, 0xc7, 0xcc, 0x5d, 0xbb, 0x1c, 0x82, 0x04, 0x7f, 0xad, 0xd6, 0xc8, 0xe9, 0xd2, 0xe1, 0x39,
+    0x0a, 0xcc, 0x59, 0xf7, 0x9a, 0x31, 0xa4, 0xa9, 0x0c, 0x04, 0x30, 0x0c, 0x31, 0x12};
+static const float q3_llama_cpp_values[256] = {
+    -0.0332546234f, -0.0332546234f, 0.0332546234f,  0.0498819351f,  -0.0166273117f, 0.0498819351f,
+    0.0665092468f,  -0.0332546234f, 0.0498819351f,  -0.0166273117f, -0.0f,          -0.0166273117f,
+    -0.0166273117f, -0.0166273117f, 0.0498819351f,  -0.0498819351f, -0.0151157379f, 0.0151157379f,
+    0.0604629517f,  -0.0151157379f, 0.0302314758f,  -0.0f,          -0.0453472137f, -0.0453472137f,
+    -0.0f,          0.0302314758f,  -0.0151157379f, 0.0302314758f,  -0.0f,          0.0302314758f,
+    0.0604629517f,  0.0302314758f,  0.0173830986f,  -0.0173830986f, -0.0f,          0.0521492958f,
+    -0.0f,          0.0173830986f,  -0.0521492958f, -0.0173830986f, 0.0695323944f,  -0.0173830986f,
+    -0.0521492958f, 0.0347661972f,  0.0347661972f,  -0.0f,          -0.0f,          0.0347661972f,
+    0.0377893448f,  0.0377893448f,  -0.0188946724f, -0.0188946724f, -0.0377893448f, 0.0188946724f,
+    0.0188946724f,  -0.0377893448f, 0.0188946724f,  -0.0f,          -0.0377893448f, -0.0377893448f,
+    -0.0566840172f, -0.0377893448f, 0.0755786896f,  -0.0188946724f, 0.0589513779f,  0.0f,
+    0.0f,           0.0589513779f,  -0.0196504593f, 0.0f,           -0.0589513779f, -0.0393009186f,
+    -0.0196504593f, -0.0196504593f, -0.0589513779f, 0.0393009186f,  0.0f,           -0.0786018372f,
+    -0.0589513779f, 0.0393009186f,  -0.0113368034f, 0.0226736069f,  -0.0113368034f, 0.0340104103f,
+    -0.0340104103f, 0.0113368034f,  0.0453472137f,  0.0113368034f,  0.0453472137f,  -0.0f,
+    0.0226736069f,  -0.0113368034f, 0.0226736069f,  0.0340104103f,  0.0226736069f,  0.0226736069f,
+    0.0634860992f,  -0.0634860992f, -0.0634860992f, -0.0211620331f, 0.0846481323f,  -0.0f,
+    0.0211620331f,  0.0634860992f,  -0.0f,          -0.0f,          0.0634860992f,  -0.0f,
+    -0.0634860992f, -0.0634860992f, 0.0423240662f,  -0.0211620331f, -0.0188946724f, 0.0188946724f,
+    -0.0188946724f, 0.0f,           -0.0377893448f, 0.0f,           -0.0755786896f, 0.0f,
+    -0.0188946724f, -0.0377893448f, 0.0377893448f,  -0.0755786896f, 0.0377893448f,  -0.0566840172f,
+    -0.0566840172f, -0.0566840172f, 0.0483703613f,  -0.0f,          0.0967407227f,  -0.072555542f,
+    0.0241851807f,  0.0241851807f,  -0.0f,          0.0483703613f,  -0.0483703613f, 0.0241851807f,
+    0.0241851807f,  0.0241851807f,  -0.0241851807f, -0.0241851807f, -0.0241851807f, -0.0f,
+    0.0302314758f,  -0.0453472137f, 0.0604629517f,  -0.0151157379f, 0.0151157379f,  -0.0f,
+    0.0302314758f,  -0.0f,          -0.0453472137f, 0.0453472137f,  0.0302314758f,  -0.0f,
+    0.0453472137f,  0.0302314758f,  -0.0151157379f, -0.0151157379f, -0.0158715248f, -0.0158715248f,
+    -0.0476145744f, -0.0317430496f, 0.0317430496f,  0.0476145744f,  0.0158715248f,  -0.0476145744f,
+    0.0f,           -0.0476145744f, -0.0634860992f, -0.0158715248f, 0.0158715248f,  0.0317430496f,
+    -0.0476145744f, -0.0317430496f, -0.0f,          -0.0128483772f, -0.0385451317f, 0.0128483772f,
+    0.0256967545f,  -0.0385451317f, -0.0f,          -0.0128483772f, -0.0385451317f, -0.0385451317f,
+    -0.0128483772f, 0.0256967545f,  -0.0256967545f, -0.0f,          0.0513935089f,  0.0256967545f,
+    -0.0347661972f, -0.0f,          -0.0521492958f, 0.0521492958f,  0.0347661972f,  -0.0347661972f,
+    -0.0f,          0.0695323944f,  0.0521492958f,  0.0521492958f,  0.0347661972f,  -0.0347661972f,
+    -0.0f,          -0.0347661972f, 0.0695323944f,  -0.0f,          -0.0f,          -0.0f,
+    0.0876712799f,  0.0657534599f,  0.02191782f,    -0.02191782f,   -0.0f,          -0.0f,
+    -0.0657534599f, -0.04383564f,   0.0657534599f,  -0.0f,          -0.04383564f,   0.0657534599f,
+    0.04383564f,    0.02191782f,    0.0332546234f,  -0.0332546234f, 0.0166273117f,  -0.0f,
+    0.0332546234f,  0.0665092468f,  -0.0332546234f, -0.0f,          -0.0498819351f, -0.0f,
+    0.0498819351f,  -0.0498819351f, -0.0f,          -0.0f,          -0.0166273117f, -0.0498819351f,
+    -0.0f,          0.0166273117f,  0.0166273117f,  -0.0166273117f, 0.0332546234f,  -0.0f,
+    -0.0332546234f, 0.0665092468f,  -0.0166273117f, 0.0332546234f,  0.0166273117f,  0.0166273117f,
+    0.0166273117f,  -0.0498819351f, 0.0166273117f,  -0.0f};
+
+static void test_q3_k_llama_cpp(void **s) {
+    (void)s;
+    float y[256], z[256];
+    skv_dequantize_row(SKV_TYPE_Q3_K, q3_llama_cpp, y, 256);
+    for (int i = 0; i < 256; i++)
+        if (y[i] != q3_llama_cpp_values[i])
+            fail_msg("value %d: %.9g, llama.cpp %.9g", i, (double)y[i],
+                     (double)q3_llama_cpp_values[i]);
+    uint8_t w[210];
+    skv_q3_k_to_q6_k(q3_llama_cpp, w, 1);
+    skv_dequantize_row(SKV_TYPE_Q6_K, w, z, 256);
+    assert_memory_equal(y, z, sizeof y);
+}
+
+/* The Q6_K rewrite of any Q3_K block gives the same values, bit for bit: random bytes (every bit
+ * pattern is a valid block; d kept finite), 64 blocks in one call, the first with scales at 31. */
+static void test_q3_k_to_q6_k(void **s) {
+    (void)s;
+    enum { NB = 64 };
+    uint8_t *b = malloc(110 * NB), *w = malloc(210 * NB);
+    float *y = malloc(sizeof(float) * 256 * NB), *z = malloc(sizeof(float) * 256 * NB);
+    rng_state = 0x51ed2701u;
+    for (int i = 0; i < 110 * NB; i++) b[i] = (uint8_t)(urand() * 256.0);
+    for (int k = 0; k < NB; k++) b[110 * k + 109] &= 0x3b; /* exponent below all-ones */
+    memset(b + 96, 0xff, 12);                              /* scales 31 */
+    skv_q3_k_to_q6_k(b, w, NB);
+    skv_dequantize_row(SKV_TYPE_Q3_K, b, y, 256 * NB);
+    skv_dequantize_row(SKV_TYPE_Q6_K, w, z, 256 * NB);
+    assert_memory_equal(y, z, sizeof(float) * 256 * NB);
+    free(b);
+    free(w);
+    free(y);
+    free(z);
+}
+
 /* Q4_1: { f16 d, m; qs[16] } (codes as Q4_0's), Q5_1: { f16 d, m; qh[4]; qs[16] } (as Q5_0's);
  * value d * code + m. */
 static void test_q_1_hand(void **s) {
@@ -497,15 +622,46 @@ static void chk_q6_k(const float *x, const float *y, const uint8_t *q) {
     }
 }
 
+/* Q3_K simple: the largest magnitude of each sub-block of 16 maps to code -4 (step amax / 4,
+ * then a 6-bit multiple of d rounded away from zero: no value clips), so every value is within
+ * half a step of x. */
+static int q3_scale_ref(const uint8_t *blk, int j);
+static void chk_q3_k(const float *x, const float *y, const uint8_t *q) {
+    for (int b = 0; b < N / 256; b++) {
+        const uint8_t *blk = q + 110 * b;
+        double d = get_f16(blk + 108);
+        for (int g = 0; g < 16; g++) {
+            double step = fabs(d * q3_scale_ref(blk, g)), amax = 0.0;
+            for (int l = 0; l < 16; l++) amax = fmax(amax, fabs((double)x[256 * b + 16 * g + l]));
+            assert_true(step >= amax / 4.0 * (1 - 1e-6));
+            assert_true(step <= amax / 4.0 + d + 1e-12);
+            for (int l = 0; l < 16; l++) { /* but code 4 clips to 3: the far end errs a step */
+                int i = 256 * b + 16 * g + l;
+                double most = fabs((double)x[i]) > 3.5 * step ? step : 0.5 * step;
+                assert_true(fabs((double)x[i] - y[i]) <= most * (1 + 1e-5) + 1e-6 * amax);
+            }
+        }
+    }
+}
+
 /* ---- the searched K-quants ------------------------------------------------------------------
  * They may clip (a fitted range need not cover outliers), so the checks are: (1) every code is
  * the nearest level of its sub-block's stored grid (the grid read back from the header here,
  * independently of quant.c), and (2) the importance-weighted squared error of each super-block,
  * w = rms(x) + |x| computed here in float64, is no larger than the simple quantizer's. */
 
-static void k_grid(const uint8_t *blk, int j, bool q6, double *step, double *off) {
-    if (q6) {
-        *step = get_f16(blk + 208) * (double)(int8_t)blk[192 + j];
+/* Q3_K's scale j (-32..31), from ggml's layout: 6 bits stored as j + 32, the low 4 in the
+ * nibbles of bytes 96..103 (j < 8 low nibbles, j >= 8 high), the top 2 in bytes 104..107. */
+static int q3_scale_ref(const uint8_t *blk, int j) {
+    int lo = (blk[96 + j % 8] >> (j < 8 ? 0 : 4)) & 15;
+    int hi = (blk[104 + j % 4] >> (2 * (j / 4))) & 3;
+    return lo + 16 * hi - 32;
+}
+
+static void k_grid(const uint8_t *blk, int j, skv_type t, double *step, double *off) {
+    if (t == SKV_TYPE_Q6_K || t == SKV_TYPE_Q3_K) {
+        *step = t == SKV_TYPE_Q6_K ? get_f16(blk + 208) * (double)(int8_t)blk[192 + j]
+                                   : get_f16(blk + 108) * (double)q3_scale_ref(blk, j);
         *off = 0.0;
     } else {
         int sc, m;
@@ -516,13 +672,14 @@ static void k_grid(const uint8_t *blk, int j, bool q6, double *step, double *off
 }
 
 /* y (dequantized) is the grid level nearest x, up to float rounding of the products. */
-static void chk_nearest(const float *x, const float *y, const uint8_t *q, size_t bb, int sub,
-                        int qlo, int qhi, bool q6) {
+static void chk_nearest(const float *x, const float *y, const uint8_t *q, skv_type t, int sub,
+                        int qlo, int qhi) {
+    const size_t bb = skv_type_block_bytes(t);
     for (int b = 0; b < N / 256; b++) {
         const uint8_t *blk = q + bb * b;
         for (int j = 0; j < 256 / sub; j++) {
             double step, off;
-            k_grid(blk, j, q6, &step, &off);
+            k_grid(blk, j, t, &step, &off);
             for (int l = 0; l < sub; l++) {
                 int i = 256 * b + sub * j + l;
                 double best = INFINITY;
@@ -558,18 +715,23 @@ static void chk_not_worse(skv_type t, const float *x, const uint8_t *q) {
 }
 
 static void chk_q4_k_search(const float *x, const float *y, const uint8_t *q) {
-    chk_nearest(x, y, q, 144, 32, 0, 15, false);
+    chk_nearest(x, y, q, SKV_TYPE_Q4_K, 32, 0, 15);
     chk_not_worse(SKV_TYPE_Q4_K, x, q);
 }
 
 static void chk_q5_k_search(const float *x, const float *y, const uint8_t *q) {
-    chk_nearest(x, y, q, 176, 32, 0, 31, false);
+    chk_nearest(x, y, q, SKV_TYPE_Q5_K, 32, 0, 31);
     chk_not_worse(SKV_TYPE_Q5_K, x, q);
 }
 
 static void chk_q6_k_search(const float *x, const float *y, const uint8_t *q) {
-    chk_nearest(x, y, q, 210, 16, -32, 31, true);
+    chk_nearest(x, y, q, SKV_TYPE_Q6_K, 16, -32, 31);
     chk_not_worse(SKV_TYPE_Q6_K, x, q);
+}
+
+static void chk_q3_k_search(const float *x, const float *y, const uint8_t *q) {
+    chk_nearest(x, y, q, SKV_TYPE_Q3_K, 16, -4, 3);
+    chk_not_worse(SKV_TYPE_Q3_K, x, q);
 }
 
 static void test_roundtrip(void **s) {
@@ -587,6 +749,8 @@ static void test_roundtrip(void **s) {
     check_roundtrip(SKV_TYPE_Q4_K, chk_q4_k_search);
     check_roundtrip(SKV_TYPE_Q5_K, chk_q5_k_search);
     check_roundtrip(SKV_TYPE_Q6_K, chk_q6_k_search);
+    check_roundtrip_with(SKV_TYPE_Q3_K, true, chk_q3_k);
+    check_roundtrip(SKV_TYPE_Q3_K, chk_q3_k_search);
     /* Types without a search: the same bytes from both entry points. */
     const skv_type same[] = {SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0, SKV_TYPE_Q4_0,
                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
@@ -664,10 +828,10 @@ static void test_block_sizes(void **s) {
         skv_type t;
         int values;
         size_t bytes;
-    } want[] = {{SKV_TYPE_F32, 1, 4},      {SKV_TYPE_F16, 1, 2},     {SKV_TYPE_BF16, 1, 2},
-                {SKV_TYPE_Q8_0, 32, 34},   {SKV_TYPE_Q4_0, 32, 18},  {SKV_TYPE_Q4_1, 32, 20},
-                {SKV_TYPE_Q5_0, 32, 22},   {SKV_TYPE_Q5_1, 32, 24},  {SKV_TYPE_Q4_K, 256, 144},
-                {SKV_TYPE_Q5_K, 256, 176}, {SKV_TYPE_Q6_K, 256, 210}};
+    } want[] = {{SKV_TYPE_F32, 1, 4},      {SKV_TYPE_F16, 1, 2},      {SKV_TYPE_BF16, 1, 2},
+                {SKV_TYPE_Q8_0, 32, 34},   {SKV_TYPE_Q4_0, 32, 18},   {SKV_TYPE_Q4_1, 32, 20},
+                {SKV_TYPE_Q5_0, 32, 22},   {SKV_TYPE_Q5_1, 32, 24},   {SKV_TYPE_Q4_K, 256, 144},
+                {SKV_TYPE_Q5_K, 256, 176}, {SKV_TYPE_Q6_K, 256, 210}, {SKV_TYPE_Q3_K, 256, 110}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         assert_int_equal(skv_type_block_size(want[i].t), want[i].values);
         assert_int_equal(skv_type_block_bytes(want[i].t), want[i].bytes);
@@ -678,8 +842,8 @@ static void test_can_quantize(void **s) {
     (void)s;
     const skv_type yes[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
                             SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
-                            SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    for (int i = 0; i < 11; i++) assert_true(skv_type_can_quantize(yes[i]));
+                            SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K, SKV_TYPE_Q3_K};
+    for (int i = 0; i < 12; i++) assert_true(skv_type_can_quantize(yes[i]));
     assert_false(skv_type_can_quantize((skv_type)4)); /* Q4_2, long gone from ggml */
     assert_false(skv_type_can_quantize((skv_type)99));
 }
@@ -909,6 +1073,9 @@ int main(void) {
         cmocka_unit_test(test_q4_0_hand),
         cmocka_unit_test(test_q5_0_hand),
         cmocka_unit_test(test_q5_0_llama_cpp),
+        cmocka_unit_test(test_q3_k_hand),
+        cmocka_unit_test(test_q3_k_llama_cpp),
+        cmocka_unit_test(test_q3_k_to_q6_k),
         cmocka_unit_test(test_q_1_llama_cpp),
         cmocka_unit_test(test_q_1_hand),
         cmocka_unit_test(test_q4_k_hand),

@@ -237,9 +237,9 @@ static void test_huge_page_weights(void **state) {
     char *f32 = synth_f32(8192, 1, 8192, 5);
     int32_t tok[16];
     for (int i = 0; i < 16; i++) tok[i] = 3 + 509 * i; /* rows all over the embedding */
-    const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_Q8_0, SKV_TYPE_Q4_K,
-                              SKV_TYPE_Q6_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0};
-    for (size_t k = 0; k < 6; k++) {
+    const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K,
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q3_K};
+    for (size_t k = 0; k < 7; k++) {
         skv_quantize_report rep;
         char *path = k == 0 ? strdup(f32) : quantize_to(f32, types[k], 2, &rep);
         for (int huge = 1; huge >= 0; huge--) {
@@ -252,13 +252,20 @@ static void test_huge_page_weights(void **state) {
             assert_non_null(m);
             const skv_weight *down = &m->layers[0].w_down;
             /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 at the SIMD levels, Q6_K without VNNI: k16 records
-             * (skv_k16_wanted) */
-            const bool k16 = skv_k16_wanted(types[k]) && huge;
-            const bool big_q = types[k] == SKV_TYPE_Q8_0 && !k16;
-            assert_int_equal(down->copy != NULL, huge && big_q);
+             * (skv_k16_wanted); Q3_K is rewritten as Q6_K (records, else a copy of Q6_K rows
+             * whatever its size and SKV_NO_HUGE) */
+            const skv_type held = skv_type_held(types[k]);
+            const bool k16 = skv_k16_wanted(held) && huge;
+            const bool big_q = (types[k] == SKV_TYPE_Q8_0 && huge) || (held != types[k] && !k16);
+            assert_int_equal(down->type, held);
+            assert_int_equal(m->output.type, held);
+            assert_int_equal(down->copy != NULL, big_q && !k16);
             if (down->copy) assert_ptr_equal(down->data, down->copy);
-            assert_int_equal(m->output.copy != NULL, huge && big_q);
-            if (m->output.copy) assert_ptr_equal(m->tok_embd.data, m->output.copy);
+            assert_int_equal(m->output.copy != NULL, big_q && !k16);
+            if (m->output.copy) {
+                assert_ptr_equal(m->tok_embd.data, m->output.copy);
+                assert_int_equal(m->tok_embd.type, held);
+            }
             assert_int_equal(down->panels != NULL, types[k] == SKV_TYPE_F32);
             if (down->panels) /* malloc's large blocks sit 16 bytes into a page */
                 assert_int_equal((uintptr_t)down->panels % ((uintptr_t)2 << 20) == 0, huge);
@@ -278,6 +285,8 @@ static void test_huge_page_weights(void **state) {
                 assert_non_null(blk);
                 if (gu->copy) assert_ptr_equal(gu->data, gu->copy);
                 assert_int_equal((uintptr_t)blk % ((uintptr_t)2 << 20) == 0, huge);
+            } else if (held != types[k]) {
+                assert_non_null(gu->copy); /* rewritten rows, each matrix on its own */
             } else if (types[k] != SKV_TYPE_F32) {
                 assert_null(gu->copy); /* the mapped rows */
                 assert_non_null(gu->data);
@@ -359,9 +368,10 @@ static void test_partial_fusion(void **state) {
 /* K-quants need rows of 256: a synthetic model wide enough for them. More bits, less damage:
  * KL(q8_0) < KL(q6_k) < KL(q5_k) < KL(q4_k) and KL(q8_0) < KL(q5_0) < KL(q4_0), all against the
  * F32 weights they came from. One bit fewer doubles the weight error and so roughly quadruples the
- * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2, q5_0 1.4e-2); a random model is more
- * sensitive than a trained one (flat logits, every layer at unit gain), so top-1 means little here.
- * The bounds are ~3x the measured values: a wrong block layout gives KL of order 1. */
+ * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2, q5_0 1.4e-2; q3_k 0.16); a random
+ * model is more sensitive than a trained one (flat logits, every layer at unit gain), so top-1
+ * means little here. The bounds are ~3x the measured values: a wrong block layout gives KL of
+ * order 1. */
 static void test_kquants_on_wide_model(void **state) {
     (void)state;
     char *f32 = synth_f32(512, 2, 512, 11);
@@ -371,12 +381,13 @@ static void test_kquants_on_wide_model(void **state) {
     for (int i = 0; i < 48; i++) tok[i] = 3 + (int32_t)skv_rng_below(&rng, 509);
     int nv;
     float *base = logits_of(f32, tok, 48, &nv);
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K, SKV_TYPE_Q4_K,
-                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
-    double kl[8];
-    const double kl_bound[8] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04, 0.15, 0.04};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K,
+                              SKV_TYPE_Q4_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+                              SKV_TYPE_Q4_1, SKV_TYPE_Q5_1, SKV_TYPE_Q3_K};
+    double kl[9];
+    const double kl_bound[9] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04, 0.15, 0.04, 0.6};
     printf("synthetic dim-256 model, 48 positions, vs F32:\n");
-    for (size_t k = 0; k < 8; k++) {
+    for (size_t k = 0; k < 9; k++) {
         skv_quantize_report rep;
         char *path = quantize_to(f32, types[k], 2, &rep);
         assert_int_equal(rep.n_fallback, 0);
@@ -401,6 +412,7 @@ static void test_kquants_on_wide_model(void **state) {
     assert_true(kl[5] < kl[4]); /* q5_0 < q4_0 */
     assert_true(kl[0] < kl[7]); /* q8_0 < q5_1 */
     assert_true(kl[7] < kl[6]); /* q5_1 < q4_1 */
+    assert_true(kl[3] < kl[8]); /* q4_k < q3_k */
     free(base);
     unlink(f32);
     free(f32);

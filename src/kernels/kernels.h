@@ -28,6 +28,7 @@
 /* Q4_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]; }           144 bytes */
 /* Q5_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; } 176 bytes */
 /* Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }        210 bytes */
+/* Q3_K: { uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d; }     110 bytes (quant.c) */
 
 bool skv_type_supported(skv_type t);
 /* Values per block (1 for F32/F16/BF16) and bytes per block. 0 for unsupported types. */
@@ -57,6 +58,12 @@ void skv_f16_row_to_f32(float *dst, const void *src, int64_t n);
 void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n);
 void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n);
 void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n);
+/* Q3_K super-blocks rewritten as Q6_K ones of the same values, bit for bit: code + 32 as the
+ * 6-bit code, the 6-bit scale as the int8 one, the same f16 d. The kernels have no Q3_K code: a
+ * loaded model holds its Q3_K matrices this way (skv_type_held). */
+void skv_q3_k_to_q6_k(const void *src, void *dst, int64_t n_blocks);
+/* The type a matrix stored in t is held and computed in once loaded: Q6_K for Q3_K, else t. */
+skv_type skv_type_held(skv_type t);
 
 /* ---- matrix products ----------------------------------------------------------------------
  * y[m, n_out] = x[m, n_in] · W^T, W[n_out, n_in] rows stored in type wt (a GGUF tensor with

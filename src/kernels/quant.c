@@ -166,6 +166,71 @@ static void deq_q6_k(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* Q6_K: ORs code (0..63) into element e's bits (q6_code's places; the bits start as zero). */
+static inline void q6_set(uint8_t *ql, uint8_t *qh, int e, int code) {
+    int h = e >> 7, r = e & 127, l = r & 31, k = r >> 5;
+    ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((k & 2) ? (code & 15) << 4 : (code & 15));
+    qh[32 * h + l] |= (uint8_t)((code >> 4) << (2 * k));
+}
+
+/* Q3_K: { uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d; } 110 bytes; value d *
+ * scale[e / 16] * code, code in -4..3, scale in -32..31. Element e (0..255) of a super-block: with
+ * n = e / 128, c = (e / 32) % 4 and l = e % 32, bits 2c, 2c+1 of qs[32n + l] are the code's low
+ * two bits and bit 4n + c of hmask[l] its third (code = low + 4 hbit - 4). Scale j is stored as
+ * j + 32 in 6 bits: the low 4 in scales[j] (j < 8, low nibble) or scales[j - 8] (high nibble),
+ * the top 2 in bits 2 (j / 4), +1 of scales[8 + j % 4]. */
+#define Q3_K_BYTES 110
+
+static inline int q3_code(const uint8_t *b, int e) {
+    int n = e >> 7, c = (e >> 5) & 3, l = e & 31;
+    int low = (b[32 + 32 * n + l] >> (2 * c)) & 3, hbit = (b[l] >> (4 * n + c)) & 1;
+    return low + 4 * hbit - 4;
+}
+
+static inline int q3_scale(const uint8_t *b, int j) {
+    const uint8_t *sc = b + 96;
+    int lo = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4, hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* Writes a Q3_K block from its codes (-4..3), scales (-32..31) and d. */
+static void q3_pack(uint8_t *b, const int8_t *code, const int *scale, uint16_t hd) {
+    memset(b, 0, Q3_K_BYTES);
+    for (int e = 0; e < SKV_QK_K; e++) {
+        int q = code[e] + 4, n = e >> 7, c = (e >> 5) & 3, l = e & 31;
+        b[32 + 32 * n + l] |= (uint8_t)((q & 3) << (2 * c));
+        b[l] |= (uint8_t)((q >> 2) << (4 * n + c));
+    }
+    for (int j = 0; j < 16; j++) {
+        int u = scale[j] + 32;
+        b[96 + (j & 7)] |= (uint8_t)((u & 15) << (j < 8 ? 0 : 4));
+        b[96 + 8 + j % 4] |= (uint8_t)((u >> 4) << (2 * (j / 4)));
+    }
+    st_f16(b + 108, hd);
+}
+
+static void deq_q3_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += Q3_K_BYTES, y += SKV_QK_K) {
+        float d = ld_f16(b + 108);
+        for (int j = 0; j < 16; j++) {
+            float ds = d * (float)q3_scale(b, j);
+            for (int e = 16 * j; e < 16 * j + 16; e++) y[e] = ds * (float)q3_code(b, e);
+        }
+    }
+}
+
+void skv_q3_k_to_q6_k(const void *src, void *dst, int64_t nb) {
+    const uint8_t *b = src;
+    uint8_t *o = dst;
+    for (int64_t i = 0; i < nb; i++, b += Q3_K_BYTES, o += 210) {
+        memset(o, 0, 192);
+        for (int e = 0; e < SKV_QK_K; e++) q6_set(o, o + 128, e, q3_code(b, e) + 32);
+        for (int j = 0; j < 16; j++) o[192 + j] = (uint8_t)(int8_t)q3_scale(b, j);
+        o[208] = b[108];
+        o[209] = b[109];
+    }
+}
+
 void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     int bs = skv_type_block_size(t);
@@ -205,6 +270,9 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
         break;
     case SKV_TYPE_Q6_K:
         deq_q6_k(b, dst, nb);
+        break;
+    case SKV_TYPE_Q3_K:
+        deq_q3_k(b, dst, nb);
         break;
     default:
         break;
@@ -385,21 +453,28 @@ static void quant_q5_k(const float *x, uint8_t *b, int64_t nb) {
 /* Q6_K: per sub-block of 16, the value of largest magnitude maps to code 0 (scale = max /
  * -32), like Q4_0; the 16 scales become int8 multiples of d rounded away from zero (so no value
  * clips on that side). */
+/* The step of each sub-block of 16 that maps its value of largest magnitude to code lo (< 0),
+ * non-finite values as 0; returns the largest |step|. */
+static double sub_steps16(const float *x, double lo, double step[16]) {
+    double smax = 0.0;
+    for (int g = 0; g < 16; g++) {
+        double amax = 0.0, max = 0.0;
+        for (int l = 0; l < 16; l++) {
+            double v = isfinite(x[16 * g + l]) ? x[16 * g + l] : 0.0;
+            if (fabs(v) > amax) {
+                amax = fabs(v);
+                max = v;
+            }
+        }
+        step[g] = max / lo;
+        smax = fabs(step[g]) > smax ? fabs(step[g]) : smax;
+    }
+    return smax;
+}
+
 static void quant_q6_k(const float *x, uint8_t *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 210) {
-        double scale[16], smax = 0.0;
-        for (int g = 0; g < 16; g++) {
-            double amax = 0.0, max = 0.0;
-            for (int l = 0; l < 16; l++) {
-                double v = isfinite(x[16 * g + l]) ? x[16 * g + l] : 0.0;
-                if (fabs(v) > amax) {
-                    amax = fabs(v);
-                    max = v;
-                }
-            }
-            scale[g] = max / -32.0;
-            smax = fabs(scale[g]) > smax ? fabs(scale[g]) : smax;
-        }
+        double scale[16], smax = sub_steps16(x, -32.0, scale);
         uint16_t hd = smax > 0.0 ? f16_round_up(smax / 127.0) : 0;
         double d = skv_f16_to_f32(hd);
         float df = (float)d;
@@ -413,11 +488,7 @@ static void quant_q6_k(const float *x, uint8_t *b, int64_t nb) {
             float step = df * (float)sc[g], inv = step != 0.0f ? 1.0f / step : 0.0f;
             for (int e = 16 * g; e < 16 * g + 16; e++) {
                 float v = isfinite(x[e]) ? x[e] : 0.0f;
-                int q = clampi(lrintf(v * inv), -32, 31) + 32;
-                int h = e >> 7, r = e & 127, l = r & 31, k = r >> 5;
-                int lo_at = 64 * h + l + 32 * (k & 1);
-                ql[lo_at] |= (uint8_t)((k & 2) ? (q & 15) << 4 : (q & 15));
-                qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+                q6_set(ql, qh, e, clampi(lrintf(v * inv), -32, 31) + 32);
             }
         }
         st_f16(b + 208, hd);
@@ -642,14 +713,15 @@ static void quant_k_best(skv_type t, const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
-/* Q6_K, one sub-block of 16: x ~ a * q, q in [-32, 31], a of either sign. Candidates map the
- * value of largest magnitude to codes near -32 or +31; each is refitted on its codes. */
-static double q6_err(const float *x, const float *w, float a, int8_t *q) {
+/* Q6_K and Q3_K, one sub-block of 16: x ~ a * q, q in [lo, hi] (-32..31, -4..3), a of either
+ * sign. Candidates map the value of largest magnitude to codes near lo or hi; each is refitted
+ * on its codes. */
+static double sym_err(const float *x, const float *w, float a, int lo, int hi, int8_t *q) {
     double e = 0.0;
     float inv = a != 0.0f ? 1.0f / a : 0.0f;
     for (int i = 0; i < 16; i++) {
         float v = fin(x[i]);
-        int c = round_clamp(v * inv, -32, 31);
+        int c = round_clamp(v * inv, lo, hi);
         if (q) q[i] = (int8_t)c;
         double r = (double)a * c - v;
         e += w[i] * r * r;
@@ -657,7 +729,8 @@ static double q6_err(const float *x, const float *w, float a, int8_t *q) {
     return e;
 }
 
-static float search_q6(const float *x, const float *w) {
+/* The candidates step by (levels / 128) codes, Q6_STEPS each way: 0.5 for Q6_K, 1/16 for Q3_K. */
+static float search_sym(const float *x, const float *w, int lo, int hi) {
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < 16; i++) {
         float v = fin(x[i]);
@@ -667,14 +740,15 @@ static float search_q6(const float *x, const float *w) {
         }
     }
     if (amax == 0.0f) return 0.0f;
-    float best_a = max / -32.0f;
-    double best = q6_err(x, w, best_a, NULL);
+    const float step = Q6_STEP * (float)(hi - lo + 1) / 64.0f;
+    float best_a = max / (float)lo;
+    double best = sym_err(x, w, best_a, lo, hi, NULL);
     int8_t q[16];
     for (int k = -Q6_STEPS; k <= Q6_STEPS; k++) {
         for (int side = 0; side < 2; side++) {
-            float t = side ? 31.0f + Q6_STEP * (float)k : -32.0f + Q6_STEP * (float)k;
+            float t = side ? (float)hi + step * (float)k : (float)lo + step * (float)k;
             float a0 = max / t;
-            q6_err(x, w, a0, q);
+            sym_err(x, w, a0, lo, hi, q);
             double sqx = 0, sqq = 0;
             for (int i = 0; i < 16; i++) {
                 sqx += (double)w[i] * q[i] * fin(x[i]);
@@ -682,7 +756,7 @@ static float search_q6(const float *x, const float *w) {
             }
             if (!(sqq > 0.0)) continue;
             float a = (float)(sqx / sqq);
-            double e = q6_err(x, w, a, NULL);
+            double e = sym_err(x, w, a, lo, hi, NULL);
             if (e < best) {
                 best = e;
                 best_a = a;
@@ -692,48 +766,87 @@ static float search_q6(const float *x, const float *w) {
     return best_a;
 }
 
+/* The 16 searched sub-block steps s[] as integer multiples sc[] (within [-smax_code, smax_code]
+ * and [slo, shi]) of one f16 d, each multiple tried +-1 for the least weighted error; codes out. */
+static uint16_t sym_scales(const float *x, const float *w, const float *s, int smax_code, int slo,
+                           int shi, int lo, int hi, int *sc, int8_t *codes) {
+    float smax = 0.0f;
+    for (int g = 0; g < 16; g++) smax = fabsf(s[g]) > smax ? fabsf(s[g]) : smax;
+    uint16_t hd = skv_f32_to_f16(smax / (float)smax_code);
+    float d = skv_f16_to_f32(hd);
+    for (int g = 0; g < 16; g++) {
+        const float *xg = x + 16 * g, *wg = w + 16 * g;
+        int c0 = d > 0.0f ? clampi(lrintf(s[g] / d), slo, shi) : 0, bc = c0;
+        double best = sym_err(xg, wg, d * (float)c0, lo, hi, NULL);
+        for (int dc = -1; dc <= 1; dc += 2) {
+            int c = c0 + dc;
+            if (c < slo || c > shi) continue;
+            double e = sym_err(xg, wg, d * (float)c, lo, hi, NULL);
+            if (e < best) {
+                best = e;
+                bc = c;
+            }
+        }
+        sc[g] = bc;
+        sym_err(xg, wg, d * (float)bc, lo, hi, codes + 16 * g);
+    }
+    return hd;
+}
+
 static void quant_q6_k_best(const float *x, uint8_t *b, int64_t nb) {
-    float w[SKV_QK_K];
+    float w[SKV_QK_K], s[16];
+    int sc[16];
+    int8_t q[SKV_QK_K];
     uint8_t alt[210];
     for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += 210) {
         k_weights(x, SKV_QK_K, w);
-        float s[16], smax = 0.0f;
-        for (int g = 0; g < 16; g++) {
-            s[g] = search_q6(x + 16 * g, w + 16 * g);
-            smax = fabsf(s[g]) > smax ? fabsf(s[g]) : smax;
-        }
-        uint16_t hd = skv_f32_to_f16(smax / 127.0f);
-        float d = skv_f16_to_f32(hd);
-        uint8_t *ql = b, *qh = b + 128;
-        int8_t *sc = (int8_t *)(b + 192);
-        memset(ql, 0, 128 + 64);
-        for (int g = 0; g < 16; g++) {
-            int c0 = d > 0.0f ? clampi(lrintf(s[g] / d), -127, 127) : 0, bc = c0;
-            double best = q6_err(x + 16 * g, w + 16 * g, d * (float)c0, NULL);
-            for (int dc = -1; dc <= 1; dc += 2) {
-                int c = c0 + dc;
-                if (c < -127 || c > 127) continue;
-                double e = q6_err(x + 16 * g, w + 16 * g, d * (float)c, NULL);
-                if (e < best) {
-                    best = e;
-                    bc = c;
-                }
-            }
-            sc[g] = (int8_t)bc;
-            int8_t q[16];
-            q6_err(x + 16 * g, w + 16 * g, d * (float)bc, q);
-            for (int l16 = 0; l16 < 16; l16++) {
-                int e = 16 * g + l16, code = q[l16] + 32;
-                int h = e >> 7, r = e & 127, l = r & 31, k = r >> 5;
-                ql[64 * h + l + 32 * (k & 1)] |=
-                    (uint8_t)((k & 2) ? (code & 15) << 4 : (code & 15));
-                qh[32 * h + l] |= (uint8_t)((code >> 4) << (2 * k));
-            }
-        }
+        for (int g = 0; g < 16; g++) s[g] = search_sym(x + 16 * g, w + 16 * g, -32, 31);
+        uint16_t hd = sym_scales(x, w, s, 127, -127, 127, -32, 31, sc, q);
+        memset(b, 0, 128 + 64);
+        for (int g = 0; g < 16; g++) b[192 + g] = (uint8_t)(int8_t)sc[g];
+        for (int e = 0; e < SKV_QK_K; e++) q6_set(b, b + 128, e, q[e] + 32);
         st_f16(b + 208, hd);
         quant_q6_k(x, alt, 1); /* the simple block as the fallback */
         if (block_err(SKV_TYPE_Q6_K, alt, x, w) < block_err(SKV_TYPE_Q6_K, b, x, w))
             memcpy(b, alt, 210);
+    }
+}
+
+/* Q3_K, simple: per sub-block of 16 the value of largest magnitude maps to code -4 (scale = max
+ * / -4); the 16 scales become 6-bit multiples of d rounded away from zero, d = max |scale| / 31
+ * rounded up (no scale passes 31 in magnitude, so no value clips on that side). */
+static void quant_q3_k(const float *x, uint8_t *b, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += Q3_K_BYTES) {
+        double scale[16], smax = sub_steps16(x, -4.0, scale);
+        uint16_t hd = smax > 0.0 ? f16_round_up(smax / 31.0) : 0;
+        double d = skv_f16_to_f32(hd);
+        int sc[16];
+        int8_t code[SKV_QK_K];
+        for (int g = 0; g < 16; g++) {
+            long s = 0;
+            if (d > 0.0) s = scale[g] < 0 ? -(long)ceil(-scale[g] / d) : (long)ceil(scale[g] / d);
+            sc[g] = clampi(s, -32, 31);
+            float step = (float)d * (float)sc[g], inv = step != 0.0f ? 1.0f / step : 0.0f;
+            for (int e = 16 * g; e < 16 * g + 16; e++)
+                code[e] = (int8_t)clampi(lrintf(fin(x[e]) * inv), -4, 3);
+        }
+        q3_pack(b, code, sc, hd);
+    }
+}
+
+static void quant_q3_k_best(const float *x, uint8_t *b, int64_t nb) {
+    float w[SKV_QK_K], s[16];
+    int sc[16];
+    int8_t q[SKV_QK_K];
+    uint8_t alt[Q3_K_BYTES];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += Q3_K_BYTES) {
+        k_weights(x, SKV_QK_K, w);
+        for (int g = 0; g < 16; g++) s[g] = search_sym(x + 16 * g, w + 16 * g, -4, 3);
+        uint16_t hd = sym_scales(x, w, s, 31, -32, 31, -4, 3, sc, q);
+        q3_pack(b, q, sc, hd);
+        quant_q3_k(x, alt, 1); /* the simple block as the fallback */
+        if (block_err(SKV_TYPE_Q3_K, alt, x, w) < block_err(SKV_TYPE_Q3_K, b, x, w))
+            memcpy(b, alt, Q3_K_BYTES);
     }
 }
 
@@ -750,6 +863,7 @@ bool skv_type_can_quantize(skv_type t) {
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
+    case SKV_TYPE_Q3_K:
         return true;
     default:
         return false;
@@ -803,6 +917,12 @@ static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, boo
             quant_q6_k(src, b, nb);
         else
             quant_q6_k_best(src, b, nb);
+        break;
+    case SKV_TYPE_Q3_K:
+        if (simple)
+            quant_q3_k(src, b, nb);
+        else
+            quant_q3_k_best(src, b, nb);
         break;
     default:
         break;

@@ -458,20 +458,29 @@ static void *alloc_weights(size_t bytes) {
 /* Writing the weights' copies is most of a load: on a VM whose host takes back freed memory,
  * each first write of a page waits for the host (measured: 2.3 GB in 16 s on one thread, 8 s
  * on two), so the copies are written by every core, each its share of 16-row groups (panels,
- * k16 records) or of 2 MB pieces (copies as stored): the same bytes as one thread's. */
+ * k16 records, rewritten rows) or of 2 MB pieces (copies as stored): the same bytes as one
+ * thread's. A matrix stored in a type the kernels do not read (Q3_K) is rewritten in the type
+ * it is held in (skv_type_held) on the way, 16 rows at a time through each thread's scratch. */
 typedef enum { COPY_PANELS, COPY_K16, COPY_BYTES } copy_kind;
 typedef struct copy_job {
     copy_kind kind;
-    skv_type type;
-    const uint8_t *src; /* rows as stored */
+    skv_type from, type; /* stored, held (skv_type_held(from)) */
+    const uint8_t *src;  /* rows as stored */
     uint8_t *dst;
     int64_t rows, cols;
-    size_t bytes; /* COPY_BYTES */
+    size_t bytes;     /* COPY_BYTES */
+    uint8_t *scratch; /* rewritten records' rows: [n_threads][16 rows of type] */
 } copy_job;
+
+/* Rows [r0, r1) of a matrix stored in j->from as rows of j->type at dst. */
+static void rewrite_rows(const copy_job *j, int64_t r0, int64_t r1, uint8_t *dst) {
+    const int64_t nb = j->cols / skv_type_block_size(j->from);
+    skv_q3_k_to_q6_k(j->src + (size_t)r0 * skv_row_bytes(j->from, j->cols), dst, nb * (r1 - r0));
+}
 
 static void copy_task(void *arg, int ith, int nth) {
     const copy_job *j = arg;
-    if (j->kind == COPY_BYTES) {
+    if (j->kind == COPY_BYTES && j->from == j->type) {
         const size_t pieces = (j->bytes + HUGE_BYTES - 1) / HUGE_BYTES;
         const size_t p0 = pieces * (size_t)ith / (size_t)nth,
                      p1 = pieces * (size_t)(ith + 1) / (size_t)nth;
@@ -484,6 +493,20 @@ static void copy_task(void *arg, int ith, int nth) {
     const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
     if (g0 >= g1) return;
     const int64_t r0 = 16 * g0, r1 = 16 * g1 < j->rows ? 16 * g1 : j->rows;
+    if (j->from != j->type) {
+        if (j->kind == COPY_BYTES) {
+            rewrite_rows(j, r0, r1, j->dst + (size_t)r0 * skv_row_bytes(j->type, j->cols));
+            return;
+        }
+        uint8_t *rows = j->scratch + (size_t)ith * 16 * skv_row_bytes(j->type, j->cols);
+        for (int64_t g = g0; g < g1; g++) {
+            const int64_t a = 16 * g, b = a + 16 < j->rows ? a + 16 : j->rows;
+            rewrite_rows(j, a, b, rows);
+            skv_k16_pack(j->type, rows, (int)(b - a), (int)j->cols,
+                         j->dst + skv_k16_bytes(j->type, (int)a, (int)j->cols));
+        }
+        return;
+    }
     const uint8_t *src = j->src + (size_t)r0 * skv_row_bytes(j->type, j->cols);
     if (j->kind == COPY_PANELS)
         skv_panels_pack(j->type, src, (int)(r1 - r0), (int)j->cols,
@@ -493,11 +516,20 @@ static void copy_task(void *arg, int ith, int nth) {
                      j->dst + skv_k16_bytes(j->type, (int)(16 * g0), (int)j->cols));
 }
 
-static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
-                     void *dst, size_t bytes) {
-    copy_job j = {kind, w ? w->type : SKV_TYPE_F32, src, dst, w ? w->rows : 0, w ? w->cols : 0,
-                  bytes};
+static bool copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
+                     void *dst, size_t bytes, skv_err *err) {
+    copy_job j = {kind, w->type, skv_type_held(w->type), src, dst, w->rows, w->cols, bytes, NULL};
+    if (j.from != j.type && kind == COPY_K16) {
+        const size_t sb = (size_t)skv_pool_size(pool) * 16 * skv_row_bytes(j.type, j.cols);
+        j.scratch = malloc(sb);
+        if (!j.scratch) {
+            skv_err_set(err, SKV_ERR_NOMEM, "out of memory (%zu bytes)", sb);
+            return false;
+        }
+    }
     skv_pool_run(pool, copy_task, &j);
+    free(j.scratch);
+    return true;
 }
 
 /* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
@@ -510,46 +542,58 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const 
  * records (the embedding rows then come back from the file). */
 typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
 
-static hold_kind hold_of(const skv_weight *w) {
-    if (skv_k16_wanted(w->type) && !keep_mapped() &&
-        skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) != 0)
+/* pack false (skv_model_load_unpacked): rows as stored, in the mapping where the kernels read
+ * their type, else rewritten (HOLD_COPY). */
+static hold_kind hold_of(const skv_weight *w, bool pack) {
+    const skv_type t = skv_type_held(w->type);
+    if (!pack) return t != w->type ? HOLD_COPY : HOLD_MAPPED;
+    if (skv_k16_wanted(t) && !keep_mapped() && skv_k16_bytes(t, (int)w->rows, (int)w->cols) != 0)
         return HOLD_K16;
-    if (skv_panels_bytes(w->type, (int)w->rows, (int)w->cols) != 0) return HOLD_PANELS;
-    return huge_wanted(skv_row_bytes(w->type, w->cols) * (size_t)w->rows) ? HOLD_COPY : HOLD_MAPPED;
+    if (skv_panels_bytes(t, (int)w->rows, (int)w->cols) != 0) return HOLD_PANELS;
+    if (t != w->type) return HOLD_COPY;
+    return huge_wanted(skv_row_bytes(t, w->cols) * (size_t)w->rows) ? HOLD_COPY : HOLD_MAPPED;
 }
 
 /* The bytes a held row takes (panels and records: a row's share of its group of 16). */
 static size_t held_row_bytes(const skv_weight *w, hold_kind h) {
-    return h == HOLD_K16 ? skv_k16_bytes(w->type, 16, (int)w->cols) / 16
-                         : skv_row_bytes(w->type, w->cols);
+    const skv_type t = skv_type_held(w->type);
+    return h == HOLD_K16 ? skv_k16_bytes(t, 16, (int)w->cols) / 16 : skv_row_bytes(t, w->cols);
 }
 
 /* Writes w (mapped rows) as held by h into dst, then lets the mapped rows go. */
-static void hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h,
-                       void *dst) {
+static bool hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h,
+                       void *dst, skv_err *err) {
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
-    copy_run(pool,
-             h == HOLD_K16      ? COPY_K16
-             : h == HOLD_PANELS ? COPY_PANELS
-                                : COPY_BYTES,
-             w, w->data, dst, raw);
+    if (!copy_run(pool,
+                  h == HOLD_K16      ? COPY_K16
+                  : h == HOLD_PANELS ? COPY_PANELS
+                                     : COPY_BYTES,
+                  w, w->data, dst, raw, err))
+        return false;
     /* only a tied token embedding is read again, a few rows per token, back from the file */
     skv_gguf_release(m->gguf, w->data, raw);
+    return true;
 }
 
-static bool pack_matrix(const skv_model *m, skv_pool *pool, skv_weight *w, skv_err *err) {
+static bool pack_matrix(skv_model *m, skv_pool *pool, skv_weight *w, bool pack, skv_err *err) {
     if (!w->data || w->copy || w->panels || w->k16) return true; /* absent, or fused already */
-    const hold_kind h = hold_of(w);
+    const hold_kind h = hold_of(w, pack);
     if (h == HOLD_MAPPED) return true;
-    const size_t bytes = h == HOLD_K16      ? skv_k16_bytes(w->type, (int)w->rows, (int)w->cols)
-                         : h == HOLD_PANELS ? skv_panels_bytes(w->type, (int)w->rows, (int)w->cols)
-                                            : skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
+    const skv_type t = skv_type_held(w->type);
+    const size_t bytes = h == HOLD_K16      ? skv_k16_bytes(t, (int)w->rows, (int)w->cols)
+                         : h == HOLD_PANELS ? skv_panels_bytes(t, (int)w->rows, (int)w->cols)
+                                            : skv_row_bytes(t, w->cols) * (size_t)w->rows;
     void *buf = bytes == SIZE_MAX ? NULL : alloc_weights(bytes);
     if (!buf) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", bytes);
         return false;
     }
-    hold_write(m, pool, w, h, buf);
+    if (!hold_write(m, pool, w, h, buf, err)) {
+        free(buf);
+        return false;
+    }
+    m->weight_bytes += (skv_row_bytes(t, w->cols) - skv_row_bytes(w->type, w->cols)) * w->rows;
+    w->type = t;
     if (h == HOLD_K16) w->k16 = buf, w->data = NULL;
     if (h == HOLD_PANELS) w->panels = buf; /* data stays: the released mapping, never read */
     if (h == HOLD_COPY) w->copy = buf, w->data = buf;
@@ -564,8 +608,8 @@ static bool pack_matrix(const skv_model *m, skv_pool *pool, skv_weight *w, skv_e
  * into its place in the group's buffer (panels and records: whole groups of 16 rows; quantized
  * rows as stored, also those too small for a copy of their own); a group that does not qualify
  * is left for pack_matrix. */
-static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight *const *parts,
-                 int n, skv_err *err) {
+static bool fuse(skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight *const *parts, int n,
+                 skv_err *err) {
     const skv_type type = parts[0]->type;
     const int64_t cols = parts[0]->cols;
     hold_kind h = HOLD_MAPPED;
@@ -573,7 +617,7 @@ static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight
     for (int i = 0; i < n; i++) {
         const skv_weight *p = parts[i];
         if (!p->data || p->type != type || p->cols != cols) return true;
-        hold_kind hp = hold_of(p);
+        hold_kind hp = hold_of(p, true);
         if (hp == HOLD_MAPPED) hp = HOLD_COPY; /* fused rows are copied whatever their size */
         if (i > 0 && hp != h) return true;
         h = hp;
@@ -588,14 +632,19 @@ static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight
         return false;
     }
     size_t off = 0;
+    const skv_type held = skv_type_held(type);
     for (int i = 0; i < n; i++) {
         skv_weight *p = parts[i];
-        hold_write(m, pool, p, h, buf + off);
+        if (!hold_write(m, pool, p, h, buf + off, err)) {
+            free(buf); /* parts already written point nowhere: the model is freed on failure */
+            return false;
+        }
         off += rb * (size_t)p->rows;
-        *p = (skv_weight){.type = p->type, .rows = p->rows, .cols = p->cols};
+        m->weight_bytes += (skv_row_bytes(held, cols) - skv_row_bytes(type, cols)) * p->rows;
+        *p = (skv_weight){.type = held, .rows = p->rows, .cols = p->cols};
     }
     *dst = (skv_weight){.data = h == HOLD_COPY ? buf : NULL,
-                        .type = type,
+                        .type = held,
                         .rows = rows,
                         .cols = cols,
                         .panels = h == HOLD_PANELS ? buf : NULL,
@@ -604,7 +653,8 @@ static bool fuse(const skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight
     return true;
 }
 
-static bool pack_matrices(skv_model *m, skv_err *err) {
+/* pack false: only the matrices stored in a type the kernels do not read are rewritten. */
+static bool pack_matrices(skv_model *m, bool pack, skv_err *err) {
     skv_pool *pool = skv_pool_new(0); /* NULL (no threads to be had): the caller alone */
     bool ok = true;
     for (int l = 0; ok && l < m->hp.n_layer; l++) {
@@ -612,15 +662,20 @@ static bool pack_matrices(skv_model *m, skv_err *err) {
         skv_weight *mats[N_LAYER_MATRICES];
         layer_matrices(L, mats);
         skv_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
-        ok = fuse(m, pool, &L->wqkv, qkv, 3, err) && fuse(m, pool, &L->w_up, gate_up, 2, err);
-        for (int i = 0; ok && i < N_LAYER_MATRICES; i++) ok = pack_matrix(m, pool, mats[i], err);
+        if (pack)
+            ok = fuse(m, pool, &L->wqkv, qkv, 3, err) && fuse(m, pool, &L->w_up, gate_up, 2, err);
+        for (int i = 0; ok && i < N_LAYER_MATRICES; i++)
+            ok = pack_matrix(m, pool, mats[i], pack, err);
     }
-    ok = ok && pack_matrix(m, pool, &m->output, err);
+    ok = ok && pack_matrix(m, pool, &m->output, pack, err);
     skv_pool_free(pool);
     if (!ok) return false;
-    /* A tied output copied as stored is the embedding too: read its rows there, so that they
-     * are not in memory twice nor faulted back from the file. */
-    if (m->hp.tied_output && m->output.copy) m->tok_embd.data = m->output.copy;
+    /* A tied output copied (as stored or rewritten) is the embedding too: read its rows there,
+     * so that they are not in memory twice nor faulted back from the file. */
+    if (m->hp.tied_output && m->output.copy) {
+        m->tok_embd.data = m->output.copy;
+        m->tok_embd.type = m->output.type;
+    }
     return true;
 }
 
@@ -638,7 +693,7 @@ static skv_model *load(const char *path, bool with_vocab, bool pack, skv_err *er
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) || (pack && !pack_matrices(m, err)))
+    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) || !pack_matrices(m, pack, err))
         goto fail;
     free(ld.used);
     ld.used = NULL;
