@@ -228,7 +228,8 @@ static void test_bf16_gemv_halves(void **s) {
 }
 
 /* The integer sums at their bounds: every weight code at its top (Q8_0 127, Q4_0 / Q4_1 15, Q5_0
- * / Q5_1 31: all qh bits set) against x codes all +127 (even rows of x) or all -127 (odd rows),
+ * / Q5_1 31: all qh bits set; Q3_K 3 with every scale at 31, against its Q6_K rows) against x
+ * codes all +127 (even rows of x) or all -127 (odd rows),
  * from rows and from k16 records, decode and prefill, every level: the same bits, and the value
  * (+-n_in times the code's value, to float rounding). Catches 16-bit sums that the random data of
  * test_k16 never brings near 2^15 (Q4 records' vpmaddubsw sums reach 30480 per block; Q5 codes
@@ -236,33 +237,40 @@ static void test_bf16_gemv_halves(void **s) {
 static void test_k16_extremes(void **s) {
     (void)s;
     enum { N_IN = 512, N_OUT = 32, M = 4 };
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
-                              SKV_TYPE_Q5_1};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
+                              SKV_TYPE_Q4_1, SKV_TYPE_Q5_1, SKV_TYPE_Q3_K};
     float x[M * N_IN], y[M * N_OUT], y16[M * N_OUT];
     for (int i = 0; i < M; i++)
         for (int k = 0; k < N_IN; k++) x[i * N_IN + k] = i % 2 ? -1.0f : 1.0f;
-    for (int ti = 0; ti < 5; ti++) {
-        const skv_type t = types[ti];
+    for (int ti = 0; ti < 6; ti++) {
+        const skv_type t = types[ti], rt = t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
         const size_t rb = skv_row_bytes(t, N_IN), bb = skv_type_block_bytes(t);
         uint8_t *w = malloc(rb * N_OUT), *k16 = malloc(skv_k16_bytes(t, N_OUT, N_IN));
-        /* d = 2^-7 (m = 0): a code's value is exact; Q8_0 127, Q4_0 7, Q5_0 15, Q4_1 15, Q5_1 31 */
+        /* d = 2^-7 (m = 0): a code's value is exact; Q8_0 127, Q4_0 7, Q5_0 15, Q4_1 15, Q5_1 31,
+         * Q3_K 31 x 3 */
         const float top = t == SKV_TYPE_Q8_0   ? 127.0f
                           : t == SKV_TYPE_Q4_0 ? 7.0f
                           : t == SKV_TYPE_Q5_1 ? 31.0f
+                          : t == SKV_TYPE_Q3_K ? 93.0f
                                                : 15.0f; /* Q4_1, and Q5_0's 31 - 16 */
         for (size_t b = 0; b < rb * N_OUT / bb; b++) {
             uint8_t *blk = w + b * bb;
             memset(blk, t == SKV_TYPE_Q8_0 ? 0x7f : 0xff, bb);
             const uint16_t d = skv_f32_to_f16(0.0078125f);
-            memcpy(blk, &d, 2);
+            memcpy(blk + (t == SKV_TYPE_Q3_K ? 108 : 0), &d, 2);
             if (t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1) memset(blk + 2, 0, 2); /* m = 0 */
         }
         skv_k16_pack(t, w, N_OUT, N_IN, k16);
+        uint8_t *wr = w; /* the rows the product of the records must match */
+        if (rt != t) {
+            wr = malloc(skv_row_bytes(rt, N_IN) * N_OUT);
+            skv_q3_k_to_q6_k(w, wr, (int64_t)N_OUT * N_IN / 256);
+        }
         void *work = malloc(skv_matmul_work_size(t, M, N_IN));
         for (int simd = 1; simd >= 0; simd--) {
             skv_kernels_force_ref(!simd);
             for (int m = 1; m <= M; m += M - 1) {
-                skv_matmul(pools[2], y, x, m, w, t, N_OUT, N_IN, work);
+                skv_matmul(pools[2], y, x, m, wr, rt, N_OUT, N_IN, work);
                 skv_matmul_k16(pools[2], y16, x, m, k16, t, N_OUT, N_IN, work);
                 assert_memory_equal(y, y16, sizeof(float) * (size_t)m * N_OUT);
                 for (int i = 0; i < m; i++) {
@@ -274,6 +282,7 @@ static void test_k16_extremes(void **s) {
         }
         skv_kernels_force_ref(false);
         free(work);
+        if (wr != w) free(wr);
         free(w);
         free(k16);
     }
@@ -337,10 +346,11 @@ static void test_k16_next_prep(void **s) {
     assert_true(checked > 10000);
 }
 
-/* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and Q6_K in k16 records: unpacking gives back the rows byte
- * for byte (any row range), and the products are the same bits as from the rows, for any m, thread
- * count and SIMD level (the SIMD kernels read the records; the scalar level unpacks them); all but
- * Q6_K decode with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups
+/* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K and Q3_K in k16 records: unpacking gives back the rows
+ * byte for byte (any row range), and the products are the same bits as from the rows (Q3_K: its
+ * Q6_K rows, skv_q3_k_to_q6_k, which skv_k16_unpack_rows_q6 gives too), for any m, thread count and
+ * SIMD level (the SIMD kernels read the records; the scalar level unpacks them); all but Q6_K and
+ * Q3_K decode with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups
  * (n_out % 16), several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
@@ -352,8 +362,8 @@ static void test_k16(void **s) {
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
     const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q4_0,
-                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1};
-    for (int ti = 0; ti < 7; ti++)
+                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1, SKV_TYPE_Q3_K};
+    for (int ti = 0; ti < 8; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];
@@ -367,9 +377,12 @@ static void test_k16(void **s) {
                     continue;
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
-                /* Q4_K records are 2.8% larger than the rows; the others hold the rows' bytes */
+                /* Q4_K records are 2.8% larger than the rows, Q3_K ones 3.6% (114 bytes a row's
+                 * super-block); the others hold the rows' bytes */
                 assert_int_equal(kb, t == SKV_TYPE_Q4_K
                                          ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
+                                     : t == SKV_TYPE_Q3_K
+                                         ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 114
                                          : (size_t)(n_out + 15) / 16 * 16 * rb);
                 float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
                 uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
@@ -390,6 +403,18 @@ static void test_k16(void **s) {
                 assert_memory_equal(back, w, rb * n_out);
                 skv_k16_unpack_rows(t, k16, n_in, n_out / 2, n_out, back);
                 assert_memory_equal(back, w + rb * (n_out / 2), rb * (n_out - n_out / 2));
+                /* the rows the products must match: Q3_K's are Q6_K ones of the same values */
+                const skv_type rt = t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
+                uint8_t *wr = w;
+                if (rt != t) {
+                    const size_t rb6 = skv_row_bytes(rt, n_in);
+                    wr = malloc(rb6 * n_out);
+                    skv_q3_k_to_q6_k(w, wr, (int64_t)n_out * (n_in / 256));
+                    uint8_t *un = malloc(rb6 * n_out);
+                    skv_k16_unpack_rows_q6(k16, n_in, 1, n_out, un);
+                    assert_memory_equal(un, wr + rb6, rb6 * (n_out - 1));
+                    free(un);
+                }
                 void *work = malloc(skv_matmul_work_size(t, M, n_in));
                 for (int simd = 1; simd >= 0; simd--) {
                     skv_kernels_force_ref(!simd);
@@ -399,9 +424,9 @@ static void test_k16(void **s) {
                             if (m > M ||
                                 m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
                                 continue;
-                            skv_matmul(pools[p], y, x, m, w, t, n_out, n_in, work);
+                            skv_matmul(pools[p], y, x, m, wr, rt, n_out, n_in, work);
                             /* decode both ways (not Q6_K's), whichever this CPU picks */
-                            const int n_st = simd && m < 3 && t != SKV_TYPE_Q6_K ? 2 : 1;
+                            const int n_st = simd && m < 3 && rt != SKV_TYPE_Q6_K ? 2 : 1;
                             for (int st = 0; st < n_st; st++) {
                                 const int mode = n_st == 2 ? st : -1;
                                 skv_kernels_k16_prefetch(mode);
@@ -417,6 +442,7 @@ static void test_k16(void **s) {
                 }
                 skv_kernels_force_ref(false);
                 free(work);
+                if (wr != w) free(wr);
                 free(x);
                 free(wf);
                 free(w);

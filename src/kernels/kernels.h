@@ -59,10 +59,12 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n);
 void skv_quantize_row(skv_type t, const float *src, void *dst, int64_t n);
 void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n);
 /* Q3_K super-blocks rewritten as Q6_K ones of the same values, bit for bit: code + 32 as the
- * 6-bit code, the 6-bit scale as the int8 one, the same f16 d. The kernels have no Q3_K code: a
- * loaded model holds its Q3_K matrices this way (skv_type_held). */
+ * 6-bit code, the 6-bit scale as the int8 one, the same f16 d. The kernels read Q3_K only from
+ * k16 records: a loaded model holds its Q3_K matrices there, or (without the records' kernels)
+ * this way (skv_type_held). */
 void skv_q3_k_to_q6_k(const void *src, void *dst, int64_t n_blocks);
-/* The type a matrix stored in t is held and computed in once loaded: Q6_K for Q3_K, else t. */
+/* The type of the rows a matrix stored in t is held in when not in k16 records: Q6_K for Q3_K
+ * (which the kernels do not read as rows), else t. */
 skv_type skv_type_held(skv_type t);
 
 /* ---- matrix products ----------------------------------------------------------------------
@@ -176,18 +178,36 @@ enum { SKV_K16_Q1_D = 0, SKV_K16_Q1_M = 32, SKV_K16_Q1_Q = 64, SKV_K16_Q51_H = 3
 #define SKV_K16_Q6_RECORD 3360
 #define SKV_K16_Q6_PAIR   416
 enum { SKV_K16_Q6_SC = 0, SKV_K16_Q6_QH = 32, SKV_K16_Q6_QL = 160, SKV_K16_Q6_D = 3328 };
+/* Q3_K W in k16 records (at every SIMD level, read by the AVX2 code): the Q6_K record's pairs,
+ * vectors and scales, with each code + 4 (0..7) in two planes instead of Q6_K's four bits and two:
+ *   per pair p, SKV_K16_Q3_PAIR bytes from p * SKV_K16_Q3_PAIR:
+ *     sc[2][8][2]      as Q6_K's: the int8 scales (-32..31)
+ *     lo[2][2][8][4]   half f, octet h, row k: the low 2 bits of vectors 4f .. 4f + 3 at bits
+ *                      0-1, 2-3, 4-5, 6-7 (as Q6_K's qh)
+ *     hi[2][8][4]      octet h, row k: the third bits of vectors 0 .. 7 at bits 0 .. 7
+ *   d[16]              f16, after the 8 pairs
+ * 114 bytes a row's super-block (Q3_K's 110, Q6_K's 210). The kernels take code + 4 + 28 as the
+ * Q6_K code (Q6_K's code - 32 is the Q3_K code): the products of the Q6_K rows of the same
+ * values (skv_q3_k_to_q6_k), the same bits. Q3_K is computed only from records (the scalar level
+ * unpacks them to those Q6_K rows). */
+#define SKV_K16_Q3_RECORD 1824
+#define SKV_K16_Q3_PAIR   224
+enum { SKV_K16_Q3_SC = 0, SKV_K16_Q3_LO = 32, SKV_K16_Q3_HI = 160, SKV_K16_Q3_D = 1792 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out rows w of type wt (Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 or Q6_K) into records (dst:
+/* n_out rows w of type wt (Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K or Q3_K) into records (dst:
  * skv_k16_bytes); _ref is the plain C version, code by code, which the AVX2 Q4_K one
- * (matmul_avx2.c) and the word-wise Q6_K and Q4_0 ones match byte for byte. */
+ * (matmul_avx2.c) and the word-wise Q6_K, Q3_K and Q4_0 ones match byte for byte. */
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst);
+/* Rows [r0, r1) of Q3_K records as the Q6_K rows of the same values (what the kernels compute
+ * them as; skv_q3_k_to_q6_k of skv_k16_unpack_rows). */
+void skv_k16_unpack_rows_q6(const void *k16, int n_in, int r0, int r1, void *dst);
 /* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K, Q8_0, Q4_0,
- * Q5_0, Q4_1, Q5_1 at the AVX2 and AVX-512 levels, Q6_K where its kernels are the AVX2 ones (not
- * with AVX-512 VNNI), whose decode and prefill read them as they are (the scalar level unpacks
- * rows). */
+ * Q5_0, Q4_1, Q5_1 and Q3_K at the AVX2 and AVX-512 levels, Q6_K where its kernels are the AVX2
+ * ones (not with AVX-512 VNNI), whose decode and prefill read them as they are (the scalar level
+ * unpacks rows). */
 bool skv_k16_wanted(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
@@ -256,6 +276,7 @@ typedef struct skv_mm {
     int m, n_out, n_in;
     bool w_panels; /* float W in panels (skv_panels_pack) */
     bool w_k16;    /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 or Q6_K W in k16 records (skv_k16_pack) */
+    bool w_q3;     /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
     bool k16_prefetch; /* Q4_K, Q8_0, Q4_*, Q5_* records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in

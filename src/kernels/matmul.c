@@ -45,6 +45,11 @@ static size_t act_amx_row_bytes(skv_type wt, int n) {
 }
 
 /* Float panels take AMX (F16, BF16) from SKV_MM_AMX_MIN_ROWS x rows where the CPU has it. */
+/* Q3_K is read from records only (kernels.h): elsewhere rows of Q6_K. */
+static skv_type rows_type(skv_type wt) {
+    return wt == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : wt;
+}
+
 static bool amx_type(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AMX
     return (wt == SKV_TYPE_F16 || wt == SKV_TYPE_BF16) && skv_simd_has_amx();
@@ -246,7 +251,8 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
 /* a row on the stack: Q4_K and Q4_0 to 16384 values, Q8_0 8672, Q6_K 11008 */
 #define K16_ONE_ROW 9216
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
-    const size_t rb = skv_row_bytes(t->mm.wt, t->mm.n_in);
+    const skv_type rt = rows_type(t->mm.wt);
+    const size_t rb = skv_row_bytes(rt, t->mm.n_in);
     int chunk = K16_CHUNK;
     uint8_t one[K16_ONE_ROW], *rows = malloc(rb * K16_CHUNK), *heap = rows;
     if (!rows && rb <= sizeof one) rows = one, chunk = 1; /* a row at a time: the same bits */
@@ -257,9 +263,14 @@ static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     }
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         const int c1 = r1 - c0 < chunk ? r1 : c0 + chunk;
-        skv_k16_unpack_rows(t->mm.wt, t->mm.w, t->mm.n_in, c0, c1, rows);
+        if (rt != t->mm.wt)
+            skv_k16_unpack_rows_q6(t->mm.w, t->mm.n_in, c0, c1, rows);
+        else
+            skv_k16_unpack_rows(t->mm.wt, t->mm.w, t->mm.n_in, c0, c1, rows);
         skv_mm mm = t->mm;
         mm.w = rows;
+        mm.wt = rt;
+        mm.w_stride = rb;
         mm.w_k16 = false;
         mm.y = t->mm.y + c0;
         mm_block(t, &mm, i0, i1, 0, c1 - c0);
@@ -413,14 +424,17 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
 
 #ifdef SKV_HAVE_MATMUL_AVX2
 /* Whether the kernels of a level (simd: AVX2 or above, avx512: the AVX-512 products) read
- * wt's k16 records as they are: all of the SIMD code for Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1, the
- * AVX2 code only for Q6_K (the VNNI level's Q6_K kernels read rows). skv_k16_wanted and the tasks
- * ask this.
+ * wt's k16 records as they are: all of the SIMD code for Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and
+ * Q3_K (the AVX2 code at every level), the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels
+ * read rows). skv_k16_wanted and the tasks ask this.
  */
 static bool k16_readable(skv_type wt, bool simd, bool avx512) {
     if (!simd || skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0) return false;
     return wt != SKV_TYPE_Q6_K || !(avx512 && skv_simd_has_vnni());
 }
+#endif
+
+#ifdef SKV_HAVE_MATMUL_AVX2
 #endif
 
 static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void *w, skv_type wt,
@@ -440,15 +454,17 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
 #ifdef SKV_HAVE_MATMUL_AVX2
     t->simd = skv_kernels_use_simd();
     t->avx512 = t->simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
-    t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K);
-    t->k_order =
-        t->k_int && t->avx512 && skv_simd_has_vnni() && wt != SKV_TYPE_Q6_K && !t->mm.w_k16;
+    t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K ||
+                           wt == SKV_TYPE_Q3_K);
+    t->k_order = t->k_int && t->avx512 && skv_simd_has_vnni() && rows_type(wt) != SKV_TYPE_Q6_K &&
+                 !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
     t->amx = panels && m >= SKV_MM_AMX_MIN_ROWS && amx_type(wt) && skv_kernels_use_amx();
     if (t->amx) t->bf16 = false;
     t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
-    t->mm.k16_prefetch = t->k16_kernels && wt != SKV_TYPE_Q6_K && skv_kernels_use_k16_prefetch();
+    t->mm.k16_prefetch =
+        t->k16_kernels && rows_type(wt) != SKV_TYPE_Q6_K && skv_kernels_use_k16_prefetch();
 #endif
 }
 
@@ -457,7 +473,8 @@ void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const flo
     for (; n > SKV_MM_GROUP_MAX; n -= SKV_MM_GROUP_MAX, parts += SKV_MM_GROUP_MAX)
         skv_matmul_group(pool, parts, SKV_MM_GROUP_MAX, x, m, wt, layout, n_in, work);
     if (n <= 0 || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
-    if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
+    if ((wt == SKV_TYPE_Q3_K && layout != SKV_MM_K16) ||
+        (layout == SKV_MM_PANELS && skv_act_block(wt)) ||
         (layout == SKV_MM_K16 && skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0))
         return;
     mm_group g;

@@ -1244,8 +1244,13 @@ INLINE __m256i q6_top(__m256i qh, int jj) {
     }
 }
 
-/* Code vectors jj and jj + 4 (values 0..63) of octet h of pair record pr. */
-INLINE void q6_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i *cb) {
+/* Code vectors jj and jj + 4 (values 0..63) of octet h of pair record pr; Q3_K records (q3):
+ * the code + 4 from its planes, + 28, the Q6_K code of the same value. */
+INLINE void q6_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i *cb, bool q3) {
+    if (q3) {
+        q3_rec_codes(pr, h, jj, ca, cb);
+        return;
+    }
     const __m256i m4 = _mm256_set1_epi8(15);
     const __m256i qa = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q6_QH + 32 * h));
     const __m256i qb = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q6_QH + 64 + 32 * h));
@@ -1255,13 +1260,14 @@ INLINE void q6_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i 
 }
 
 INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,
-                    __m256 acc[2]) {
+                    __m256 acc[2], bool q3) {
+    const int pair = q3 ? SKV_K16_Q3_PAIR : SKV_K16_Q6_PAIR;
     __m256i u[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, mm[2] = {u[0], u[1]};
     /* unrolled 2: all 8 (64 steps) made gcc spill (Zen 5, one Q6_K matrix hot, 8192 x 2048 from
      * L3 24 -> 37-41 GB/s) */
 #pragma GCC unroll 2
     for (int p = 0; p < 8; p++) {
-        const uint8_t *pr = rec + SKV_K16_Q6_PAIR * p; /* the pair's bytes, read in order */
+        const uint8_t *pr = rec + pair * p; /* the pair's bytes, read in order */
         const __m256i xpair = _mm256_set1_epi32(xp[p]);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -1271,9 +1277,13 @@ INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, flo
 #pragma GCC unroll 4
             for (int jj = 0; jj < 4; jj++) {
                 __m256i ca, cb;
-                /* 8 lines ahead per 416-byte pair: some twice, none missed */
-                SKV_PREFETCH_AHEAD(pr, 64 * (4 * h + jj));
-                q6_rec_codes(pr, h, jj, &ca, &cb);
+                /* 8 lines ahead per 416-byte pair (4 per 224-byte Q3_K one): some twice, none
+                 * missed */
+                if (!q3 || jj % 2 == 0) SKV_PREFETCH_AHEAD(pr, (q3 ? 32 : 64) * (4 * h + jj));
+                if (q3) /* codes + 4: the 28 more of Q6_K's codes come in below, from M */
+                    q3_rec_codes4(pr, h, jj, &ca, &cb);
+                else
+                    q6_rec_codes(pr, h, jj, &ca, &cb, false);
                 int32_t xa, xb;
                 memcpy(&xa, xr + 32 * p + 4 * jj, 4);
                 memcpy(&xb, xr + 32 * p + 4 * (jj + 4), 4);
@@ -1283,19 +1293,21 @@ INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, flo
             }
         }
     }
-    /* as k_chain4: acc = fma(U, d dx, acc), then fma(M, (d (-32)) dx, acc) */
+    /* as k_chain4: acc = fma(U, d dx, acc), then fma(M, (d (-32)) dx, acc); Q3_K: U of the codes
+     * + 4, and sum sc (code + 4 + 28) x = U + 28 M exactly, the Q6_K code's U */
     const __m256 vdx = _mm256_set1_ps(dx), m32 = _mm256_set1_ps(-32.0f);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        const __m256 d =
-            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q6_D + 16 * h)));
+        if (q3) u[h] = _mm256_add_epi32(u[h], _mm256_mullo_epi32(mm[h], _mm256_set1_epi32(28)));
+        const __m256 d = _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i *)(rec + (q3 ? SKV_K16_Q3_D : SKV_K16_Q6_D) + 16 * h)));
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[h]), _mm256_mul_ps(d, vdx), acc[h]);
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm[h]),
                                  _mm256_mul_ps(_mm256_mul_ps(d, m32), vdx), acc[h]);
     }
 }
 
-static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool q3) {
     const int nsb = mm->n_in / 256;
     const bool pre = nsb <= Q6_MAX_SB;
     int8_t xr[Q6_MAX_SB][256] ALIGNED32;
@@ -1312,18 +1324,25 @@ static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
             for (int s = 0; s < nsb; s++) {
                 const uint8_t *rec = q6_rec(mm, g, s);
                 if (pre) {
-                    q6_step(rec, xr[s], xp[s], a.d[s], acc);
+                    q6_step(rec, xr[s], xp[s], a.d[s], acc, q3);
                 } else {
                     int8_t one[256] ALIGNED32;
                     int32_t onep[8];
                     q6_xr(a.q + 256 * s, one);
                     k_xpairs(a, s, 1, onep);
-                    q6_step(rec, one, onep, a.d[s], acc);
+                    q6_step(rec, one, onep, a.d[s], acc, q3);
                 }
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
     }
+}
+
+static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->w_q3)
+        gemv_q6_rec_t(mm, i0, i1, r0, r1, true);
+    else
+        gemv_q6_rec_t(mm, i0, i1, r0, r1, false);
 }
 
 static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
@@ -1461,21 +1480,16 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
  * 4g..4g+3 of its two groups, 2 of each in a row's lane: the low words of the two make group
  * 2p's 4 codes, the high words group 2p + 1's. */
 static void prep_hk_q6rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
+    const bool q3 = mm->w_q3;
     for (int s = 0; s < nb; s++) {
         const uint8_t *rec = q6_rec(mm, g16, b0 + s);
         uint8_t *q = p->q + 4096 * s;
         for (int pp = 0; pp < 8; pp++) {
-            const uint8_t *pr = rec + SKV_K16_Q6_PAIR * pp;
+            const uint8_t *pr = rec + (q3 ? SKV_K16_Q3_PAIR : SKV_K16_Q6_PAIR) * pp;
             for (int h = 0; h < 2; h++) {
                 __m256i v[8];
-                for (int jj = 0; jj < 4; jj++) q6_rec_codes(pr, h, jj, &v[jj], &v[jj + 4]);
-                for (int g = 0; g < 4; g++) {
-                    const __m256i a = v[2 * g], b = v[2 * g + 1];
-                    const __m256i even = _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xaa);
-                    const __m256i odd = _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xaa);
-                    _mm256_store_si256((__m256i *)(q + 64 * (8 * pp + g) + 32 * h), even);
-                    _mm256_store_si256((__m256i *)(q + 64 * (8 * pp + 4 + g) + 32 * h), odd);
-                }
+                for (int jj = 0; jj < 4; jj++) q6_rec_codes(pr, h, jj, &v[jj], &v[jj + 4], q3);
+                rec_pair_to_k_order(v, q + 512 * pp + 32 * h);
                 /* row k's (sc_2p, sc_2p+1): the mins' pair, and each one in both words */
                 const __m256i sc = _mm256_cvtepi8_epi16(
                     _mm_loadu_si128((const __m128i *)(pr + SKV_K16_Q6_SC + 16 * h)));
@@ -1487,8 +1501,8 @@ static void prep_hk_q6rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb)
             }
         }
         for (int h = 0; h < 2; h++) {
-            const __m256 d =
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q6_D + 16 * h)));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(
+                (const __m128i *)(rec + (q3 ? SKV_K16_Q3_D : SKV_K16_Q6_D) + 16 * h)));
             _mm256_store_ps(p->d + 16 * s + 8 * h, d);
             _mm256_store_ps(p->dm + 16 * s + 8 * h, _mm256_mul_ps(_mm256_set1_ps(-32.0f), d));
         }
@@ -1672,6 +1686,14 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
             gemv_k(mm, i0, i1, r0, r1);
         else
             gemm_k(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_Q3_K: /* records only: the Q6_K code, reading them (kernels.h) */
+        if (mm->w_k16) {
+            skv_mm q6 = *mm;
+            q6.wt = SKV_TYPE_Q6_K;
+            q6.w_q3 = true;
+            skv_matmul_avx2(&q6, i0, i1, r0, r1);
+        }
         break;
     default:
         break;

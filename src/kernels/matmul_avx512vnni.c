@@ -366,6 +366,36 @@ static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int 
     }
 }
 
+/* prep_k16_fill's Q6_K hexads from Q3_K records (kernels.h), as the AVX2 level's prep_hk_q6rec:
+ * a pair's vectors 2G and 2G + 1 hold codes 4G..4G+3 of its two groups, 2 of each in a row's
+ * lane (the low words of the two make group 2p's 4 codes, the high words group 2p + 1's); the
+ * Q6_K codes of the same values (q3_rec_codes), so the Q6_K tiles and the same bits. */
+static void prep_k16_from_q3rec(prep_k16 *p, const skv_mm *mm, int g16, int b0, int nb) {
+    for (int s = 0; s < nb; s++) {
+        const uint8_t *rec = q6_rec(mm, g16, b0 + s);
+        uint8_t *q = p->q + 4096 * s;
+        for (int pp = 0; pp < 8; pp++) {
+            const uint8_t *pr = rec + SKV_K16_Q3_PAIR * pp;
+            for (int h = 0; h < 2; h++) {
+                __m256i v[8];
+                for (int jj = 0; jj < 4; jj++) q3_rec_codes(pr, h, jj, &v[jj], &v[jj + 4]);
+                rec_pair_to_k_order(v, q + 512 * pp + 32 * h);
+                /* row k's (sc_2p, sc_2p+1): the M pair as it is, each scale as an int32 */
+                const __m256i sc = _mm256_cvtepi8_epi16(
+                    _mm_loadu_si128((const __m128i *)(pr + SKV_K16_Q3_SC + 16 * h)));
+                _mm256_store_si256((__m256i *)(p->mn + 128 * s + 16 * pp + 8 * h), sc);
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp) + 8 * h),
+                                   _mm256_srai_epi32(_mm256_slli_epi32(sc, 16), 16));
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp + 1) + 8 * h),
+                                   _mm256_srai_epi32(sc, 16));
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q3_D)));
+        _mm512_store_ps(p->d + 16 * s, d);
+        _mm512_store_ps(p->dm + 16 * s, _mm512_mul_ps(_mm512_set1_ps(-32.0f), d));
+    }
+}
+
 /* mr x rows times NOK hexads over super-blocks [b0, b0 + nb) of x (the hexads start at b0). */
 INLINE void tile_k16(int mr, skv_type t, const act_row *a, int b0, const prep_k16 *const *p, int nb,
                      __m512 acc[MRK][NOK]) {
@@ -491,7 +521,10 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                 const int b0 = kb * KBK, nb = nblk - b0 < KBK ? nblk - b0 : KBK;
                 for (int c = 0; c < no; c++) {
                     if (mm->w_k16) { /* r is a multiple of 16 */
-                        prep_k16_from_rec(&prep[c], mm, r / 16 + c, b0, nb);
+                        if (mm->w_q3)
+                            prep_k16_from_q3rec(&prep[c], mm, r / 16 + c, b0, nb);
+                        else
+                            prep_k16_from_rec(&prep[c], mm, r / 16 + c, b0, nb);
                         continue;
                     }
                     const uint8_t *w[16];
@@ -499,9 +532,10 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
-                /* w_k16 here means Q4_K (Q6_K's records are unpacked at this level) */
+                /* w_k16 here means Q4_K or Q3_K (Q6_K's records are unpacked at this level) */
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK,
-                                              SKV_K16_RECORD, 256, (mc1 - mc0) / MRK);
+                                              mm->w_q3 ? SKV_K16_Q3_RECORD : SKV_K16_RECORD, 256,
+                                              (mc1 - mc0) / MRK);
                 int i = mc0;
                 for (; i + MRK <= mc1; i += MRK) {
                     k16_ahead_some(&ah);
@@ -1161,8 +1195,17 @@ void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
 }
 
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (q8_affine(mm->wt)) { /* Q4_1, Q5_1: the AVX2 code */
-        skv_matmul_avx2(mm, i0, i1, r0, r1);
+    if (q8_affine(mm->wt) || (mm->wt == SKV_TYPE_Q3_K && mm->m < GEMM_Q_MIN_M)) {
+        skv_matmul_avx2(mm, i0, i1, r0, r1); /* Q4_1, Q5_1, Q3_K decode: the AVX2 code */
+        return;
+    }
+    if (mm->wt == SKV_TYPE_Q3_K) { /* prefill: the Q6_K tiles, from the records */
+        if (mm->w_k16) {
+            skv_mm q6 = *mm;
+            q6.wt = SKV_TYPE_Q6_K;
+            q6.w_q3 = true;
+            gemm_k(&q6, i0, i1, r0, r1);
+        }
         return;
     }
     if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0 || mm->wt == SKV_TYPE_Q5_0) {

@@ -950,6 +950,7 @@ int skv_act_block(skv_type wt) {
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
+    case SKV_TYPE_Q3_K: /* records only (kernels.h) */
         return SKV_QK_K;
     default:
         return 0;
@@ -1097,6 +1098,10 @@ _Static_assert(SKV_K16_Q6_QH == SKV_K16_Q6_SC + 32 && SKV_K16_Q6_QL == SKV_K16_Q
                    SKV_K16_Q6_PAIR == SKV_K16_Q6_QL + 256 && SKV_K16_Q6_D == 8 * SKV_K16_Q6_PAIR &&
                    SKV_K16_Q6_D + 32 == SKV_K16_Q6_RECORD && SKV_K16_Q6_RECORD == 16 * 210,
                "the Q6_K record's parts fill it, with the rows' bytes");
+_Static_assert(SKV_K16_Q3_LO == SKV_K16_Q3_SC + 32 && SKV_K16_Q3_HI == SKV_K16_Q3_LO + 128 &&
+                   SKV_K16_Q3_PAIR == SKV_K16_Q3_HI + 64 && SKV_K16_Q3_D == 8 * SKV_K16_Q3_PAIR &&
+                   SKV_K16_Q3_D + 32 == SKV_K16_Q3_RECORD,
+               "the Q3_K record's parts fill it");
 
 static size_t k16_record_bytes(skv_type wt) {
     return wt == SKV_TYPE_Q4_K   ? SKV_K16_RECORD
@@ -1106,6 +1111,7 @@ static size_t k16_record_bytes(skv_type wt) {
            : wt == SKV_TYPE_Q4_1 ? SKV_K16_Q41_RECORD
            : wt == SKV_TYPE_Q5_1 ? SKV_K16_Q51_RECORD
            : wt == SKV_TYPE_Q6_K ? SKV_K16_Q6_RECORD
+           : wt == SKV_TYPE_Q3_K ? SKV_K16_Q3_RECORD
                                  : 0;
 }
 
@@ -1206,6 +1212,87 @@ static void q6_get(const uint8_t *rec, int k, uint8_t *b) {
         b[192 + grp] =
             rec[SKV_K16_Q6_PAIR * (grp / 2) + SKV_K16_Q6_SC + 16 * (k / 8) + 2 * (k % 8) + grp % 2];
     memcpy(b + 208, rec + SKV_K16_Q6_D + 2 * k, 2);
+}
+
+/* Q3_K: where code c (0..255) of a super-block lies in the record, for row k of its group: the
+ * byte of its low 2 bits and their shift, the byte of its third bit and its shift (pairs and
+ * vectors as Q6_K's, q6_place). */
+static void q3_place(int c, int k, int *lo, int *lo_shift, int *hi, int *hi_shift) {
+    const int p = c / 32, gp = c / 16 % 2, j = c % 16 / 2, e = c % 2, h = k / 8, row = k % 8;
+    const int b = 4 * row + 2 * gp + e;
+    *lo = SKV_K16_Q3_PAIR * p + SKV_K16_Q3_LO + 64 * (j / 4) + 32 * h + b;
+    *lo_shift = 2 * (j % 4);
+    *hi = SKV_K16_Q3_PAIR * p + SKV_K16_Q3_HI + 32 * h + b;
+    *hi_shift = j;
+}
+
+static inline int q3_rec_sc_at(int grp, int k) {
+    return SKV_K16_Q3_PAIR * (grp / 2) + SKV_K16_Q3_SC + 16 * (k / 8) + 2 * (k % 8) + grp % 2;
+}
+
+/* Row k's Q3_K super-block b into its record, code by code through q3_place. */
+static void q3r_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+    for (int c = 0; c < SKV_QK_K; c++) {
+        int lo, los, hi, his;
+        q3_place(c, k, &lo, &los, &hi, &his);
+        const int q = q3_code(b, c) + 4;
+        rec[lo] |= (uint8_t)((q & 3) << los);
+        rec[hi] |= (uint8_t)((q >> 2) << his);
+    }
+    for (int grp = 0; grp < 16; grp++)
+        rec[q3_rec_sc_at(grp, k)] = (uint8_t)(int8_t)q3_scale(b, grp);
+    memcpy(rec + SKV_K16_Q3_D + 2 * k, b + 108, 2);
+}
+
+/* The same bytes a 32-bit lane at a time (q6_put's walk): the 256 codes + 4, then per pair p and
+ * vector j the row's lane, and from 8 lanes the row's 2 LO words and its HI word. */
+static void q3r_put(uint8_t *rec, int k, const uint8_t *b) {
+    uint8_t code[SKV_QK_K];
+    for (int n = 0; n < 2; n++)
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                code[128 * n + 32 * c + l] =
+                    (uint8_t)((b[32 + 32 * n + l] >> 2 * c & 3) | (b[l] >> (4 * n + c) & 1) << 2);
+    const int h = k / 8, row = k % 8;
+    for (int p = 0; p < 8; p++) {
+        uint32_t v[8], hi = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *c0 = code + 32 * p + 2 * j, *c1 = c0 + 16;
+            v[j] = (uint32_t)c0[0] | (uint32_t)c0[1] << 8 | (uint32_t)c1[0] << 16 |
+                   (uint32_t)c1[1] << 24;
+            hi |= (v[j] >> 2 & 0x01010101u) << j;
+        }
+        uint8_t *pr = rec + SKV_K16_Q3_PAIR * p;
+        for (int f = 0; f < 2; f++) {
+            uint32_t lo = 0;
+            for (int jj = 0; jj < 4; jj++) lo |= (v[4 * f + jj] & 0x03030303u) << 2 * jj;
+            memcpy(pr + SKV_K16_Q3_LO + 64 * f + 32 * h + 4 * row, &lo, 4);
+        }
+        memcpy(pr + SKV_K16_Q3_HI + 32 * h + 4 * row, &hi, 4);
+        for (int e = 0; e < 2; e++)
+            pr[SKV_K16_Q3_SC + 16 * h + 2 * row + e] = (uint8_t)(int8_t)q3_scale(b, 2 * p + e);
+    }
+    memcpy(rec + SKV_K16_Q3_D + 2 * k, b + 108, 2);
+}
+
+static void q3r_get(const uint8_t *rec, int k, uint8_t *b) {
+    int8_t code[SKV_QK_K];
+    int scale[16];
+    for (int c = 0; c < SKV_QK_K; c++) {
+        int lo, los, hi, his;
+        q3_place(c, k, &lo, &los, &hi, &his);
+        code[c] = (int8_t)((rec[lo] >> los & 3) + 4 * (rec[hi] >> his & 1) - 4);
+    }
+    for (int grp = 0; grp < 16; grp++) scale[grp] = (int8_t)rec[q3_rec_sc_at(grp, k)];
+    q3_pack(b, code, scale,
+            (uint16_t)(rec[SKV_K16_Q3_D + 2 * k] | rec[SKV_K16_Q3_D + 2 * k + 1] << 8));
+}
+
+/* Row k's block as the Q6_K block of the same values. */
+static void q3r_get_q6(const uint8_t *rec, int k, uint8_t *b) {
+    uint8_t q3[Q3_K_BYTES];
+    q3r_get(rec, k, q3);
+    skv_q3_k_to_q6_k(q3, b, 1);
 }
 
 /* The packers' common walk: per 16-row group and block of k16_unit values one record, zeroed
@@ -1378,6 +1465,8 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
         k16_pack_with(wt, w, n_out, n_in, dst, q4k_put_ref);
     else if (wt == SKV_TYPE_Q6_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put_ref);
+    else if (wt == SKV_TYPE_Q3_K)
+        k16_pack_with(wt, w, n_out, n_in, dst, q3r_put_ref);
 }
 
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
@@ -1389,6 +1478,8 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
 #endif
     if (wt == SKV_TYPE_Q6_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put);
+    else if (wt == SKV_TYPE_Q3_K)
+        k16_pack_with(wt, w, n_out, n_in, dst, q3r_put);
     else if (wt == SKV_TYPE_Q4_0)
         k16_pack_with(wt, w, n_out, n_in, dst, q4_put);
     else
@@ -1397,14 +1488,23 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
 
 /* The unpackers' walk, the packers' in reverse: get(record, row k of its group, the block). */
 typedef void (*k16_get_fn)(const uint8_t *rec, int k, uint8_t *blk);
-static void k16_unpack_with(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst,
-                            k16_get_fn get) {
+static void k16_unpack_as(skv_type wt, skv_type out, const void *k16, int n_in, int r0, int r1,
+                          void *dst, k16_get_fn get) {
     const int unit = k16_unit(wt), nb = n_in / unit;
-    const size_t blk = skv_row_bytes(wt, unit), rec_bytes = k16_record_bytes(wt);
+    const size_t blk = skv_row_bytes(out, unit), rec_bytes = k16_record_bytes(wt);
     for (int r = r0; r < r1; r++)
         for (int b = 0; b < nb; b++)
             get((const uint8_t *)k16 + ((size_t)(r / 16) * (size_t)nb + (size_t)b) * rec_bytes,
                 r % 16, (uint8_t *)dst + ((size_t)(r - r0) * (size_t)nb + (size_t)b) * blk);
+}
+
+static void k16_unpack_with(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst,
+                            k16_get_fn get) {
+    k16_unpack_as(wt, wt, k16, n_in, r0, r1, dst, get);
+}
+
+void skv_k16_unpack_rows_q6(const void *k16, int n_in, int r0, int r1, void *dst) {
+    k16_unpack_as(SKV_TYPE_Q3_K, SKV_TYPE_Q6_K, k16, n_in, r0, r1, dst, q3r_get_q6);
 }
 
 static void q4k_get(const uint8_t *rec, int k, uint8_t *b);
@@ -1424,6 +1524,8 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4k_get);
     else if (wt == SKV_TYPE_Q6_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q6_get);
+    else if (wt == SKV_TYPE_Q3_K)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q3r_get);
 }
 
 static void q4k_get(const uint8_t *rec, int k, uint8_t *b) {

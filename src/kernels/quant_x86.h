@@ -311,8 +311,66 @@ static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) { /* Q4_K *
 static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) { /* Q8_0 */
     return k16_at(mm, g, b, 32, SKV_K16_Q8_RECORD);
 }
-static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K */
-    return k16_at(mm, g, s, 256, SKV_K16_Q6_RECORD);
+static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K, Q3_K (w_q3) */
+    return k16_at(mm, g, s, 256, mm->w_q3 ? SKV_K16_Q3_RECORD : SKV_K16_Q6_RECORD);
+}
+
+/* The third bit of each byte of v, bit b (0..7), at bit 2 (value 4). */
+static inline __m256i q3_third(__m256i v, int b) {
+    const __m256i m = _mm256_set1_epi8(4);
+    switch (b) { /* 16-bit shifts: bit 2 of a byte comes from the same byte */
+    case 0:
+        return _mm256_and_si256(_mm256_slli_epi16(v, 2), m);
+    case 1:
+        return _mm256_and_si256(_mm256_slli_epi16(v, 1), m);
+    case 2:
+        return _mm256_and_si256(v, m);
+    case 3:
+        return _mm256_and_si256(_mm256_srli_epi16(v, 1), m);
+    case 4:
+        return _mm256_and_si256(_mm256_srli_epi16(v, 2), m);
+    case 5:
+        return _mm256_and_si256(_mm256_srli_epi16(v, 3), m);
+    case 6:
+        return _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    default:
+        return _mm256_and_si256(_mm256_srli_epi16(v, 5), m);
+    }
+}
+
+/* Q3_K records (kernels.h): code vectors jj and jj + 4 of octet h of pair record pr, each code
+ * + 4 (0..7) from its two planes, in the Q6_K record's order. */
+static inline void q3_rec_codes4(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i *cb) {
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i la = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q3_LO + 32 * h));
+    const __m256i lb = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q3_LO + 64 + 32 * h));
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q3_HI + 32 * h));
+    const __m256i a = _mm256_and_si256(_mm256_srli_epi16(la, 2 * jj), m2);
+    const __m256i b = _mm256_and_si256(_mm256_srli_epi16(lb, 2 * jj), m2);
+    *ca = _mm256_or_si256(a, q3_third(hi, jj));
+    *cb = _mm256_or_si256(b, q3_third(hi, jj + 4));
+}
+
+/* The same + 28: the Q6_K codes (0..63, value (code - 32) d sc) of the same values. */
+static inline void q3_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i *cb) {
+    const __m256i k28 = _mm256_set1_epi8(28);
+    q3_rec_codes4(pr, h, jj, ca, cb);
+    *ca = _mm256_add_epi8(*ca, k28);
+    *cb = _mm256_add_epi8(*cb, k28);
+}
+
+/* A Q6_K (or Q3_K) record pair's 8 code vectors of one octet (q6_rec_codes / q3_rec_codes) in
+ * the prefill hexads' K order, at q (the pair's 512 bytes, + 32 for octet 1): vectors 2g and
+ * 2g + 1 hold codes 4g..4g+3 of the pair's two groups, 2 of each in a row's lane; the low words
+ * of the two make group 2p's 4 codes (to q + 64 g), the high words group 2p + 1's (q + 64 (4 + g)). */
+static inline void rec_pair_to_k_order(const __m256i v[8], uint8_t *q) {
+    for (int g = 0; g < 4; g++) {
+        const __m256i a = v[2 * g], b = v[2 * g + 1];
+        _mm256_store_si256((__m256i *)(q + 64 * g),
+                           _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xaa));
+        _mm256_store_si256((__m256i *)(q + 64 * (4 + g)),
+                           _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xaa));
+    }
 }
 
 /* Prefill fetches the k16 records that its next preparation will read (skv_k16_next_prep) into

@@ -459,17 +459,16 @@ static void *alloc_weights(size_t bytes) {
  * each first write of a page waits for the host (measured: 2.3 GB in 16 s on one thread, 8 s
  * on two), so the copies are written by every core, each its share of 16-row groups (panels,
  * k16 records, rewritten rows) or of 2 MB pieces (copies as stored): the same bytes as one
- * thread's. A matrix stored in a type the kernels do not read (Q3_K) is rewritten in the type
- * it is held in (skv_type_held) on the way, 16 rows at a time through each thread's scratch. */
+ * thread's. Rows of a type the kernels read from records only (Q3_K) are rewritten on the way
+ * as the rows of skv_type_held (COPY_BYTES). */
 typedef enum { COPY_PANELS, COPY_K16, COPY_BYTES } copy_kind;
 typedef struct copy_job {
     copy_kind kind;
-    skv_type from, type; /* stored, held (skv_type_held(from)) */
+    skv_type from, type; /* stored, held */
     const uint8_t *src;  /* rows as stored */
     uint8_t *dst;
     int64_t rows, cols;
-    size_t bytes;     /* COPY_BYTES */
-    uint8_t *scratch; /* rewritten records' rows: [n_threads][16 rows of type] */
+    size_t bytes; /* COPY_BYTES */
 } copy_job;
 
 /* Rows [r0, r1) of a matrix stored in j->from as rows of j->type at dst. */
@@ -493,18 +492,8 @@ static void copy_task(void *arg, int ith, int nth) {
     const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
     if (g0 >= g1) return;
     const int64_t r0 = 16 * g0, r1 = 16 * g1 < j->rows ? 16 * g1 : j->rows;
-    if (j->from != j->type) {
-        if (j->kind == COPY_BYTES) {
-            rewrite_rows(j, r0, r1, j->dst + (size_t)r0 * skv_row_bytes(j->type, j->cols));
-            return;
-        }
-        uint8_t *rows = j->scratch + (size_t)ith * 16 * skv_row_bytes(j->type, j->cols);
-        for (int64_t g = g0; g < g1; g++) {
-            const int64_t a = 16 * g, b = a + 16 < j->rows ? a + 16 : j->rows;
-            rewrite_rows(j, a, b, rows);
-            skv_k16_pack(j->type, rows, (int)(b - a), (int)j->cols,
-                         j->dst + skv_k16_bytes(j->type, (int)a, (int)j->cols));
-        }
+    if (j->from != j->type) { /* COPY_BYTES */
+        rewrite_rows(j, r0, r1, j->dst + (size_t)r0 * skv_row_bytes(j->type, j->cols));
         return;
     }
     const uint8_t *src = j->src + (size_t)r0 * skv_row_bytes(j->type, j->cols);
@@ -516,36 +505,32 @@ static void copy_task(void *arg, int ith, int nth) {
                      j->dst + skv_k16_bytes(j->type, (int)(16 * g0), (int)j->cols));
 }
 
-static bool copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
-                     void *dst, size_t bytes, skv_err *err) {
-    copy_job j = {kind, w->type, skv_type_held(w->type), src, dst, w->rows, w->cols, bytes, NULL};
-    if (j.from != j.type && kind == COPY_K16) {
-        const size_t sb = (size_t)skv_pool_size(pool) * 16 * skv_row_bytes(j.type, j.cols);
-        j.scratch = malloc(sb);
-        if (!j.scratch) {
-            skv_err_set(err, SKV_ERR_NOMEM, "out of memory (%zu bytes)", sb);
-            return false;
-        }
-    }
+static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
+                     void *dst, size_t bytes) {
+    const skv_type held = kind == COPY_BYTES ? skv_type_held(w->type) : w->type;
+    copy_job j = {kind, w->type, held, src, dst, w->rows, w->cols, bytes};
     skv_pool_run(pool, copy_task, &j);
-    free(j.scratch);
-    return true;
 }
 
 /* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
  * kernels stream in decode and prefill (kernels.h); Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 ones at
  * the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in k16 records
  * (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other quantized ones of
- * 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping. The token
+ * 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping. Q3_K ones,
+ * which the kernels read from records only, are records wherever records are read (also with
+ * SKV_NO_HUGE and unpacked: a copy either way), else Q6_K rows of the same values. The token
  * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
  * (pack_matrices); a tied float output gets its own panels, a tied one in records its own
  * records (the embedding rows then come back from the file). */
 typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
 
 /* pack false (skv_model_load_unpacked): rows as stored, in the mapping where the kernels read
- * their type, else rewritten (HOLD_COPY). */
+ * their type, else records or rewritten rows. */
 static hold_kind hold_of(const skv_weight *w, bool pack) {
     const skv_type t = skv_type_held(w->type);
+    if (t != w->type && skv_k16_wanted(w->type) &&
+        skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) != 0)
+        return HOLD_K16;
     if (!pack) return t != w->type ? HOLD_COPY : HOLD_MAPPED;
     if (skv_k16_wanted(t) && !keep_mapped() && skv_k16_bytes(t, (int)w->rows, (int)w->cols) != 0)
         return HOLD_K16;
@@ -554,32 +539,35 @@ static hold_kind hold_of(const skv_weight *w, bool pack) {
     return huge_wanted(skv_row_bytes(t, w->cols) * (size_t)w->rows) ? HOLD_COPY : HOLD_MAPPED;
 }
 
+/* The type w is held in as h: records of its own type, else skv_type_held's rows. */
+static skv_type held_type(const skv_weight *w, hold_kind h) {
+    return h == HOLD_K16 ? w->type : skv_type_held(w->type);
+}
+
 /* The bytes a held row takes (panels and records: a row's share of its group of 16). */
 static size_t held_row_bytes(const skv_weight *w, hold_kind h) {
-    const skv_type t = skv_type_held(w->type);
+    const skv_type t = held_type(w, h);
     return h == HOLD_K16 ? skv_k16_bytes(t, 16, (int)w->cols) / 16 : skv_row_bytes(t, w->cols);
 }
 
 /* Writes w (mapped rows) as held by h into dst, then lets the mapped rows go. */
-static bool hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h,
-                       void *dst, skv_err *err) {
+static void hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h,
+                       void *dst) {
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
-    if (!copy_run(pool,
-                  h == HOLD_K16      ? COPY_K16
-                  : h == HOLD_PANELS ? COPY_PANELS
-                                     : COPY_BYTES,
-                  w, w->data, dst, raw, err))
-        return false;
+    copy_run(pool,
+             h == HOLD_K16      ? COPY_K16
+             : h == HOLD_PANELS ? COPY_PANELS
+                                : COPY_BYTES,
+             w, w->data, dst, raw);
     /* only a tied token embedding is read again, a few rows per token, back from the file */
     skv_gguf_release(m->gguf, w->data, raw);
-    return true;
 }
 
 static bool pack_matrix(skv_model *m, skv_pool *pool, skv_weight *w, bool pack, skv_err *err) {
     if (!w->data || w->copy || w->panels || w->k16) return true; /* absent, or fused already */
     const hold_kind h = hold_of(w, pack);
     if (h == HOLD_MAPPED) return true;
-    const skv_type t = skv_type_held(w->type);
+    const skv_type t = held_type(w, h);
     const size_t bytes = h == HOLD_K16      ? skv_k16_bytes(t, (int)w->rows, (int)w->cols)
                          : h == HOLD_PANELS ? skv_panels_bytes(t, (int)w->rows, (int)w->cols)
                                             : skv_row_bytes(t, w->cols) * (size_t)w->rows;
@@ -588,10 +576,7 @@ static bool pack_matrix(skv_model *m, skv_pool *pool, skv_weight *w, bool pack, 
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the weights (%zu bytes)", bytes);
         return false;
     }
-    if (!hold_write(m, pool, w, h, buf, err)) {
-        free(buf);
-        return false;
-    }
+    hold_write(m, pool, w, h, buf);
     m->weight_bytes += (skv_row_bytes(t, w->cols) - skv_row_bytes(w->type, w->cols)) * w->rows;
     w->type = t;
     if (h == HOLD_K16) w->k16 = buf, w->data = NULL;
@@ -632,13 +617,10 @@ static bool fuse(skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight *cons
         return false;
     }
     size_t off = 0;
-    const skv_type held = skv_type_held(type);
+    const skv_type held = held_type(parts[0], h);
     for (int i = 0; i < n; i++) {
         skv_weight *p = parts[i];
-        if (!hold_write(m, pool, p, h, buf + off, err)) {
-            free(buf); /* parts already written point nowhere: the model is freed on failure */
-            return false;
-        }
+        hold_write(m, pool, p, h, buf + off);
         off += rb * (size_t)p->rows;
         m->weight_bytes += (skv_row_bytes(held, cols) - skv_row_bytes(type, cols)) * p->rows;
         *p = (skv_weight){.type = held, .rows = p->rows, .cols = p->cols};
