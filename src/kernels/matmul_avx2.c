@@ -1216,19 +1216,6 @@ static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
  * each group: x reordered once per x row, q6_xr), two at a time summed in 16 bits (2 x 2 x 63
  * x 127 < 2^15), then vpmaddwd by the two groups' scales. U and M are the exact integers of the
  * rows' code (u_raw, k_chain4), so the same bits. */
-#define Q6_MAX_SB 64 /* x reordered on the stack up to 16384 columns; wider: per step */
-
-/* x codes of super-block s in the records' order: per pair p and vector j, codes 2j, 2j + 1 of
- * group 2p, then of group 2p + 1. */
-INLINE void q6_xr(const int8_t *xq, int8_t xr[256]) {
-    for (int p = 0; p < 8; p++) {
-        const __m128i g0 = _mm_loadu_si128((const __m128i *)(xq + 32 * p));
-        const __m128i g1 = _mm_loadu_si128((const __m128i *)(xq + 32 * p + 16));
-        _mm_storeu_si128((__m128i *)(xr + 32 * p), _mm_unpacklo_epi16(g0, g1));
-        _mm_storeu_si128((__m128i *)(xr + 32 * p + 16), _mm_unpackhi_epi16(g0, g1));
-    }
-}
-
 /* The top 2 bits of vector jj (of 4) of a qh vector, at bits 4-5 of each byte. */
 INLINE __m256i q6_top(__m256i qh, int jj) {
     const __m256i m = _mm256_set1_epi8(0x30);
@@ -1309,29 +1296,18 @@ INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, flo
 
 INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool q3) {
     const int nsb = mm->n_in / 256;
-    const bool pre = nsb <= Q6_MAX_SB;
-    int8_t xr[Q6_MAX_SB][256] ALIGNED32;
-    int32_t xp[Q6_MAX_SB][8];
+    q6_x x;
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 256);
         float *y = mm->y + (size_t)i * mm->n_out;
-        for (int s = 0; pre && s < nsb; s++) {
-            q6_xr(a.q + 256 * s, xr[s]);
-            k_xpairs(a, s, 1, xp[s]);
-        }
+        q6_x_row(&x, a, nsb);
         for (int g = r0 / 16; 16 * g < r1; g++) {
             __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int s = 0; s < nsb; s++) {
-                const uint8_t *rec = q6_rec(mm, g, s);
-                if (pre) {
-                    q6_step(rec, xr[s], xp[s], a.d[s], acc, q3);
-                } else {
-                    int8_t one[256] ALIGNED32;
-                    int32_t onep[8];
-                    q6_xr(a.q + 256 * s, one);
-                    k_xpairs(a, s, 1, onep);
-                    q6_step(rec, one, onep, a.d[s], acc, q3);
-                }
+                const int8_t *xr;
+                const int32_t *xp;
+                q6_x_at(&x, a, s, &xr, &xp);
+                q6_step(q6_rec(mm, g, s), xr, xp, a.d[s], acc, q3);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }

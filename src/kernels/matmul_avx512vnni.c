@@ -396,6 +396,91 @@ static void prep_k16_from_q3rec(prep_k16 *p, const skv_mm *mm, int g16, int b0, 
     }
 }
 
+/* ---- Q3_K records' decode ----------------------------------------------------------------------
+ * The AVX2 code's (gemv_q6_rec, Q3_K) with both octets in one register: a pair's scales and planes
+ * lie as [octet 0 | octet 1], so each load, shift and product serves the 16 rows, and vpdpwssd
+ * takes the scales. The same integers and, per row, the same float chain: the same bits. */
+
+/* The third bit of each byte of v, bit b (0..7), at bit 2 (q3_third's 512-bit twin). */
+INLINE __m512i q3_third512(__m512i v, int b) {
+    const __m512i m = _mm512_set1_epi8(4);
+    switch (b) {
+    case 0:
+        return _mm512_and_si512(_mm512_slli_epi16(v, 2), m);
+    case 1:
+        return _mm512_and_si512(_mm512_slli_epi16(v, 1), m);
+    case 2:
+        return _mm512_and_si512(v, m);
+    case 3:
+        return _mm512_and_si512(_mm512_srli_epi16(v, 1), m);
+    case 4:
+        return _mm512_and_si512(_mm512_srli_epi16(v, 2), m);
+    case 5:
+        return _mm512_and_si512(_mm512_srli_epi16(v, 3), m);
+    case 6:
+        return _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    default:
+        return _mm512_and_si512(_mm512_srli_epi16(v, 5), m);
+    }
+}
+
+INLINE __m512 q3_rec_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,
+                          __m512 acc) {
+    const __m512i m2 = _mm512_set1_epi8(3);
+    __m512i u = _mm512_setzero_si512(), mm = u;
+#pragma GCC unroll 2
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *pr = rec + SKV_K16_Q3_PAIR * p;
+        const __m512i sc =
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q3_SC)));
+        mm = _mm512_dpwssd_epi32(mm, sc, _mm512_set1_epi32(xp[p]));
+        const __m512i la = _mm512_loadu_si512(pr + SKV_K16_Q3_LO);
+        const __m512i lb = _mm512_loadu_si512(pr + SKV_K16_Q3_LO + 64);
+        const __m512i hi = _mm512_loadu_si512(pr + SKV_K16_Q3_HI);
+#pragma GCC unroll 4
+        for (int jj = 0; jj < 4; jj++) {
+            SKV_PREFETCH_AHEAD(pr, 64 * jj); /* 4 lines ahead per 224-byte pair */
+            const __m512i ca = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 2 * jj), m2),
+                                               q3_third512(hi, jj));
+            const __m512i cb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 2 * jj), m2),
+                                               q3_third512(hi, jj + 4));
+            int32_t xa, xb;
+            memcpy(&xa, xr + 32 * p + 4 * jj, 4);
+            memcpy(&xb, xr + 32 * p + 4 * (jj + 4), 4);
+            const __m512i t = _mm512_add_epi16(_mm512_maddubs_epi16(ca, _mm512_set1_epi32(xa)),
+                                               _mm512_maddubs_epi16(cb, _mm512_set1_epi32(xb)));
+            u = _mm512_dpwssd_epi32(u, t, sc);
+        }
+    }
+    /* the codes + 28 more are Q6_K's: U + 28 M, then as k_chain4 */
+    u = _mm512_add_epi32(u, _mm512_mullo_epi32(mm, _mm512_set1_epi32(28)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q3_D)));
+    const __m512 vdx = _mm512_set1_ps(dx);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(d, vdx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mm),
+                           _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(-32.0f)), vdx), acc);
+}
+
+static void gemv_q3_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    const int nsb = mm->n_in / 256;
+    q6_x x;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 256);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        q6_x_row(&x, a, nsb);
+        for (int g = r0 / 16; 16 * g < r1; g++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int s = 0; s < nsb; s++) {
+                const int8_t *xr;
+                const int32_t *xp;
+                q6_x_at(&x, a, s, &xr, &xp);
+                acc = q3_rec_step(k16_at(mm, g, s, 256, SKV_K16_Q3_RECORD), xr, xp, a.d[s], acc);
+            }
+            _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
+        }
+    }
+}
+
 /* mr x rows times NOK hexads over super-blocks [b0, b0 + nb) of x (the hexads start at b0). */
 INLINE void tile_k16(int mr, skv_type t, const act_row *a, int b0, const prep_k16 *const *p, int nb,
                      __m512 acc[MRK][NOK]) {
@@ -1195,17 +1280,20 @@ void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
 }
 
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (q8_affine(mm->wt) || (mm->wt == SKV_TYPE_Q3_K && mm->m < GEMM_Q_MIN_M)) {
-        skv_matmul_avx2(mm, i0, i1, r0, r1); /* Q4_1, Q5_1, Q3_K decode: the AVX2 code */
+    if (q8_affine(mm->wt)) { /* Q4_1, Q5_1: the AVX2 code */
+        skv_matmul_avx2(mm, i0, i1, r0, r1);
         return;
     }
-    if (mm->wt == SKV_TYPE_Q3_K) { /* prefill: the Q6_K tiles, from the records */
-        if (mm->w_k16) {
-            skv_mm q6 = *mm;
-            q6.wt = SKV_TYPE_Q6_K;
-            q6.w_q3 = true;
+    if (mm->wt == SKV_TYPE_Q3_K) { /* records only: decode above, prefill the Q6_K tiles */
+        skv_mm q6 = *mm;
+        q6.wt = SKV_TYPE_Q6_K;
+        q6.w_q3 = true;
+        if (!mm->w_k16)
+            return;
+        else if (mm->m < GEMM_Q_MIN_M)
+            gemv_q3_rec(&q6, i0, i1, r0, r1);
+        else
             gemm_k(&q6, i0, i1, r0, r1);
-        }
         return;
     }
     if (mm->wt == SKV_TYPE_Q8_0 || mm->wt == SKV_TYPE_Q4_0 || mm->wt == SKV_TYPE_Q5_0) {

@@ -359,10 +359,53 @@ static inline void q3_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, _
     *cb = _mm256_add_epi8(*cb, k28);
 }
 
+#define Q6_MAX_SB 64 /* x reordered on the stack up to 16384 columns; wider: per step */
+
+/* x codes of super-block s in the Q6_K / Q3_K records' order: per pair p and vector j, codes 2j,
+ * 2j + 1 of group 2p, then of group 2p + 1. */
+static inline void q6_xr(const int8_t *xq, int8_t xr[256]) {
+    for (int p = 0; p < 8; p++) {
+        const __m128i g0 = _mm_loadu_si128((const __m128i *)(xq + 32 * p));
+        const __m128i g1 = _mm_loadu_si128((const __m128i *)(xq + 32 * p + 16));
+        _mm_storeu_si128((__m128i *)(xr + 32 * p), _mm_unpacklo_epi16(g0, g1));
+        _mm_storeu_si128((__m128i *)(xr + 32 * p + 16), _mm_unpackhi_epi16(g0, g1));
+    }
+}
+
+/* x in the records' order for decode: xr (reordered codes, q6_xr) and xp (group-sum pairs,
+ * k_xpairs) of each super-block, made once per x row where they fit (pre), else per step. */
+typedef struct q6_x {
+    bool pre;
+    int8_t xr[Q6_MAX_SB][256] __attribute__((aligned(32)));
+    int32_t xp[Q6_MAX_SB][8];
+    int8_t one[256] __attribute__((aligned(32)));
+    int32_t onep[8];
+} q6_x;
+
+static inline void q6_x_row(q6_x *x, act_row a, int nsb) {
+    x->pre = nsb <= Q6_MAX_SB;
+    for (int s = 0; x->pre && s < nsb; s++) {
+        q6_xr(a.q + 256 * s, x->xr[s]);
+        k_xpairs(a, s, 1, x->xp[s]);
+    }
+}
+
+/* Super-block s's xr and xp. */
+static inline void q6_x_at(q6_x *x, act_row a, int s, const int8_t **xr, const int32_t **xp) {
+    if (x->pre) {
+        *xr = x->xr[s], *xp = x->xp[s];
+        return;
+    }
+    q6_xr(a.q + 256 * s, x->one);
+    k_xpairs(a, s, 1, x->onep);
+    *xr = x->one, *xp = x->onep;
+}
+
 /* A Q6_K (or Q3_K) record pair's 8 code vectors of one octet (q6_rec_codes / q3_rec_codes) in
  * the prefill hexads' K order, at q (the pair's 512 bytes, + 32 for octet 1): vectors 2g and
  * 2g + 1 hold codes 4g..4g+3 of the pair's two groups, 2 of each in a row's lane; the low words
- * of the two make group 2p's 4 codes (to q + 64 g), the high words group 2p + 1's (q + 64 (4 + g)). */
+ * of the two make group 2p's 4 codes (to q + 64 g), the high words group 2p + 1's (q + 64 (4 + g)).
+ */
 static inline void rec_pair_to_k_order(const __m256i v[8], uint8_t *q) {
     for (int g = 0; g < 4; g++) {
         const __m256i a = v[2 * g], b = v[2 * g + 1];
