@@ -125,6 +125,10 @@ skv_context *skv_context_new(const skv_model *model, const skv_context_params *p
         skv_err_set(err, SKV_ERR_INVALID_ARG, "no model");
         return NULL;
     }
+    if (model->meta_only) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "the model was loaded for its metadata only");
+        return NULL;
+    }
     skv_context_params p = params ? *params : skv_context_default_params();
     const skv_hparams *hp = &model->hp;
     if (p.n_ctx < 0 || p.n_threads < 0 || p.capture_window < 0) {

@@ -315,6 +315,78 @@ static void test_huge_page_weights(void **state) {
     free(f32);
 }
 
+/* Logits [n, n_vocab] of a loaded model. */
+static float *logits_with(const skv_model *m, const int32_t *tokens, int n) {
+    const int nv = skv_model_hparams(m)->n_vocab;
+    skv_context *ctx = test_context(m, SKV_TYPE_F32, n, 2, 0);
+    float *lg = malloc(sizeof(float) * (size_t)n * (size_t)nv);
+    assert_non_null(lg);
+    test_feed(ctx, tokens, n, SKV_LOGITS_ALL, lg);
+    skv_context_free(ctx);
+    return lg;
+}
+
+/* Q3_K, which the kernels read from k16 records only. A level without them (skv_kernels_force_ref
+ * at load) holds each Q3_K matrix as the Q6_K rows of the same values (model.c's rewrite_rows; the
+ * tied embedding is then read from the output's copy, as Q6_K): computed at the SIMD level, those
+ * rows must give the same bits as the records (test_k16: records = Q6_K rows), loaded packed, with
+ * SKV_NO_HUGE and unpacked. weight_bytes counts the rows held: the file's Q3_K bytes for records,
+ * Q6_K's (210 for 110) for rewritten rows. A metadata-only load copies nothing and cannot be run.
+ */
+static void test_q3_k_load_paths(void **state) {
+    (void)state;
+    if (!skv_k16_wanted(SKV_TYPE_Q3_K)) skip(); /* no SIMD level: nothing to compare with */
+    char *f32 = synth_f32(512, 2, 512, 13);
+    skv_quantize_report rep;
+    char *q3 = quantize_to(f32, SKV_TYPE_Q3_K, 2, &rep);
+    assert_int_equal(rep.n_fallback, 0);
+    int32_t tok[24];
+    for (int i = 0; i < 24; i++) tok[i] = 3 + 41 * i % 500;
+    skv_err err = {0};
+    skv_model *m = skv_model_load_meta(q3, &err);
+    assert_non_null(m);
+    const uint64_t stored = skv_model_weight_bytes(m), norms = 256 * 4 * (1 + 2 * 2);
+    assert_null(skv_context_new(m, NULL, &err));
+    assert_non_null(strstr(err.msg, "metadata only"));
+    skv_model_free(m);
+    m = skv_model_load(q3, &err); /* records */
+    assert_non_null(m);
+    assert_int_equal(m->layers[0].w_down.type, SKV_TYPE_Q3_K);
+    assert_non_null(m->layers[0].w_down.k16);
+    assert_true(skv_model_weight_bytes(m) == stored);
+    float *a = logits_with(m, tok, 24);
+    const int nv = skv_model_hparams(m)->n_vocab;
+    skv_model_free(m);
+    for (int mode = 0; mode < 3; mode++) { /* packed, SKV_NO_HUGE, unpacked */
+        if (mode == 1) setenv("SKV_NO_HUGE", "1", 1);
+        skv_kernels_force_ref(true);
+        m = mode == 2 ? skv_model_load_unpacked(q3, &err) : skv_model_load(q3, &err);
+        skv_kernels_force_ref(false);
+        unsetenv("SKV_NO_HUGE");
+        assert_non_null(m);
+        const skv_layer_weights *L = &m->layers[0];
+        const skv_weight *w[] = {skv_weight_present(&L->wqkv) ? &L->wqkv : &L->wq, &L->w_down,
+                                 &L->w_up, &m->output, &m->tok_embd};
+        for (int k = 0; k < 5; k++) {
+            assert_int_equal(w[k]->type, SKV_TYPE_Q6_K);
+            assert_null(w[k]->k16);
+            assert_non_null(w[k]->data);
+        }
+        assert_ptr_equal(m->tok_embd.data, m->output.copy);
+        assert_true(skv_model_weight_bytes(m) == norms + (stored - norms) / 110 * 210);
+        float *b = logits_with(m, tok, 24);
+        if (memcmp(a, b, sizeof(float) * 24 * (size_t)nv) != 0)
+            fail_msg("Q6_K rows loaded in mode %d: other bits than the Q3_K records", mode);
+        free(b);
+        skv_model_free(m);
+    }
+    free(a);
+    unlink(q3);
+    unlink(f32);
+    free(q3);
+    free(f32);
+}
+
 /* A Q4_K_M file fuses q/k/v only in the layers whose attn_v stays Q4_K (the mix gives some
  * layers a Q6_K attn_v), gate/up in every layer: the context's buffers must cover the mix, and
  * prefill logits, and decode logits token by token, must be the same bits as from the
@@ -734,6 +806,7 @@ int main(void) {
         cmocka_unit_test(test_kquants_on_wide_model),
         cmocka_unit_test(test_kquant_fallback_to_q8_0),
         cmocka_unit_test(test_huge_page_weights),
+        cmocka_unit_test(test_q3_k_load_paths),
         cmocka_unit_test(test_partial_fusion),
         cmocka_unit_test(test_structure_preserved),
         cmocka_unit_test(test_threads_synth_and_requant),

@@ -55,8 +55,8 @@ const char *cli_model_path(const char *cmd, const char *explicit_path);
 /* Loads the model, printing the library's message on failure; cli_model_rc is then the exit
  * status to return: 2 for a missing, malformed or unsupported file (bad input), 1 otherwise. */
 skv_model *cli_load_model(const char *cmd, const char *path);
-/* unpacked: the matrices stay in the file mapping (skv_model_load_unpacked), for metadata */
-skv_model *cli_load_model_as(const char *cmd, const char *path, bool unpacked);
+/* meta: the matrices stay in the file mapping, not to be run (skv_model_load_meta) */
+skv_model *cli_load_model_as(const char *cmd, const char *path, bool meta);
 extern int cli_model_rc;
 
 /* Writes s as a JSON string literal (quotes and escapes; invalid UTF-8 bytes as \u00XX). */

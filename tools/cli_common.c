@@ -1,7 +1,7 @@
 /* cli_common.c — option parsing and error helpers shared by the subcommands. */
 #include "cli.h"
 #include "eval/eval.h"
-#include "model/model.h" /* skv_model_load_unpacked */
+#include "model/model.h" /* skv_model_load_meta */
 
 #include <ctype.h>
 #include <errno.h>
@@ -185,9 +185,9 @@ skv_model *cli_load_model(const char *cmd, const char *path) {
     return cli_load_model_as(cmd, path, false);
 }
 
-skv_model *cli_load_model_as(const char *cmd, const char *path, bool unpacked) {
+skv_model *cli_load_model_as(const char *cmd, const char *path, bool meta) {
     skv_err err = {0};
-    skv_model *m = unpacked ? skv_model_load_unpacked(path, &err) : skv_model_load(path, &err);
+    skv_model *m = meta ? skv_model_load_meta(path, &err) : skv_model_load(path, &err);
     if (!m) cli_error(cmd, "%s", err.msg);
     /* a file that is missing, malformed or of an unsupported kind is bad input (exit 2) */
     cli_model_rc = !m && err.status == SKV_ERR_NOMEM ? 1 : 2;

@@ -216,8 +216,8 @@ void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void 
  * at a time: x is quantized once (work as for skv_matmul; BF16 panels without work take the
  * float path) and the pool runs once, so no thread waits between the products. The same bits as
  * one call per part. The y_j must not overlap each other or x; parts with n_out <= 0 are
- * skipped; panels of a quantized type and k16 records of a type other than Q4_K / Q8_0 / Q4_0 /
- * Q6_K do nothing (as skv_matmul_panels and skv_matmul_k16). */
+ * skipped; panels of a quantized type and k16 records of a type without them do nothing (as
+ * skv_matmul_panels and skv_matmul_k16); Q3_K other than in records gives NaN outputs. */
 #define SKV_MM_GROUP_MAX 3
 typedef enum skv_mm_layout { SKV_MM_ROWS, SKV_MM_PANELS, SKV_MM_K16 } skv_mm_layout;
 typedef struct skv_mm_part {
@@ -275,8 +275,9 @@ typedef struct skv_mm {
     skv_type wt;
     int m, n_out, n_in;
     bool w_panels; /* float W in panels (skv_panels_pack) */
-    bool w_k16;    /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 or Q6_K W in k16 records (skv_k16_pack) */
-    bool w_q3;     /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
+    bool w_k16; /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K or Q3_K W in k16 records (skv_k16_pack)
+                 */
+    bool w_q3;  /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
     bool k16_prefetch; /* Q4_K, Q8_0, Q4_*, Q5_* records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in

@@ -44,12 +44,12 @@ static size_t act_amx_row_bytes(skv_type wt, int n) {
 #endif
 }
 
-/* Float panels take AMX (F16, BF16) from SKV_MM_AMX_MIN_ROWS x rows where the CPU has it. */
 /* Q3_K is read from records only (kernels.h): elsewhere rows of Q6_K. */
 static skv_type rows_type(skv_type wt) {
     return wt == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : wt;
 }
 
+/* Float panels take AMX (F16, BF16) from SKV_MM_AMX_MIN_ROWS x rows where the CPU has it. */
 static bool amx_type(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AMX
     return (wt == SKV_TYPE_F16 || wt == SKV_TYPE_BF16) && skv_simd_has_amx();
@@ -425,16 +425,13 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
 #ifdef SKV_HAVE_MATMUL_AVX2
 /* Whether the kernels of a level (simd: AVX2 or above, avx512: the AVX-512 products) read
  * wt's k16 records as they are: all of the SIMD code for Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and
- * Q3_K (the AVX2 code at every level), the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels
- * read rows). skv_k16_wanted and the tasks ask this.
+ * Q3_K, the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels read rows). skv_k16_wanted and
+ * the tasks ask this.
  */
 static bool k16_readable(skv_type wt, bool simd, bool avx512) {
     if (!simd || skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0) return false;
     return wt != SKV_TYPE_Q6_K || !(avx512 && skv_simd_has_vnni());
 }
-#endif
-
-#ifdef SKV_HAVE_MATMUL_AVX2
 #endif
 
 static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void *w, skv_type wt,
@@ -473,8 +470,13 @@ void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const flo
     for (; n > SKV_MM_GROUP_MAX; n -= SKV_MM_GROUP_MAX, parts += SKV_MM_GROUP_MAX)
         skv_matmul_group(pool, parts, SKV_MM_GROUP_MAX, x, m, wt, layout, n_in, work);
     if (n <= 0 || m <= 0 || n_in <= 0 || skv_row_bytes(wt, n_in) == 0) return;
-    if ((wt == SKV_TYPE_Q3_K && layout != SKV_MM_K16) ||
-        (layout == SKV_MM_PANELS && skv_act_block(wt)) ||
+    if (wt == SKV_TYPE_Q3_K && layout != SKV_MM_K16) { /* records only: no results to give */
+        for (int j = 0; j < n; j++)
+            for (size_t e = 0; e < (size_t)m * (size_t)SKV_MAX(parts[j].n_out, 0); e++)
+                parts[j].y[e] = NAN;
+        return;
+    }
+    if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
         (layout == SKV_MM_K16 && skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0))
         return;
     mm_group g;

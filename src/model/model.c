@@ -661,7 +661,11 @@ static bool pack_matrices(skv_model *m, bool pack, skv_err *err) {
     return true;
 }
 
-static skv_model *load(const char *path, bool with_vocab, bool pack, skv_err *err) {
+/* How far load goes with the matrices: held for the kernels (packed), runnable from the rows
+ * (unpacked), or not at all (meta). */
+typedef enum { LOAD_PACKED, LOAD_UNPACKED, LOAD_META } load_mode;
+
+static skv_model *load(const char *path, bool with_vocab, load_mode mode, skv_err *err) {
     skv_model *m = calloc(1, sizeof *m);
     if (!m) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
@@ -675,7 +679,9 @@ static skv_model *load(const char *path, bool with_vocab, bool pack, skv_err *er
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) || !pack_matrices(m, pack, err))
+    m->meta_only = mode == LOAD_META;
+    if (!load_hparams(&ld, err) || !load_tensors(&ld, err) ||
+        (mode != LOAD_META && !pack_matrices(m, mode == LOAD_PACKED, err)))
         goto fail;
     free(ld.used);
     ld.used = NULL;
@@ -696,15 +702,19 @@ fail:
 }
 
 skv_model *skv_model_load(const char *path, skv_err *err) {
-    return load(path, true, true, err);
+    return load(path, true, LOAD_PACKED, err);
 }
 
 skv_model *skv_model_load_weights(const char *path, skv_err *err) {
-    return load(path, false, true, err);
+    return load(path, false, LOAD_PACKED, err);
 }
 
 skv_model *skv_model_load_unpacked(const char *path, skv_err *err) {
-    return load(path, true, false, err);
+    return load(path, true, LOAD_UNPACKED, err);
+}
+
+skv_model *skv_model_load_meta(const char *path, skv_err *err) {
+    return load(path, true, LOAD_META, err);
 }
 
 const skv_hparams *skv_model_hparams(const skv_model *m) {

@@ -58,6 +58,7 @@ struct skv_model {
     skv_layer_weights *layers; /* [n_layer] */
     uint64_t weight_bytes;
     skv_type weight_type;
+    bool meta_only; /* skv_model_load_meta: not to be run (skv_context_new refuses it) */
 };
 
 /* Loads hparams and weights but no vocabulary (tests of the forward arithmetic on files whose
@@ -69,5 +70,10 @@ skv_model *skv_model_load_weights(const char *path, skv_err *err);
  * model): for readers of metadata such as `sparsekv info`. The forward pass still works, on the
  * slower unpacked paths. */
 skv_model *skv_model_load_unpacked(const char *path, skv_err *err);
+
+/* The same for metadata only: nothing is copied or rewritten, not even the matrices whose
+ * stored type the kernels do not read as rows (Q3_K, which skv_model_load_unpacked must make
+ * records or Q6_K rows of: seconds for a large model); skv_context_new refuses such a model. */
+skv_model *skv_model_load_meta(const char *path, skv_err *err);
 
 #endif
