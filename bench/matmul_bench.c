@@ -64,7 +64,7 @@ static double tstop(void) {
     return m;
 }
 
-/* Weights as a loaded model holds them: float in panels, Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K,
+/* Weights as a loaded model holds them: float in panels, Q4_K, Q5_K, Q8_0, Q4_*, Q5_*, Q6_K,
  * Q3_K in k16 records where skv_k16_wanted says so, others as stored. */
 static void mm(skv_pool *pool, float *y, const float *x, int m, const void *w, skv_type t,
                int n_out, int n_in, void *work) {

@@ -237,28 +237,30 @@ static void test_bf16_gemv_halves(void **s) {
 static void test_k16_extremes(void **s) {
     (void)s;
     enum { N_IN = 512, N_OUT = 32, M = 4 };
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
-                              SKV_TYPE_Q4_1, SKV_TYPE_Q5_1, SKV_TYPE_Q3_K};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
+                              SKV_TYPE_Q5_1, SKV_TYPE_Q3_K, SKV_TYPE_Q5_K};
     float x[M * N_IN], y[M * N_OUT], y16[M * N_OUT];
     for (int i = 0; i < M; i++)
         for (int k = 0; k < N_IN; k++) x[i * N_IN + k] = i % 2 ? -1.0f : 1.0f;
-    for (int ti = 0; ti < 6; ti++) {
+    for (int ti = 0; ti < 7; ti++) {
         const skv_type t = types[ti], rt = t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
         const size_t rb = skv_row_bytes(t, N_IN), bb = skv_type_block_bytes(t);
         uint8_t *w = malloc(rb * N_OUT), *k16 = malloc(skv_k16_bytes(t, N_OUT, N_IN));
         /* d = 2^-7 (m = 0): a code's value is exact; Q8_0 127, Q4_0 7, Q5_0 15, Q4_1 15, Q5_1 31,
-         * Q3_K 31 x 3 */
+         * Q3_K 31 x 3, Q5_K 63 x 31 (dmin 0) */
         const float top = t == SKV_TYPE_Q8_0   ? 127.0f
                           : t == SKV_TYPE_Q4_0 ? 7.0f
                           : t == SKV_TYPE_Q5_1 ? 31.0f
                           : t == SKV_TYPE_Q3_K ? 93.0f
+                          : t == SKV_TYPE_Q5_K ? 1953.0f
                                                : 15.0f; /* Q4_1, and Q5_0's 31 - 16 */
         for (size_t b = 0; b < rb * N_OUT / bb; b++) {
             uint8_t *blk = w + b * bb;
             memset(blk, t == SKV_TYPE_Q8_0 ? 0x7f : 0xff, bb);
             const uint16_t d = skv_f32_to_f16(0.0078125f);
             memcpy(blk + (t == SKV_TYPE_Q3_K ? 108 : 0), &d, 2);
-            if (t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1) memset(blk + 2, 0, 2); /* m = 0 */
+            if (t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1 || t == SKV_TYPE_Q5_K)
+                memset(blk + 2, 0, 2); /* m = 0 */
         }
         skv_k16_pack(t, w, N_OUT, N_IN, k16);
         uint8_t *wr = w; /* the rows the product of the records must match */
@@ -346,11 +348,11 @@ static void test_k16_next_prep(void **s) {
     assert_true(checked > 10000);
 }
 
-/* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K and Q3_K in k16 records: unpacking gives back the rows
- * byte for byte (any row range), and the products are the same bits as from the rows (Q3_K: its
- * Q6_K rows, skv_q3_k_to_q6_k, which skv_k16_unpack_rows_q6 gives too), for any m, thread count and
- * SIMD level (the SIMD kernels read the records; the scalar level unpacks them); all but Q6_K and
- * Q3_K decode with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups
+/* Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K and Q3_K in k16 records: unpacking gives back the
+ * rows byte for byte (any row range), and the products are the same bits as from the rows (Q3_K:
+ * its Q6_K rows, skv_q3_k_to_q6_k, which skv_k16_unpack_rows_q6 gives too), for any m, thread count
+ * and SIMD level (the SIMD kernels read the records; the scalar level unpacks them); all but Q6_K
+ * and Q3_K decode with and without the prefetched streams (skv_kernels_k16_prefetch). Ragged groups
  * (n_out % 16), several tiles and column blocks, NaN rows of x. */
 static void test_k16(void **s) {
     (void)s;
@@ -361,9 +363,10 @@ static void test_k16(void **s) {
      * in prefill) */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
-    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q4_0,
-                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1, SKV_TYPE_Q3_K};
-    for (int ti = 0; ti < 8; ti++)
+    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K,
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
+                              SKV_TYPE_Q5_1, SKV_TYPE_Q3_K, SKV_TYPE_Q5_K};
+    for (int ti = 0; ti < 9; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];
@@ -377,13 +380,14 @@ static void test_k16(void **s) {
                     continue;
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
-                /* Q4_K records are 2.8% larger than the rows, Q3_K ones 3.6% (114 bytes a row's
-                 * super-block); the others hold the rows' bytes */
-                assert_int_equal(kb, t == SKV_TYPE_Q4_K
-                                         ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
-                                     : t == SKV_TYPE_Q3_K
-                                         ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 114
-                                         : (size_t)(n_out + 15) / 16 * 16 * rb);
+                /* Q4_K records are 2.8% larger than the rows, Q5_K ones 2.3% (180 bytes a row's
+                 * super-block), Q3_K ones 3.6% (114); the others hold the rows' bytes */
+                assert_int_equal(
+                    kb, t == SKV_TYPE_Q4_K
+                            ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
+                        : t == SKV_TYPE_Q5_K ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 180
+                        : t == SKV_TYPE_Q3_K ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 114
+                                             : (size_t)(n_out + 15) / 16 * 16 * rb);
                 float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
                 uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
                         *back = malloc(kb > rb * n_out ? kb : rb * n_out);

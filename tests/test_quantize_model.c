@@ -251,7 +251,7 @@ static void test_huge_page_weights(void **state) {
             skv_model *m = skv_model_load(path, &err);
             assert_non_null(m);
             const skv_weight *down = &m->layers[0].w_down;
-            /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 at the SIMD levels, Q6_K without VNNI: k16 records
+            /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_* at the SIMD levels, Q6_K without VNNI: k16 records
              * (skv_k16_wanted); Q3_K records at the SIMD levels whatever SKV_NO_HUGE says (the
              * kernels read Q3_K from records only), else a copy of its Q6_K rows */
             const bool q3rec = types[k] == SKV_TYPE_Q3_K && skv_k16_wanted(SKV_TYPE_Q3_K);

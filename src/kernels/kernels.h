@@ -120,7 +120,11 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  *   sc[8][16]        the 6-bit scale of sub-block j of row k
  *   mn[4][16][2]     the 6-bit mins of sub-blocks 2p and 2p + 1 of row k
  *   d[16], dmin[16]  f16
- * (2.8% more bytes than the rows.)
+ * (2.8% more bytes than the rows.) Q5_K W likewise (SKV_K16_Q5K_RECORD bytes): the Q4_K record of
+ * the codes' low 4 bits, then their fifth bits:
+ *   h[8][4][2]       sub-block j, group gp: a uint64 for the low nibbles (bit 4k + e: the fifth
+ *                    bit of the low-nibble code of byte e of row k) and one for the high nibbles
+ * (2.3% more bytes than the rows.)
  * Q8_0 W in k16 records too (the AVX2 and AVX-512 levels):
  * per group of 16 rows and block b of 32 values one record of SKV_K16_Q8_RECORD bytes at index
  * (row / 16) * (n_in / 32) + b:
@@ -166,7 +170,9 @@ void skv_matmul_panels(skv_pool *pool, float *y, const float *x, int m, const vo
  * other types, SIZE_MAX on overflow. */
 #define SKV_K16_RECORD 2368
 enum { SKV_K16_Q = 0, SKV_K16_SC = 2048, SKV_K16_MN = 2176, SKV_K16_D = 2304, SKV_K16_DMIN = 2336 };
-#define SKV_K16_Q8_RECORD 544
+#define SKV_K16_Q5K_RECORD 2880
+#define SKV_K16_Q5K_H      2368
+#define SKV_K16_Q8_RECORD  544
 enum { SKV_K16_Q8_D = 0, SKV_K16_Q8_Q = 32 };
 #define SKV_K16_Q4_RECORD 288
 enum { SKV_K16_Q4_D = 0, SKV_K16_Q4_Q = 32 };
@@ -194,8 +200,8 @@ enum { SKV_K16_Q6_SC = 0, SKV_K16_Q6_QH = 32, SKV_K16_Q6_QL = 160, SKV_K16_Q6_D 
 #define SKV_K16_Q3_PAIR   224
 enum { SKV_K16_Q3_SC = 0, SKV_K16_Q3_LO = 32, SKV_K16_Q3_HI = 160, SKV_K16_Q3_D = 1792 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out rows w of type wt (Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K or Q3_K) into records (dst:
- * skv_k16_bytes); _ref is the plain C version, code by code, which the AVX2 Q4_K one
+/* n_out rows w of type wt (Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K or Q3_K) into records
+ * (dst: skv_k16_bytes); _ref is the plain C version, code by code, which the AVX2 Q4_K one
  * (matmul_avx2.c) and the word-wise Q6_K, Q3_K and Q4_0 ones match byte for byte. */
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
@@ -204,10 +210,10 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
 /* Rows [r0, r1) of Q3_K records as the Q6_K rows of the same values (what the kernels compute
  * them as; skv_q3_k_to_q6_k of skv_k16_unpack_rows). */
 void skv_k16_unpack_rows_q6(const void *k16, int n_in, int r0, int r1, void *dst);
-/* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K, Q8_0, Q4_0,
- * Q5_0, Q4_1, Q5_1 and Q3_K at the AVX2 and AVX-512 levels, Q6_K where its kernels are the AVX2
- * ones (not with AVX-512 VNNI), whose decode and prefill read them as they are (the scalar level
- * unpacks rows). */
+/* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K, Q5_K, Q8_0,
+ * Q4_0, Q5_0, Q4_1, Q5_1 and Q3_K at the AVX2 and AVX-512 levels, Q6_K where its kernels are the
+ * AVX2 ones (not with AVX-512 VNNI), whose decode and prefill read them as they are (the scalar
+ * level unpacks rows). */
 bool skv_k16_wanted(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);
@@ -274,10 +280,10 @@ typedef struct skv_mm {
     size_t w_stride, xq_stride;
     skv_type wt;
     int m, n_out, n_in;
-    bool w_panels; /* float W in panels (skv_panels_pack) */
-    bool w_k16; /* Q4_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K or Q3_K W in k16 records (skv_k16_pack)
-                 */
-    bool w_q3;  /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
+    bool w_panels;     /* float W in panels (skv_panels_pack) */
+    bool w_k16;        /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_*, Q6_K or Q3_K W in k16 records (skv_k16_pack)
+                        */
+    bool w_q3;         /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
     bool k16_prefetch; /* Q4_K, Q8_0, Q4_*, Q5_* records' decode: skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in

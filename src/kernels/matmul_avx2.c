@@ -1091,8 +1091,16 @@ INLINE void gemv_rows(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type
  * spilled them: Zen 5, 512 x 2048 from L2, 37 GB/s against 49 for one group at a time; now 53).
  * 16 registers hold the 8 partial sums, the x pair and the codes; U waits in memory (8 sums per
  * sub-block). pf: each line asked for skv_k16_ahead_cpu bytes ahead. */
+/* Q5_K records (q5): each nibble vector gets its fifth bits (unpack_fifth_bits), and the 16-bit
+ * sums go into U every 2 groups (4 x 31 x 127 each). */
+INLINE __m256i k16_sc(const uint8_t *rec, int j, int c) { /* sub-block j's scales in both words */
+    const __m256i sc =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + SKV_K16_SC + 16 * j + 8 * c)));
+    return _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+}
+
 INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const int32_t *xp,
-                      __m256 dx, __m256 (*acc)[2], bool pf) {
+                      __m256 dx, __m256 (*acc)[2], bool pf, bool q5) {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256i u[K16_STREAMS][2];
 #pragma GCC unroll 4
@@ -1101,8 +1109,9 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
         __m256i t[K16_STREAMS][2];
 #pragma GCC unroll 4
         for (int q = 0; q < ns; q++) {
-            /* the scales, mins and d: lines 32-36 of 37 */
+            /* the scales, mins and d: lines 32-36 of 37 (Q5_K: and the fifth bits, 37-44) */
             if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
+            if (pf && q5) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + SKV_K16_Q5K_H + 64 * j);
             t[q][0] = t[q][1] = _mm256_setzero_si256();
         }
 /* unrolled 2: at 4, gcc spilled partial sums (Zen 5, 8192 x 2048 from L3 31 -> 50 GB/s) */
@@ -1119,23 +1128,30 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
 #pragma GCC unroll 2
                 for (int c = 0; c < 2; c++) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(r + 32 * c));
-                    t[q][c] = _mm256_add_epi16(
-                        t[q][c],
-                        _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, m4), x0),
-                                         _mm256_maddubs_epi16(
-                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x1)));
+                    __m256i lo = _mm256_and_si256(v, m4),
+                            hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if (q5) {
+                        const uint8_t *h = rec[q] + SKV_K16_Q5K_H + 16 * (4 * j + gp) + 4 * c;
+                        lo = _mm256_or_si256(lo, unpack_fifth_bits(h));
+                        hi = _mm256_or_si256(hi, unpack_fifth_bits(h + 8));
+                    }
+                    t[q][c] =
+                        _mm256_add_epi16(t[q][c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0),
+                                                                   _mm256_maddubs_epi16(hi, x1)));
+                    if (q5 && gp % 2 == 1) { /* 2 groups of 2 x 31 x 127 each: into U */
+                        u[q][c] = _mm256_add_epi32(
+                            u[q][c], _mm256_madd_epi16(t[q][c], k16_sc(rec[q], j, c)));
+                        t[q][c] = _mm256_setzero_si256();
+                    }
                 }
             }
         }
 #pragma GCC unroll 4
-        for (int q = 0; q < ns; q++)
+        for (int q = 0; q < ns && !q5; q++)
 #pragma GCC unroll 2
-            for (int c = 0; c < 2; c++) {
-                __m256i sc = _mm256_cvtepu8_epi32(
-                    _mm_loadl_epi64((const __m128i *)(rec[q] + SKV_K16_SC + 16 * j + 8 * c)));
-                sc = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-                u[q][c] = _mm256_add_epi32(u[q][c], _mm256_madd_epi16(t[q][c], sc));
-            }
+            for (int c = 0; c < 2; c++)
+                u[q][c] =
+                    _mm256_add_epi32(u[q][c], _mm256_madd_epi16(t[q][c], k16_sc(rec[q], j, c)));
     }
     const __m256 neg = _mm256_set1_ps(-1.0f);
 #pragma GCC unroll 4
@@ -1164,7 +1180,7 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
 /* With streams (mm->k16_prefetch) the rows' groups in K16_STREAMS quarters read at once, each
  * line asked for skv_k16_ahead_cpu bytes ahead, as the VNNI level's gemv_k16; without, one group
  * after the other. streams is a constant after inlining. */
-INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
+INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams, bool q5) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
     for (int i = i0; i < i1; i++) {
@@ -1183,7 +1199,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
                 const __m256 dx = _mm256_set1_ps(a.d[s]);
                 const uint8_t *rec[K16_STREAMS];
                 for (int q = 0; q < K16_STREAMS; q++) rec[q] = k16_rec(mm, ga + q * h + j, s);
-                k16_steps(K16_STREAMS, rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc, true);
+                k16_steps(K16_STREAMS, rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc, true, q5);
             }
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -1197,7 +1213,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
                 if (!pre) k_xpairs(a, s, 0, one);
                 const uint8_t *rec = k16_rec(mm, g, s);
                 k16_steps(1, &rec, a.q + 256 * s, pre ? xp[s] : one, _mm256_set1_ps(a.d[s]), &acc,
-                          streams);
+                          streams, q5);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
@@ -1205,10 +1221,15 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
 }
 
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_prefetch)
-        gemv_k16_run(mm, i0, i1, r0, r1, true);
+    const bool q5 = mm->wt == SKV_TYPE_Q5_K;
+    if (mm->k16_prefetch && q5)
+        gemv_k16_run(mm, i0, i1, r0, r1, true, true);
+    else if (mm->k16_prefetch)
+        gemv_k16_run(mm, i0, i1, r0, r1, true, false);
+    else if (q5)
+        gemv_k16_run(mm, i0, i1, r0, r1, false, true);
     else
-        gemv_k16_run(mm, i0, i1, r0, r1, false);
+        gemv_k16_run(mm, i0, i1, r0, r1, false, false);
 }
 
 /* Decode from Q6_K k16 records (kernels.h): per pair of scale groups and octet, 8 code vectors
@@ -1330,7 +1351,10 @@ static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
             gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q4_K);
         break;
     case SKV_TYPE_Q5_K:
-        gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
+        if (mm->w_k16)
+            gemv_k16(mm, i0, i1, r0, r1);
+        else
+            gemv_rows(mm, i0, i1, r0, r1, SKV_TYPE_Q5_K);
         break;
     default:
         if (mm->w_k16)
@@ -1415,6 +1439,7 @@ INLINE void prep_hk_rows(prep_hk *p, const uint8_t *const *w, skv_type t, int b0
 /* The same from the k16 records of 16-row group g16: the nibbles split, the scales widened. */
 static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
     const __m256i m4 = _mm256_set1_epi8(15);
+    const bool q5 = mm->wt == SKV_TYPE_Q5_K;
     for (int s = 0; s < nb; s++) {
         const uint8_t *rec = k16_rec(mm, g16, b0 + s);
         uint8_t *q = p->q + 4096 * s;
@@ -1423,10 +1448,15 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
                 for (int h = 0; h < 2; h++) {
                     const __m256i v = _mm256_loadu_si256(
                         (const __m256i *)(rec + SKV_K16_Q + 256 * j + 64 * gp + 32 * h));
-                    _mm256_store_si256((__m256i *)(q + 64 * (8 * j + gp) + 32 * h),
-                                       _mm256_and_si256(v, m4));
-                    _mm256_store_si256((__m256i *)(q + 64 * (8 * j + 4 + gp) + 32 * h),
-                                       _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                    __m256i lo = _mm256_and_si256(v, m4),
+                            hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if (q5) { /* the fifth bits (kernels.h) */
+                        const uint8_t *hb = rec + SKV_K16_Q5K_H + 16 * (4 * j + gp) + 4 * h;
+                        lo = _mm256_or_si256(lo, unpack_fifth_bits(hb));
+                        hi = _mm256_or_si256(hi, unpack_fifth_bits(hb + 8));
+                    }
+                    _mm256_store_si256((__m256i *)(q + 64 * (8 * j + gp) + 32 * h), lo);
+                    _mm256_store_si256((__m256i *)(q + 64 * (8 * j + 4 + gp) + 32 * h), hi);
                 }
             for (int h = 0; h < 2; h++) {
                 const __m256i c = _mm256_cvtepu8_epi32(

@@ -340,15 +340,24 @@ INLINE void prep_k16_fill(prep_k16 *p, const uint8_t *const *w, skv_type t, int 
 
 /* prep_k16_fill from the records of group g: the nibbles split, the scales widened. */
 static void prep_k16_from_rec(prep_k16 *p, const skv_mm *mm, int g, int b0, int nb) {
-    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i m4 = _mm512_set1_epi8(15), k16 = _mm512_set1_epi8(16);
+    const bool q5 = mm->wt == SKV_TYPE_Q5_K;
     for (int s = 0; s < nb; s++) {
         const uint8_t *rec = k16_rec(mm, g, b0 + s);
         for (int j = 0; j < 8; j++) {
             for (int gp = 0; gp < 4; gp++) {
                 const __m512i v = _mm512_loadu_si512(rec + SKV_K16_Q + 256 * j + 64 * gp);
-                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * gp, _mm512_and_si512(v, m4));
-                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * (gp + 4),
-                                   _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                __m512i lo = _mm512_and_si512(v, m4),
+                        hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) { /* the fifth bits (kernels.h) */
+                    uint64_t hl, hh;
+                    memcpy(&hl, rec + SKV_K16_Q5K_H + 16 * (4 * j + gp), 8);
+                    memcpy(&hh, rec + SKV_K16_Q5K_H + 16 * (4 * j + gp) + 8, 8);
+                    lo = _mm512_mask_add_epi8(lo, (__mmask64)hl, lo, k16);
+                    hi = _mm512_mask_add_epi8(hi, (__mmask64)hh, hi, k16);
+                }
+                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * gp, lo);
+                _mm512_store_si512(p->q + 4096 * s + 512 * j + 64 * (gp + 4), hi);
             }
             _mm512_store_si512(p->sc + 256 * s + 16 * j,
                                _mm512_cvtepu8_epi32(
@@ -617,10 +626,13 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
-                /* w_k16 here means Q4_K or Q3_K (Q6_K's records are unpacked at this level) */
-                k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK,
-                                              mm->w_q3 ? SKV_K16_Q3_RECORD : SKV_K16_RECORD, 256,
-                                              (mc1 - mc0) / MRK);
+                /* w_k16 here means Q4_K, Q5_K or Q3_K (Q6_K's records are unpacked at this
+                 * level) */
+                const size_t rb = mm->w_q3             ? SKV_K16_Q3_RECORD
+                                  : t == SKV_TYPE_Q5_K ? SKV_K16_Q5K_RECORD
+                                                       : SKV_K16_RECORD;
+                k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK, rb,
+                                              256, (mc1 - mc0) / MRK);
                 int i = mc0;
                 for (; i + MRK <= mc1; i += MRK) {
                     k16_ahead_some(&ah);
@@ -653,8 +665,8 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
  * compiler hoisted the 64 broadcasts and spilled them: a store each and a reload per vpdpbusd).
  * pf: each line asked for skv_k16_ahead_cpu bytes ahead. */
 INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const int32_t *xp,
-                      __m512 dx, __m512 *acc, bool pf) {
-    const __m512i m4 = _mm512_set1_epi8(15);
+                      __m512 dx, __m512 *acc, bool pf, bool q5) {
+    const __m512i m4 = _mm512_set1_epi8(15), k16 = _mm512_set1_epi8(16);
     __m512i u[K16_STREAMS];
 #pragma GCC unroll 4
     for (int q = 0; q < ns; q++) u[q] = _mm512_setzero_si512();
@@ -663,8 +675,9 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
         __m512i t0[K16_STREAMS], t1[K16_STREAMS];
 #pragma GCC unroll 4
         for (int q = 0; q < ns; q++) {
-            /* the scales, mins and d: lines 32-36 of 37 */
+            /* the scales, mins and d: lines 32-36 of 37 (Q5_K: and the fifth bits, 37-44) */
             if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
+            if (pf && q5) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + SKV_K16_Q5K_H + 64 * j);
             t0[q] = t1[q] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 4
@@ -677,9 +690,17 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
             for (int q = 0; q < ns; q++) {
                 if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 256 * j + 64 * gp);
                 const __m512i v = _mm512_loadu_si512(rec[q] + SKV_K16_Q + 256 * j + 64 * gp);
-                t0[q] = _mm512_dpbusd_epi32(t0[q], _mm512_and_si512(v, m4), b0);
-                t1[q] =
-                    _mm512_dpbusd_epi32(t1[q], _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), b1);
+                __m512i lo = _mm512_and_si512(v, m4),
+                        hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if (q5) { /* the fifth bits: 16 added where set (kernels.h) */
+                    uint64_t hl, hh;
+                    memcpy(&hl, rec[q] + SKV_K16_Q5K_H + 16 * (4 * j + gp), 8);
+                    memcpy(&hh, rec[q] + SKV_K16_Q5K_H + 16 * (4 * j + gp) + 8, 8);
+                    lo = _mm512_mask_add_epi8(lo, (__mmask64)hl, lo, k16);
+                    hi = _mm512_mask_add_epi8(hi, (__mmask64)hh, hi, k16);
+                }
+                t0[q] = _mm512_dpbusd_epi32(t0[q], lo, b0);
+                t1[q] = _mm512_dpbusd_epi32(t1[q], hi, b1);
             }
         }
 #pragma GCC unroll 4
@@ -721,7 +742,7 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
  * Zen 5), 3 KB on Zen 1-2 (at the AVX2 level): kernels.c, k16_ahead_for. (Those streams ran
  * K16_STREAMS inlined one-group steps, which spilled the x broadcasts; k16_steps shares them: Zen
  * 5, 1 thread, 512 x 2048 from L2 65 -> 108 GB/s, 8192 x 2048 from L3 42 -> 84.) */
-INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams) {
+INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool streams, bool q5) {
     const int nsb = mm->n_in / 256;
     int32_t xp[K16_MAX_SB][8];
     for (int i = i0; i < i1; i++) {
@@ -740,7 +761,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
                 const __m512 dx = _mm512_set1_ps(a.d[s]);
                 const uint8_t *rec[K16_STREAMS];
                 for (int q = 0; q < K16_STREAMS; q++) rec[q] = k16_rec(mm, ga + q * h + j, s);
-                k16_steps(K16_STREAMS, rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc, true);
+                k16_steps(K16_STREAMS, rec, a.q + 256 * s, pre ? xp[s] : one, dx, acc, true, q5);
             }
             for (int q = 0; q < K16_STREAMS; q++) {
                 const int g = ga + q * h + j;
@@ -754,7 +775,7 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
                 if (!pre) k_xpairs(a, s, 0, one);
                 const uint8_t *rec = k16_rec(mm, g, s);
                 k16_steps(1, &rec, a.q + 256 * s, pre ? xp[s] : one, _mm512_set1_ps(a.d[s]), &acc,
-                          streams);
+                          streams, q5);
             }
             _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
         }
@@ -762,10 +783,15 @@ INLINE void gemv_k16_run(const skv_mm *mm, int i0, int i1, int r0, int r1, bool 
 }
 
 static void gemv_k16(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->k16_prefetch)
-        gemv_k16_run(mm, i0, i1, r0, r1, true);
+    const bool q5 = mm->wt == SKV_TYPE_Q5_K;
+    if (mm->k16_prefetch && q5)
+        gemv_k16_run(mm, i0, i1, r0, r1, true, true);
+    else if (mm->k16_prefetch)
+        gemv_k16_run(mm, i0, i1, r0, r1, true, false);
+    else if (q5)
+        gemv_k16_run(mm, i0, i1, r0, r1, false, true);
     else
-        gemv_k16_run(mm, i0, i1, r0, r1, false);
+        gemv_k16_run(mm, i0, i1, r0, r1, false, false);
 }
 
 /* Not inlined: each has its ~60 KB frame apart from the caller's. */

@@ -1081,6 +1081,8 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
  * bytes use all their 96 bits). */
 
 _Static_assert(SKV_K16_DMIN + 32 == SKV_K16_RECORD, "the record's parts fill it");
+_Static_assert(SKV_K16_Q5K_H == SKV_K16_RECORD && SKV_K16_Q5K_H + 512 == SKV_K16_Q5K_RECORD,
+               "the Q5_K record is the Q4_K one and the fifth bits");
 
 _Static_assert(SKV_K16_Q8_Q + 512 == SKV_K16_Q8_RECORD, "the Q8_0 record's parts fill it");
 
@@ -1105,6 +1107,7 @@ _Static_assert(SKV_K16_Q3_LO == SKV_K16_Q3_SC + 32 && SKV_K16_Q3_HI == SKV_K16_Q
 
 static size_t k16_record_bytes(skv_type wt) {
     return wt == SKV_TYPE_Q4_K   ? SKV_K16_RECORD
+           : wt == SKV_TYPE_Q5_K ? SKV_K16_Q5K_RECORD
            : wt == SKV_TYPE_Q8_0 ? SKV_K16_Q8_RECORD
            : wt == SKV_TYPE_Q4_0 ? SKV_K16_Q4_RECORD
            : wt == SKV_TYPE_Q5_0 ? SKV_K16_Q5_RECORD
@@ -1428,19 +1431,29 @@ static void q4_put_ref(uint8_t *rec, int k, const uint8_t *blk) {
     }
 }
 
-/* A Q4_K row's super-block into its record, code by code (skv_k16_pack_avx2 makes the same). */
-static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+/* A Q4_K or Q5_K row's super-block into its record, code by code (skv_k16_pack_avx2 makes the
+ * same for Q4_K). Q5_K's code e has its fifth bit at bit e / 32 of qh[e % 32]. */
+static void qk_put_ref(uint8_t *rec, int k, const uint8_t *b, bool q5) {
     uint8_t code[SKV_QK_K];
+    const uint8_t *qs = b + (q5 ? 48 : 16);
     for (int c = 0; c < 4; c++)
         for (int l = 0; l < 32; l++) {
-            code[64 * c + l] = b[16 + 32 * c + l] & 15;
-            code[64 * c + 32 + l] = b[16 + 32 * c + l] >> 4;
+            code[64 * c + l] = qs[32 * c + l] & 15;
+            code[64 * c + 32 + l] = qs[32 * c + l] >> 4;
         }
+    for (int e = 0; q5 && e < SKV_QK_K; e++)
+        code[e] |= (uint8_t)((b[16 + e % 32] >> e / 32 & 1) << 4);
     for (int j = 0; j < 8; j++) {
         for (int gp = 0; gp < 4; gp++)
-            for (int e = 0; e < 4; e++)
+            for (int e = 0; e < 4; e++) {
+                const int lo = code[32 * j + 4 * gp + e], hi = code[32 * j + 4 * gp + 16 + e];
                 rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e] =
-                    (uint8_t)(code[32 * j + 4 * gp + e] | code[32 * j + 4 * gp + 16 + e] << 4);
+                    (uint8_t)((lo & 15) | (hi & 15) << 4);
+                if (!q5) continue;
+                const int at = SKV_K16_Q5K_H + 16 * (4 * j + gp), bit = 4 * k + e;
+                rec[at + bit / 8] |= (uint8_t)((lo >> 4) << bit % 8);
+                rec[at + 8 + bit / 8] |= (uint8_t)((hi >> 4) << bit % 8);
+            }
         int sc, m;
         k_scale_min(b + 4, j, &sc, &m);
         rec[SKV_K16_SC + 16 * j + k] = (uint8_t)sc;
@@ -1448,6 +1461,14 @@ static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
     }
     memcpy(rec + SKV_K16_D + 2 * k, b, 2);
     memcpy(rec + SKV_K16_DMIN + 2 * k, b + 2, 2);
+}
+
+static void q4k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+    qk_put_ref(rec, k, b, false);
+}
+
+static void q5k_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+    qk_put_ref(rec, k, b, true);
 }
 
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
@@ -1463,6 +1484,8 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
         k16_pack_with(wt, w, n_out, n_in, dst, q51_put);
     else if (wt == SKV_TYPE_Q4_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q4k_put_ref);
+    else if (wt == SKV_TYPE_Q5_K)
+        k16_pack_with(wt, w, n_out, n_in, dst, q5k_put_ref);
     else if (wt == SKV_TYPE_Q6_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put_ref);
     else if (wt == SKV_TYPE_Q3_K)
@@ -1508,6 +1531,7 @@ void skv_k16_unpack_rows_q6(const void *k16, int n_in, int r0, int r1, void *dst
 }
 
 static void q4k_get(const uint8_t *rec, int k, uint8_t *b);
+static void q5k_get(const uint8_t *rec, int k, uint8_t *b);
 
 void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1, void *dst) {
     if (wt == SKV_TYPE_Q8_0)
@@ -1522,21 +1546,26 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q51_get);
     else if (wt == SKV_TYPE_Q4_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4k_get);
+    else if (wt == SKV_TYPE_Q5_K)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q5k_get);
     else if (wt == SKV_TYPE_Q6_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q6_get);
     else if (wt == SKV_TYPE_Q3_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q3r_get);
 }
 
-static void q4k_get(const uint8_t *rec, int k, uint8_t *b) {
+static void qk_get(const uint8_t *rec, int k, uint8_t *b, bool q5) {
     uint8_t code[SKV_QK_K];
     int sc[8], m[8];
     for (int j = 0; j < 8; j++) {
         for (int gp = 0; gp < 4; gp++)
             for (int e = 0; e < 4; e++) {
                 const uint8_t q = rec[SKV_K16_Q + 256 * j + 64 * gp + 4 * k + e];
-                code[32 * j + 4 * gp + e] = q & 15;
-                code[32 * j + 4 * gp + 16 + e] = q >> 4;
+                const int at = SKV_K16_Q5K_H + 16 * (4 * j + gp), bit = 4 * k + e;
+                code[32 * j + 4 * gp + e] =
+                    (uint8_t)((q & 15) | (q5 ? (rec[at + bit / 8] >> bit % 8 & 1) << 4 : 0));
+                code[32 * j + 4 * gp + 16 + e] =
+                    (uint8_t)((q >> 4) | (q5 ? (rec[at + 8 + bit / 8] >> bit % 8 & 1) << 4 : 0));
             }
         sc[j] = rec[SKV_K16_SC + 16 * j + k];
         m[j] = rec[SKV_K16_MN + 32 * (j / 2) + 2 * k + j % 2];
@@ -1544,7 +1573,19 @@ static void q4k_get(const uint8_t *rec, int k, uint8_t *b) {
     memcpy(b, rec + SKV_K16_D + 2 * k, 2);
     memcpy(b + 2, rec + SKV_K16_DMIN + 2 * k, 2);
     k_pack_scales(b + 4, sc, m);
+    uint8_t *qs = b + (q5 ? 48 : 16);
     for (int c = 0; c < 4; c++)
         for (int l = 0; l < 32; l++)
-            b[16 + 32 * c + l] = (uint8_t)(code[64 * c + l] | code[64 * c + 32 + l] << 4);
+            qs[32 * c + l] = (uint8_t)((code[64 * c + l] & 15) | (code[64 * c + 32 + l] & 15) << 4);
+    if (!q5) return;
+    memset(b + 16, 0, 32);
+    for (int e = 0; e < SKV_QK_K; e++) b[16 + e % 32] |= (uint8_t)((code[e] >> 4) << e / 32);
+}
+
+static void q4k_get(const uint8_t *rec, int k, uint8_t *b) {
+    qk_get(rec, k, b, false);
+}
+
+static void q5k_get(const uint8_t *rec, int k, uint8_t *b) {
+    qk_get(rec, k, b, true);
 }

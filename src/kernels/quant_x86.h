@@ -305,8 +305,8 @@ static inline void k_chain4_store(__m256 acc, float y[4]) {
 static inline const uint8_t *k16_at(const skv_mm *mm, int g, int b, int unit, size_t rec) {
     return (const uint8_t *)mm->w + ((size_t)g * (size_t)(mm->n_in / unit) + (size_t)b) * rec;
 }
-static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) { /* Q4_K */
-    return k16_at(mm, g, s, 256, SKV_K16_RECORD);
+static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) { /* Q4_K, Q5_K */
+    return k16_at(mm, g, s, 256, mm->wt == SKV_TYPE_Q5_K ? SKV_K16_Q5K_RECORD : SKV_K16_RECORD);
 }
 static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) { /* Q8_0 */
     return k16_at(mm, g, b, 32, SKV_K16_Q8_RECORD);

@@ -513,12 +513,12 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const 
 }
 
 /* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
- * kernels stream in decode and prefill (kernels.h); Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 ones at
- * the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in k16 records
- * (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other quantized ones of
- * 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping. Q3_K ones,
- * which the kernels read from records only, are records wherever records are read (also with
- * SKV_NO_HUGE and unpacked: a copy either way), else Q6_K rows of the same values. The token
+ * kernels stream in decode and prefill (kernels.h); Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1
+ * ones at the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in k16
+ * records (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other quantized
+ * ones of 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping.
+ * Q3_K ones, which the kernels read from records only, are records wherever records are read (also
+ * with SKV_NO_HUGE and unpacked: a copy either way), else Q6_K rows of the same values. The token
  * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
  * (pack_matrices); a tied float output gets its own panels, a tied one in records its own
  * records (the embedding rows then come back from the file). */
