@@ -238,8 +238,8 @@ static void test_huge_page_weights(void **state) {
     int32_t tok[16];
     for (int i = 0; i < 16; i++) tok[i] = 3 + 509 * i; /* rows all over the embedding */
     const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_Q8_0, SKV_TYPE_Q4_K, SKV_TYPE_Q6_K,
-                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q3_K};
-    for (size_t k = 0; k < 7; k++) {
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q3_K, SKV_TYPE_Q5_K};
+    for (size_t k = 0; k < 8; k++) {
         skv_quantize_report rep;
         char *path = k == 0 ? strdup(f32) : quantize_to(f32, types[k], 2, &rep);
         for (int huge = 1; huge >= 0; huge--) {

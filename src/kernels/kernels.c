@@ -95,8 +95,8 @@ static atomic_bool bf16_dot_off = false;
 static atomic_bool amx_off = false;
 static atomic_bool forced_ref = false;
 static bool cpu_amd = false; /* CPUID vendor AMD (or Hygon, a Zen 1) */
-/* How the Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode reads by default (kernels.h): 4
- * prefetched streams per thread, each line asked for k16_ahead_for() bytes ahead
+/* How the Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 records' decode reads by default (kernels.h):
+ * 4 prefetched streams per thread, each line asked for k16_ahead_for() bytes ahead
  * (SKV_K16_PREFETCH=0: one stream on the hardware prefetcher alone). Measured, llama-3.2-1b Q4_K
  * tg, one binary, the settings taking turns token by token in one process (bench/decode_ab.c,
  * medians of 40-80 tokens):

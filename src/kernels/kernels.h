@@ -284,7 +284,8 @@ typedef struct skv_mm {
     bool w_k16;        /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_*, Q6_K or Q3_K W in k16 records (skv_k16_pack)
                         */
     bool w_q3;         /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
-    bool k16_prefetch; /* Q4_K, Q8_0, Q4_*, Q5_* records' decode: skv_kernels_use_k16_prefetch() */
+    bool k16_prefetch; /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_* records' decode:
+                          skv_kernels_use_k16_prefetch() */
 } skv_mm;
 /* Threads get W rows in multiples of this (the fast kernels' panel width), and x rows only in
  * groups of at least SKV_MM_MIN_ROWS_PER_THREAD. */

@@ -248,7 +248,7 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
  * skv_kernels_force_ref): rows unpacked K16_CHUNK at a time,
  * each chunk a product of its own (y shifted to its first row): the same bits as from the rows. */
 #define K16_CHUNK 64
-/* a row on the stack: Q4_K and Q4_0 to 16384 values, Q8_0 8672, Q6_K 11008 */
+/* a row on the stack: Q4_K and Q4_0 to 16384 values, Q5_K 13312, Q8_0 8672, Q6_K 11008 */
 #define K16_ONE_ROW 9216
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
     const skv_type rt = rows_type(t->mm.wt);

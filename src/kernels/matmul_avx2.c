@@ -1109,9 +1109,10 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
         __m256i t[K16_STREAMS][2];
 #pragma GCC unroll 4
         for (int q = 0; q < ns; q++) {
-            /* the scales, mins and d: lines 32-36 of 37 (Q5_K: and the fifth bits, 37-44) */
+            /* the scales, mins and d: lines 32-36 of 37 (Q5_K: lines 32-44 of 45, the fifth bits
+             * from 37) */
             if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
-            if (pf && q5) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + SKV_K16_Q5K_H + 64 * j);
+            if (pf && q5 && j < 5) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2560 + 64 * j);
             t[q][0] = t[q][1] = _mm256_setzero_si256();
         }
 /* unrolled 2: at 4, gcc spilled partial sums (Zen 5, 8192 x 2048 from L3 31 -> 50 GB/s) */
@@ -1138,7 +1139,7 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
                     t[q][c] =
                         _mm256_add_epi16(t[q][c], _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0),
                                                                    _mm256_maddubs_epi16(hi, x1)));
-                    if (q5 && gp % 2 == 1) { /* 2 groups of 2 x 31 x 127 each: into U */
+                    if (q5 && gp % 2 == 1) { /* 2 groups of 4 x 31 x 127 each: into U */
                         u[q][c] = _mm256_add_epi32(
                             u[q][c], _mm256_madd_epi16(t[q][c], k16_sc(rec[q], j, c)));
                         t[q][c] = _mm256_setzero_si256();

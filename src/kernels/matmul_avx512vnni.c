@@ -675,9 +675,10 @@ INLINE void k16_steps(int ns, const uint8_t *const *rec, const int8_t *xq, const
         __m512i t0[K16_STREAMS], t1[K16_STREAMS];
 #pragma GCC unroll 4
         for (int q = 0; q < ns; q++) {
-            /* the scales, mins and d: lines 32-36 of 37 (Q5_K: and the fifth bits, 37-44) */
+            /* the scales, mins and d: lines 32-36 of 37 (Q5_K: lines 32-44 of 45, the fifth bits
+             * from 37) */
             if (pf) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2048 + 64 * j);
-            if (pf && q5) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + SKV_K16_Q5K_H + 64 * j);
+            if (pf && q5 && j < 5) SKV_PREFETCH_AT(rec[q], skv_k16_ahead_cpu + 2560 + 64 * j);
             t0[q] = t1[q] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 4
