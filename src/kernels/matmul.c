@@ -44,11 +44,6 @@ static size_t act_amx_row_bytes(skv_type wt, int n) {
 #endif
 }
 
-/* Q3_K is read from records only (kernels.h): elsewhere rows of Q6_K. */
-static skv_type rows_type(skv_type wt) {
-    return wt == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : wt;
-}
-
 /* Float panels take AMX (F16, BF16) from SKV_MM_AMX_MIN_ROWS x rows where the CPU has it. */
 static bool amx_type(skv_type wt) {
 #ifdef SKV_HAVE_MATMUL_AMX
@@ -251,7 +246,7 @@ static void mm_block(const mm_task *t, const skv_mm *mm, int i0, int i1, int r0,
 /* a row on the stack: Q4_K and Q4_0 to 16384 values, Q5_K 13312, Q8_0 8672, Q6_K 11008 */
 #define K16_ONE_ROW 9216
 static void mm_k16_unpacked(const mm_task *t, int i0, int i1, int r0, int r1) {
-    const skv_type rt = rows_type(t->mm.wt);
+    const skv_type rt = skv_type_held(t->mm.wt);
     const size_t rb = skv_row_bytes(rt, t->mm.n_in);
     int chunk = K16_CHUNK;
     uint8_t one[K16_ONE_ROW], *rows = malloc(rb * K16_CHUNK), *heap = rows;
@@ -453,15 +448,15 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->avx512 = t->simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
     t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K ||
                            wt == SKV_TYPE_Q3_K);
-    t->k_order = t->k_int && t->avx512 && skv_simd_has_vnni() && rows_type(wt) != SKV_TYPE_Q6_K &&
-                 !t->mm.w_k16;
+    t->k_order = t->k_int && t->avx512 && skv_simd_has_vnni() &&
+                 skv_type_held(wt) != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);
     t->bf16 = panels && wt == SKV_TYPE_BF16 && skv_kernels_use_bf16();
     t->amx = panels && m >= SKV_MM_AMX_MIN_ROWS && amx_type(wt) && skv_kernels_use_amx();
     if (t->amx) t->bf16 = false;
     t->k16_kernels = t->mm.w_k16 && k16_readable(wt, t->simd, t->avx512); /* else unpacked */
     t->mm.k16_prefetch =
-        t->k16_kernels && rows_type(wt) != SKV_TYPE_Q6_K && skv_kernels_use_k16_prefetch();
+        t->k16_kernels && skv_type_held(wt) != SKV_TYPE_Q6_K && skv_kernels_use_k16_prefetch();
 #endif
 }
 

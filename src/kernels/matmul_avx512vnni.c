@@ -412,25 +412,8 @@ static void prep_k16_from_q3rec(prep_k16 *p, const skv_mm *mm, int g16, int b0, 
 
 /* The third bit of each byte of v, bit b (0..7), at bit 2 (q3_third's 512-bit twin). */
 INLINE __m512i q3_third512(__m512i v, int b) {
-    const __m512i m = _mm512_set1_epi8(4);
-    switch (b) {
-    case 0:
-        return _mm512_and_si512(_mm512_slli_epi16(v, 2), m);
-    case 1:
-        return _mm512_and_si512(_mm512_slli_epi16(v, 1), m);
-    case 2:
-        return _mm512_and_si512(v, m);
-    case 3:
-        return _mm512_and_si512(_mm512_srli_epi16(v, 1), m);
-    case 4:
-        return _mm512_and_si512(_mm512_srli_epi16(v, 2), m);
-    case 5:
-        return _mm512_and_si512(_mm512_srli_epi16(v, 3), m);
-    case 6:
-        return _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-    default:
-        return _mm512_and_si512(_mm512_srli_epi16(v, 5), m);
-    }
+    const __m512i s = b <= 2 ? _mm512_slli_epi16(v, 2 - b) : _mm512_srli_epi16(v, b - 2);
+    return _mm512_and_si512(s, _mm512_set1_epi8(4));
 }
 
 INLINE __m512 q3_rec_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,

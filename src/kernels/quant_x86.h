@@ -315,27 +315,12 @@ static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K, Q
     return k16_at(mm, g, s, 256, mm->w_q3 ? SKV_K16_Q3_RECORD : SKV_K16_Q6_RECORD);
 }
 
-/* The third bit of each byte of v, bit b (0..7), at bit 2 (value 4). */
+/* The third bit of each byte of v, bit b (0..7), at bit 2 (value 4): 16-bit shifts by at most
+ * 2 left or 5 right, so bit 2 of a byte comes from the same byte (b is a constant once the
+ * callers' loops unroll). */
 static inline __m256i q3_third(__m256i v, int b) {
-    const __m256i m = _mm256_set1_epi8(4);
-    switch (b) { /* 16-bit shifts: bit 2 of a byte comes from the same byte */
-    case 0:
-        return _mm256_and_si256(_mm256_slli_epi16(v, 2), m);
-    case 1:
-        return _mm256_and_si256(_mm256_slli_epi16(v, 1), m);
-    case 2:
-        return _mm256_and_si256(v, m);
-    case 3:
-        return _mm256_and_si256(_mm256_srli_epi16(v, 1), m);
-    case 4:
-        return _mm256_and_si256(_mm256_srli_epi16(v, 2), m);
-    case 5:
-        return _mm256_and_si256(_mm256_srli_epi16(v, 3), m);
-    case 6:
-        return _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    default:
-        return _mm256_and_si256(_mm256_srli_epi16(v, 5), m);
-    }
+    const __m256i s = b <= 2 ? _mm256_slli_epi16(v, 2 - b) : _mm256_srli_epi16(v, b - 2);
+    return _mm256_and_si256(s, _mm256_set1_epi8(4));
 }
 
 /* Q3_K records (kernels.h): code vectors jj and jj + 4 of octet h of pair record pr, each code

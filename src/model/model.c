@@ -505,9 +505,8 @@ static void copy_task(void *arg, int ith, int nth) {
                      j->dst + skv_k16_bytes(j->type, (int)(16 * g0), (int)j->cols));
 }
 
-static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, const void *src,
-                     void *dst, size_t bytes) {
-    const skv_type held = kind == COPY_BYTES ? skv_type_held(w->type) : w->type;
+static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, skv_type held,
+                     const void *src, void *dst, size_t bytes) {
     copy_job j = {kind, w->type, held, src, dst, w->rows, w->cols, bytes};
     skv_pool_run(pool, copy_task, &j);
 }
@@ -550,15 +549,17 @@ static size_t held_row_bytes(const skv_weight *w, hold_kind h) {
     return h == HOLD_K16 ? skv_k16_bytes(t, 16, (int)w->cols) / 16 : skv_row_bytes(t, w->cols);
 }
 
-/* Writes w (mapped rows) as held by h into dst, then lets the mapped rows go. */
-static void hold_write(const skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h,
-                       void *dst) {
+/* Writes w (mapped rows) as held by h into dst, then lets the mapped rows go; the bytes a token
+ * reads grow by what a rewrite adds (Q3_K as Q6_K rows). */
+static void hold_write(skv_model *m, skv_pool *pool, const skv_weight *w, hold_kind h, void *dst) {
     const size_t raw = skv_row_bytes(w->type, w->cols) * (size_t)w->rows;
+    const skv_type held = held_type(w, h);
     copy_run(pool,
              h == HOLD_K16      ? COPY_K16
              : h == HOLD_PANELS ? COPY_PANELS
                                 : COPY_BYTES,
-             w, w->data, dst, raw);
+             w, held, w->data, dst, raw);
+    m->weight_bytes += (skv_row_bytes(held, w->cols) - skv_row_bytes(w->type, w->cols)) * w->rows;
     /* only a tied token embedding is read again, a few rows per token, back from the file */
     skv_gguf_release(m->gguf, w->data, raw);
 }
@@ -577,7 +578,6 @@ static bool pack_matrix(skv_model *m, skv_pool *pool, skv_weight *w, bool pack, 
         return false;
     }
     hold_write(m, pool, w, h, buf);
-    m->weight_bytes += (skv_row_bytes(t, w->cols) - skv_row_bytes(w->type, w->cols)) * w->rows;
     w->type = t;
     if (h == HOLD_K16) w->k16 = buf, w->data = NULL;
     if (h == HOLD_PANELS) w->panels = buf; /* data stays: the released mapping, never read */
@@ -622,7 +622,6 @@ static bool fuse(skv_model *m, skv_pool *pool, skv_weight *dst, skv_weight *cons
         skv_weight *p = parts[i];
         hold_write(m, pool, p, h, buf + off);
         off += rb * (size_t)p->rows;
-        m->weight_bytes += (skv_row_bytes(held, cols) - skv_row_bytes(type, cols)) * p->rows;
         *p = (skv_weight){.type = held, .rows = p->rows, .cols = p->cols};
     }
     *dst = (skv_weight){.data = h == HOLD_COPY ? buf : NULL,
