@@ -86,6 +86,8 @@ typedef enum skv_type {
     SKV_TYPE_Q4_K = 12,
     SKV_TYPE_Q5_K = 13,
     SKV_TYPE_Q6_K = 14,
+    SKV_TYPE_IQ4_NL = 20, /* weights only: 4-bit indices into a fixed table of 16 int8 values */
+    SKV_TYPE_IQ4_XS = 23, /* weights only: IQ4_NL's indices, 6-bit scales per 32 in super-blocks */
     SKV_TYPE_BF16 = 30,
     SKV_TYPE_COUNT = 39, /* one past the largest ggml id we know of; not a type */
 } skv_type;

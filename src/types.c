@@ -23,6 +23,8 @@ static const type_traits traits[SKV_TYPE_COUNT] = {
     [SKV_TYPE_Q5_K] = {"q5_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 8 + SKV_QK_K / 2},
     [SKV_TYPE_Q3_K] = {"q3_k", SKV_QK_K, SKV_QK_K / 8 + SKV_QK_K / 4 + 12 + 2},
     [SKV_TYPE_Q6_K] = {"q6_k", SKV_QK_K, SKV_QK_K / 2 + SKV_QK_K / 4 + SKV_QK_K / 16 + 2},
+    [SKV_TYPE_IQ4_NL] = {"iq4_nl", 32, 2 + 16},
+    [SKV_TYPE_IQ4_XS] = {"iq4_xs", SKV_QK_K, 2 + 2 + SKV_QK_K / 64 + SKV_QK_K / 2},
 };
 
 bool skv_type_supported(skv_type t) {
@@ -59,4 +61,8 @@ size_t skv_row_bytes(skv_type t, int64_t n) {
 
 skv_type skv_type_held(skv_type t) {
     return t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
+}
+
+bool skv_type_records_only(skv_type t) {
+    return t == SKV_TYPE_Q3_K || t == SKV_TYPE_IQ4_XS;
 }

@@ -237,26 +237,31 @@ static void test_bf16_gemv_halves(void **s) {
 static void test_k16_extremes(void **s) {
     (void)s;
     enum { N_IN = 512, N_OUT = 32, M = 4 };
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
-                              SKV_TYPE_Q5_1, SKV_TYPE_Q3_K, SKV_TYPE_Q5_K};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0,   SKV_TYPE_Q5_0,
+                              SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,   SKV_TYPE_Q3_K,
+                              SKV_TYPE_Q5_K, SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS};
     float x[M * N_IN], y[M * N_OUT], y16[M * N_OUT];
     for (int i = 0; i < M; i++)
         for (int k = 0; k < N_IN; k++) x[i * N_IN + k] = i % 2 ? -1.0f : 1.0f;
-    for (int ti = 0; ti < 7; ti++) {
+    for (int ti = 0; ti < 9; ti++) {
         const skv_type t = types[ti], rt = t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
         const size_t rb = skv_row_bytes(t, N_IN), bb = skv_type_block_bytes(t);
         uint8_t *w = malloc(rb * N_OUT), *k16 = malloc(skv_k16_bytes(t, N_OUT, N_IN));
         /* d = 2^-7 (m = 0): a code's value is exact; Q8_0 127, Q4_0 7, Q5_0 15, Q4_1 15, Q5_1 31,
-         * Q3_K 31 x 3, Q5_K 63 x 31 (dmin 0) */
-        const float top = t == SKV_TYPE_Q8_0   ? 127.0f
-                          : t == SKV_TYPE_Q4_0 ? 7.0f
-                          : t == SKV_TYPE_Q5_1 ? 31.0f
-                          : t == SKV_TYPE_Q3_K ? 93.0f
-                          : t == SKV_TYPE_Q5_K ? 1953.0f
-                                               : 15.0f; /* Q4_1, and Q5_0's 31 - 16 */
+         * Q3_K 31 x 3, Q5_K 63 x 31 (dmin 0); IQ4 index 0 (-127: |w| x |x| pairs of 32258),
+         * IQ4_XS with every ls at 0 (-32) */
+        const bool iq4 = t == SKV_TYPE_IQ4_NL || t == SKV_TYPE_IQ4_XS;
+        const float top = t == SKV_TYPE_IQ4_NL   ? -127.0f
+                          : t == SKV_TYPE_IQ4_XS ? 4064.0f
+                          : t == SKV_TYPE_Q8_0   ? 127.0f
+                          : t == SKV_TYPE_Q4_0   ? 7.0f
+                          : t == SKV_TYPE_Q5_1   ? 31.0f
+                          : t == SKV_TYPE_Q3_K   ? 93.0f
+                          : t == SKV_TYPE_Q5_K   ? 1953.0f
+                                                 : 15.0f; /* Q4_1, and Q5_0's 31 - 16 */
         for (size_t b = 0; b < rb * N_OUT / bb; b++) {
             uint8_t *blk = w + b * bb;
-            memset(blk, t == SKV_TYPE_Q8_0 ? 0x7f : 0xff, bb);
+            memset(blk, iq4 ? 0 : t == SKV_TYPE_Q8_0 ? 0x7f : 0xff, bb);
             const uint16_t d = skv_f32_to_f16(0.0078125f);
             memcpy(blk + (t == SKV_TYPE_Q3_K ? 108 : 0), &d, 2);
             if (t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1 || t == SKV_TYPE_Q5_K)
@@ -274,11 +279,14 @@ static void test_k16_extremes(void **s) {
             for (int m = 1; m <= M; m += M - 1) {
                 skv_matmul(pools[2], y, x, m, wr, rt, N_OUT, N_IN, work);
                 skv_matmul_k16(pools[2], y16, x, m, k16, t, N_OUT, N_IN, work);
-                assert_memory_equal(y, y16, sizeof(float) * (size_t)m * N_OUT);
+                /* IQ4_XS rows take the scalar code, whose float steps differ: the value below */
+                if (t != SKV_TYPE_IQ4_XS || !simd)
+                    assert_memory_equal(y, y16, sizeof(float) * (size_t)m * N_OUT);
                 for (int i = 0; i < m; i++) {
                     const float want = (i % 2 ? -1.0f : 1.0f) * N_IN * top * 0.0078125f;
                     for (int r = 0; r < N_OUT; r++)
-                        assert_true(fabsf(y[i * N_OUT + r] - want) <= 1e-4f * fabsf(want));
+                        assert_true(fabsf(y[i * N_OUT + r] - want) <= 1e-4f * fabsf(want) &&
+                                    fabsf(y16[i * N_OUT + r] - want) <= 1e-4f * fabsf(want));
                 }
             }
         }
@@ -348,6 +356,33 @@ static void test_k16_next_prep(void **s) {
     assert_true(checked > 10000);
 }
 
+/* IQ4_XS rows go to the scalar code at every level (the SIMD code reads records only): their
+ * product y is replaced by the records' decode of each x row alone, the yardstick that every
+ * other way of computing the records must match bit for bit, after checking that it is the
+ * rows' product to float rounding (1e-4 of the row's largest output; NaN where the rows' is). */
+static void xs_decode_rows(skv_pool *pool, float *y, const float *x, int m, const void *k16,
+                           int n_out, int n_in, void *work) {
+    float *yr = malloc(sizeof(float) * (size_t)m * n_out);
+    memcpy(yr, y, sizeof(float) * (size_t)m * n_out);
+    skv_kernels_k16_prefetch(0);
+    for (int i = 0; i < m; i++)
+        skv_matmul_k16(pool, y + (size_t)i * n_out, x + (size_t)i * n_in, 1, k16, SKV_TYPE_IQ4_XS,
+                       n_out, n_in, work);
+    skv_kernels_k16_prefetch(-1);
+    for (int i = 0; i < m; i++) {
+        float mx = 0.0f;
+        for (int r = 0; r < n_out; r++)
+            if (isfinite(yr[i * n_out + r])) mx = fmaxf(mx, fabsf(yr[i * n_out + r]));
+        for (int r = 0; r < n_out; r++) {
+            const float a = yr[i * n_out + r], b = y[i * n_out + r];
+            if (isnan(a) ? !isnan(b) : !(fabsf(a - b) <= 1e-4f * mx))
+                fail_msg("iq4_xs row %d output %d: records %.9g, rows %.9g", i, r, (double)b,
+                         (double)a);
+        }
+    }
+    free(yr);
+}
+
 /* Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K and Q3_K in k16 records: unpacking gives back the
  * rows byte for byte (any row range), and the products are the same bits as from the rows (Q3_K:
  * its Q6_K rows, skv_q3_k_to_q6_k, which skv_k16_unpack_rows_q6 gives too), for any m, thread count
@@ -363,14 +398,14 @@ static void test_k16(void **s) {
      * in prefill) */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
-    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0, SKV_TYPE_Q6_K,
-                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
-                              SKV_TYPE_Q5_1, SKV_TYPE_Q3_K, SKV_TYPE_Q5_K};
-    for (int ti = 0; ti < 9; ti++)
+    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0,   SKV_TYPE_Q6_K,  SKV_TYPE_Q4_0,
+                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,   SKV_TYPE_Q5_1,  SKV_TYPE_Q3_K,
+                              SKV_TYPE_Q5_K, SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS};
+    for (int ti = 0; ti < 11; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];
-                if (n_ins[ni] % 256 && skv_act_block(t) != 32) continue;
+                if (n_ins[ni] % skv_type_block_size(t)) continue;
                 const int n_out = n_outs[oi], n_in = n_ins[ni], M = n_in > 4096 ? 3 : 200;
                 /* 65792 also with 64 rows of Q4_K (decode's four streams with x's pairs per
                  * step), Q4_0 and Q5_1 (the streams past the x sums kept on the stack) */
@@ -381,13 +416,15 @@ static void test_k16(void **s) {
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
                 /* Q4_K records are 2.8% larger than the rows, Q5_K ones 2.3% (180 bytes a row's
-                 * super-block), Q3_K ones 3.6% (114); the others hold the rows' bytes */
+                 * super-block), Q3_K ones 3.6% (114), IQ4_XS ones 1.5% (138); the others hold the
+                 * rows' bytes */
                 assert_int_equal(
                     kb, t == SKV_TYPE_Q4_K
                             ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
-                        : t == SKV_TYPE_Q5_K ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 180
-                        : t == SKV_TYPE_Q3_K ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 114
-                                             : (size_t)(n_out + 15) / 16 * 16 * rb);
+                        : t == SKV_TYPE_Q5_K   ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 180
+                        : t == SKV_TYPE_Q3_K   ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 114
+                        : t == SKV_TYPE_IQ4_XS ? (size_t)(n_out + 15) / 16 * (n_in / 256) * 16 * 138
+                                               : (size_t)(n_out + 15) / 16 * 16 * rb);
                 float *x = malloc(sizeof(float) * M * n_in), *wf = malloc(sizeof(float) * n_in);
                 uint8_t *w = malloc(rb * n_out), *k16 = malloc(kb),
                         *back = malloc(kb > rb * n_out ? kb : rb * n_out);
@@ -433,6 +470,8 @@ static void test_k16(void **s) {
                                 m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
                                 continue;
                             skv_matmul(pools[p], y, x, m, wr, rt, n_out, n_in, work);
+                            if (t == SKV_TYPE_IQ4_XS && simd) /* rows: the scalar code */
+                                xs_decode_rows(pools[0], y, x, m, k16, n_out, n_in, work);
                             /* decode both ways (not Q6_K's), whichever this CPU picks */
                             const int n_st = simd && m < 3 && rt != SKV_TYPE_Q6_K ? 2 : 1;
                             for (int st = 0; st < n_st; st++) {
@@ -539,18 +578,27 @@ static void test_q6_k(void **s) {
     (void)s;
     run_type(SKV_TYPE_Q6_K, n_in_qk, 3);
 }
+static void test_iq4_nl(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_IQ4_NL, n_in_q32, 3);
+}
+static void test_iq4_xs(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_IQ4_XS, n_in_qk, 3);
+}
 
 /* A row's result does not depend on how many rows are multiplied together: prefill (many rows)
  * and decode (one row at a time) give the same bits, for every type, SIMD or scalar. */
 static void test_rows_independent(void **s) {
     (void)s;
-    const skv_type ts[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
-                           SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
-                           SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    const skv_type ts[] = {SKV_TYPE_F32,   SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0,  SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
+                           SKV_TYPE_Q4_K,  SKV_TYPE_Q5_K, SKV_TYPE_Q6_K, SKV_TYPE_IQ4_NL,
+                           SKV_TYPE_IQ4_XS};
     const int n_ins[] = {7,   64,   600, 2304,
                          256, 2560, 288, 2080}; /* float: any; quantized: blocks (odd counts too) */
     enum { M = 13, N_OUT = 11 };
-    for (int ti = 0; ti < 11; ti++) {
+    for (int ti = 0; ti < 13; ti++) {
         skv_type t = ts[ti];
         for (int ni = 0; ni < 8; ni++) {
             int n_in = n_ins[ni];
@@ -1238,6 +1286,8 @@ int main(void) {
         cmocka_unit_test(test_q4_k),
         cmocka_unit_test(test_q5_k),
         cmocka_unit_test(test_q6_k),
+        cmocka_unit_test(test_iq4_nl),
+        cmocka_unit_test(test_iq4_xs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -387,6 +387,95 @@ static void test_q3_k_load_paths(void **state) {
     free(f32);
 }
 
+/* IQ4_XS, which the SIMD code reads from records only: a loaded model holds its matrices in
+ * records at a SIMD level however it is loaded (packed, SKV_NO_HUGE, unpacked), and the logits
+ * are the same bits each way; loaded at the scalar level it keeps
+ * the rows (136 bytes), computed by the scalar code, close to the records' logits.
+ * Rows of 288 fall back to IQ4_NL (as llama-quantize does), which loads and runs in records. */
+static void test_iq4_xs_load_paths(void **state) {
+    (void)state;
+    if (!skv_k16_wanted(SKV_TYPE_IQ4_XS)) skip(); /* no SIMD level: nothing to compare with */
+    char *f32 = synth_f32(512, 2, 512, 17);
+    skv_quantize_report rep;
+    char *xs = quantize_to(f32, SKV_TYPE_IQ4_XS, 2, &rep);
+    assert_int_equal(rep.n_fallback, 0);
+    int32_t tok[24];
+    for (int i = 0; i < 24; i++) tok[i] = 3 + 43 * i % 500;
+    skv_err err = {0};
+    skv_model *m = skv_model_load_meta(xs, &err);
+    assert_non_null(m);
+    const uint64_t stored = skv_model_weight_bytes(m);
+    skv_model_free(m);
+    float *a = NULL;
+    int nv = 0;
+    for (int mode = 0; mode < 3; mode++) { /* packed, SKV_NO_HUGE, unpacked */
+        if (mode == 1) setenv("SKV_NO_HUGE", "1", 1);
+        m = mode == 2 ? skv_model_load_unpacked(xs, &err) : skv_model_load(xs, &err);
+        unsetenv("SKV_NO_HUGE");
+        assert_non_null(m);
+        const skv_layer_weights *L = &m->layers[0];
+        const skv_weight *w[] = {skv_weight_present(&L->wqkv) ? &L->wqkv : &L->wq, &L->w_down,
+                                 skv_weight_present(&L->w_up) ? &L->w_up : &L->w_gate, &m->output};
+        for (int k = 0; k < 4; k++) {
+            assert_int_equal(w[k]->type, SKV_TYPE_IQ4_XS);
+            assert_non_null(w[k]->k16);
+        }
+        assert_true(skv_model_weight_bytes(m) == stored); /* the bytes a token reads, as stored */
+        float *b = logits_with(m, tok, 24);
+        nv = skv_model_hparams(m)->n_vocab;
+        if (!a)
+            a = b;
+        else if (memcmp(a, b, sizeof(float) * 24 * (size_t)nv) != 0)
+            fail_msg("IQ4_XS records loaded in mode %d: other bits than packed", mode);
+        if (b != a) free(b);
+        skv_model_free(m);
+    }
+    skv_kernels_force_ref(true);
+    m = skv_model_load(xs, &err);
+    assert_non_null(m);
+    assert_null(m->layers[0].w_down.k16);
+    assert_int_equal(m->layers[0].w_down.type, SKV_TYPE_IQ4_XS);
+    assert_true(skv_model_weight_bytes(m) == stored);
+    float *b = logits_with(m, tok, 24);
+    skv_kernels_force_ref(false);
+    cmp c = compare(a, b, 24, nv);
+    /* measured 1.1e-4: float steps that differ flip some activations' 8-bit rounding, which a
+     * random model amplifies (scalar vs SIMD levels of any type: 1e-4 to 7e-4 on stories110m
+     * shapes); a misread block gives KL of order 1 (test_matmul checks the products exactly) */
+    if (!(c.kl_max < 2e-3)) fail_msg("scalar rows vs SIMD records: max KL %.3g", c.kl_max);
+    free(b);
+    skv_model_free(m);
+    free(a);
+    unlink(xs);
+    free(xs);
+    unlink(f32);
+    free(f32);
+    /* rows of 288: IQ4_NL, in records */
+    const skv_synth_shape shape = {"s15-like", "test", 512, 64,       64,    288, 2,
+                                   6,          6,      768, 10000.0f, 1e-5f, true};
+    char *in = strdup(test_tmp_path(".gguf"));
+    skv_synth_params sp = {SKV_TYPE_F32, 3, 0, 2};
+    assert_int_equal(skv_synth_write(&shape, &sp, in, NULL), SKV_OK);
+    char *out = quantize_to(in, SKV_TYPE_IQ4_XS, 2, &rep);
+    assert_int_equal(rep.n_fallback, 1 + 6 * 2); /* token_embd, and 6 per layer */
+    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_IQ4_NL], rep.n_fallback);
+    assert_int_equal(rep.n_by_type[SKV_TYPE_IQ4_XS], 2); /* the ffn_down of 768 */
+    m = skv_model_load(out, &err);
+    assert_non_null(m);
+    assert_int_equal(m->layers[1].w_down.type, SKV_TYPE_IQ4_XS);
+    assert_non_null(m->layers[1].w_down.k16);
+    assert_int_equal(m->output.type, SKV_TYPE_IQ4_NL);
+    float *lg = logits_with(m, tok, 24);
+    for (size_t i = 0; i < 24 * (size_t)skv_model_hparams(m)->n_vocab; i++)
+        assert_true(isfinite(lg[i]));
+    free(lg);
+    skv_model_free(m);
+    unlink(out);
+    unlink(in);
+    free(out);
+    free(in);
+}
+
 /* A Q4_K_M file fuses q/k/v only in the layers whose attn_v stays Q4_K (the mix gives some
  * layers a Q6_K attn_v), gate/up in every layer: the context's buffers must cover the mix, and
  * prefill logits, and decode logits token by token, must be the same bits as from the
@@ -442,7 +531,8 @@ static void test_partial_fusion(void **state) {
 /* K-quants need rows of 256: a synthetic model wide enough for them. More bits, less damage:
  * KL(q8_0) < KL(q6_k) < KL(q5_k) < KL(q4_k) and KL(q8_0) < KL(q5_0) < KL(q4_0), all against the
  * F32 weights they came from. One bit fewer doubles the weight error and so roughly quadruples the
- * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2, q5_0 1.4e-2; q3_k 0.16); a random
+ * KL (measured: 3.6e-4, 3.3e-3, 1.2e-2, 5.4e-2; q4_0 5.0e-2, q5_0 1.4e-2; q3_k 0.16; iq4_nl
+ * 4.5e-2 and iq4_xs 4.3e-2, below q4_0: KL(iq4_*) < KL(q4_0) too); a random
  * model is more sensitive than a trained one (flat logits, every layer at unit gain), so top-1
  * means little here. The bounds are ~3x the measured values: a wrong block layout gives KL of
  * order 1. */
@@ -455,13 +545,13 @@ static void test_kquants_on_wide_model(void **state) {
     for (int i = 0; i < 48; i++) tok[i] = 3 + (int32_t)skv_rng_below(&rng, 509);
     int nv;
     float *base = logits_of(f32, tok, 48, &nv);
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K, SKV_TYPE_Q5_K,
-                              SKV_TYPE_Q4_K, SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,
-                              SKV_TYPE_Q4_1, SKV_TYPE_Q5_1, SKV_TYPE_Q3_K};
-    double kl[9];
-    const double kl_bound[9] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04, 0.15, 0.04, 0.6};
+    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q6_K,   SKV_TYPE_Q5_K,  SKV_TYPE_Q4_K,
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0,   SKV_TYPE_Q4_1,  SKV_TYPE_Q5_1,
+                              SKV_TYPE_Q3_K, SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS};
+    double kl[11];
+    const double kl_bound[11] = {2e-3, 1e-2, 0.04, 0.15, 0.15, 0.04, 0.15, 0.04, 0.6, 0.15, 0.15};
     printf("synthetic dim-256 model, 48 positions, vs F32:\n");
-    for (size_t k = 0; k < 9; k++) {
+    for (size_t k = 0; k < 11; k++) {
         skv_quantize_report rep;
         char *path = quantize_to(f32, types[k], 2, &rep);
         assert_int_equal(rep.n_fallback, 0);
@@ -470,7 +560,7 @@ static void test_kquants_on_wide_model(void **state) {
         float *lg = logits_of(path, tok, 48, &nv2);
         cmp c = compare(base, lg, 48, nv);
         kl[k] = c.kl_mean;
-        printf("  %-5s mean KL %.3g  max KL %.3g  top-1 %.1f%%\n", skv_type_name(types[k]),
+        printf("  %-6s mean KL %.3g  max KL %.3g  top-1 %.1f%%\n", skv_type_name(types[k]),
                c.kl_mean, c.kl_max, 100 * c.top1);
         assert_true(c.kl_mean > 0);
         assert_true(c.kl_mean < kl_bound[k]);
@@ -478,15 +568,17 @@ static void test_kquants_on_wide_model(void **state) {
         unlink(path);
         free(path);
     }
-    assert_true(kl[0] < kl[1]); /* q8_0 < q6_k */
-    assert_true(kl[0] < kl[4]); /* q8_0 < q4_0 */
-    assert_true(kl[1] < kl[2]); /* q6_k < q5_k */
-    assert_true(kl[2] < kl[3]); /* q5_k < q4_k */
-    assert_true(kl[0] < kl[5]); /* q8_0 < q5_0 */
-    assert_true(kl[5] < kl[4]); /* q5_0 < q4_0 */
-    assert_true(kl[0] < kl[7]); /* q8_0 < q5_1 */
-    assert_true(kl[7] < kl[6]); /* q5_1 < q4_1 */
-    assert_true(kl[3] < kl[8]); /* q4_k < q3_k */
+    assert_true(kl[0] < kl[1]);  /* q8_0 < q6_k */
+    assert_true(kl[0] < kl[4]);  /* q8_0 < q4_0 */
+    assert_true(kl[1] < kl[2]);  /* q6_k < q5_k */
+    assert_true(kl[2] < kl[3]);  /* q5_k < q4_k */
+    assert_true(kl[0] < kl[5]);  /* q8_0 < q5_0 */
+    assert_true(kl[5] < kl[4]);  /* q5_0 < q4_0 */
+    assert_true(kl[0] < kl[7]);  /* q8_0 < q5_1 */
+    assert_true(kl[7] < kl[6]);  /* q5_1 < q4_1 */
+    assert_true(kl[3] < kl[8]);  /* q4_k < q3_k */
+    assert_true(kl[9] < kl[4]);  /* iq4_nl < q4_0: the same bits, a grid fitted to the values */
+    assert_true(kl[10] < kl[4]); /* iq4_xs < q4_0, in fewer bits */
     free(base);
     unlink(f32);
     free(f32);
@@ -807,6 +899,7 @@ int main(void) {
         cmocka_unit_test(test_kquant_fallback_to_q8_0),
         cmocka_unit_test(test_huge_page_weights),
         cmocka_unit_test(test_q3_k_load_paths),
+        cmocka_unit_test(test_iq4_xs_load_paths),
         cmocka_unit_test(test_partial_fusion),
         cmocka_unit_test(test_structure_preserved),
         cmocka_unit_test(test_threads_synth_and_requant),

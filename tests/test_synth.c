@@ -610,16 +610,18 @@ static void test_real_vocab(void **state) {
 
 /* general.file_type for a file of one weight type: llama.cpp's llama_ftype numbers (ALL_F32 0,
  * MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q3_K_S 11, Q4_K_S 14, Q5_K_S 16, Q6_K 18,
- * BF16 32),
+ * IQ4_NL 25, IQ4_XS 30, BF16 32),
  * which it shows as the file's type. */
 static void test_ftype_numbers(void **state) {
     (void)state;
     const struct {
         skv_type t;
         uint32_t ftype;
-    } want[] = {{SKV_TYPE_F32, 0},   {SKV_TYPE_F16, 1},   {SKV_TYPE_Q4_0, 2},  {SKV_TYPE_Q4_1, 3},
-                {SKV_TYPE_Q8_0, 7},  {SKV_TYPE_Q5_0, 8},  {SKV_TYPE_Q5_1, 9},  {SKV_TYPE_Q4_K, 14},
-                {SKV_TYPE_Q5_K, 16}, {SKV_TYPE_Q6_K, 18}, {SKV_TYPE_BF16, 32}, {SKV_TYPE_Q3_K, 11}};
+    } want[] = {{SKV_TYPE_F32, 0},     {SKV_TYPE_F16, 1},    {SKV_TYPE_Q4_0, 2},
+                {SKV_TYPE_Q4_1, 3},    {SKV_TYPE_Q8_0, 7},   {SKV_TYPE_Q5_0, 8},
+                {SKV_TYPE_Q5_1, 9},    {SKV_TYPE_Q4_K, 14},  {SKV_TYPE_Q5_K, 16},
+                {SKV_TYPE_Q6_K, 18},   {SKV_TYPE_BF16, 32},  {SKV_TYPE_Q3_K, 11},
+                {SKV_TYPE_IQ4_NL, 25}, {SKV_TYPE_IQ4_XS, 30}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         assert_int_equal(skv_ftype_of(want[i].t), want[i].ftype);
 }

@@ -20,19 +20,21 @@ static void usage(FILE *f) {
         "usage: sparsekv quantize IN.gguf OUT.gguf TYPE [-t N] [--simple] [--overwrite]\n"
         "\n"
         "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
-        "included) in TYPE: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, q3_k, q4_k, q5_k\n"
-        "or q6_k, or in the mix q4_k_m: q6_k for the output matrix (the token embedding when\n"
-        "the output is tied to it) and for attn_v and ffn_down of the first and last\n"
-        "eighth of the layers and of every third layer in between, q4_k for the rest.\n"
+        "included) in TYPE: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl, iq4_xs,\n"
+        "q3_k, q4_k, q5_k or q6_k, or in the mix q4_k_m: q6_k for the output matrix (the\n"
+        "token embedding when the output is tied to it) and for attn_v and ffn_down of the\n"
+        "first and last eighth of the layers and of every third layer in between, q4_k for\n"
+        "the rest.\n"
         "Norms and other 1-D tensors stay as they are (f32); metadata is copied\n"
         "(general.file_type updated). A matrix whose rows are not a multiple of TYPE's\n"
-        "block size (32 for q8_0, q5_* and q4_*, 256 for the k-quants) is written in q8_0\n"
-        "(q4_0 for q3_k) instead when TYPE is a k-quant and its rows are a multiple of 32,\n"
-        "else in f16; one already stored in a type no larger than that (q5_* or q4_* for\n"
-        "q8_0, bf16 for f16) is copied as it is. Those matrices are listed.\n"
+        "block size (32 for q8_0, q5_*, q4_* and iq4_nl, 256 for the k-quants and iq4_xs)\n"
+        "is written in q8_0 (q4_0 for q3_k, iq4_nl for iq4_xs) instead when its rows are a\n"
+        "multiple of 32, else in f16; one already stored in a type no larger than that (q5_*\n"
+        "or q4_* for q8_0, bf16 for f16) is copied as it is. Those matrices are listed.\n"
         "Tensors are converted from any type sparsekv reads and streamed one at a time, so\n"
         "memory stays small. The k-quants search each sub-block's scale and min for the\n"
-        "least rounding error, weighted by the values' magnitude.\n"
+        "least rounding error, weighted by the values' magnitude; iq4_nl and iq4_xs (4-bit\n"
+        "indices into a fixed grid of 16 values, denser near 0) each block's scale.\n"
         "\n"
         "  -t N         threads (default: all cores)\n"
         "  --simple     k-quants with the plain min/max scales (faster; for comparisons);\n"
@@ -124,13 +126,13 @@ int cmd_quantize(int argc, char **argv) {
     } else if (!skv_type_from_name(pos[2], &qo.type) || !skv_type_can_quantize(qo.type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
-                  "q4_1, q4_0, q3_k, q4_k, q5_k, q6_k, q4_k_m)",
+                  "q4_1, q4_0, iq4_nl, iq4_xs, q3_k, q4_k, q5_k, q6_k, q4_k_m)",
                   pos[2]);
         return 2;
     }
     skv_type type = qo.type;
     const char *target = qo.mix ? "q4_k_m" : skv_type_name(type);
-    if (simple && skv_type_block_size(type) != SKV_QK_K) {
+    if (simple && (skv_type_block_size(type) != SKV_QK_K || type == SKV_TYPE_IQ4_XS)) {
         cli_error(CMD,
                   "--simple only applies to the k-quants (q3_k, q4_k, q5_k, q6_k, q4_k_m), not %s",
                   target);

@@ -33,10 +33,11 @@ static void usage(FILE *f) {
             "                  e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf, so text in and\n"
             "                  text out work; the vocabulary size becomes that file's\n"
             "  --type TYPE     matrix type: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0,\n"
-            "                  q3_k, q4_k, q5_k, q6_k\n"
+            "                  iq4_nl, iq4_xs, q3_k, q4_k, q5_k, q6_k\n"
             "                  (a matrix whose rows are not a multiple of the block size is\n"
-            "                  written in q8_0 (q4_0 for q3_k) for a k-quant when they are a\n"
-            "                  multiple of 32, else in f16; norms are always f32)\n"
+            "                  written in q8_0 (q4_0 for q3_k, iq4_nl for iq4_xs) for a\n"
+            "                  256-value type when they are a multiple of 32, else in f16;\n"
+            "                  norms are always f32)\n"
             "  --ctx N         llama.context_length to write (default: the preset's)\n"
             "  --seed S        random seed (default 1)\n"
             "  -t N            threads (default: all cores)\n"
@@ -157,7 +158,7 @@ int cmd_synth_model(int argc, char **argv) {
     if (!skv_type_from_name(type_name, &type) || !skv_type_can_quantize(type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
-                  "q4_1, q4_0, q3_k, q4_k, q5_k, q6_k)",
+                  "q4_1, q4_0, iq4_nl, iq4_xs, q3_k, q4_k, q5_k, q6_k)",
                   type_name);
         return 2;
     }

@@ -63,9 +63,17 @@ void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n)
  * k16 records: a loaded model holds its Q3_K matrices there, or (without the records' kernels)
  * this way (skv_type_held). */
 void skv_q3_k_to_q6_k(const void *src, void *dst, int64_t n_blocks);
+/* IQ4_NL's and IQ4_XS's grid: a code c (0..15) stands for grid[c] times the block's scale. */
+extern const int8_t skv_iq4_grid[16];
+/* IQ4_XS: sub-block j's (0..7) scale factor ls_j - 32 (-32..31) of the 136-byte super-block b. */
+int skv_iq4_xs_scale(const uint8_t *b, int j);
 /* The type of the rows a matrix stored in t is held in when not in k16 records: Q6_K for Q3_K
  * (which the kernels do not read as rows), else t. */
 skv_type skv_type_held(skv_type t);
+/* Whether the SIMD kernels read matrices of type t from k16 records only (Q3_K, IQ4_XS): a
+ * loaded model holds them there wherever records are read (also with SKV_NO_HUGE and unpacked);
+ * rows of them go to the scalar code (IQ4_XS) or give NaN (Q3_K, skv_matmul_group). */
+bool skv_type_records_only(skv_type t);
 
 /* ---- matrix products ----------------------------------------------------------------------
  * y[m, n_out] = x[m, n_in] · W^T, W[n_out, n_in] rows stored in type wt (a GGUF tensor with
@@ -199,8 +207,21 @@ enum { SKV_K16_Q6_SC = 0, SKV_K16_Q6_QH = 32, SKV_K16_Q6_QL = 160, SKV_K16_Q6_D 
 #define SKV_K16_Q3_RECORD 1824
 #define SKV_K16_Q3_PAIR   224
 enum { SKV_K16_Q3_SC = 0, SKV_K16_Q3_LO = 32, SKV_K16_Q3_HI = 160, SKV_K16_Q3_D = 1792 };
+/* IQ4_NL W in k16 records too (read by the AVX2 code at both SIMD levels): a Q4_0 record whose
+ * nibbles are grid indices (SKV_K16_Q4_RECORD bytes, the rows' bytes). IQ4_XS W: per group of 16
+ * rows and super-block s one record of SKV_K16_IQ4XS_RECORD bytes at index
+ * (row / 16) * (n_in / 256) + s:
+ *   d[16]            f16, row k's super-block scale
+ *   sc[8][16]        int8, sub-block j, row k: ls_j - 32 (-32..31)
+ *   q[8][256]        sub-block j: a Q4_0 record's nibbles (group g, row k: indices 4g..4g+3 of
+ *                    row k low, of row 8 + k high)
+ * (138 bytes a row's super-block, the file's 136): a sub-block's scales are one 8-byte load per
+ * octet and its indices the Q4_0 record's, so one kernel serves both types. */
+#define SKV_K16_IQ4XS_RECORD 2208
+enum { SKV_K16_IQ4XS_D = 0, SKV_K16_IQ4XS_SC = 32, SKV_K16_IQ4XS_Q = 160 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out rows w of type wt (Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K or Q3_K) into records
+/* n_out rows w of type wt (Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K, Q3_K, IQ4_NL or IQ4_XS)
+ * into records
  * (dst: skv_k16_bytes); _ref is the plain C version, code by code, which the AVX2 Q4_K one
  * (matmul_avx2.c) and the word-wise Q6_K, Q3_K and Q4_0 ones match byte for byte. */
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);

@@ -424,7 +424,7 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
  * and the tasks ask this.
  */
 static bool k16_readable(skv_type wt, bool simd, bool avx512) {
-    if (!simd || skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0) return false;
+    if (!simd || skv_k16_bytes(wt, 16, skv_type_block_size(wt)) == 0) return false;
     return wt != SKV_TYPE_Q6_K || !(avx512 && skv_simd_has_vnni());
 }
 #endif
@@ -444,7 +444,8 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->mm.n_in = n_in;
     t->mm.w_stride = skv_row_bytes(wt, n_in);
 #ifdef SKV_HAVE_MATMUL_AVX2
-    t->simd = skv_kernels_use_simd();
+    /* IQ4_XS rows: the scalar code (the SIMD code reads IQ4_XS from records only) */
+    t->simd = skv_kernels_use_simd() && (wt != SKV_TYPE_IQ4_XS || t->mm.w_k16);
     t->avx512 = t->simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
     t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K ||
                            wt == SKV_TYPE_Q3_K);
@@ -472,7 +473,7 @@ void skv_matmul_group(skv_pool *pool, const skv_mm_part *parts, int n, const flo
         return;
     }
     if ((layout == SKV_MM_PANELS && skv_act_block(wt)) ||
-        (layout == SKV_MM_K16 && skv_k16_bytes(wt, 16, skv_act_block(wt)) == 0))
+        (layout == SKV_MM_K16 && skv_k16_bytes(wt, 16, skv_type_block_size(wt)) == 0))
         return;
     mm_group g;
     g.n = 0;

@@ -560,6 +560,40 @@ INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, 
     }
 }
 
+/* IQ4_NL / IQ4_XS records (kernels.h): block b's indices (a Q4_0 record's nibbles) for 16-row
+ * group g, and where its record starts (XS: the super-block's, 8 blocks to a record). */
+INLINE const uint8_t *iq4_rec(const skv_mm *mm, int g, int b, skv_type t) {
+    return t == SKV_TYPE_IQ4_NL ? k16_at(mm, g, b, 32, SKV_K16_Q4_RECORD)
+                                : k16_at(mm, g, b / 8, 256, SKV_K16_IQ4XS_RECORD);
+}
+INLINE const uint8_t *iq4_rec_codes(const uint8_t *rec, int b, skv_type t) {
+    return t == SKV_TYPE_IQ4_NL ? rec + SKV_K16_Q4_Q : rec + SKV_K16_IQ4XS_Q + 256 * (b % 8);
+}
+/* ... and octet h's 8 scales: IQ4_NL's d, IQ4_XS's d (ls - 32) (exact in float: 11 by 6 bits). */
+INLINE __m256 iq4_rec_scales(const uint8_t *rec, int b, int h, skv_type t) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 16 * h)));
+    if (t == SKV_TYPE_IQ4_NL) return d;
+    const __m128i sc =
+        _mm_loadl_epi64((const __m128i *)(rec + SKV_K16_IQ4XS_SC + 16 * (b % 8) + 8 * h));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+}
+
+/* prep_octet from IQ4 records: the nibbles of octet h (the low ones for h = 0) through the grid,
+ * signed codes as Q8_0's, and the block's scales. */
+INLINE void prep_octet_iq4(prep_oct *p, const skv_mm *mm, int g, int h, int b0, int nb,
+                           skv_type t) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), grid = iq4_grid_v();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *rec = iq4_rec(mm, g, b0 + b, t), *q = iq4_rec_codes(rec, b0 + b, t);
+        for (int v = 0; v < 8; v++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
+            const __m256i i = _mm256_and_si256(h ? _mm256_srli_epi16(c, 4) : c, m4);
+            _mm256_store_si256((__m256i *)(p->q + 256 * b + 32 * v), _mm256_shuffle_epi8(grid, i));
+        }
+        _mm256_store_ps(p->d + 8 * b, iq4_rec_scales(rec, b0 + b, h, t));
+    }
+}
+
 /* mr x rows times NO8 octets over blocks [b0, b0 + nb) of x (the octets start at b0). Q8_0: per
  * group the sign of w moves onto x (dot_s8's vpmaddubsw of |w|), pairs summed in 32 bits. Q4_0
  * (q4): the codes as stored (0..15) are vpmaddubsw's unsigned operand as they are, and its pair
@@ -658,6 +692,10 @@ INLINE void gemm_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KB8, nb = nblk - b0 < KB8 ? nblk - b0 : KB8;
                 for (int c = 0; c < no; c++) {
+                    if (mm->w_k16 && (t == SKV_TYPE_IQ4_NL || t == SKV_TYPE_IQ4_XS)) {
+                        prep_octet_iq4(&prep[c], mm, r / 16, c, b0, nb, t);
+                        continue;
+                    }
                     if (mm->w_k16) { /* records: r is a multiple of 16 */
                         prep_octet_rec(&prep[c], mm, r / 16, c, b0, nb, t);
                         continue;
@@ -878,8 +916,92 @@ INLINE void gemv_rec(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
         gemv_q8_rec_run(mm, i0, i1, r0, r1, false, t);
 }
 
+/* IQ4 decode from records: ns 16-row groups g[] at once against one x row (as gemv_q8_rec_run's
+ * streams), per block the indices through the grid (vpshufb) and Q8_0's signed dot (dot_s8's
+ * |w| and x signed as w), then acc = fma(idot, dx dw, acc) as the tiles (the same bits).
+ * Prefetch: 8 per block spread over the record's bytes (XS: 64 over the super-block's). */
+INLINE void iq4_rec_groups(const skv_mm *mm, const act_row *a, const int *g, int ns, bool pf,
+                           skv_type t, __m256 acc[K16_STREAMS][2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), grid = iq4_grid_v();
+    const int nb = mm->n_in / 32, per = t == SKV_TYPE_IQ4_NL ? 1 : 8;
+    const int span = (t == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD : SKV_K16_IQ4XS_RECORD) - 1;
+    for (int st = 0; st < ns; st++) acc[st][0] = acc[st][1] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *rec[K16_STREAMS], *q[K16_STREAMS];
+        __m256i s[K16_STREAMS][2];
+#pragma GCC unroll 4
+        for (int st = 0; st < ns; st++) {
+            rec[st] = iq4_rec(mm, g[st], b, t);
+            q[st] = iq4_rec_codes(rec[st], b, t);
+            s[st][0] = s[st][1] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < 8; v++) {
+            int32_t x4;
+            memcpy(&x4, a->q + 32 * b + 4 * v, 4);
+            const __m256i x = _mm256_set1_epi32(x4);
+            const int off = span * (8 * (b % per) + v) / (8 * per - 1);
+#pragma GCC unroll 4
+            for (int st = 0; st < ns; st++) {
+                if (pf)
+                    SKV_PREFETCH_AT(rec[st], skv_k16_ahead_cpu + off);
+                else
+                    SKV_PREFETCH_AHEAD(rec[st], off);
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(q[st] + 32 * v));
+                const __m256i lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(w, m4));
+                const __m256i hi =
+                    _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4));
+                s[st][0] = _mm256_add_epi32(
+                    s[st][0],
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(lo), _mm256_sign_epi8(x, lo)), ones));
+                s[st][1] = _mm256_add_epi32(
+                    s[st][1],
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(x, hi)), ones));
+            }
+        }
+        const __m256 dx = _mm256_set1_ps(a->d[b]);
+#pragma GCC unroll 4
+        for (int st = 0; st < ns; st++)
+            for (int h = 0; h < 2; h++)
+                acc[st][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[st][h]),
+                                             _mm256_mul_ps(dx, iq4_rec_scales(rec[st], b, h, t)),
+                                             acc[st][h]);
+    }
+}
+
+/* Decode from IQ4 records: the thread's groups in K16_STREAMS quarters read at once (streams,
+ * mm->k16_prefetch), the rest one at a time. r0 is a multiple of 16. */
+INLINE void gemv_iq4_rec(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
+    const bool streams = mm->k16_prefetch;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 32);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
+        const int h = streams ? gn / K16_STREAMS : 0;
+        __m256 acc[K16_STREAMS][2];
+        for (int j = 0; j < h; j++) {
+            int g[K16_STREAMS];
+            for (int st = 0; st < K16_STREAMS; st++) g[st] = ga + st * h + j;
+            iq4_rec_groups(mm, &a, g, K16_STREAMS, true, t, acc);
+            for (int st = 0; st < K16_STREAMS; st++)
+                store_group(y + 16 * g[st], acc[st], r1 - 16 * g[st]);
+        }
+        for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
+            if (streams)
+                iq4_rec_groups(mm, &a, &g, 1, true, t, acc);
+            else
+                iq4_rec_groups(mm, &a, &g, 1, false, t, acc);
+            store_group(y + 16 * g, acc[0], r1 - 16 * g);
+        }
+    }
+}
+
 INLINE void matmul_q8(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type t) {
-    if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
+    if (mm->m < GEMM_Q_MIN_M && mm->w_k16 && (t == SKV_TYPE_IQ4_NL || t == SKV_TYPE_IQ4_XS))
+        gemv_iq4_rec(mm, i0, i1, r0, r1, t);
+    else if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
         gemv_rec(mm, i0, i1, r0, r1, t);
     else if (mm->m < GEMM_Q_MIN_M)
         gemv_q8(mm, i0, i1, r0, r1, t);
@@ -897,6 +1019,15 @@ static void matmul_q4_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 
 static void matmul_q5_0(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_Q5_0);
+}
+
+static void matmul_iq4_nl(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_IQ4_NL);
+}
+
+static void matmul_iq4_xs(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->w_k16) /* records only (matmul.c computes rows at the scalar level) */
+        matmul_q8(mm, i0, i1, r0, r1, SKV_TYPE_IQ4_XS);
 }
 
 static void matmul_q4_1(const skv_mm *mm, int i0, int i1, int r0, int r1) {
@@ -1693,6 +1824,12 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
             gemv_k(mm, i0, i1, r0, r1);
         else
             gemm_k(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_IQ4_NL:
+        matmul_iq4_nl(mm, i0, i1, r0, r1);
+        break;
+    case SKV_TYPE_IQ4_XS:
+        matmul_iq4_xs(mm, i0, i1, r0, r1);
         break;
     case SKV_TYPE_Q3_K: /* records only: the Q6_K code, reading them (kernels.h) */
         if (mm->w_k16) {

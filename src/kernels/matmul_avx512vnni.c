@@ -812,6 +812,7 @@ static __attribute__((noinline)) void gemm_k(const skv_mm *mm, int i0, int i1, i
 #define KBH 16 /* blocks per prepared column block: two hexads are 20 KB, in L1 */
 #define MCH 96 /* x rows per row block */
 _Static_assert(NOH <= 2, "k16_ahead holds two groups");
+_Static_assert(KBH % 8 == 0, "IQ4_XS column blocks are whole super-blocks");
 
 typedef struct prep_hex {
     int8_t q[KBH * 512] ALIGNED64;  /* [block][group g][row k][4]: row k's codes 4g..4g+3 */
@@ -883,6 +884,36 @@ INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb,
         _mm512_store_si512(p->nb + 16 * b, _mm512_sub_epi32(_mm512_setzero_si512(), bias));
         _mm512_store_ps(p->d + 16 * b,
                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_D))));
+    }
+}
+
+/* prep_hexad from IQ4_NL / IQ4_XS records (kernels.h): each group vector's low and high nibbles
+ * through the grid (vpshufb) are the hexad's two octets of signed codes; the scales IQ4_NL's d,
+ * IQ4_XS's d (ls - 32) (as the AVX2 code makes them: the same bits). */
+INLINE void prep_hexad_iq4(prep_hex *p, const skv_mm *mm, int g, int b0, int nb, skv_type t) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), grid = iq4_grid_v();
+    for (int b = 0; b < nb; b++) {
+        const int bb = b0 + b;
+        const uint8_t *rec = t == SKV_TYPE_IQ4_NL
+                                 ? k16_at(mm, g, bb, 32, SKV_K16_Q4_RECORD)
+                                 : k16_at(mm, g, bb / 8, 256, SKV_K16_IQ4XS_RECORD);
+        const uint8_t *q =
+            t == SKV_TYPE_IQ4_NL ? rec + SKV_K16_Q4_Q : rec + SKV_K16_IQ4XS_Q + 256 * (bb % 8);
+        __m512i bias = _mm512_setzero_si512();
+        for (int v = 0; v < 8; v++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
+            const __m512i w =
+                join(_mm256_shuffle_epi8(grid, _mm256_and_si256(c, m4)),
+                     _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(c, 4), m4)));
+            _mm512_store_si512(p->q + 512 * b + 64 * v, w);
+            bias = _mm512_dpbusd_epi32(bias, _mm512_set1_epi8((char)0x80), w);
+        }
+        _mm512_store_si512(p->nb + 16 * b, _mm512_sub_epi32(_mm512_setzero_si512(), bias));
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_D)));
+        if (t == SKV_TYPE_IQ4_XS)
+            d = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                     (const __m128i *)(rec + SKV_K16_IQ4XS_SC + 16 * (bb % 8))))));
+        _mm512_store_ps(p->d + 16 * b, d);
     }
 }
 
@@ -960,6 +991,10 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
             for (int kb = 0; kb < nkb; kb++) {
                 const int b0 = kb * KBH, nb = nblk - b0 < KBH ? nblk - b0 : KBH;
                 for (int c = 0; c < no; c++) {
+                    if (mm->w_k16 && (t == SKV_TYPE_IQ4_NL || t == SKV_TYPE_IQ4_XS)) {
+                        prep_hexad_iq4(&prep[c], mm, r / 16 + c, b0, nb, t);
+                        continue;
+                    }
                     if (mm->w_k16) { /* records: r is a multiple of 16 */
                         prep_hexad_rec(&prep[c], mm, r / 16 + c, b0, nb, t);
                         continue;
@@ -969,8 +1004,11 @@ static __attribute__((noinline)) void gemm_hex(const skv_mm *mm, int i0, int i1,
                     prep_hexad(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
-                k16_ahead ah = k16_ahead_next(mm, mc0, MCH, i1, r, NOH, r0, r1, kb, nkb, KBH,
-                                              rec32_bytes(t), 32, (mc1 - mc0) / MRH);
+                /* IQ4_XS: records of 8 blocks, KBH / 8 to a column block */
+                const int xs = t == SKV_TYPE_IQ4_XS;
+                k16_ahead ah = k16_ahead_next(
+                    mm, mc0, MCH, i1, r, NOH, r0, r1, kb, nkb, xs ? KBH / 8 : KBH,
+                    xs ? SKV_K16_IQ4XS_RECORD : rec32_bytes(t), xs ? 256 : 32, (mc1 - mc0) / MRH);
                 int i = mc0;
                 for (; i + MRH <= mc1; i += MRH) {
                     k16_ahead_some(&ah);
@@ -1278,7 +1316,9 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 
 bool skv_act_unsigned(skv_type wt, int m) {
     return skv_simd_has_vnni() &&
-           (wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_Q5_0) && m >= GEMM_Q_MIN_M;
+           (wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_Q5_0 ||
+            wt == SKV_TYPE_IQ4_NL || wt == SKV_TYPE_IQ4_XS) &&
+           m >= GEMM_Q_MIN_M;
 }
 
 void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
@@ -1292,6 +1332,15 @@ void skv_act_rows_unsigned(uint8_t *q, int64_t n) {
 void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
     if (q8_affine(mm->wt)) { /* Q4_1, Q5_1: the AVX2 code */
         skv_matmul_avx2(mm, i0, i1, r0, r1);
+        return;
+    }
+    if (mm->wt == SKV_TYPE_IQ4_NL || mm->wt == SKV_TYPE_IQ4_XS) {
+        /* decode: the AVX2 code; prefill: the Q8_0 tiles from the grid's values (IQ4_XS: records
+         * only, as the AVX2 code) */
+        if (mm->m < GEMM_Q_MIN_M)
+            skv_matmul_avx2(mm, i0, i1, r0, r1);
+        else if (mm->wt == SKV_TYPE_IQ4_NL || mm->w_k16)
+            gemm_hex(mm, i0, i1, r0, r1, mm->wt);
         return;
     }
     if (mm->wt == SKV_TYPE_Q3_K) { /* records only: decode above, prefill the Q6_K tiles */

@@ -219,6 +219,44 @@ static void deq_q3_k(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* IQ4_NL / IQ4_XS: each code is a 4-bit index into this grid (ggml's kvalues_iq4nl), denser
+ * near 0 where weights cluster. IQ4_NL: { f16 d; qs[16] } per 32 values, the nibbles in Q4_0's
+ * order, value d * grid[code]. IQ4_XS: { f16 d; uint16 scales_h; scales_l[4]; qs[128] } per
+ * 256, sub-block j (32 values, qs[16 j..16 j + 15] in Q4_0's order) scaled by d * (ls_j - 32),
+ * ls_j 6 bits: the low 4 in nibble j % 2 of scales_l[j / 2], the top 2 in bits 2 j, 2 j + 1 of
+ * scales_h. */
+const int8_t skv_iq4_grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+#define IQ4_XS_BYTES 136
+
+static inline int iq4_code(const uint8_t *qs, int c) {
+    return c < 16 ? qs[c] & 15 : qs[c - 16] >> 4;
+}
+
+int skv_iq4_xs_scale(const uint8_t *b, int j) {
+    const int lo = b[4 + j / 2] >> 4 * (j % 2) & 15, hi = (b[2] | b[3] << 8) >> 2 * j & 3;
+    return (lo | hi << 4) - 32;
+}
+
+static void deq_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += 18, y += 32) {
+        const float d = ld_f16(b);
+        for (int c = 0; c < 32; c++) y[c] = d * (float)skv_iq4_grid[iq4_code(b + 2, c)];
+    }
+}
+
+static void deq_iq4_xs(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += IQ4_XS_BYTES) {
+        const float d = ld_f16(b);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const float dl = d * (float)skv_iq4_xs_scale(b, j);
+            for (int c = 0; c < 32; c++)
+                y[c] = dl * (float)skv_iq4_grid[iq4_code(b + 8 + 16 * j, c)];
+        }
+    }
+}
+
 void skv_q3_k_to_q6_k(const void *src, void *dst, int64_t nb) {
     const uint8_t *b = src;
     uint8_t *o = dst;
@@ -273,6 +311,12 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
         break;
     case SKV_TYPE_Q3_K:
         deq_q3_k(b, dst, nb);
+        break;
+    case SKV_TYPE_IQ4_NL:
+        deq_iq4_nl(b, dst, nb);
+        break;
+    case SKV_TYPE_IQ4_XS:
+        deq_iq4_xs(b, dst, nb);
         break;
     default:
         break;
@@ -850,6 +894,124 @@ static void quant_q3_k_best(const float *x, uint8_t *b, int64_t nb) {
     }
 }
 
+/* ---- IQ4_NL / IQ4_XS: a scale per 32 values for the fixed grid -------------------------------
+ * The grid is not uniform: a value's code is the grid point nearest x / d, and d is searched.
+ * Candidates map the block's largest magnitude onto either end of the grid (-127, 113) and a
+ * few points inside it; each candidate's codes then get their weighted least-squares d, and the
+ * best pair wins. */
+#define IQ4_TRIES 7 /* candidates per end: the end and 2, 4, ... 12 grid units inside */
+
+/* The grid index nearest v (ties to the lower; NaN to 0). */
+static int iq4_nearest(float v) {
+    int lo = 0, hi = 15; /* the answer is in [lo, hi] */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (v > 0.5f * (float)(skv_iq4_grid[mid] + skv_iq4_grid[mid + 1]))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Codes of x[32] for scale d into q; the least-squares scale for those codes into *best_d and
+ * its weighted error (sum of w (x - d grid)^2, up to the constant sum of w x^2) returned. */
+static double iq4_fit(const float *x, const float *w, float d, uint8_t *q, float *best_d) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    double sxg = 0.0, sgg = 0.0;
+    for (int i = 0; i < 32; i++) {
+        q[i] = (uint8_t)iq4_nearest(fin(x[i]) * id);
+        const double g = skv_iq4_grid[q[i]];
+        sxg += (double)w[i] * fin(x[i]) * g;
+        sgg += (double)w[i] * g * g;
+    }
+    if (sgg <= 0.0) {
+        *best_d = d;
+        return 0.0;
+    }
+    *best_d = (float)(sxg / sgg);
+    return -sxg * sxg / sgg;
+}
+
+/* The unrounded scale that fits x[32] (weights w) on the grid best, 0 for an all-zero block. */
+static float iq4_search(const float *x, const float *w) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 32; i++)
+        if (fabsf(fin(x[i])) > amax) amax = fabsf(fin(x[i])), max = fin(x[i]);
+    if (amax == 0.0f) return 0.0f;
+    float best = 0.0f;
+    double best_err = INFINITY;
+    for (int end = 0; end < 2; end++)
+        for (int k = 0; k < IQ4_TRIES; k++) {
+            const float top = end ? 113.0f - 2.0f * (float)k : -127.0f + 2.0f * (float)k;
+            uint8_t q[32];
+            float d;
+            const double e = iq4_fit(x, w, max / top, q, &d);
+            if (e < best_err && isfinite(d)) best_err = e, best = d;
+        }
+    return best;
+}
+
+/* The codes of x[32] for the stored scale d, as nibbles in Q4_0's order into qs[16]. */
+static void iq4_codes(const float *x, float d, uint8_t *qs) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)(iq4_nearest(fin(x[j]) * id) | iq4_nearest(fin(x[j + 16]) * id) << 4);
+}
+
+static void quant_iq4_nl(const float *x, uint8_t *b, int64_t nb) {
+    float w[32];
+    for (int64_t i = 0; i < nb; i++, x += 32, b += 18) {
+        k_weights(x, 32, w);
+        const uint16_t h = skv_f32_to_f16(iq4_search(x, w));
+        st_f16(b, h);
+        iq4_codes(x, skv_f16_to_f32(h), b + 2);
+    }
+}
+
+/* Weighted squared error of x[32] against d grid[codes of qs]. */
+static double iq4_block_err(const float *x, const float *w, float d, const uint8_t *qs) {
+    double e = 0.0;
+    for (int c = 0; c < 32; c++) {
+        const double r = (double)fin(x[c]) - (double)d * skv_iq4_grid[iq4_code(qs, c)];
+        e += w[c] * r * r;
+    }
+    return e;
+}
+
+/* IQ4_XS: each sub-block's best scale s_j, then the super-block's d with s_j ~ d (ls_j - 32):
+ * the largest |s_j| maps to -32 or to 31 (whichever errs less), the others round; the codes
+ * follow the stored scales. */
+static void quant_iq4_xs(const float *x, uint8_t *b, int64_t nb) {
+    float w[SKV_QK_K], sj[8];
+    uint8_t try_b[IQ4_XS_BYTES];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += IQ4_XS_BYTES) {
+        k_weights(x, SKV_QK_K, w);
+        float smax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            sj[j] = iq4_search(x + 32 * j, w + 32 * j);
+            if (fabsf(sj[j]) > fabsf(smax)) smax = sj[j];
+        }
+        double best = INFINITY;
+        for (int end = 0; end < 2; end++) {
+            const uint16_t h = skv_f32_to_f16(smax / (end ? 31.0f : -32.0f));
+            const float d = skv_f16_to_f32(h);
+            memset(try_b, 0, sizeof try_b);
+            st_f16(try_b, h);
+            double err = 0.0;
+            for (int j = 0; j < 8; j++) {
+                const int ls = d != 0.0f ? round_clamp(sj[j] / d, -32, 31) : 0;
+                try_b[4 + j / 2] |= (uint8_t)(((ls + 32) & 15) << 4 * (j % 2));
+                const unsigned sh = (unsigned)((ls + 32) >> 4) << 2 * j;
+                try_b[2] |= (uint8_t)sh, try_b[3] |= (uint8_t)(sh >> 8);
+                iq4_codes(x + 32 * j, d * (float)ls, try_b + 8 + 16 * j);
+                err += iq4_block_err(x + 32 * j, w + 32 * j, d * (float)ls, try_b + 8 + 16 * j);
+            }
+            if (end == 0 || err < best) best = err, memcpy(b, try_b, IQ4_XS_BYTES);
+        }
+    }
+}
+
 bool skv_type_can_quantize(skv_type t) {
     switch (t) {
     case SKV_TYPE_F32:
@@ -864,6 +1026,8 @@ bool skv_type_can_quantize(skv_type t) {
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
     case SKV_TYPE_Q3_K:
+    case SKV_TYPE_IQ4_NL:
+    case SKV_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -924,6 +1088,12 @@ static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, boo
         else
             quant_q3_k_best(src, b, nb);
         break;
+    case SKV_TYPE_IQ4_NL:
+        quant_iq4_nl(src, b, nb);
+        break;
+    case SKV_TYPE_IQ4_XS:
+        quant_iq4_xs(src, b, nb);
+        break;
     default:
         break;
     }
@@ -946,6 +1116,8 @@ int skv_act_block(skv_type wt) {
     case SKV_TYPE_Q5_0:
     case SKV_TYPE_Q4_1:
     case SKV_TYPE_Q5_1:
+    case SKV_TYPE_IQ4_NL:
+    case SKV_TYPE_IQ4_XS: /* scales per 32 values */
         return 32;
     case SKV_TYPE_Q4_K:
     case SKV_TYPE_Q5_K:
@@ -994,7 +1166,7 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
     const uint8_t *b = w;
     const int8_t *q = act;
     int bs = skv_act_block(wt);
-    if (bs == 0 || n % bs) return 0.0f;
+    if (bs == 0 || n % bs || n % skv_type_block_size(wt)) return 0.0f;
     const float *d = (const float *)((const uint8_t *)act + skv_act_off_d(n));
     float acc = 0.0f;
     int64_t nb = n / bs;
@@ -1057,6 +1229,22 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
         }
         break;
     }
+    case SKV_TYPE_IQ4_NL:
+        for (int64_t i = 0; i < nb; i++, b += 18, q += 32) {
+            int sum = 0;
+            for (int c = 0; c < 32; c++) sum += skv_iq4_grid[iq4_code(b + 2, c)] * q[c];
+            acc += ld_f16(b) * d[i] * (float)sum;
+        }
+        break;
+    case SKV_TYPE_IQ4_XS: /* per 32 values: (d (ls - 32), exact in float) dx (codes . x) */
+        for (int64_t i = 0; i < nb; i++, q += 32) {
+            const uint8_t *sb = b + (size_t)(i / 8) * IQ4_XS_BYTES;
+            const int j = (int)(i % 8);
+            int sum = 0;
+            for (int c = 0; c < 32; c++) sum += skv_iq4_grid[iq4_code(sb + 8 + 16 * j, c)] * q[c];
+            acc += ld_f16(sb) * (float)skv_iq4_xs_scale(sb, j) * d[i] * (float)sum;
+        }
+        break;
     case SKV_TYPE_Q6_K:
         for (int64_t i = 0; i < nb; i++, b += 210, q += SKV_QK_K) {
             const int8_t *sc = (const int8_t *)(b + 192);
@@ -1100,27 +1288,33 @@ _Static_assert(SKV_K16_Q6_QH == SKV_K16_Q6_SC + 32 && SKV_K16_Q6_QL == SKV_K16_Q
                    SKV_K16_Q6_PAIR == SKV_K16_Q6_QL + 256 && SKV_K16_Q6_D == 8 * SKV_K16_Q6_PAIR &&
                    SKV_K16_Q6_D + 32 == SKV_K16_Q6_RECORD && SKV_K16_Q6_RECORD == 16 * 210,
                "the Q6_K record's parts fill it, with the rows' bytes");
+_Static_assert(SKV_K16_IQ4XS_SC == SKV_K16_IQ4XS_D + 32 &&
+                   SKV_K16_IQ4XS_Q == SKV_K16_IQ4XS_SC + 128 &&
+                   SKV_K16_IQ4XS_Q + 8 * 256 == SKV_K16_IQ4XS_RECORD,
+               "the IQ4_XS record's parts fill it");
 _Static_assert(SKV_K16_Q3_LO == SKV_K16_Q3_SC + 32 && SKV_K16_Q3_HI == SKV_K16_Q3_LO + 128 &&
                    SKV_K16_Q3_PAIR == SKV_K16_Q3_HI + 64 && SKV_K16_Q3_D == 8 * SKV_K16_Q3_PAIR &&
                    SKV_K16_Q3_D + 32 == SKV_K16_Q3_RECORD,
                "the Q3_K record's parts fill it");
 
 static size_t k16_record_bytes(skv_type wt) {
-    return wt == SKV_TYPE_Q4_K   ? SKV_K16_RECORD
-           : wt == SKV_TYPE_Q5_K ? SKV_K16_Q5K_RECORD
-           : wt == SKV_TYPE_Q8_0 ? SKV_K16_Q8_RECORD
-           : wt == SKV_TYPE_Q4_0 ? SKV_K16_Q4_RECORD
-           : wt == SKV_TYPE_Q5_0 ? SKV_K16_Q5_RECORD
-           : wt == SKV_TYPE_Q4_1 ? SKV_K16_Q41_RECORD
-           : wt == SKV_TYPE_Q5_1 ? SKV_K16_Q51_RECORD
-           : wt == SKV_TYPE_Q6_K ? SKV_K16_Q6_RECORD
-           : wt == SKV_TYPE_Q3_K ? SKV_K16_Q3_RECORD
-                                 : 0;
+    return wt == SKV_TYPE_Q4_K     ? SKV_K16_RECORD
+           : wt == SKV_TYPE_Q5_K   ? SKV_K16_Q5K_RECORD
+           : wt == SKV_TYPE_Q8_0   ? SKV_K16_Q8_RECORD
+           : wt == SKV_TYPE_Q4_0   ? SKV_K16_Q4_RECORD
+           : wt == SKV_TYPE_Q5_0   ? SKV_K16_Q5_RECORD
+           : wt == SKV_TYPE_Q4_1   ? SKV_K16_Q41_RECORD
+           : wt == SKV_TYPE_Q5_1   ? SKV_K16_Q51_RECORD
+           : wt == SKV_TYPE_Q6_K   ? SKV_K16_Q6_RECORD
+           : wt == SKV_TYPE_Q3_K   ? SKV_K16_Q3_RECORD
+           : wt == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD
+           : wt == SKV_TYPE_IQ4_XS ? SKV_K16_IQ4XS_RECORD
+                                   : 0;
 }
 
-/* Values per record: a Q8_0 / Q4_0 block, or a K-quant super-block. */
+/* Values per record: a Q8_0 / Q4_0 / IQ4_NL block, or a K-quant / IQ4_XS super-block. */
 static int k16_unit(skv_type wt) {
-    return skv_act_block(wt) == 32 ? 32 : SKV_QK_K;
+    return skv_type_block_size(wt);
 }
 
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in) {
@@ -1422,6 +1616,29 @@ static void q5_get(const uint8_t *rec, int k, uint8_t *blk) {
     rec_codes_get(rec, k, SKV_K16_Q5_Q, SKV_K16_Q5_H, blk, 2, 6);
 }
 
+/* IQ4_XS: the scale, each sub-block's ls - 32 as a byte, its indices as Q4_0's nibbles. */
+static void iq4xs_put(uint8_t *rec, int k, const uint8_t *b) {
+    memcpy(rec + SKV_K16_IQ4XS_D + 2 * k, b, 2);
+    for (int j = 0; j < 8; j++) {
+        rec[SKV_K16_IQ4XS_SC + 16 * j + k] = (uint8_t)(int8_t)skv_iq4_xs_scale(b, j);
+        nibbles_put(rec + SKV_K16_IQ4XS_Q + 256 * j, k, b + 8 + 16 * j);
+    }
+}
+
+static void iq4xs_get(const uint8_t *rec, int k, uint8_t *b) {
+    memset(b, 0, 136);
+    memcpy(b, rec + SKV_K16_IQ4XS_D + 2 * k, 2);
+    unsigned sh = 0;
+    for (int j = 0; j < 8; j++) {
+        const int ls = (int8_t)rec[SKV_K16_IQ4XS_SC + 16 * j + k] + 32;
+        b[4 + j / 2] |= (uint8_t)((ls & 15) << 4 * (j % 2));
+        sh |= (unsigned)(ls >> 4 & 3) << 2 * j;
+        rec_codes_get(rec, k, SKV_K16_IQ4XS_Q + 256 * j, -1, b, 0, 8 + 16 * j);
+    }
+    b[2] = (uint8_t)sh;
+    b[3] = (uint8_t)(sh >> 8);
+}
+
 /* q4_put code by code (skv_k16_pack_ref: the yardstick of the word-wise one). */
 static void q4_put_ref(uint8_t *rec, int k, const uint8_t *blk) {
     memcpy(rec + SKV_K16_Q4_D + 2 * k, blk, 2);
@@ -1490,6 +1707,10 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put_ref);
     else if (wt == SKV_TYPE_Q3_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q3r_put_ref);
+    else if (wt == SKV_TYPE_IQ4_NL)
+        k16_pack_with(wt, w, n_out, n_in, dst, q4_put_ref);
+    else if (wt == SKV_TYPE_IQ4_XS)
+        k16_pack_with(wt, w, n_out, n_in, dst, iq4xs_put);
 }
 
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
@@ -1503,7 +1724,7 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put);
     else if (wt == SKV_TYPE_Q3_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q3r_put);
-    else if (wt == SKV_TYPE_Q4_0)
+    else if (wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_IQ4_NL)
         k16_pack_with(wt, w, n_out, n_in, dst, q4_put);
     else
         skv_k16_pack_ref(wt, w, n_out, n_in, dst);
@@ -1552,6 +1773,10 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q6_get);
     else if (wt == SKV_TYPE_Q3_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q3r_get);
+    else if (wt == SKV_TYPE_IQ4_NL)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4_get);
+    else if (wt == SKV_TYPE_IQ4_XS)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, iq4xs_get);
 }
 
 static void qk_get(const uint8_t *rec, int k, uint8_t *b, bool q5) {

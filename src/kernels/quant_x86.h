@@ -70,11 +70,20 @@ static inline __m256i unpack_fifth_bits(const uint8_t *qh) {
                             _mm256_set1_epi8(0x10));
 }
 
+/* The IQ4 grid (skv_iq4_grid) in both lanes: vpshufb's table, index -> value. */
+static inline __m256i iq4_grid_v(void) {
+    return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
+                            113, -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69,
+                            89, 113);
+}
 /* The 32-value block types that the Q8_0 kernels read as signed bytes: Q8_0's codes, Q4_0's
- * code - 8, Q5_0's code - 16, Q4_1's and Q5_1's codes as they are (0..15, 0..31: value d code +
- * m, the "affine" ones); bytes per block; whether a type has the min m (f16, after d). */
+ * code - 8, Q5_0's code - 16, IQ4_NL's grid values, Q4_1's and Q5_1's codes as they are (0..15,
+ * 0..31: value d code + m, the "affine" ones); bytes per block; whether a type has the min m
+ * (f16, after d). */
 static inline __m256i q8_codes(const uint8_t *blk, skv_type t) {
     switch (t) {
+    case SKV_TYPE_IQ4_NL:
+        return _mm256_shuffle_epi8(iq4_grid_v(), unpack_nibbles(blk + 2));
     case SKV_TYPE_Q4_0:
         return unpack_q4_0(blk + 2);
     case SKV_TYPE_Q5_0:
@@ -91,6 +100,7 @@ static inline __m256i q8_codes(const uint8_t *blk, skv_type t) {
 static inline size_t q8_block_bytes(skv_type t) {
     switch (t) {
     case SKV_TYPE_Q4_0:
+    case SKV_TYPE_IQ4_NL:
         return 18;
     case SKV_TYPE_Q4_1:
         return 20;
@@ -104,11 +114,11 @@ static inline size_t q8_block_bytes(skv_type t) {
 }
 /* Bytes of a k16 record of 32-value blocks (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1; kernels.h). */
 static inline size_t rec32_bytes(skv_type t) {
-    return t == SKV_TYPE_Q4_0   ? SKV_K16_Q4_RECORD
-           : t == SKV_TYPE_Q5_0 ? SKV_K16_Q5_RECORD
-           : t == SKV_TYPE_Q4_1 ? SKV_K16_Q41_RECORD
-           : t == SKV_TYPE_Q5_1 ? SKV_K16_Q51_RECORD
-                                : SKV_K16_Q8_RECORD;
+    return t == SKV_TYPE_Q4_0 || t == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD
+           : t == SKV_TYPE_Q5_0                       ? SKV_K16_Q5_RECORD
+           : t == SKV_TYPE_Q4_1                       ? SKV_K16_Q41_RECORD
+           : t == SKV_TYPE_Q5_1                       ? SKV_K16_Q51_RECORD
+                                                      : SKV_K16_Q8_RECORD;
 }
 static inline bool q8_affine(skv_type t) {
     return t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1;

@@ -516,8 +516,9 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, skv_ty
  * ones at the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in k16
  * records (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other quantized
  * ones of 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping.
- * Q3_K ones, which the kernels read from records only, are records wherever records are read (also
- * with SKV_NO_HUGE and unpacked: a copy either way), else Q6_K rows of the same values. The token
+ * Q3_K and IQ4_XS ones, which the SIMD kernels read from records only, are records wherever
+ * records are read (also with SKV_NO_HUGE and unpacked: a copy either way), else Q3_K as Q6_K rows
+ * of the same values (IQ4_XS as its rows). The token
  * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
  * (pack_matrices); a tied float output gets its own panels, a tied one in records its own
  * records (the embedding rows then come back from the file). */
@@ -527,7 +528,7 @@ typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
  * their type, else records or rewritten rows. */
 static hold_kind hold_of(const skv_weight *w, bool pack) {
     const skv_type t = skv_type_held(w->type);
-    if (t != w->type && skv_k16_wanted(w->type) &&
+    if (skv_type_records_only(w->type) && skv_k16_wanted(w->type) &&
         skv_k16_bytes(w->type, (int)w->rows, (int)w->cols) != 0)
         return HOLD_K16;
     if (!pack) return t != w->type ? HOLD_COPY : HOLD_MAPPED;
