@@ -1115,8 +1115,9 @@ static void test_k_search_beats_simple(void **s) {
 }
 
 /* IQ4's grid, dense near 0, against the uniform 4-bit formats on the same Gaussian data (with 1%
- * outliers): IQ4_NL's and IQ4_XS's (4.25 bits) rms errors at least 5% below Q4_0's (4.5 bits)
- * (measured: both 0.88x on Gaussian, 0.77-0.78x with outliers; SKV_TEST_VERBOSE=1 prints them). */
+ * outliers): IQ4_NL's and IQ4_XS's (4.25 bits) rms errors at most 0.90x Q4_0's (4.5 bits) on
+ * Gaussian data, 0.80x with outliers (measured: both 0.88x, and 0.77-0.78x; SKV_TEST_VERBOSE=1
+ * prints them). */
 static void test_iq4_beats_q4_0(void **s) {
     (void)s;
     enum { NV = 256 * 128 };
@@ -1131,8 +1132,9 @@ static void test_iq4_beats_q4_0(void **s) {
         if (getenv("SKV_TEST_VERBOSE"))
             printf("# kind %d: rms err q4_0 %.4g, iq4_nl %.4g (%.2fx), iq4_xs %.4g (%.2fx)\n", kind,
                    q4, nl, nl / q4, xs, xs / q4);
-        assert_true(nl <= 0.95 * q4 && nl > 0.0);
-        assert_true(xs <= 0.95 * q4 && xs > 0.0);
+        const double bound = kind ? 0.80 : 0.90;
+        assert_true(nl <= bound * q4 && nl > 0.0);
+        assert_true(xs <= bound * q4 && xs > 0.0);
     }
     free(x);
 }

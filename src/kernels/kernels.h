@@ -232,9 +232,9 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
  * them as; skv_q3_k_to_q6_k of skv_k16_unpack_rows). */
 void skv_k16_unpack_rows_q6(const void *k16, int n_in, int r0, int r1, void *dst);
 /* Whether a model loaded now should keep its matrices of type wt as k16 records: Q4_K, Q5_K, Q8_0,
- * Q4_0, Q5_0, Q4_1, Q5_1 and Q3_K at the AVX2 and AVX-512 levels, Q6_K where its kernels are the
- * AVX2 ones (not with AVX-512 VNNI), whose decode and prefill read them as they are (the scalar
- * level unpacks rows). */
+ * Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS and Q3_K at the AVX2 and AVX-512 levels, Q6_K where its
+ * kernels are the AVX2 ones (not with AVX-512 VNNI), whose decode and prefill read them as they are
+ * (the scalar level unpacks rows). */
 bool skv_k16_wanted(skv_type wt);
 void skv_matmul_k16(skv_pool *pool, float *y, const float *x, int m, const void *k16, skv_type wt,
                     int n_out, int n_in, void *work);

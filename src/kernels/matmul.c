@@ -419,9 +419,9 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
 
 #ifdef SKV_HAVE_MATMUL_AVX2
 /* Whether the kernels of a level (simd: AVX2 or above, avx512: the AVX-512 products) read
- * wt's k16 records as they are: all of the SIMD code for Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1
- * and Q3_K, the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels read rows). skv_k16_wanted
- * and the tasks ask this.
+ * wt's k16 records as they are: all of the SIMD code for Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
+ * IQ4_NL, IQ4_XS and Q3_K, the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels read rows).
+ * skv_k16_wanted and the tasks ask this.
  */
 static bool k16_readable(skv_type wt, bool simd, bool avx512) {
     if (!simd || skv_k16_bytes(wt, 16, skv_type_block_size(wt)) == 0) return false;

@@ -560,16 +560,8 @@ INLINE void prep_octet_rec(prep_oct *p, const skv_mm *mm, int g, int h, int b0, 
     }
 }
 
-/* IQ4_NL / IQ4_XS records (kernels.h): block b's indices (a Q4_0 record's nibbles) for 16-row
- * group g, and where its record starts (XS: the super-block's, 8 blocks to a record). */
-INLINE const uint8_t *iq4_rec(const skv_mm *mm, int g, int b, skv_type t) {
-    return t == SKV_TYPE_IQ4_NL ? k16_at(mm, g, b, 32, SKV_K16_Q4_RECORD)
-                                : k16_at(mm, g, b / 8, 256, SKV_K16_IQ4XS_RECORD);
-}
-INLINE const uint8_t *iq4_rec_codes(const uint8_t *rec, int b, skv_type t) {
-    return t == SKV_TYPE_IQ4_NL ? rec + SKV_K16_Q4_Q : rec + SKV_K16_IQ4XS_Q + 256 * (b % 8);
-}
-/* ... and octet h's 8 scales: IQ4_NL's d, IQ4_XS's d (ls - 32) (exact in float: 11 by 6 bits). */
+/* Octet h's 8 scales of block b of an IQ4 record (iq4_rec): IQ4_NL's d, IQ4_XS's d (ls - 32)
+ * (exact in float: 11 by 6 bits). */
 INLINE __m256 iq4_rec_scales(const uint8_t *rec, int b, int h, skv_type t) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 16 * h)));
     if (t == SKV_TYPE_IQ4_NL) return d;

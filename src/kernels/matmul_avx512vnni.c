@@ -887,6 +887,15 @@ INLINE void prep_hexad_rec(prep_hex *p, const skv_mm *mm, int g, int b0, int nb,
     }
 }
 
+/* The 16 rows' scales of block b of an IQ4 record (iq4_rec): IQ4_NL's d, IQ4_XS's d (ls - 32),
+ * as the AVX2 code's iq4_rec_scales. */
+static inline __m512 iq4_scales16(const uint8_t *rec, int b, skv_type t) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_D)));
+    if (t == SKV_TYPE_IQ4_NL) return d;
+    const __m128i sc = _mm_loadu_si128((const __m128i *)(rec + SKV_K16_IQ4XS_SC + 16 * (b % 8)));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+}
+
 /* prep_hexad from IQ4_NL / IQ4_XS records (kernels.h): each group vector's low and high nibbles
  * through the grid (vpshufb) are the hexad's two octets of signed codes; the scales IQ4_NL's d,
  * IQ4_XS's d (ls - 32) (as the AVX2 code makes them: the same bits). */
@@ -894,11 +903,7 @@ INLINE void prep_hexad_iq4(prep_hex *p, const skv_mm *mm, int g, int b0, int nb,
     const __m256i m4 = _mm256_set1_epi8(0x0f), grid = iq4_grid_v();
     for (int b = 0; b < nb; b++) {
         const int bb = b0 + b;
-        const uint8_t *rec = t == SKV_TYPE_IQ4_NL
-                                 ? k16_at(mm, g, bb, 32, SKV_K16_Q4_RECORD)
-                                 : k16_at(mm, g, bb / 8, 256, SKV_K16_IQ4XS_RECORD);
-        const uint8_t *q =
-            t == SKV_TYPE_IQ4_NL ? rec + SKV_K16_Q4_Q : rec + SKV_K16_IQ4XS_Q + 256 * (bb % 8);
+        const uint8_t *rec = iq4_rec(mm, g, bb, t), *q = iq4_rec_codes(rec, bb, t);
         __m512i bias = _mm512_setzero_si512();
         for (int v = 0; v < 8; v++) {
             const __m256i c = _mm256_loadu_si256((const __m256i *)(q + 32 * v));
@@ -909,11 +914,7 @@ INLINE void prep_hexad_iq4(prep_hex *p, const skv_mm *mm, int g, int b0, int nb,
             bias = _mm512_dpbusd_epi32(bias, _mm512_set1_epi8((char)0x80), w);
         }
         _mm512_store_si512(p->nb + 16 * b, _mm512_sub_epi32(_mm512_setzero_si512(), bias));
-        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q8_D)));
-        if (t == SKV_TYPE_IQ4_XS)
-            d = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                     (const __m128i *)(rec + SKV_K16_IQ4XS_SC + 16 * (bb % 8))))));
-        _mm512_store_ps(p->d + 16 * b, d);
+        _mm512_store_ps(p->d + 16 * b, iq4_scales16(rec, bb, t));
     }
 }
 
@@ -1314,6 +1315,106 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 /* x rows below which quantized W is used straight from its raw blocks. */
 #define GEMM_Q_MIN_M 3
 
+/* ---- IQ4_NL / IQ4_XS decode from records --------------------------------------------------
+ * vpdpbusd takes the weights as its unsigned operand: the grid + 128 (1..241) through vpshufb,
+ * x's codes signed as they are, and 128 * (x's block sum) taken off each row's block sum: the
+ * exact integer of the AVX2 code's signed dot (matmul_avx2.c iq4_rec_groups), then its float
+ * chain acc = fma(idot, dx dw, acc), 16 rows in one vector: the same bits. A 64-byte load is a
+ * record's group vectors 2p and 2p + 1 (4 indices of rows 0-7 in the low nibbles, of rows 8-15 in
+ * the high ones), met by x's groups 2p and 2p + 1 in the two halves: 6 instructions per 128
+ * products where the AVX2 code takes 15. ns 16-row groups g[] side by side, as the AVX2 code's
+ * streams. */
+static inline int32_t x_sum32(const int8_t *q) {
+    const __m256i v =
+        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q), _mm256_set1_epi8((char)0x80));
+    const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(t) - 128 * 32;
+}
+
+INLINE void iq4_vnni_groups(const skv_mm *mm, const act_row *a, const int *g, int ns, bool pf,
+                            skv_type t, __m512 acc[K16_STREAMS]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i grid = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+                      (char)181, (char)197, (char)217, (char)241));
+    const int nb = mm->n_in / 32, per = t == SKV_TYPE_IQ4_NL ? 1 : 8;
+    const int span = (t == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD : SKV_K16_IQ4XS_RECORD) - 1;
+    for (int st = 0; st < ns; st++) acc[st] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *rec[K16_STREAMS], *q[K16_STREAMS];
+        __m512i lo[K16_STREAMS], hi[K16_STREAMS];
+#pragma GCC unroll 4
+        for (int st = 0; st < ns; st++) {
+            rec[st] = iq4_rec(mm, g[st], b, t);
+            q[st] = iq4_rec_codes(rec[st], b, t);
+            lo[st] = hi[st] = _mm512_setzero_si512();
+        }
+        const __m512i xb =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a->q + 32 * b)));
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const __m512i xv = _mm512_permutexvar_epi32(
+                _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1), xb);
+#pragma GCC unroll 4
+            for (int st = 0; st < ns; st++) {
+                for (int e = 0; e < 2; e++) { /* 8 prefetches a block, over the record */
+                    const int off = span * (8 * (b % per) + 2 * p + e) / (8 * per - 1);
+                    if (pf)
+                        SKV_PREFETCH_AT(rec[st], skv_k16_ahead_cpu + off);
+                    else
+                        SKV_PREFETCH_AHEAD(rec[st], off);
+                }
+                const __m512i z = _mm512_loadu_si512(q[st] + 64 * p);
+                lo[st] = _mm512_dpbusd_epi32(
+                    lo[st], _mm512_shuffle_epi8(grid, _mm512_and_si512(z, m4)), xv);
+                hi[st] = _mm512_dpbusd_epi32(
+                    hi[st],
+                    _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4)), xv);
+            }
+        }
+        const __m512i xs = _mm512_set1_epi32(128 * x_sum32(a->q + 32 * b));
+        const __m512 dx = _mm512_set1_ps(a->d[b]);
+#pragma GCC unroll 4
+        for (int st = 0; st < ns; st++) {
+            /* rows 0-7 and 8-15 of the even groups, plus those of the odd ones */
+            const __m512i rows = _mm512_add_epi32(_mm512_shuffle_i64x2(lo[st], hi[st], 0x44),
+                                                  _mm512_shuffle_i64x2(lo[st], hi[st], 0xee));
+            acc[st] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(rows, xs)),
+                                      _mm512_mul_ps(dx, iq4_scales16(rec[st], b, t)), acc[st]);
+        }
+    }
+}
+
+/* The thread's groups in K16_STREAMS quarters read at once (streams, mm->k16_prefetch), the rest
+ * one at a time, as the AVX2 gemv_iq4_rec. r0 is a multiple of 16. */
+static __attribute__((noinline)) void gemv_iq4_vnni(const skv_mm *mm, int i0, int i1, int r0,
+                                                    int r1, skv_type t) {
+    const bool streams = mm->k16_prefetch;
+    for (int i = i0; i < i1; i++) {
+        const act_row a = act_at(mm, i, 32);
+        float *y = mm->y + (size_t)i * mm->n_out;
+        const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
+        const int h = streams ? gn / K16_STREAMS : 0;
+        __m512 acc[K16_STREAMS];
+        for (int j = 0; j < h; j++) {
+            int g[K16_STREAMS];
+            for (int st = 0; st < K16_STREAMS; st++) g[st] = ga + st * h + j;
+            iq4_vnni_groups(mm, &a, g, K16_STREAMS, true, t, acc);
+            for (int st = 0; st < K16_STREAMS; st++)
+                _mm512_mask_storeu_ps(y + 16 * g[st], lanes(r1 - 16 * g[st]), acc[st]);
+        }
+        for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
+            if (streams)
+                iq4_vnni_groups(mm, &a, &g, 1, true, t, acc);
+            else
+                iq4_vnni_groups(mm, &a, &g, 1, false, t, acc);
+            _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc[0]);
+        }
+    }
+}
+
 bool skv_act_unsigned(skv_type wt, int m) {
     return skv_simd_has_vnni() &&
            (wt == SKV_TYPE_Q8_0 || wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_Q5_0 ||
@@ -1335,9 +1436,11 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         return;
     }
     if (mm->wt == SKV_TYPE_IQ4_NL || mm->wt == SKV_TYPE_IQ4_XS) {
-        /* decode: the AVX2 code; prefill: the Q8_0 tiles from the grid's values (IQ4_XS: records
-         * only, as the AVX2 code) */
-        if (mm->m < GEMM_Q_MIN_M)
+        /* decode: gemv_iq4_vnni from records (IQ4_NL rows: the AVX2 code); prefill: the Q8_0
+         * tiles from the grid's values (IQ4_XS: records only, as the AVX2 code) */
+        if (mm->m < GEMM_Q_MIN_M && mm->w_k16)
+            gemv_iq4_vnni(mm, i0, i1, r0, r1, mm->wt);
+        else if (mm->m < GEMM_Q_MIN_M)
             skv_matmul_avx2(mm, i0, i1, r0, r1);
         else if (mm->wt == SKV_TYPE_IQ4_NL || mm->w_k16)
             gemm_hex(mm, i0, i1, r0, r1, mm->wt);

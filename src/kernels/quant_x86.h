@@ -325,6 +325,16 @@ static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K, Q
     return k16_at(mm, g, s, 256, mm->w_q3 ? SKV_K16_Q3_RECORD : SKV_K16_Q6_RECORD);
 }
 
+/* IQ4_NL / IQ4_XS records (kernels.h): where block b's record starts for 16-row group g (XS: the
+ * super-block's, 8 blocks to a record), and its indices there (a Q4_0 record's nibbles). */
+static inline const uint8_t *iq4_rec(const skv_mm *mm, int g, int b, skv_type t) {
+    return t == SKV_TYPE_IQ4_NL ? k16_at(mm, g, b, 32, SKV_K16_Q4_RECORD)
+                                : k16_at(mm, g, b / 8, 256, SKV_K16_IQ4XS_RECORD);
+}
+static inline const uint8_t *iq4_rec_codes(const uint8_t *rec, int b, skv_type t) {
+    return t == SKV_TYPE_IQ4_NL ? rec + SKV_K16_Q4_Q : rec + SKV_K16_IQ4XS_Q + 256 * (b % 8);
+}
+
 /* The third bit of each byte of v, bit b (0..7), at bit 2 (value 4): 16-bit shifts by at most
  * 2 left or 5 right, so bit 2 of a byte comes from the same byte (b is a constant once the
  * callers' loops unroll). */

@@ -512,16 +512,16 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, skv_ty
 }
 
 /* How a matrix is held once loaded. Float matrices are kept in panels, the layout the float
- * kernels stream in decode and prefill (kernels.h); Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1
- * ones at the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in k16
- * records (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other quantized
- * ones of 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the mapping.
- * Q3_K and IQ4_XS ones, which the SIMD kernels read from records only, are records wherever
- * records are read (also with SKV_NO_HUGE and unpacked: a copy either way), else Q3_K as Q6_K rows
- * of the same values (IQ4_XS as its rows). The token
- * embedding keeps its mapped rows, except that a tied quantized output's copy serves it
- * (pack_matrices); a tied float output gets its own panels, a tied one in records its own
- * records (the embedding rows then come back from the file). */
+ * kernels stream in decode and prefill (kernels.h); Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and
+ * IQ4_NL ones at the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in
+ * k16 records (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other
+ * quantized ones of 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the
+ * mapping. Q3_K and IQ4_XS ones, which the SIMD kernels read from records only, are records
+ * wherever records are read (also with SKV_NO_HUGE and unpacked: a copy either way), else Q3_K as
+ * Q6_K rows of the same values (IQ4_XS as its rows). The token embedding keeps its mapped rows,
+ * except that a tied quantized output's copy serves it (pack_matrices); a tied float output gets
+ * its own panels, a tied one in records its own records (the embedding rows then come back from the
+ * file). */
 typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
 
 /* pack false (skv_model_load_unpacked): rows as stored, in the mapping where the kernels read
