@@ -901,17 +901,17 @@ static void quant_q3_k_best(const float *x, uint8_t *b, int64_t nb) {
  * best pair wins. */
 #define IQ4_TRIES 7 /* candidates per end: the end and 2, 4, ... 12 grid units inside */
 
-/* The grid index nearest v (ties to the lower; NaN to 0). */
+/* The midpoints between neighbouring grid values. */
+static const float iq4_mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                  7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+
+/* The grid index nearest v (ties to the lower; NaN to 0): the midpoints below v counted, without
+ * branches (a binary search mispredicted about half its steps: quantize to iq4_xs / iq4_nl
+ * ran 1.4x slower, the same bytes). */
 static int iq4_nearest(float v) {
-    int lo = 0, hi = 15; /* the answer is in [lo, hi] */
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (v > 0.5f * (float)(skv_iq4_grid[mid] + skv_iq4_grid[mid + 1]))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    int n = 0;
+    for (int k = 0; k < 15; k++) n += v > iq4_mid[k];
+    return n;
 }
 
 /* Codes of x[32] for scale d into q; the least-squares scale for those codes into *best_d and
