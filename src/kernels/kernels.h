@@ -65,8 +65,6 @@ void skv_quantize_row_simple(skv_type t, const float *src, void *dst, int64_t n)
 void skv_q3_k_to_q6_k(const void *src, void *dst, int64_t n_blocks);
 /* IQ4_NL's and IQ4_XS's grid: a code c (0..15) stands for grid[c] times the block's scale. */
 extern const int8_t skv_iq4_grid[16];
-/* IQ4_XS: sub-block j's (0..7) scale factor ls_j - 32 (-32..31) of the 136-byte super-block b. */
-int skv_iq4_xs_scale(const uint8_t *b, int j);
 /* The type of the rows a matrix stored in t is held in when not in k16 records: Q6_K for Q3_K
  * (which the kernels do not read as rows), else t. */
 skv_type skv_type_held(skv_type t);

@@ -444,8 +444,9 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->mm.n_in = n_in;
     t->mm.w_stride = skv_row_bytes(wt, n_in);
 #ifdef SKV_HAVE_MATMUL_AVX2
-    /* IQ4_XS rows: the scalar code (the SIMD code reads IQ4_XS from records only) */
-    t->simd = skv_kernels_use_simd() && (wt != SKV_TYPE_IQ4_XS || t->mm.w_k16);
+    /* rows of a type the SIMD code reads from records only: the scalar code (IQ4_XS; Q3_K rows
+     * never get here, skv_matmul_group) */
+    t->simd = skv_kernels_use_simd() && (!skv_type_records_only(wt) || t->mm.w_k16);
     t->avx512 = t->simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
     t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K ||
                            wt == SKV_TYPE_Q3_K);

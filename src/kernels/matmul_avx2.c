@@ -910,13 +910,11 @@ INLINE void gemv_rec(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
 
 /* IQ4 decode from records: ns 16-row groups g[] at once against one x row (as gemv_q8_rec_run's
  * streams), per block the indices through the grid (vpshufb) and Q8_0's signed dot (dot_s8's
- * |w| and x signed as w), then acc = fma(idot, dx dw, acc) as the tiles (the same bits).
- * Prefetch: 8 per block spread over the record's bytes (XS: 64 over the super-block's). */
+ * |w| and x signed as w), then acc = fma(idot, dx dw, acc) as the tiles (the same bits). */
 INLINE void iq4_rec_groups(const skv_mm *mm, const act_row *a, const int *g, int ns, bool pf,
                            skv_type t, __m256 acc[K16_STREAMS][2]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), grid = iq4_grid_v();
-    const int nb = mm->n_in / 32, per = t == SKV_TYPE_IQ4_NL ? 1 : 8;
-    const int span = (t == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD : SKV_K16_IQ4XS_RECORD) - 1;
+    const int nb = mm->n_in / 32;
     for (int st = 0; st < ns; st++) acc[st][0] = acc[st][1] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *rec[K16_STREAMS], *q[K16_STREAMS];
@@ -932,7 +930,7 @@ INLINE void iq4_rec_groups(const skv_mm *mm, const act_row *a, const int *g, int
             int32_t x4;
             memcpy(&x4, a->q + 32 * b + 4 * v, 4);
             const __m256i x = _mm256_set1_epi32(x4);
-            const int off = span * (8 * (b % per) + v) / (8 * per - 1);
+            const int off = iq4_prefetch_off(b, v, t);
 #pragma GCC unroll 4
             for (int st = 0; st < ns; st++) {
                 if (pf)

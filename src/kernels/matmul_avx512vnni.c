@@ -1317,30 +1317,21 @@ static void gemv_hex_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
 
 /* ---- IQ4_NL / IQ4_XS decode from records --------------------------------------------------
  * vpdpbusd takes the weights as its unsigned operand: the grid + 128 (1..241) through vpshufb,
- * x's codes signed as they are, and 128 * (x's block sum) taken off each row's block sum: the
+ * x's codes signed as they are, and 128 * (x's block sum, hex_xsums) taken off each row's: the
  * exact integer of the AVX2 code's signed dot (matmul_avx2.c iq4_rec_groups), then its float
  * chain acc = fma(idot, dx dw, acc), 16 rows in one vector: the same bits. A 64-byte load is a
  * record's group vectors 2p and 2p + 1 (4 indices of rows 0-7 in the low nibbles, of rows 8-15 in
  * the high ones), met by x's groups 2p and 2p + 1 in the two halves: 6 instructions per 128
  * products where the AVX2 code takes 15. ns 16-row groups g[] side by side, as the AVX2 code's
  * streams. */
-static inline int32_t x_sum32(const int8_t *q) {
-    const __m256i v =
-        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q), _mm256_set1_epi8((char)0x80));
-    const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
-    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
-    return _mm_cvtsi128_si32(t) - 128 * 32;
-}
-
-INLINE void iq4_vnni_groups(const skv_mm *mm, const act_row *a, const int *g, int ns, bool pf,
-                            skv_type t, __m512 acc[K16_STREAMS]) {
+INLINE void iq4_vnni_groups(const skv_mm *mm, const act_row *a, const int32_t *xs128, const int *g,
+                            int ns, bool pf, skv_type t, __m512 acc[K16_STREAMS]) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i grid = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
-                      (char)181, (char)197, (char)217, (char)241));
-    const int nb = mm->n_in / 32, per = t == SKV_TYPE_IQ4_NL ? 1 : 8;
-    const int span = (t == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD : SKV_K16_IQ4XS_RECORD) - 1;
+    const __m512i grid =
+        _mm512_xor_si512(/* + 128 */
+                         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)skv_iq4_grid)),
+                         _mm512_set1_epi8((char)0x80));
+    const int nb = mm->n_in / 32;
     for (int st = 0; st < ns; st++) acc[st] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *rec[K16_STREAMS], *q[K16_STREAMS];
@@ -1360,7 +1351,7 @@ INLINE void iq4_vnni_groups(const skv_mm *mm, const act_row *a, const int *g, in
 #pragma GCC unroll 4
             for (int st = 0; st < ns; st++) {
                 for (int e = 0; e < 2; e++) { /* 8 prefetches a block, over the record */
-                    const int off = span * (8 * (b % per) + 2 * p + e) / (8 * per - 1);
+                    const int off = iq4_prefetch_off(b, 2 * p + e, t);
                     if (pf)
                         SKV_PREFETCH_AT(rec[st], skv_k16_ahead_cpu + off);
                     else
@@ -1374,7 +1365,7 @@ INLINE void iq4_vnni_groups(const skv_mm *mm, const act_row *a, const int *g, in
                     _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4)), xv);
             }
         }
-        const __m512i xs = _mm512_set1_epi32(128 * x_sum32(a->q + 32 * b));
+        const __m512i xs = _mm512_set1_epi32(xs128[b]);
         const __m512 dx = _mm512_set1_ps(a->d[b]);
 #pragma GCC unroll 4
         for (int st = 0; st < ns; st++) {
@@ -1392,24 +1383,31 @@ INLINE void iq4_vnni_groups(const skv_mm *mm, const act_row *a, const int *g, in
 static __attribute__((noinline)) void gemv_iq4_vnni(const skv_mm *mm, int i0, int i1, int r0,
                                                     int r1, skv_type t) {
     const bool streams = mm->k16_prefetch;
+    const int nb = mm->n_in / 32;
+    int32_t xb[MAX_XB]; /* 128 * the sum of each block of x's codes, once per x row */
+    if (nb > MAX_XB) {  /* wider than any model layer: the AVX2 code, same bits */
+        skv_matmul_avx2(mm, i0, i1, r0, r1);
+        return;
+    }
     for (int i = i0; i < i1; i++) {
         const act_row a = act_at(mm, i, 32);
         float *y = mm->y + (size_t)i * mm->n_out;
+        hex_xsums(a, nb, xb, 128);
         const int ga = r0 / 16, gn = (r1 - 16 * ga + 15) / 16;
         const int h = streams ? gn / K16_STREAMS : 0;
         __m512 acc[K16_STREAMS];
         for (int j = 0; j < h; j++) {
             int g[K16_STREAMS];
             for (int st = 0; st < K16_STREAMS; st++) g[st] = ga + st * h + j;
-            iq4_vnni_groups(mm, &a, g, K16_STREAMS, true, t, acc);
+            iq4_vnni_groups(mm, &a, xb, g, K16_STREAMS, true, t, acc);
             for (int st = 0; st < K16_STREAMS; st++)
                 _mm512_mask_storeu_ps(y + 16 * g[st], lanes(r1 - 16 * g[st]), acc[st]);
         }
         for (int g = ga + K16_STREAMS * h; 16 * g < r1; g++) {
             if (streams)
-                iq4_vnni_groups(mm, &a, &g, 1, true, t, acc);
+                iq4_vnni_groups(mm, &a, xb, &g, 1, true, t, acc);
             else
-                iq4_vnni_groups(mm, &a, &g, 1, false, t, acc);
+                iq4_vnni_groups(mm, &a, xb, &g, 1, false, t, acc);
             _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc[0]);
         }
     }

@@ -234,7 +234,8 @@ static inline int iq4_code(const uint8_t *qs, int c) {
     return c < 16 ? qs[c] & 15 : qs[c - 16] >> 4;
 }
 
-int skv_iq4_xs_scale(const uint8_t *b, int j) {
+/* IQ4_XS: sub-block j's (0..7) scale factor ls_j - 32 (-32..31). */
+static int iq4_xs_scale(const uint8_t *b, int j) {
     const int lo = b[4 + j / 2] >> 4 * (j % 2) & 15, hi = (b[2] | b[3] << 8) >> 2 * j & 3;
     return (lo | hi << 4) - 32;
 }
@@ -250,7 +251,7 @@ static void deq_iq4_xs(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += IQ4_XS_BYTES) {
         const float d = ld_f16(b);
         for (int j = 0; j < 8; j++, y += 32) {
-            const float dl = d * (float)skv_iq4_xs_scale(b, j);
+            const float dl = d * (float)iq4_xs_scale(b, j);
             for (int c = 0; c < 32; c++)
                 y[c] = dl * (float)skv_iq4_grid[iq4_code(b + 8 + 16 * j, c)];
         }
@@ -1242,7 +1243,7 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
             const int j = (int)(i % 8);
             int sum = 0;
             for (int c = 0; c < 32; c++) sum += skv_iq4_grid[iq4_code(sb + 8 + 16 * j, c)] * q[c];
-            acc += ld_f16(sb) * (float)skv_iq4_xs_scale(sb, j) * d[i] * (float)sum;
+            acc += ld_f16(sb) * (float)iq4_xs_scale(sb, j) * d[i] * (float)sum;
         }
         break;
     case SKV_TYPE_Q6_K:
@@ -1620,7 +1621,7 @@ static void q5_get(const uint8_t *rec, int k, uint8_t *blk) {
 static void iq4xs_put(uint8_t *rec, int k, const uint8_t *b) {
     memcpy(rec + SKV_K16_IQ4XS_D + 2 * k, b, 2);
     for (int j = 0; j < 8; j++) {
-        rec[SKV_K16_IQ4XS_SC + 16 * j + k] = (uint8_t)(int8_t)skv_iq4_xs_scale(b, j);
+        rec[SKV_K16_IQ4XS_SC + 16 * j + k] = (uint8_t)(int8_t)iq4_xs_scale(b, j);
         nibbles_put(rec + SKV_K16_IQ4XS_Q + 256 * j, k, b + 8 + 16 * j);
     }
 }

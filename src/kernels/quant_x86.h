@@ -72,9 +72,7 @@ static inline __m256i unpack_fifth_bits(const uint8_t *qh) {
 
 /* The IQ4 grid (skv_iq4_grid) in both lanes: vpshufb's table, index -> value. */
 static inline __m256i iq4_grid_v(void) {
-    return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
-                            113, -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69,
-                            89, 113);
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)skv_iq4_grid));
 }
 /* The 32-value block types that the Q8_0 kernels read as signed bytes: Q8_0's codes, Q4_0's
  * code - 8, Q5_0's code - 16, IQ4_NL's grid values, Q4_1's and Q5_1's codes as they are (0..15,
@@ -333,6 +331,13 @@ static inline const uint8_t *iq4_rec(const skv_mm *mm, int g, int b, skv_type t)
 }
 static inline const uint8_t *iq4_rec_codes(const uint8_t *rec, int b, skv_type t) {
     return t == SKV_TYPE_IQ4_NL ? rec + SKV_K16_Q4_Q : rec + SKV_K16_IQ4XS_Q + 256 * (b % 8);
+}
+/* The decode's i-th (0..7) prefetch for block b, as an offset from its record's start: 8 a block
+ * spread over the record's bytes (IQ4_XS: 64 over the super-block's), under 64 apart, so that each
+ * line of the stream is asked for. */
+static inline int iq4_prefetch_off(int b, int i, skv_type t) {
+    if (t == SKV_TYPE_IQ4_NL) return (SKV_K16_Q4_RECORD - 1) * i / 7;
+    return (SKV_K16_IQ4XS_RECORD - 1) * (8 * (b % 8) + i) / 63;
 }
 
 /* The third bit of each byte of v, bit b (0..7), at bit 2 (value 4): 16-bit shifts by at most
