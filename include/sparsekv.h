@@ -82,6 +82,7 @@ typedef enum skv_type {
     SKV_TYPE_Q5_0 = 6,
     SKV_TYPE_Q5_1 = 7,
     SKV_TYPE_Q8_0 = 8,
+    SKV_TYPE_Q2_K = 10, /* weights only: 2-bit codes, a 4-bit scale and min per 16 values */
     SKV_TYPE_Q3_K = 11, /* weights only; held and computed as Q6_K (the same values) */
     SKV_TYPE_Q4_K = 12,
     SKV_TYPE_Q5_K = 13,

@@ -229,8 +229,8 @@ static skv_pool *pool_for(const skv_context *ctx, int n, int64_t work) {
 }
 
 /* How the model holds W: panels (float), k16 records (Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
- * IQ4_NL, IQ4_XS and Q3_K at the SIMD levels; Q6_K where its kernels are the AVX2 ones), or the
- * rows. */
+ * IQ4_NL, IQ4_XS, Q3_K and Q2_K at the SIMD levels; Q6_K where its kernels are the AVX2 ones), or
+ * the rows. */
 static const void *w_layout(const skv_weight *w, skv_mm_layout *layout) {
     *layout = w->panels ? SKV_MM_PANELS : w->k16 ? SKV_MM_K16 : SKV_MM_ROWS;
     return w->panels ? w->panels : w->k16 ? w->k16 : w->data;

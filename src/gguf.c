@@ -446,6 +446,18 @@ static bool read_alignment(parser *p) {
 
 /* Parses tensor info i. Its name's pool offset goes to *name_off: the pool may still move, so
  * name pointers are set once every string has been read. */
+
+/* ggml's names of the tensor types sparsekv does not read (ggml.h, v0.5.0), for the refusal: a
+ * user with an IQ2_XXS file sees which type it is, not only its number. NULL for ids ggml never
+ * had or that gguf files no longer hold. */
+static const char *ggml_type_name(uint32_t id) {
+    static const char *const names[] = {
+        [9] = "Q8_1",   [15] = "Q8_K",  [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS",
+        [19] = "IQ1_S", [21] = "IQ3_S", [22] = "IQ2_S",   [24] = "I8",     [25] = "I16",
+        [26] = "I32",   [27] = "I64",   [28] = "F64",     [29] = "IQ1_M",  [34] = "TQ1_0",
+        [35] = "TQ2_0", [39] = "MXFP4", [40] = "NVFP4",   [41] = "Q1_0",   [42] = "Q2_0"};
+    return id < sizeof names / sizeof names[0] ? names[id] : NULL;
+}
 static bool parse_tensor_info(parser *p, int64_t i, int64_t *name_off) {
     skv_gguf *g = p->g;
     skv_gguf_tensor *t = &g->tensors[i];
@@ -477,8 +489,12 @@ static bool parse_tensor_info(parser *p, int64_t i, int64_t *name_off) {
     }
     uint32_t type;
     if (!get_u32(p, &type, "type")) return false;
-    if (!skv_type_supported((skv_type)type))
-        return fail(p, SKV_ERR_UNSUPPORTED, "tensor type id %u is not supported", type);
+    if (!skv_type_supported((skv_type)type)) {
+        const char *name = ggml_type_name(type);
+        return name ? fail(p, SKV_ERR_UNSUPPORTED, "tensor type id %u (%s) is not supported", type,
+                           name)
+                    : fail(p, SKV_ERR_UNSUPPORTED, "tensor type id %u is not supported", type);
+    }
     t->type = (skv_type)type;
     int bs = skv_type_block_size(t->type);
     if (t->ne[0] % bs)

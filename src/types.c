@@ -21,6 +21,7 @@ static const type_traits traits[SKV_TYPE_COUNT] = {
     [SKV_TYPE_Q5_1] = {"q5_1", 32, 2 + 2 + 4 + 16},
     [SKV_TYPE_Q4_K] = {"q4_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 2},
     [SKV_TYPE_Q5_K] = {"q5_k", SKV_QK_K, 2 + 2 + 12 + SKV_QK_K / 8 + SKV_QK_K / 2},
+    [SKV_TYPE_Q2_K] = {"q2_k", SKV_QK_K, SKV_QK_K / 16 + SKV_QK_K / 4 + 2 + 2},
     [SKV_TYPE_Q3_K] = {"q3_k", SKV_QK_K, SKV_QK_K / 8 + SKV_QK_K / 4 + 12 + 2},
     [SKV_TYPE_Q6_K] = {"q6_k", SKV_QK_K, SKV_QK_K / 2 + SKV_QK_K / 4 + SKV_QK_K / 16 + 2},
     [SKV_TYPE_IQ4_NL] = {"iq4_nl", 32, 2 + 16},
@@ -64,5 +65,5 @@ skv_type skv_type_held(skv_type t) {
 }
 
 bool skv_type_records_only(skv_type t) {
-    return t == SKV_TYPE_Q3_K || t == SKV_TYPE_IQ4_XS;
+    return t == SKV_TYPE_Q3_K || t == SKV_TYPE_Q2_K || t == SKV_TYPE_IQ4_XS;
 }

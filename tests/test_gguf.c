@@ -247,10 +247,10 @@ static void fill(uint8_t *p, size_t n, uint32_t seed) {
 
 static void test_writer_round_trip(void **state) {
     (void)state;
-    static const skv_type types[] = {SKV_TYPE_F32,    SKV_TYPE_F16,   SKV_TYPE_BF16, SKV_TYPE_Q8_0,
-                                     SKV_TYPE_Q4_0,   SKV_TYPE_Q5_0,  SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
-                                     SKV_TYPE_Q4_K,   SKV_TYPE_Q5_K,  SKV_TYPE_Q6_K, SKV_TYPE_Q3_K,
-                                     SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS};
+    static const skv_type types[] = {SKV_TYPE_F32,    SKV_TYPE_F16,    SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                                     SKV_TYPE_Q4_0,   SKV_TYPE_Q5_0,   SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
+                                     SKV_TYPE_Q4_K,   SKV_TYPE_Q5_K,   SKV_TYPE_Q6_K, SKV_TYPE_Q3_K,
+                                     SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS, SKV_TYPE_Q2_K};
     enum { NT = sizeof types / sizeof types[0] };
     const uint64_t aligns[] = {0 /* default */, 64, 1};
     for (size_t ai = 0; ai < 3; ai++) {

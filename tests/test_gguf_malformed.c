@@ -251,7 +251,10 @@ static void test_bad_fields(void **state) {
     patch32(&b, L.t_type[1], 99);
     expect_fail_n(&b, b.n, "tensor 'b': tensor type id 99 is not supported", SKV_ERR_UNSUPPORTED);
     patch32(&b, L.t_type[1], 4); /* a removed ggml type (Q4_2) */
-    expect_fail_n(&b, b.n, "tensor type id 4", SKV_ERR_UNSUPPORTED);
+    expect_fail_n(&b, b.n, "tensor type id 4 is not supported", SKV_ERR_UNSUPPORTED);
+    patch32(&b, L.t_type[1], 16); /* a type ggml has, sparsekv not: named */
+    expect_fail_n(&b, b.n, "tensor 'b': tensor type id 16 (IQ2_XXS) is not supported",
+                  SKV_ERR_UNSUPPORTED);
     patch32(&b, L.t_type[1], SKV_TYPE_Q8_0);
     patch64(&b, L.t_ne0[1], 31);
     expect_fail(&b, "tensor 'b': ne[0] = 31 is not a multiple of the q8_0 block size 32");

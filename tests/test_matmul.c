@@ -228,7 +228,8 @@ static void test_bf16_gemv_halves(void **s) {
 }
 
 /* The integer sums at their bounds: every weight code at its top (Q8_0 127, Q4_0 / Q4_1 15, Q5_0
- * / Q5_1 31: all qh bits set; Q3_K 3 with every scale at 31, against its Q6_K rows) against x
+ * / Q5_1 31: all qh bits set; Q3_K 3 with every scale at 31, against its Q6_K rows; Q2_K 3 with
+ * every scale at 15, mins 0) against x
  * codes all +127 (even rows of x) or all -127 (odd rows),
  * from rows and from k16 records, decode and prefill, every level: the same bits, and the value
  * (+-n_in times the code's value, to float rounding). Catches 16-bit sums that the random data of
@@ -237,19 +238,19 @@ static void test_bf16_gemv_halves(void **s) {
 static void test_k16_extremes(void **s) {
     (void)s;
     enum { N_IN = 512, N_OUT = 32, M = 4 };
-    const skv_type types[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q4_0,   SKV_TYPE_Q5_0,
-                              SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,   SKV_TYPE_Q3_K,
-                              SKV_TYPE_Q5_K, SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS};
+    const skv_type types[] = {SKV_TYPE_Q8_0,   SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,
+                              SKV_TYPE_Q5_1,   SKV_TYPE_Q3_K, SKV_TYPE_Q5_K, SKV_TYPE_IQ4_NL,
+                              SKV_TYPE_IQ4_XS, SKV_TYPE_Q2_K};
     float x[M * N_IN], y[M * N_OUT], y16[M * N_OUT];
     for (int i = 0; i < M; i++)
         for (int k = 0; k < N_IN; k++) x[i * N_IN + k] = i % 2 ? -1.0f : 1.0f;
-    for (int ti = 0; ti < 9; ti++) {
+    for (int ti = 0; ti < 10; ti++) {
         const skv_type t = types[ti], rt = t == SKV_TYPE_Q3_K ? SKV_TYPE_Q6_K : t;
         const size_t rb = skv_row_bytes(t, N_IN), bb = skv_type_block_bytes(t);
         uint8_t *w = malloc(rb * N_OUT), *k16 = malloc(skv_k16_bytes(t, N_OUT, N_IN));
         /* d = 2^-7 (m = 0): a code's value is exact; Q8_0 127, Q4_0 7, Q5_0 15, Q4_1 15, Q5_1 31,
          * Q3_K 31 x 3, Q5_K 63 x 31 (dmin 0); IQ4 index 0 (-127: |w| x |x| pairs of 32258),
-         * IQ4_XS with every ls at 0 (-32) */
+         * IQ4_XS with every ls at 0 (-32); Q2_K 15 x 3 (scale bytes 0x0f: mins 0) */
         const bool iq4 = t == SKV_TYPE_IQ4_NL || t == SKV_TYPE_IQ4_XS;
         const float top = t == SKV_TYPE_IQ4_NL   ? -127.0f
                           : t == SKV_TYPE_IQ4_XS ? 4064.0f
@@ -258,14 +259,19 @@ static void test_k16_extremes(void **s) {
                           : t == SKV_TYPE_Q5_1   ? 31.0f
                           : t == SKV_TYPE_Q3_K   ? 93.0f
                           : t == SKV_TYPE_Q5_K   ? 1953.0f
+                          : t == SKV_TYPE_Q2_K   ? 45.0f
                                                  : 15.0f; /* Q4_1, and Q5_0's 31 - 16 */
         for (size_t b = 0; b < rb * N_OUT / bb; b++) {
             uint8_t *blk = w + b * bb;
             memset(blk, iq4 ? 0 : t == SKV_TYPE_Q8_0 ? 0x7f : 0xff, bb);
             const uint16_t d = skv_f32_to_f16(0.0078125f);
-            memcpy(blk + (t == SKV_TYPE_Q3_K ? 108 : 0), &d, 2);
+            memcpy(blk + (t == SKV_TYPE_Q3_K ? 108 : t == SKV_TYPE_Q2_K ? 80 : 0), &d, 2);
             if (t == SKV_TYPE_Q4_1 || t == SKV_TYPE_Q5_1 || t == SKV_TYPE_Q5_K)
                 memset(blk + 2, 0, 2); /* m = 0 */
+            if (t == SKV_TYPE_Q2_K) {  /* scales 15, mins 0, dmin 0 */
+                memset(blk, 0x0f, 16);
+                memset(blk + 82, 0, 2);
+            }
         }
         skv_k16_pack(t, w, N_OUT, N_IN, k16);
         uint8_t *wr = w; /* the rows the product of the records must match */
@@ -279,8 +285,9 @@ static void test_k16_extremes(void **s) {
             for (int m = 1; m <= M; m += M - 1) {
                 skv_matmul(pools[2], y, x, m, wr, rt, N_OUT, N_IN, work);
                 skv_matmul_k16(pools[2], y16, x, m, k16, t, N_OUT, N_IN, work);
-                /* IQ4_XS rows take the scalar code, whose float steps differ: the value below */
-                if (t != SKV_TYPE_IQ4_XS || !simd)
+                /* IQ4_XS and Q2_K rows take the scalar code, whose float steps differ: the value
+                 * below */
+                if (!skv_type_records_only(t) || !simd)
                     assert_memory_equal(y, y16, sizeof(float) * (size_t)m * N_OUT);
                 for (int i = 0; i < m; i++) {
                     const float want = (i % 2 ? -1.0f : 1.0f) * N_IN * top * 0.0078125f;
@@ -356,30 +363,44 @@ static void test_k16_next_prep(void **s) {
     assert_true(checked > 10000);
 }
 
-/* IQ4_XS rows go to the scalar code at every level (the SIMD code reads records only): their
- * product y is replaced by the records' decode of each x row alone, the yardstick that every
- * other way of computing the records must match bit for bit, after checking that it is the
- * rows' product to float rounding (1e-4 of the row's largest output; NaN where the rows' is). */
-static void xs_decode_rows(skv_pool *pool, float *y, const float *x, int m, const void *k16,
-                           int n_out, int n_in, void *work) {
-    float *yr = malloc(sizeof(float) * (size_t)m * n_out);
+/* IQ4_XS and Q2_K rows go to the scalar code at every level (the SIMD code reads records only):
+ * their product y is replaced by the records' decode of each x row alone, the yardstick that
+ * every other way of computing the records must match bit for bit, after checking that it is
+ * the rows' product to float rounding: 1e-4 of the row's largest sum of |x w| (Q2_K's outputs
+ * are differences of two terms, each as large as that sum, which both ways round in another
+ * order); NaN where the rows' is. */
+static void rec_decode_rows(skv_pool *pool, float *y, const float *x, int m, const void *k16,
+                            skv_type t, int n_out, int n_in, void *work) {
+    float *yr = malloc(sizeof(float) * (size_t)m * n_out), *wd = malloc(sizeof(float) * n_in);
+    uint8_t *row = malloc(skv_row_bytes(t, n_in));
+    double *mag = calloc((size_t)m, sizeof(double)); /* [m]: the row's largest sum of |x w| */
+    for (int r = 0; r < n_out; r++) {
+        skv_k16_unpack_rows(t, k16, n_in, r, r + 1, row);
+        skv_dequantize_row(t, row, wd, n_in);
+        for (int i = 0; i < m; i++) {
+            double a = 0.0;
+            for (int k = 0; k < n_in; k++)
+                if (isfinite(x[(size_t)i * n_in + k]))
+                    a += fabs((double)x[(size_t)i * n_in + k] * wd[k]);
+            mag[i] = a > mag[i] ? a : mag[i];
+        }
+    }
     memcpy(yr, y, sizeof(float) * (size_t)m * n_out);
     skv_kernels_k16_prefetch(0);
     for (int i = 0; i < m; i++)
-        skv_matmul_k16(pool, y + (size_t)i * n_out, x + (size_t)i * n_in, 1, k16, SKV_TYPE_IQ4_XS,
-                       n_out, n_in, work);
+        skv_matmul_k16(pool, y + (size_t)i * n_out, x + (size_t)i * n_in, 1, k16, t, n_out, n_in,
+                       work);
     skv_kernels_k16_prefetch(-1);
-    for (int i = 0; i < m; i++) {
-        float mx = 0.0f;
-        for (int r = 0; r < n_out; r++)
-            if (isfinite(yr[i * n_out + r])) mx = fmaxf(mx, fabsf(yr[i * n_out + r]));
+    for (int i = 0; i < m; i++)
         for (int r = 0; r < n_out; r++) {
             const float a = yr[i * n_out + r], b = y[i * n_out + r];
-            if (isnan(a) ? !isnan(b) : !(fabsf(a - b) <= 1e-4f * mx))
-                fail_msg("iq4_xs row %d output %d: records %.9g, rows %.9g", i, r, (double)b,
-                         (double)a);
+            if (isnan(a) ? !isnan(b) : !(fabs((double)a - b) <= 1e-4 * mag[i]))
+                fail_msg("%s row %d output %d: records %.9g, rows %.9g", skv_type_name(t), i, r,
+                         (double)b, (double)a);
         }
-    }
+    free(mag);
+    free(row);
+    free(wd);
     free(yr);
 }
 
@@ -398,10 +419,10 @@ static void test_k16(void **s) {
      * in prefill) */
     const int n_outs[] = {1, 17, 45, 64, 200}, n_ins[] = {256, 512, 2304, 65792, 32, 1056},
               ms[] = {1, 2, 3, 7, 33, 200};
-    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0,   SKV_TYPE_Q6_K,  SKV_TYPE_Q4_0,
-                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,   SKV_TYPE_Q5_1,  SKV_TYPE_Q3_K,
-                              SKV_TYPE_Q5_K, SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS};
-    for (int ti = 0; ti < 11; ti++)
+    const skv_type types[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q8_0,   SKV_TYPE_Q6_K,   SKV_TYPE_Q4_0,
+                              SKV_TYPE_Q5_0, SKV_TYPE_Q4_1,   SKV_TYPE_Q5_1,   SKV_TYPE_Q3_K,
+                              SKV_TYPE_Q5_K, SKV_TYPE_IQ4_NL, SKV_TYPE_IQ4_XS, SKV_TYPE_Q2_K};
+    for (int ti = 0; ti < 12; ti++)
         for (int oi = 0; oi < 5; oi++)
             for (int ni = 0; ni < 6; ni++) {
                 const skv_type t = types[ti];
@@ -416,8 +437,8 @@ static void test_k16(void **s) {
                 const size_t rb = skv_row_bytes(t, n_in);
                 const size_t kb = skv_k16_bytes(t, n_out, n_in);
                 /* Q4_K records are 2.8% larger than the rows, Q5_K ones 2.3% (180 bytes a row's
-                 * super-block), Q3_K ones 3.6% (114), IQ4_XS ones 1.5% (138); the others hold the
-                 * rows' bytes */
+                 * super-block), Q3_K ones 3.6% (114), IQ4_XS ones 1.5% (138); the others (Q2_K
+                 * too) hold the rows' bytes */
                 assert_int_equal(
                     kb, t == SKV_TYPE_Q4_K
                             ? (size_t)(n_out + 15) / 16 * (n_in / 256) * SKV_K16_RECORD
@@ -470,8 +491,8 @@ static void test_k16(void **s) {
                                 m * n_out * n_in > (simd ? 200 * 64 * 2304 : 33 * 64 * 2304))
                                 continue;
                             skv_matmul(pools[p], y, x, m, wr, rt, n_out, n_in, work);
-                            if (t == SKV_TYPE_IQ4_XS && simd) /* rows: the scalar code */
-                                xs_decode_rows(pools[0], y, x, m, k16, n_out, n_in, work);
+                            if (skv_type_records_only(t) && rt == t && simd) /* rows: scalar */
+                                rec_decode_rows(pools[0], y, x, m, k16, t, n_out, n_in, work);
                             /* decode both ways (not Q6_K's), whichever this CPU picks */
                             const int n_st = simd && m < 3 && rt != SKV_TYPE_Q6_K ? 2 : 1;
                             for (int st = 0; st < n_st; st++) {
@@ -586,19 +607,23 @@ static void test_iq4_xs(void **s) {
     (void)s;
     run_type(SKV_TYPE_IQ4_XS, n_in_qk, 3);
 }
+static void test_q2_k(void **s) {
+    (void)s;
+    run_type(SKV_TYPE_Q2_K, n_in_qk, 3);
+}
 
 /* A row's result does not depend on how many rows are multiplied together: prefill (many rows)
  * and decode (one row at a time) give the same bits, for every type, SIMD or scalar. */
 static void test_rows_independent(void **s) {
     (void)s;
-    const skv_type ts[] = {SKV_TYPE_F32,   SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
-                           SKV_TYPE_Q4_0,  SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
-                           SKV_TYPE_Q4_K,  SKV_TYPE_Q5_K, SKV_TYPE_Q6_K, SKV_TYPE_IQ4_NL,
-                           SKV_TYPE_IQ4_XS};
+    const skv_type ts[] = {SKV_TYPE_F32,    SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0,   SKV_TYPE_Q5_0, SKV_TYPE_Q4_1, SKV_TYPE_Q5_1,
+                           SKV_TYPE_Q4_K,   SKV_TYPE_Q5_K, SKV_TYPE_Q6_K, SKV_TYPE_IQ4_NL,
+                           SKV_TYPE_IQ4_XS, SKV_TYPE_Q2_K};
     const int n_ins[] = {7,   64,   600, 2304,
                          256, 2560, 288, 2080}; /* float: any; quantized: blocks (odd counts too) */
     enum { M = 13, N_OUT = 11 };
-    for (int ti = 0; ti < 13; ti++) {
+    for (int ti = 0; ti < 14; ti++) {
         skv_type t = ts[ti];
         for (int ni = 0; ni < 8; ni++) {
             int n_in = n_ins[ni];
@@ -1288,6 +1313,7 @@ int main(void) {
         cmocka_unit_test(test_q6_k),
         cmocka_unit_test(test_iq4_nl),
         cmocka_unit_test(test_iq4_xs),
+        cmocka_unit_test(test_q2_k),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -387,17 +387,17 @@ static void test_q3_k_load_paths(void **state) {
     free(f32);
 }
 
-/* IQ4_XS, which the SIMD code reads from records only: a loaded model holds its matrices in
- * records at a SIMD level however it is loaded (packed, SKV_NO_HUGE, unpacked), and the logits
- * are the same bits each way; loaded at the scalar level it keeps
- * the rows (136 bytes), computed by the scalar code, close to the records' logits.
- * Rows of 288 fall back to IQ4_NL (as llama-quantize does), which loads and runs in records. */
-static void test_iq4_xs_load_paths(void **state) {
-    (void)state;
-    if (!skv_k16_wanted(SKV_TYPE_IQ4_XS)) skip(); /* no SIMD level: nothing to compare with */
+/* IQ4_XS and Q2_K, which the SIMD code reads from records only: a loaded model holds their
+ * matrices in records at a SIMD level however it is loaded (packed, SKV_NO_HUGE, unpacked), and
+ * the logits are the same bits each way; loaded at the scalar level it keeps the rows (136 / 84
+ * bytes), computed by the scalar code, close to the records' logits. Rows of 288 fall back to
+ * IQ4_NL / Q4_0 (as llama-quantize does), which load and run in records. */
+static void records_only_load_paths(skv_type t) {
+    const skv_type fb = t == SKV_TYPE_IQ4_XS ? SKV_TYPE_IQ4_NL : SKV_TYPE_Q4_0;
+    if (!skv_k16_wanted(t)) skip(); /* no SIMD level: nothing to compare with */
     char *f32 = synth_f32(512, 2, 512, 17);
     skv_quantize_report rep;
-    char *xs = quantize_to(f32, SKV_TYPE_IQ4_XS, 2, &rep);
+    char *xs = quantize_to(f32, t, 2, &rep);
     assert_int_equal(rep.n_fallback, 0);
     int32_t tok[24];
     for (int i = 0; i < 24; i++) tok[i] = 3 + 43 * i % 500;
@@ -417,7 +417,7 @@ static void test_iq4_xs_load_paths(void **state) {
         const skv_weight *w[] = {skv_weight_present(&L->wqkv) ? &L->wqkv : &L->wq, &L->w_down,
                                  skv_weight_present(&L->w_up) ? &L->w_up : &L->w_gate, &m->output};
         for (int k = 0; k < 4; k++) {
-            assert_int_equal(w[k]->type, SKV_TYPE_IQ4_XS);
+            assert_int_equal(w[k]->type, t);
             assert_non_null(w[k]->k16);
         }
         assert_true(skv_model_weight_bytes(m) == stored); /* the bytes a token reads, as stored */
@@ -426,7 +426,8 @@ static void test_iq4_xs_load_paths(void **state) {
         if (!a)
             a = b;
         else if (memcmp(a, b, sizeof(float) * 24 * (size_t)nv) != 0)
-            fail_msg("IQ4_XS records loaded in mode %d: other bits than packed", mode);
+            fail_msg("%s records loaded in mode %d: other bits than packed", skv_type_name(t),
+                     mode);
         if (b != a) free(b);
         skv_model_free(m);
     }
@@ -434,15 +435,19 @@ static void test_iq4_xs_load_paths(void **state) {
     m = skv_model_load(xs, &err);
     assert_non_null(m);
     assert_null(m->layers[0].w_down.k16);
-    assert_int_equal(m->layers[0].w_down.type, SKV_TYPE_IQ4_XS);
+    assert_int_equal(m->layers[0].w_down.type, t);
     assert_true(skv_model_weight_bytes(m) == stored);
     float *b = logits_with(m, tok, 24);
     skv_kernels_force_ref(false);
     cmp c = compare(a, b, 24, nv);
-    /* measured 1.1e-4: float steps that differ flip some activations' 8-bit rounding, which a
-     * random model amplifies (scalar vs SIMD levels of any type: 1e-4 to 7e-4 on stories110m
-     * shapes); a misread block gives KL of order 1 (test_matmul checks the products exactly) */
-    if (!(c.kl_max < 2e-3)) fail_msg("scalar rows vs SIMD records: max KL %.3g", c.kl_max);
+    /* measured 1.1e-4 (IQ4_XS), 2.6e-14 (Q2_K): float steps that differ flip some activations'
+     * 8-bit rounding, which a random model amplifies (scalar vs SIMD levels of any type: 1e-4 to
+     * 7e-4 on stories110m shapes); a misread block gives KL of order 1 (test_matmul checks the
+     * products exactly) */
+    if (getenv("SKV_TEST_VERBOSE"))
+        printf("# %s scalar vs SIMD max KL %.3g\n", skv_type_name(t), c.kl_max);
+    if (!(c.kl_max < 2e-3))
+        fail_msg("%s scalar rows vs SIMD records: max KL %.3g", skv_type_name(t), c.kl_max);
     free(b);
     skv_model_free(m);
     free(a);
@@ -450,21 +455,21 @@ static void test_iq4_xs_load_paths(void **state) {
     free(xs);
     unlink(f32);
     free(f32);
-    /* rows of 288: IQ4_NL, in records */
+    /* rows of 288: the fallback type, in records */
     const skv_synth_shape shape = {"s15-like", "test", 512, 64,       64,    288, 2,
                                    6,          6,      768, 10000.0f, 1e-5f, true};
     char *in = strdup(test_tmp_path(".gguf"));
     skv_synth_params sp = {SKV_TYPE_F32, 3, 0, 2};
     assert_int_equal(skv_synth_write(&shape, &sp, in, NULL), SKV_OK);
-    char *out = quantize_to(in, SKV_TYPE_IQ4_XS, 2, &rep);
+    char *out = quantize_to(in, t, 2, &rep);
     assert_int_equal(rep.n_fallback, 1 + 6 * 2); /* token_embd, and 6 per layer */
-    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_IQ4_NL], rep.n_fallback);
-    assert_int_equal(rep.n_by_type[SKV_TYPE_IQ4_XS], 2); /* the ffn_down of 768 */
+    assert_int_equal(rep.n_fallback_by_type[fb], rep.n_fallback);
+    assert_int_equal(rep.n_by_type[t], 2); /* the ffn_down of 768 */
     m = skv_model_load(out, &err);
     assert_non_null(m);
-    assert_int_equal(m->layers[1].w_down.type, SKV_TYPE_IQ4_XS);
+    assert_int_equal(m->layers[1].w_down.type, t);
     assert_non_null(m->layers[1].w_down.k16);
-    assert_int_equal(m->output.type, SKV_TYPE_IQ4_NL);
+    assert_int_equal(m->output.type, fb);
     float *lg = logits_with(m, tok, 24);
     for (size_t i = 0; i < 24 * (size_t)skv_model_hparams(m)->n_vocab; i++)
         assert_true(isfinite(lg[i]));
@@ -474,6 +479,16 @@ static void test_iq4_xs_load_paths(void **state) {
     unlink(in);
     free(out);
     free(in);
+}
+
+static void test_iq4_xs_load_paths(void **state) {
+    (void)state;
+    records_only_load_paths(SKV_TYPE_IQ4_XS);
+}
+
+static void test_q2_k_load_paths(void **state) {
+    (void)state;
+    records_only_load_paths(SKV_TYPE_Q2_K);
 }
 
 /* A Q4_K_M file fuses q/k/v only in the layers whose attn_v stays Q4_K (the mix gives some
@@ -765,7 +780,7 @@ static void test_errors(void **state) {
     (void)state;
     skv_err err = {0};
     char *out = strdup(test_tmp_path(".gguf"));
-    assert_int_equal(skv_quantize_model(stories(), out, (skv_type)10, 1, &err), /* Q2_K */
+    assert_int_equal(skv_quantize_model(stories(), out, (skv_type)16, 1, &err), /* IQ2_XXS */
                      SKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "type"));
     assert_int_equal(skv_quantize_model("/nonexistent/model.gguf", out, SKV_TYPE_Q8_0, 1, &err),
@@ -837,9 +852,36 @@ static void test_command_line(void **state) {
     free(after);
     free(before);
     unlink(out);
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s q2_k 2>/dev/null", test_cli(), stories(), out);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s iq2_xxs 2>/dev/null", test_cli(), stories(), out);
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
+    /* a GGUF no command would read afterwards (another architecture's; no tensors, as a
+     * vocabulary-only file) is refused (exit 2), and nothing is written; a file of matrices
+     * alone of an architecture sparsekv runs is quantized (test_quant_mix) */
+    for (int k = 0; k < 2; k++) {
+        char *alien = strdup(test_tmp_path(".gguf"));
+        skv_gguf_writer *w = skv_gguf_writer_new();
+        static const float m[4] = {1, 2, 3, 4};
+        skv_err err = {0};
+        assert_int_equal(skv_gguf_writer_set_str(w, "general.architecture", k ? "llama" : "gemma"),
+                         SKV_OK);
+        if (k == 0)
+            assert_int_equal(skv_gguf_writer_add_tensor(w, "token_embd.weight", SKV_TYPE_F32, 2,
+                                                        (int64_t[]){2, 2}, m),
+                             SKV_OK);
+        else
+            assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama"), SKV_OK);
+        assert_int_equal(skv_gguf_writer_write(w, alien, &err), SKV_OK);
+        skv_gguf_writer_free(w);
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s q8_0 2>&1", test_cli(), alien, out);
+        char *msg = test_run(cmd, &st);
+        assert_int_equal(st, 2);
+        assert_non_null(strstr(msg, k ? "vocabulary-only" : "'gemma' is not supported"));
+        free(msg);
+        assert_true(access(out, F_OK) != 0);
+        unlink(alien);
+        free(alien);
+    }
     snprintf(cmd, sizeof cmd, "%s quantize %s 2>/dev/null", test_cli(), stories());
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
@@ -900,6 +942,7 @@ int main(void) {
         cmocka_unit_test(test_huge_page_weights),
         cmocka_unit_test(test_q3_k_load_paths),
         cmocka_unit_test(test_iq4_xs_load_paths),
+        cmocka_unit_test(test_q2_k_load_paths),
         cmocka_unit_test(test_partial_fusion),
         cmocka_unit_test(test_structure_preserved),
         cmocka_unit_test(test_threads_synth_and_requant),

@@ -382,7 +382,7 @@ static void test_kquant_fallback_and_errors(void **state) {
     bad = small;
     bad.n_vocab = 100; /* no room for the byte tokens */
     assert_int_equal(skv_synth_write(&bad, &p, out, &err), SKV_ERR_INVALID_ARG);
-    p.type = (skv_type)10; /* Q2_K: not a type sparsekv writes */
+    p.type = (skv_type)16; /* IQ2_XXS: not a type sparsekv writes */
     assert_int_equal(skv_synth_write(&small, &p, out, &err), SKV_ERR_UNSUPPORTED);
     assert_true(access(out, F_OK) != 0);
     p.type = SKV_TYPE_F32;
@@ -416,7 +416,7 @@ static void test_command_line(void **state) {
              test_cli(), path);
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
-    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q2_k -o %s 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type iq2_xxs -o %s 2>/dev/null",
              test_cli(), path);
     free(test_run(cmd, &st));
     assert_int_equal(st, 2);
@@ -609,19 +609,19 @@ static void test_real_vocab(void **state) {
 }
 
 /* general.file_type for a file of one weight type: llama.cpp's llama_ftype numbers (ALL_F32 0,
- * MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q3_K_S 11, Q4_K_S 14, Q5_K_S 16, Q6_K 18,
- * IQ4_NL 25, IQ4_XS 30, BF16 32),
+ * MOSTLY_F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, Q4_K_S 14, Q5_K_S 16,
+ * Q6_K 18, IQ4_NL 25, IQ4_XS 30, BF16 32),
  * which it shows as the file's type. */
 static void test_ftype_numbers(void **state) {
     (void)state;
     const struct {
         skv_type t;
         uint32_t ftype;
-    } want[] = {{SKV_TYPE_F32, 0},     {SKV_TYPE_F16, 1},    {SKV_TYPE_Q4_0, 2},
-                {SKV_TYPE_Q4_1, 3},    {SKV_TYPE_Q8_0, 7},   {SKV_TYPE_Q5_0, 8},
-                {SKV_TYPE_Q5_1, 9},    {SKV_TYPE_Q4_K, 14},  {SKV_TYPE_Q5_K, 16},
-                {SKV_TYPE_Q6_K, 18},   {SKV_TYPE_BF16, 32},  {SKV_TYPE_Q3_K, 11},
-                {SKV_TYPE_IQ4_NL, 25}, {SKV_TYPE_IQ4_XS, 30}};
+    } want[] = {{SKV_TYPE_F32, 0},     {SKV_TYPE_F16, 1},     {SKV_TYPE_Q4_0, 2},
+                {SKV_TYPE_Q4_1, 3},    {SKV_TYPE_Q8_0, 7},    {SKV_TYPE_Q5_0, 8},
+                {SKV_TYPE_Q5_1, 9},    {SKV_TYPE_Q4_K, 14},   {SKV_TYPE_Q5_K, 16},
+                {SKV_TYPE_Q6_K, 18},   {SKV_TYPE_BF16, 32},   {SKV_TYPE_Q3_K, 11},
+                {SKV_TYPE_IQ4_NL, 25}, {SKV_TYPE_IQ4_XS, 30}, {SKV_TYPE_Q2_K, 10}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         assert_int_equal(skv_ftype_of(want[i].t), want[i].ftype);
 }

@@ -21,25 +21,26 @@ static void usage(FILE *f) {
         "\n"
         "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
         "included) in TYPE: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl, iq4_xs,\n"
-        "q3_k, q4_k, q5_k or q6_k, or in the mix q4_k_m: q6_k for the output matrix (the\n"
-        "token embedding when the output is tied to it) and for attn_v and ffn_down of the\n"
-        "first and last eighth of the layers and of every third layer in between, q4_k for\n"
-        "the rest.\n"
+        "q2_k, q3_k, q4_k, q5_k or q6_k, or in the mix q4_k_m: q6_k for the output matrix\n"
+        "(the token embedding when the output is tied to it) and for attn_v and ffn_down\n"
+        "of the first and last eighth of the layers and of every third layer in between,\n"
+        "q4_k for the rest.\n"
         "Norms and other 1-D tensors stay as they are (f32); metadata is copied\n"
         "(general.file_type updated). A matrix whose rows are not a multiple of TYPE's\n"
         "block size (32 for q8_0, q5_*, q4_* and iq4_nl, 256 for the k-quants and iq4_xs)\n"
-        "is written in q8_0 (q4_0 for q3_k, iq4_nl for iq4_xs) instead when its rows are a\n"
-        "multiple of 32, else in f16; one already stored in a type no larger than that (q5_*\n"
-        "or q4_* for q8_0, bf16 for f16) is copied as it is. Those matrices are listed.\n"
-        "Tensors are converted from any type sparsekv reads and streamed one at a time, so\n"
-        "memory stays small. The k-quants search each sub-block's scale and min for the\n"
-        "least rounding error, weighted by the values' magnitude; iq4_nl and iq4_xs (4-bit\n"
-        "indices into a fixed grid of 16 values, denser near 0) search each 32-value block's\n"
-        "scale.\n"
+        "is written in q8_0 (q4_0 for q2_k and q3_k, iq4_nl for iq4_xs) instead when its\n"
+        "rows are a multiple of 32, else in f16; one already stored in a type no larger\n"
+        "than that (q5_* or q4_* for q8_0, bf16 for f16) is copied as it is. Those\n"
+        "matrices are listed.\n"
+        "Tensors are converted from any type sparsekv reads and streamed one at a time,\n"
+        "so memory stays small. The k-quants search each sub-block's scale and min for\n"
+        "the least rounding error, weighted by the values' magnitude; iq4_nl and iq4_xs\n"
+        "(4-bit indices into a fixed grid of 16 values, denser near 0) search each\n"
+        "32-value block's scale.\n"
         "\n"
         "  -t N         threads (default: all cores)\n"
         "  --simple     k-quants with the plain min/max scales (faster; for comparisons);\n"
-        "               only for q3_k, q4_k, q5_k, q6_k and q4_k_m\n"
+        "               only for q2_k, q3_k, q4_k, q5_k, q6_k and q4_k_m\n"
         "  --overwrite  replace OUT if it exists (without it an existing OUT is refused);\n"
         "               OUT is never IN\n"
         "\n"
@@ -127,7 +128,7 @@ int cmd_quantize(int argc, char **argv) {
     } else if (!skv_type_from_name(pos[2], &qo.type) || !skv_type_can_quantize(qo.type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
-                  "q4_1, q4_0, iq4_nl, iq4_xs, q3_k, q4_k, q5_k, q6_k, q4_k_m)",
+                  "q4_1, q4_0, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m)",
                   pos[2]);
         return 2;
     }
@@ -135,7 +136,8 @@ int cmd_quantize(int argc, char **argv) {
     const char *target = qo.mix ? "q4_k_m" : skv_type_name(type);
     if (simple && (skv_type_block_size(type) != SKV_QK_K || type == SKV_TYPE_IQ4_XS)) {
         cli_error(CMD,
-                  "--simple only applies to the k-quants (q3_k, q4_k, q5_k, q6_k, q4_k_m), not %s",
+                  "--simple only applies to the k-quants (q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m), "
+                  "not %s",
                   target);
         return 2;
     }
@@ -171,7 +173,8 @@ int cmd_quantize(int argc, char **argv) {
             first = 0;
         }
     const int k_written = rep.n_by_type[SKV_TYPE_Q4_K] + rep.n_by_type[SKV_TYPE_Q5_K] +
-                          rep.n_by_type[SKV_TYPE_Q6_K] + rep.n_by_type[SKV_TYPE_Q3_K];
+                          rep.n_by_type[SKV_TYPE_Q6_K] + rep.n_by_type[SKV_TYPE_Q3_K] +
+                          rep.n_by_type[SKV_TYPE_Q2_K];
     printf("%s\n", simple && k_written ? " (simple k-quant scales)" : "");
     return 0;
 }

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "cli_args.h"
 
+#include "gguf.h"
 #include "kernels/kernels.h"
 #include "model/synth.h"
 
@@ -33,11 +34,11 @@ static void usage(FILE *f) {
             "                  e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf, so text in and\n"
             "                  text out work; the vocabulary size becomes that file's\n"
             "  --type TYPE     matrix type: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0,\n"
-            "                  iq4_nl, iq4_xs, q3_k, q4_k, q5_k, q6_k\n"
+            "                  iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k\n"
             "                  (a matrix whose rows are not a multiple of the block size is\n"
-            "                  written in q8_0 (q4_0 for q3_k, iq4_nl for iq4_xs) for a\n"
-            "                  256-value type when they are a multiple of 32, else in f16;\n"
-            "                  norms are always f32)\n"
+            "                  written in q8_0 (q4_0 for q2_k and q3_k, iq4_nl for iq4_xs)\n"
+            "                  for a 256-value type when they are a multiple of 32, else in\n"
+            "                  f16; norms are always f32)\n"
             "  --ctx N         llama.context_length to write (default: the preset's)\n"
             "  --seed S        random seed (default 1)\n"
             "  -t N            threads (default: all cores)\n"
@@ -158,7 +159,7 @@ int cmd_synth_model(int argc, char **argv) {
     if (!skv_type_from_name(type_name, &type) || !skv_type_can_quantize(type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
-                  "q4_1, q4_0, iq4_nl, iq4_xs, q3_k, q4_k, q5_k, q6_k)",
+                  "q4_1, q4_0, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k)",
                   type_name);
         return 2;
     }
@@ -185,8 +186,15 @@ int cmd_synth_model(int argc, char **argv) {
                    ? 2
                    : 1;
     }
+    /* the parameters as written: with --vocab, the embedding (and output) take that file's
+     * vocabulary size */
+    skv_synth_shape written = *shape;
+    skv_gguf *g = vocab ? skv_gguf_open(out, &err) : NULL;
+    int64_t te = g ? skv_gguf_find_tensor(g, "token_embd.weight") : -1;
+    if (te >= 0) written.n_vocab = (int)skv_gguf_tensor_at(g, te)->ne[1];
+    skv_gguf_close(g);
     printf("wrote %s: %s, %s, %.1f M params, seed %llu, context %d, in %.1f s\n", out, shape->name,
-           skv_type_name(type), (double)skv_synth_n_params(shape) / 1e6, (unsigned long long)seed,
-           ctx > 0 ? (int)ctx : shape->n_ctx, (skv_time_ms() - t0) / 1e3);
+           skv_type_name(type), (double)skv_synth_n_params_arch(&written, sa) / 1e6,
+           (unsigned long long)seed, ctx > 0 ? (int)ctx : shape->n_ctx, (skv_time_ms() - t0) / 1e3);
     return 0;
 }

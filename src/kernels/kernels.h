@@ -29,6 +29,7 @@
 /* Q5_K: { f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]; } 176 bytes */
 /* Q6_K: { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; }        210 bytes */
 /* Q3_K: { uint8 hmask[32]; uint8 qs[64]; uint8 scales[12]; f16 d; }     110 bytes (quant.c) */
+/* Q2_K: { uint8 scales[16]; uint8 qs[64]; f16 d; f16 dmin; }             84 bytes (quant.c) */
 
 bool skv_type_supported(skv_type t);
 /* Values per block (1 for F32/F16/BF16) and bytes per block. 0 for unsupported types. */
@@ -68,9 +69,10 @@ extern const int8_t skv_iq4_grid[16];
 /* The type of the rows a matrix stored in t is held in when not in k16 records: Q6_K for Q3_K
  * (which the kernels do not read as rows), else t. */
 skv_type skv_type_held(skv_type t);
-/* Whether the SIMD kernels read matrices of type t from k16 records only (Q3_K, IQ4_XS): a
- * loaded model holds them there wherever records are read (also with SKV_NO_HUGE and unpacked);
- * rows of them go to the scalar code (IQ4_XS) or give NaN (Q3_K, skv_matmul_group). */
+/* Whether the SIMD kernels read matrices of type t from k16 records only (Q3_K, Q2_K, IQ4_XS):
+ * a loaded model holds them there wherever records are read (also with SKV_NO_HUGE and
+ * unpacked); rows of them go to the scalar code (Q2_K, IQ4_XS) or give NaN (Q3_K,
+ * skv_matmul_group). */
 bool skv_type_records_only(skv_type t);
 
 /* ---- matrix products ----------------------------------------------------------------------
@@ -205,6 +207,18 @@ enum { SKV_K16_Q6_SC = 0, SKV_K16_Q6_QH = 32, SKV_K16_Q6_QL = 160, SKV_K16_Q6_D 
 #define SKV_K16_Q3_RECORD 1824
 #define SKV_K16_Q3_PAIR   224
 enum { SKV_K16_Q3_SC = 0, SKV_K16_Q3_LO = 32, SKV_K16_Q3_HI = 160, SKV_K16_Q3_D = 1792 };
+/* Q2_K W in k16 records (at every SIMD level): the Q3_K record's pairs without the third bits,
+ * each scale byte as the file's (scale 0..15 in the low nibble, min 0..15 in the high one):
+ *   per pair p, SKV_K16_Q2_PAIR bytes from p * SKV_K16_Q2_PAIR:
+ *     scm[2][8][2]     octet h, row k, group 2p + e: the file's scale byte of that group
+ *     lo[2][2][8][4]   as Q3_K's: the codes (0..3), value d sc code - dmin m
+ *   d[16], dmin[16]    f16, after the 8 pairs
+ * (84 bytes a row's super-block, the file's.) The kernels take the codes as Q6_K's, U = sum sc
+ * (codes . x) and M = sum m (x's group sums): acc = fma(U, d dx, acc), fma(M, -dmin dx, acc), so
+ * the Q6_K prefill tiles serve (sc and the mins' pairs from the records), and the same bits. */
+#define SKV_K16_Q2_RECORD 1344
+#define SKV_K16_Q2_PAIR   160
+enum { SKV_K16_Q2_SCM = 0, SKV_K16_Q2_LO = 32, SKV_K16_Q2_D = 1280, SKV_K16_Q2_DMIN = 1312 };
 /* IQ4_NL W in k16 records too (read by the AVX2 code at both SIMD levels): a Q4_0 record whose
  * nibbles are grid indices (SKV_K16_Q4_RECORD bytes, the rows' bytes). IQ4_XS W: per group of 16
  * rows and super-block s one record of SKV_K16_IQ4XS_RECORD bytes at index
@@ -218,10 +232,10 @@ enum { SKV_K16_Q3_SC = 0, SKV_K16_Q3_LO = 32, SKV_K16_Q3_HI = 160, SKV_K16_Q3_D 
 #define SKV_K16_IQ4XS_RECORD 2208
 enum { SKV_K16_IQ4XS_D = 0, SKV_K16_IQ4XS_SC = 32, SKV_K16_IQ4XS_Q = 160 };
 size_t skv_k16_bytes(skv_type wt, int n_out, int n_in);
-/* n_out rows w of type wt (Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K, Q3_K, IQ4_NL or IQ4_XS)
- * into records
- * (dst: skv_k16_bytes); _ref is the plain C version, code by code, which the AVX2 Q4_K one
- * (matmul_avx2.c) and the word-wise Q6_K, Q3_K and Q4_0 ones match byte for byte. */
+/* n_out rows w of type wt (Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q6_K, Q3_K, Q2_K, IQ4_NL or
+ * IQ4_XS) into records (dst: skv_k16_bytes); _ref is the plain C version, code by code, which the
+ * AVX2 Q4_K one (matmul_avx2.c) and the word-wise Q6_K, Q3_K, Q2_K and Q4_0 ones match byte for
+ * byte. */
 void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst);
 /* Rows [r0, r1) as rows of type wt, into dst (r1 - r0 rows). */
@@ -303,6 +317,7 @@ typedef struct skv_mm {
     bool w_k16;        /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_*, Q6_K or Q3_K W in k16 records (skv_k16_pack)
                         */
     bool w_q3;         /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
+    bool w_q2;         /* ... is Q2_K records (kernels.h) */
     bool k16_prefetch; /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_* records' decode:
                           skv_kernels_use_k16_prefetch() */
 } skv_mm;

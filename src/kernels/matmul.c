@@ -420,8 +420,8 @@ void skv_panels_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst)
 #ifdef SKV_HAVE_MATMUL_AVX2
 /* Whether the kernels of a level (simd: AVX2 or above, avx512: the AVX-512 products) read
  * wt's k16 records as they are: all of the SIMD code for Q4_K, Q5_K, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1,
- * IQ4_NL, IQ4_XS and Q3_K, the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels read rows).
- * skv_k16_wanted and the tasks ask this.
+ * IQ4_NL, IQ4_XS, Q3_K and Q2_K, the AVX2 code only for Q6_K (the VNNI level's Q6_K kernels read
+ * rows). skv_k16_wanted and the tasks ask this.
  */
 static bool k16_readable(skv_type wt, bool simd, bool avx512) {
     if (!simd || skv_k16_bytes(wt, 16, skv_type_block_size(wt)) == 0) return false;
@@ -444,12 +444,12 @@ static void mm_task_init(mm_task *t, float *y, const float *x, int m, const void
     t->mm.n_in = n_in;
     t->mm.w_stride = skv_row_bytes(wt, n_in);
 #ifdef SKV_HAVE_MATMUL_AVX2
-    /* rows of a type the SIMD code reads from records only: the scalar code (IQ4_XS; Q3_K rows
-     * never get here, skv_matmul_group) */
+    /* rows of a type the SIMD code reads from records only: the scalar code (IQ4_XS, Q2_K; Q3_K
+     * rows never get here, skv_matmul_group) */
     t->simd = skv_kernels_use_simd() && (!skv_type_records_only(wt) || t->mm.w_k16);
     t->avx512 = t->simd && skv_simd_active_id() >= SKV_SIMD_AVX512;
     t->k_int = t->simd && (wt == SKV_TYPE_Q4_K || wt == SKV_TYPE_Q5_K || wt == SKV_TYPE_Q6_K ||
-                           wt == SKV_TYPE_Q3_K);
+                           wt == SKV_TYPE_Q3_K || wt == SKV_TYPE_Q2_K);
     t->k_order = t->k_int && t->avx512 && skv_simd_has_vnni() &&
                  skv_type_held(wt) != SKV_TYPE_Q6_K && !t->mm.w_k16;
     t->u_codes = t->avx512 && skv_act_unsigned(wt, m);

@@ -1437,7 +1437,55 @@ INLINE void q6_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, flo
     }
 }
 
-INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool q3) {
+/* Decode from Q2_K records (kernels.h): q6_step's walk over the 2-bit codes (Q3_K's low planes),
+ * U by the scales (the low nibbles), M by the mins (the high nibbles) against x's group sums,
+ * then acc = fma(U, d dx, acc), fma(M, (-dmin) dx, acc) as the prefill tiles (prep_hk_q6rec):
+ * the same bits. The codes are small (4 x 2 x 3 x 127 per word): a pair's 4 vector products
+ * are summed in 16 bits before one vpmaddwd by the scales. */
+INLINE void q2_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,
+                    __m256 acc[2]) {
+    __m256i u[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, mm[2] = {u[0], u[1]};
+#pragma GCC unroll 2
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *pr = rec + SKV_K16_Q2_PAIR * p; /* 160 bytes, read in order */
+        const __m256i xpair = _mm256_set1_epi32(xp[p]);
+        SKV_PREFETCH_AHEAD(pr, 0);
+        SKV_PREFETCH_AHEAD(pr, 64);
+        SKV_PREFETCH_AHEAD(pr, 128);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i sc, mn, t = _mm256_setzero_si256();
+            q2_rec_scales(pr, h, &sc, &mn);
+            mm[h] = _mm256_add_epi32(mm[h], _mm256_madd_epi16(mn, xpair));
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++) {
+                __m256i ca, cb;
+                q2_rec_codes(pr, h, jj, &ca, &cb);
+                int32_t xa, xb;
+                memcpy(&xa, xr + 32 * p + 4 * jj, 4);
+                memcpy(&xb, xr + 32 * p + 4 * (jj + 4), 4);
+                t = _mm256_add_epi16(
+                    t, _mm256_add_epi16(_mm256_maddubs_epi16(ca, _mm256_set1_epi32(xa)),
+                                        _mm256_maddubs_epi16(cb, _mm256_set1_epi32(xb))));
+            }
+            u[h] = _mm256_add_epi32(u[h], _mm256_madd_epi16(t, sc));
+        }
+    }
+    const __m256 vdx = _mm256_set1_ps(dx), neg = _mm256_set1_ps(-1.0f);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256 d =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q2_D + 16 * h)));
+        const __m256 dmin =
+            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q2_DMIN + 16 * h)));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[h]), _mm256_mul_ps(d, vdx), acc[h]);
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm[h]),
+                                 _mm256_mul_ps(_mm256_mul_ps(dmin, neg), vdx), acc[h]);
+    }
+}
+
+/* q3 / q2: the records are Q3_K's / Q2_K's (kernels.h). */
+INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool q3, bool q2) {
     const int nsb = mm->n_in / 256;
     q6_x x;
     for (int i = i0; i < i1; i++) {
@@ -1450,7 +1498,10 @@ INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool
                 const int8_t *xr;
                 const int32_t *xp;
                 q6_x_at(&x, a, s, &xr, &xp);
-                q6_step(q6_rec(mm, g, s), xr, xp, a.d[s], acc, q3);
+                if (q2)
+                    q2_step(q6_rec(mm, g, s), xr, xp, a.d[s], acc);
+                else
+                    q6_step(q6_rec(mm, g, s), xr, xp, a.d[s], acc, q3);
             }
             store_group(y + 16 * g, acc, r1 - 16 * g);
         }
@@ -1458,10 +1509,12 @@ INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool
 }
 
 static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->w_q3)
-        gemv_q6_rec_t(mm, i0, i1, r0, r1, true);
+    if (mm->w_q2)
+        gemv_q6_rec_t(mm, i0, i1, r0, r1, false, true);
+    else if (mm->w_q3)
+        gemv_q6_rec_t(mm, i0, i1, r0, r1, true, false);
     else
-        gemv_q6_rec_t(mm, i0, i1, r0, r1, false);
+        gemv_q6_rec_t(mm, i0, i1, r0, r1, false, false);
 }
 
 static void gemv_k(const skv_mm *mm, int i0, int i1, int r0, int r1) {
@@ -1604,11 +1657,45 @@ static void prep_hk_rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
     }
 }
 
+/* The Q6_K hexads from Q2_K records (kernels.h), as prep_hk_q6rec's from Q6_K ones: the codes
+ * (0..3) in K order, each group's scale in both words, the mins' pairs as M's, dm = -dmin. */
+static void prep_hk_q2rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
+    for (int s = 0; s < nb; s++) {
+        const uint8_t *rec = q6_rec(mm, g16, b0 + s);
+        uint8_t *q = p->q + 4096 * s;
+        for (int pp = 0; pp < 8; pp++) {
+            const uint8_t *pr = rec + SKV_K16_Q2_PAIR * pp;
+            for (int h = 0; h < 2; h++) {
+                __m256i sc, mn;
+                q2_rec_prep(pr, h, q + 512 * pp + 32 * h, &sc, &mn);
+                _mm256_store_si256((__m256i *)(p->mn + 128 * s + 16 * pp + 8 * h), mn);
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp) + 8 * h),
+                                   _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc, 0xa0), 0xa0));
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp + 1) + 8 * h),
+                                   _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc, 0xf5), 0xf5));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            _mm256_store_ps(
+                p->d + 16 * s + 8 * h,
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + SKV_K16_Q2_D + 16 * h))));
+            _mm256_store_ps(p->dm + 16 * s + 8 * h,
+                            _mm256_mul_ps(_mm256_set1_ps(-1.0f),
+                                          _mm256_cvtph_ps(_mm_loadu_si128(
+                                              (const __m128i *)(rec + SKV_K16_Q2_DMIN + 16 * h)))));
+        }
+    }
+}
+
 /* The same from Q6_K k16 records (kernels.h): a pair's vectors 2g and 2g + 1 hold codes
  * 4g..4g+3 of its two groups, 2 of each in a row's lane: the low words of the two make group
  * 2p's 4 codes, the high words group 2p + 1's. */
 static void prep_hk_q6rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
     const bool q3 = mm->w_q3;
+    if (mm->w_q2) {
+        prep_hk_q2rec(p, mm, g16, b0, nb);
+        return;
+    }
     for (int s = 0; s < nb; s++) {
         const uint8_t *rec = q6_rec(mm, g16, b0 + s);
         uint8_t *q = p->q + 4096 * s;
@@ -1822,10 +1909,12 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         matmul_iq4_xs(mm, i0, i1, r0, r1);
         break;
     case SKV_TYPE_Q3_K: /* records only: the Q6_K code, reading them (kernels.h) */
+    case SKV_TYPE_Q2_K:
         if (mm->w_k16) {
             skv_mm q6 = *mm;
             q6.wt = SKV_TYPE_Q6_K;
-            q6.w_q3 = true;
+            q6.w_q3 = mm->wt == SKV_TYPE_Q3_K;
+            q6.w_q2 = mm->wt == SKV_TYPE_Q2_K;
             skv_matmul_avx2(&q6, i0, i1, r0, r1);
         }
         break;

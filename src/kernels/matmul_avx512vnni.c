@@ -405,6 +405,33 @@ static void prep_k16_from_q3rec(prep_k16 *p, const skv_mm *mm, int g16, int b0, 
     }
 }
 
+/* The same from Q2_K records (kernels.h), as the AVX2 level's prep_hk_q2rec: the codes (0..3) in
+ * K order, each group's scale as an int32, the mins' pairs as M's, dm = -dmin. */
+static void prep_k16_from_q2rec(prep_k16 *p, const skv_mm *mm, int g16, int b0, int nb) {
+    for (int s = 0; s < nb; s++) {
+        const uint8_t *rec = q6_rec(mm, g16, b0 + s);
+        uint8_t *q = p->q + 4096 * s;
+        for (int pp = 0; pp < 8; pp++) {
+            const uint8_t *pr = rec + SKV_K16_Q2_PAIR * pp;
+            for (int h = 0; h < 2; h++) {
+                __m256i sc, mn;
+                q2_rec_prep(pr, h, q + 512 * pp + 32 * h, &sc, &mn);
+                _mm256_store_si256((__m256i *)(p->mn + 128 * s + 16 * pp + 8 * h), mn);
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp) + 8 * h),
+                                   _mm256_and_si256(sc, _mm256_set1_epi32(0xffff)));
+                _mm256_store_si256((__m256i *)(p->sc + 256 * s + 16 * (2 * pp + 1) + 8 * h),
+                                   _mm256_srli_epi32(sc, 16));
+            }
+        }
+        _mm512_store_ps(p->d + 16 * s,
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q2_D))));
+        _mm512_store_ps(
+            p->dm + 16 * s,
+            _mm512_mul_ps(_mm512_set1_ps(-1.0f), _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                     (const __m256i *)(rec + SKV_K16_Q2_DMIN)))));
+    }
+}
+
 /* ---- Q3_K records' decode ----------------------------------------------------------------------
  * The AVX2 code's (gemv_q6_rec, Q3_K) with both octets in one register: a pair's scales and planes
  * lie as [octet 0 | octet 1], so each load, shift and product serves the 16 rows, and vpdpwssd
@@ -453,7 +480,50 @@ INLINE __m512 q3_rec_step(const uint8_t *rec, const int8_t *xr, const int32_t *x
                            _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(-32.0f)), vdx), acc);
 }
 
-static void gemv_q3_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+/* ---- Q2_K records' decode: the AVX2 code's (q2_step) with both octets in one register, as
+ * q3_rec_step; the same integers and float chain, the same bits. */
+INLINE __m512 q2_rec_step(const uint8_t *rec, const int8_t *xr, const int32_t *xp, float dx,
+                          __m512 acc) {
+    const __m512i m2 = _mm512_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m512i u = _mm512_setzero_si512(), mm = u;
+#pragma GCC unroll 2
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *pr = rec + SKV_K16_Q2_PAIR * p;
+        SKV_PREFETCH_AHEAD(pr, 0); /* 3 lines ahead per 160-byte pair */
+        SKV_PREFETCH_AHEAD(pr, 64);
+        SKV_PREFETCH_AHEAD(pr, 128);
+        const __m256i scm = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q2_SCM));
+        const __m512i sc = _mm512_cvtepu8_epi16(_mm256_and_si256(scm, m4));
+        const __m512i mn = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(scm, 4), m4));
+        mm = _mm512_dpwssd_epi32(mm, mn, _mm512_set1_epi32(xp[p]));
+        const __m512i la = _mm512_loadu_si512(pr + SKV_K16_Q2_LO);
+        const __m512i lb = _mm512_loadu_si512(pr + SKV_K16_Q2_LO + 64);
+        __m512i t = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int jj = 0; jj < 4; jj++) {
+            const __m512i ca = _mm512_and_si512(_mm512_srli_epi16(la, 2 * jj), m2);
+            const __m512i cb = _mm512_and_si512(_mm512_srli_epi16(lb, 2 * jj), m2);
+            int32_t xa, xb;
+            memcpy(&xa, xr + 32 * p + 4 * jj, 4);
+            memcpy(&xb, xr + 32 * p + 4 * (jj + 4), 4);
+            t = _mm512_add_epi16(t,
+                                 _mm512_add_epi16(_mm512_maddubs_epi16(ca, _mm512_set1_epi32(xa)),
+                                                  _mm512_maddubs_epi16(cb, _mm512_set1_epi32(xb))));
+        }
+        u = _mm512_dpwssd_epi32(u, t, sc);
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q2_D)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q2_DMIN)));
+    const __m512 vdx = _mm512_set1_ps(dx);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(d, vdx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(mm),
+                           _mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-1.0f)), vdx), acc);
+}
+
+/* Decode from Q3_K or Q2_K records (q6 has wt Q6_K and w_q3 or w_q2). */
+INLINE void gemv_q3_q2_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool q2) {
     const int nsb = mm->n_in / 256;
     q6_x x;
     for (int i = i0; i < i1; i++) {
@@ -466,11 +536,19 @@ static void gemv_q3_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
                 const int8_t *xr;
                 const int32_t *xp;
                 q6_x_at(&x, a, s, &xr, &xp);
-                acc = q3_rec_step(k16_at(mm, g, s, 256, SKV_K16_Q3_RECORD), xr, xp, a.d[s], acc);
+                acc = q2 ? q2_rec_step(q6_rec(mm, g, s), xr, xp, a.d[s], acc)
+                         : q3_rec_step(q6_rec(mm, g, s), xr, xp, a.d[s], acc);
             }
             _mm512_mask_storeu_ps(y + 16 * g, lanes(r1 - 16 * g), acc);
         }
     }
+}
+
+static void gemv_q3_q2_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
+    if (mm->w_q2)
+        gemv_q3_q2_rec_t(mm, i0, i1, r0, r1, true);
+    else
+        gemv_q3_q2_rec_t(mm, i0, i1, r0, r1, false);
 }
 
 /* mr x rows times NOK hexads over super-blocks [b0, b0 + nb) of x (the hexads start at b0). */
@@ -600,6 +678,8 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     if (mm->w_k16) { /* r is a multiple of 16 */
                         if (mm->w_q3)
                             prep_k16_from_q3rec(&prep[c], mm, r / 16 + c, b0, nb);
+                        else if (mm->w_q2)
+                            prep_k16_from_q2rec(&prep[c], mm, r / 16 + c, b0, nb);
                         else
                             prep_k16_from_rec(&prep[c], mm, r / 16 + c, b0, nb);
                         continue;
@@ -609,9 +689,10 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
-                /* w_k16 here means Q4_K, Q5_K or Q3_K (Q6_K's records are unpacked at this
-                 * level) */
+                /* w_k16 here means Q4_K, Q5_K, Q3_K or Q2_K (Q6_K's records are unpacked at
+                 * this level) */
                 const size_t rb = mm->w_q3             ? SKV_K16_Q3_RECORD
+                                  : mm->w_q2           ? SKV_K16_Q2_RECORD
                                   : t == SKV_TYPE_Q5_K ? SKV_K16_Q5K_RECORD
                                                        : SKV_K16_RECORD;
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK, rb,
@@ -1444,14 +1525,16 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
             gemm_hex(mm, i0, i1, r0, r1, mm->wt);
         return;
     }
-    if (mm->wt == SKV_TYPE_Q3_K) { /* records only: decode above, prefill the Q6_K tiles */
+    if (mm->wt == SKV_TYPE_Q3_K || mm->wt == SKV_TYPE_Q2_K) {
+        /* records only: decode above, prefill the Q6_K tiles */
         skv_mm q6 = *mm;
         q6.wt = SKV_TYPE_Q6_K;
-        q6.w_q3 = true;
+        q6.w_q3 = mm->wt == SKV_TYPE_Q3_K;
+        q6.w_q2 = mm->wt == SKV_TYPE_Q2_K;
         if (!mm->w_k16)
             return;
         else if (mm->m < GEMM_Q_MIN_M)
-            gemv_q3_rec(&q6, i0, i1, r0, r1);
+            gemv_q3_q2_rec(&q6, i0, i1, r0, r1);
         else
             gemm_k(&q6, i0, i1, r0, r1);
         return;

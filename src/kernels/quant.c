@@ -219,6 +219,37 @@ static void deq_q3_k(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+/* Q2_K: { uint8 scales[16]; uint8 qs[64]; f16 d; f16 dmin; } 84 bytes; group j (16 values) has
+ * the scale scales[j] & 15 and the min scales[j] >> 4, value d * scale * code - dmin * min, code
+ * 0..3. Element e (0..255): with n = e / 128, c = (e / 32) % 4 and l = e % 32, bits 2c, 2c+1 of
+ * qs[32n + l] (Q3_K's low plane). */
+#define Q2_K_BYTES 84
+
+static inline int q2_code(const uint8_t *b, int e) {
+    return b[16 + 32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3)) & 3;
+}
+
+/* Writes a Q2_K block from its codes (0..3), scales and mins (0..15), d and dmin. */
+static void q2_pack(uint8_t *b, const uint8_t *code, const int *sc, const int *m, uint16_t hd,
+                    uint16_t hmin) {
+    memset(b, 0, Q2_K_BYTES);
+    for (int j = 0; j < 16; j++) b[j] = (uint8_t)(sc[j] | m[j] << 4);
+    for (int e = 0; e < SKV_QK_K; e++)
+        b[16 + 32 * (e >> 7) + (e & 31)] |= (uint8_t)(code[e] << (2 * ((e >> 5) & 3)));
+    st_f16(b + 80, hd);
+    st_f16(b + 82, hmin);
+}
+
+static void deq_q2_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += Q2_K_BYTES, y += SKV_QK_K) {
+        const float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
+        for (int j = 0; j < 16; j++) {
+            const float dl = d * (float)(b[j] & 15), ml = dmin * (float)(b[j] >> 4);
+            for (int e = 16 * j; e < 16 * j + 16; e++) y[e] = dl * (float)q2_code(b, e) - ml;
+        }
+    }
+}
+
 /* IQ4_NL / IQ4_XS: each code is a 4-bit index into this grid (ggml's kvalues_iq4nl), denser
  * near 0 where weights cluster. IQ4_NL: { f16 d; qs[16] } per 32 values, the nibbles in Q4_0's
  * order, value d * grid[code]. IQ4_XS: { f16 d; uint16 scales_h; scales_l[4]; qs[128] } per
@@ -312,6 +343,9 @@ void skv_dequantize_row(skv_type t, const void *src, float *dst, int64_t n) {
         break;
     case SKV_TYPE_Q3_K:
         deq_q3_k(b, dst, nb);
+        break;
+    case SKV_TYPE_Q2_K:
+        deq_q2_k(b, dst, nb);
         break;
     case SKV_TYPE_IQ4_NL:
         deq_iq4_nl(b, dst, nb);
@@ -419,46 +453,57 @@ static inline int clampi(long v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : (int)v;
 }
 
-/* Q4_K / Q5_K (nmax = 15 / 31): a simple, safe quantizer. Each sub-block of 32 covers
- * [min(0, lo), hi] with an offset rounded down (m rounded up) and a step rounded up, so no
- * value clips and every error is at most half a step. codes[] gets the 256 codes. */
-static void quant_k_affine(const float *x, uint8_t *hdr, int nmax, uint8_t codes[SKV_QK_K]) {
-    double lo[8], hi[8], need[8], mmax = 0.0, nd = 0.0;
-    for (int j = 0; j < 8; j++) {
+/* The K-quants' simple, safe quantizer: each of the ng sub-blocks (of 256 / ng values) covers
+ * [min(0, lo), hi] with an offset rounded down (its min code rounded up) and a step rounded up,
+ * so no value clips and every error is at most half a step. Codes 0..nmax, scale and min codes
+ * 0..cmax (Q4_K / Q5_K: 8 sub-blocks, nmax 15 / 31, cmax 63; Q2_K: 16, 3, 15). */
+static void k_affine(const float *x, int ng, int nmax, int cmax, uint16_t *hd_out,
+                     uint16_t *hmin_out, int *sc, int *m, uint8_t codes[SKV_QK_K]) {
+    const int gs = SKV_QK_K / ng;
+    double lo[16], hi[16], need[16], mmax = 0.0, nd = 0.0;
+    for (int j = 0; j < ng; j++) {
         lo[j] = 0.0;
         hi[j] = 0.0;
-        for (int l = 0; l < 32; l++) {
-            double v = isfinite(x[32 * j + l]) ? x[32 * j + l] : 0.0;
+        for (int l = 0; l < gs; l++) {
+            double v = isfinite(x[gs * j + l]) ? x[gs * j + l] : 0.0;
             lo[j] = v < lo[j] ? v : lo[j];
             hi[j] = v > hi[j] ? v : hi[j];
         }
         mmax = -lo[j] > mmax ? -lo[j] : mmax;
     }
-    uint16_t hmin = mmax > 0.0 ? f16_round_up(mmax / 63.0) : 0;
+    uint16_t hmin = mmax > 0.0 ? f16_round_up(mmax / (double)cmax) : 0;
     double dmin = skv_f16_to_f32(hmin);
-    int sc[8], m[8];
-    for (int j = 0; j < 8; j++) {
-        m[j] = dmin > 0.0 ? clampi((long)ceil(-lo[j] / dmin), 0, 63) : 0;
+    for (int j = 0; j < ng; j++) {
+        m[j] = dmin > 0.0 ? clampi((long)ceil(-lo[j] / dmin), 0, cmax) : 0;
         need[j] = hi[j] + dmin * m[j];
         nd = need[j] > nd ? need[j] : nd;
     }
-    uint16_t hd = nd > 0.0 ? f16_round_up(nd / ((double)nmax * 63.0)) : 0;
+    uint16_t hd = nd > 0.0 ? f16_round_up(nd / ((double)nmax * (double)cmax)) : 0;
     double d = skv_f16_to_f32(hd);
-    for (int j = 0; j < 8; j++)
-        sc[j] = d > 0.0 ? clampi((long)ceil(need[j] / (nmax * d)), 0, 63) : 0;
+    for (int j = 0; j < ng; j++)
+        sc[j] = d > 0.0 ? clampi((long)ceil(need[j] / (nmax * d)), 0, cmax) : 0;
+    /* Codes against the scale and offset exactly as the dequantizer forms them (floats). */
+    float df = (float)d, dminf = (float)dmin;
+    for (int j = 0; j < ng; j++) {
+        float step = df * (float)sc[j], off = dminf * (float)m[j];
+        float inv = step > 0.0f ? 1.0f / step : 0.0f;
+        for (int l = 0; l < gs; l++) {
+            float v = isfinite(x[gs * j + l]) ? x[gs * j + l] : 0.0f;
+            codes[gs * j + l] = (uint8_t)clampi(lrintf((v + off) * inv), 0, nmax);
+        }
+    }
+    *hd_out = hd;
+    *hmin_out = hmin;
+}
+
+/* Q4_K / Q5_K (nmax = 15 / 31), simple: the header (d, dmin, packed scales) and the codes. */
+static void quant_k_affine(const float *x, uint8_t *hdr, int nmax, uint8_t codes[SKV_QK_K]) {
+    int sc[8], m[8];
+    uint16_t hd, hmin;
+    k_affine(x, 8, nmax, 63, &hd, &hmin, sc, m, codes);
     st_f16(hdr, hd);
     st_f16(hdr + 2, hmin);
     k_pack_scales(hdr + 4, sc, m);
-    /* Codes against the scale and offset exactly as the dequantizer forms them (floats). */
-    float df = (float)d, dminf = (float)dmin;
-    for (int j = 0; j < 8; j++) {
-        float step = df * (float)sc[j], off = dminf * (float)m[j];
-        float inv = step > 0.0f ? 1.0f / step : 0.0f;
-        for (int l = 0; l < 32; l++) {
-            float v = isfinite(x[32 * j + l]) ? x[32 * j + l] : 0.0f;
-            codes[32 * j + l] = (uint8_t)clampi(lrintf((v + off) * inv), 0, nmax);
-        }
-    }
 }
 
 static void pack_q4_k(uint8_t *b, const uint8_t codes[SKV_QK_K]) {
@@ -631,13 +676,13 @@ static double affine_err(const float *x, const float *w, int n, int nmax, float 
     return e;
 }
 
-/* The best (scale, -min) of one sub-block of 32: candidate grids that stretch or shrink the
- * range [min(0, lo), hi] over nmax steps, each refitted by least squares on its codes, the best
- * polished by two rounds of re-coding and refitting. */
-static void search_affine(const float *x, const float *w, int nmax, float *scale, float *mn) {
-    enum { N = 32 };
+/* The best (scale, -min) of one sub-block of n (32, or Q2_K's 16) values: candidate grids that
+ * stretch or shrink the range [min(0, lo), hi] over nmax steps, each refitted by least squares on
+ * its codes, the best polished by two rounds of re-coding and refitting. */
+static void search_affine(const float *x, const float *w, int n, int nmax, float *scale,
+                          float *mn) {
     float lo = 0.0f, hi = 0.0f;
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < n; i++) {
         float v = fin(x[i]);
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
@@ -646,14 +691,14 @@ static void search_affine(const float *x, const float *w, int nmax, float *scale
     *mn = -lo;
     if (!(hi > lo)) return;
     float best_a = (hi - lo) / (float)nmax, best_b = lo;
-    double best = affine_err(x, w, N, nmax, best_a, best_b, NULL);
-    uint8_t q[N];
+    double best = affine_err(x, w, n, nmax, best_a, best_b, NULL);
+    uint8_t q[32];
     for (int k = -K_STEPS_DOWN; k <= K_STEPS_UP; k++) {
         float a0 = (hi - lo) / ((float)nmax + K_STEP * (float)k), inv = 1.0f / a0;
-        for (int i = 0; i < N; i++) q[i] = (uint8_t)round_clamp((fin(x[i]) - lo) * inv, 0, nmax);
+        for (int i = 0; i < n; i++) q[i] = (uint8_t)round_clamp((fin(x[i]) - lo) * inv, 0, nmax);
         float a, b;
-        if (!fit_affine(x, w, q, N, &a, &b)) continue;
-        double e = affine_err(x, w, N, nmax, a, b, NULL);
+        if (!fit_affine(x, w, q, n, &a, &b)) continue;
+        double e = affine_err(x, w, n, nmax, a, b, NULL);
         if (e < best) {
             best = e;
             best_a = a;
@@ -662,9 +707,9 @@ static void search_affine(const float *x, const float *w, int nmax, float *scale
     }
     for (int it = 0; it < 2; it++) {
         float a, b;
-        affine_err(x, w, N, nmax, best_a, best_b, q);
-        if (!fit_affine(x, w, q, N, &a, &b)) break;
-        double e = affine_err(x, w, N, nmax, a, b, NULL);
+        affine_err(x, w, n, nmax, best_a, best_b, q);
+        if (!fit_affine(x, w, q, n, &a, &b)) break;
+        double e = affine_err(x, w, n, nmax, a, b, NULL);
         if (!(e < best)) break;
         best = e;
         best_a = a;
@@ -674,24 +719,25 @@ static void search_affine(const float *x, const float *w, int nmax, float *scale
     *mn = -best_b;
 }
 
-/* Weighted error of sub-block codes sc, m against d, dmin as the dequantizer forms them. */
-static double k_sub_err(const float *x, const float *w, int nmax, float d, float dmin, int sc,
-                        int m) {
-    return affine_err(x, w, 32, nmax, d * (float)sc, -(dmin * (float)m), NULL);
+/* Weighted error of the n values of a sub-block with codes sc, m against d, dmin as the
+ * dequantizer forms them. */
+static double k_sub_err(const float *x, const float *w, int n, int nmax, float d, float dmin,
+                        int sc, int m) {
+    return affine_err(x, w, n, nmax, d * (float)sc, -(dmin * (float)m), NULL);
 }
 
-/* Sub-block codes sc, m (0..63) near s / d and mn / dmin: the best of the 3 x 3 around them. */
-static void k_pick_codes(const float *x, const float *w, int nmax, float d, float dmin, float s,
-                         float mn, int *sc_out, int *m_out) {
-    int sc0 = d > 0.0f ? clampi(lrintf(s / d), 0, 63) : 0;
-    int m0 = dmin > 0.0f ? clampi(lrintf(mn / dmin), 0, 63) : 0;
+/* Sub-block codes sc, m (0..cmax) near s / d and mn / dmin: the best of the 3 x 3 around them. */
+static void k_pick_codes(const float *x, const float *w, int n, int nmax, int cmax, float d,
+                         float dmin, float s, float mn, int *sc_out, int *m_out) {
+    int sc0 = d > 0.0f ? clampi(lrintf(s / d), 0, cmax) : 0;
+    int m0 = dmin > 0.0f ? clampi(lrintf(mn / dmin), 0, cmax) : 0;
     int bs = sc0, bm = m0;
-    double best = k_sub_err(x, w, nmax, d, dmin, sc0, m0);
+    double best = k_sub_err(x, w, n, nmax, d, dmin, sc0, m0);
     for (int ds = -1; ds <= 1; ds++)
         for (int dm = -1; dm <= 1; dm++) {
             int sc = sc0 + ds, m = m0 + dm;
-            if ((!ds && !dm) || sc < 0 || sc > 63 || m < 0 || m > 63) continue;
-            double e = k_sub_err(x, w, nmax, d, dmin, sc, m);
+            if ((!ds && !dm) || sc < 0 || sc > cmax || m < 0 || m > cmax) continue;
+            double e = k_sub_err(x, w, n, nmax, d, dmin, sc, m);
             if (e < best) {
                 best = e;
                 bs = sc;
@@ -707,7 +753,7 @@ static void quant_k_search(const float *x, const float *w, uint8_t *hdr, int nma
                            uint8_t codes[SKV_QK_K]) {
     float s[8], mn[8], smax = 0.0f, mmax = 0.0f;
     for (int j = 0; j < 8; j++) {
-        search_affine(x + 32 * j, w + 32 * j, nmax, &s[j], &mn[j]);
+        search_affine(x + 32 * j, w + 32 * j, 32, nmax, &s[j], &mn[j]);
         smax = s[j] > smax ? s[j] : smax;
         mmax = mn[j] > mmax ? mn[j] : mmax;
     }
@@ -715,7 +761,7 @@ static void quant_k_search(const float *x, const float *w, uint8_t *hdr, int nma
     float d = skv_f16_to_f32(hd), dmin = skv_f16_to_f32(hmin);
     int sc[8], m[8];
     for (int j = 0; j < 8; j++)
-        k_pick_codes(x + 32 * j, w + 32 * j, nmax, d, dmin, s[j], mn[j], &sc[j], &m[j]);
+        k_pick_codes(x + 32 * j, w + 32 * j, 32, nmax, 63, d, dmin, s[j], mn[j], &sc[j], &m[j]);
     st_f16(hdr, hd);
     st_f16(hdr + 2, hmin);
     k_pack_scales(hdr + 4, sc, m);
@@ -755,6 +801,46 @@ static void quant_k_best(skv_type t, const float *x, uint8_t *b, int64_t nb) {
         else
             pack_q5_k(alt, codes);
         if (block_err(t, alt, x, w) < block_err(t, b, x, w)) memcpy(b, alt, bb);
+    }
+}
+
+/* Q2_K, simple: k_affine over 16 sub-blocks of 16, 2-bit codes, 4-bit scales and mins. */
+static void quant_q2_k(const float *x, uint8_t *b, int64_t nb) {
+    uint8_t codes[SKV_QK_K];
+    int sc[16], m[16];
+    uint16_t hd, hmin;
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += Q2_K_BYTES) {
+        k_affine(x, 16, 3, 15, &hd, &hmin, sc, m, codes);
+        q2_pack(b, codes, sc, m, hd, hmin);
+    }
+}
+
+/* Q2_K, searched as Q4_K (quant_k_search) over sub-blocks of 16: each one's best scale and min,
+ * d and dmin from the largest over 15, each sub-block's codes the best of the 3 x 3 around its
+ * own; the simple block where it errs less. */
+static void quant_q2_k_best(const float *x, uint8_t *b, int64_t nb) {
+    float w[SKV_QK_K], s[16], mn[16];
+    uint8_t codes[SKV_QK_K], alt[Q2_K_BYTES];
+    int sc[16], m[16];
+    for (int64_t i = 0; i < nb; i++, x += SKV_QK_K, b += Q2_K_BYTES) {
+        k_weights(x, SKV_QK_K, w);
+        float smax = 0.0f, mmax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            search_affine(x + 16 * j, w + 16 * j, 16, 3, &s[j], &mn[j]);
+            smax = s[j] > smax ? s[j] : smax;
+            mmax = mn[j] > mmax ? mn[j] : mmax;
+        }
+        const uint16_t hd = skv_f32_to_f16(smax / 15.0f), hmin = skv_f32_to_f16(mmax / 15.0f);
+        const float d = skv_f16_to_f32(hd), dmin = skv_f16_to_f32(hmin);
+        for (int j = 0; j < 16; j++) {
+            k_pick_codes(x + 16 * j, w + 16 * j, 16, 3, 15, d, dmin, s[j], mn[j], &sc[j], &m[j]);
+            affine_err(x + 16 * j, w + 16 * j, 16, 3, d * (float)sc[j], -(dmin * (float)m[j]),
+                       codes + 16 * j);
+        }
+        q2_pack(b, codes, sc, m, hd, hmin);
+        quant_q2_k(x, alt, 1);
+        if (block_err(SKV_TYPE_Q2_K, alt, x, w) < block_err(SKV_TYPE_Q2_K, b, x, w))
+            memcpy(b, alt, Q2_K_BYTES);
     }
 }
 
@@ -1027,6 +1113,7 @@ bool skv_type_can_quantize(skv_type t) {
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
     case SKV_TYPE_Q3_K:
+    case SKV_TYPE_Q2_K:
     case SKV_TYPE_IQ4_NL:
     case SKV_TYPE_IQ4_XS:
         return true;
@@ -1089,6 +1176,12 @@ static void quantize_row(skv_type t, const float *src, void *dst, int64_t n, boo
         else
             quant_q3_k_best(src, b, nb);
         break;
+    case SKV_TYPE_Q2_K:
+        if (simple)
+            quant_q2_k(src, b, nb);
+        else
+            quant_q2_k_best(src, b, nb);
+        break;
     case SKV_TYPE_IQ4_NL:
         quant_iq4_nl(src, b, nb);
         break;
@@ -1124,6 +1217,7 @@ int skv_act_block(skv_type wt) {
     case SKV_TYPE_Q5_K:
     case SKV_TYPE_Q6_K:
     case SKV_TYPE_Q3_K: /* records only (kernels.h) */
+    case SKV_TYPE_Q2_K: /* records only at the SIMD levels */
         return SKV_QK_K;
     default:
         return 0;
@@ -1230,6 +1324,21 @@ float skv_vec_dot_act(skv_type wt, const void *w, const void *act, int64_t n) {
         }
         break;
     }
+    case SKV_TYPE_Q2_K: /* as Q4_K: d sum sc (codes . x) - dmin sum m (x's group sums) */
+        for (int64_t i = 0; i < nb; i++, b += Q2_K_BYTES, q += SKV_QK_K) {
+            int sumi = 0, summ = 0;
+            for (int j = 0; j < 16; j++) {
+                int dot = 0, sq = 0;
+                for (int e = 16 * j; e < 16 * j + 16; e++) {
+                    dot += q2_code(b, e) * q[e];
+                    sq += q[e];
+                }
+                sumi += (b[j] & 15) * dot;
+                summ += (b[j] >> 4) * sq;
+            }
+            acc += d[i] * (ld_f16(b + 80) * (float)sumi - ld_f16(b + 82) * (float)summ);
+        }
+        break;
     case SKV_TYPE_IQ4_NL:
         for (int64_t i = 0; i < nb; i++, b += 18, q += 32) {
             int sum = 0;
@@ -1293,6 +1402,10 @@ _Static_assert(SKV_K16_IQ4XS_SC == SKV_K16_IQ4XS_D + 32 &&
                    SKV_K16_IQ4XS_Q == SKV_K16_IQ4XS_SC + 128 &&
                    SKV_K16_IQ4XS_Q + 8 * 256 == SKV_K16_IQ4XS_RECORD,
                "the IQ4_XS record's parts fill it");
+_Static_assert(SKV_K16_Q2_LO == SKV_K16_Q2_SCM + 32 && SKV_K16_Q2_PAIR == SKV_K16_Q2_LO + 128 &&
+                   SKV_K16_Q2_D == 8 * SKV_K16_Q2_PAIR && SKV_K16_Q2_DMIN == SKV_K16_Q2_D + 32 &&
+                   SKV_K16_Q2_DMIN + 32 == SKV_K16_Q2_RECORD && SKV_K16_Q2_RECORD == 16 * 84,
+               "the Q2_K record's parts fill it, with the rows' bytes");
 _Static_assert(SKV_K16_Q3_LO == SKV_K16_Q3_SC + 32 && SKV_K16_Q3_HI == SKV_K16_Q3_LO + 128 &&
                    SKV_K16_Q3_PAIR == SKV_K16_Q3_HI + 64 && SKV_K16_Q3_D == 8 * SKV_K16_Q3_PAIR &&
                    SKV_K16_Q3_D + 32 == SKV_K16_Q3_RECORD,
@@ -1308,6 +1421,7 @@ static size_t k16_record_bytes(skv_type wt) {
            : wt == SKV_TYPE_Q5_1   ? SKV_K16_Q51_RECORD
            : wt == SKV_TYPE_Q6_K   ? SKV_K16_Q6_RECORD
            : wt == SKV_TYPE_Q3_K   ? SKV_K16_Q3_RECORD
+           : wt == SKV_TYPE_Q2_K   ? SKV_K16_Q2_RECORD
            : wt == SKV_TYPE_IQ4_NL ? SKV_K16_Q4_RECORD
            : wt == SKV_TYPE_IQ4_XS ? SKV_K16_IQ4XS_RECORD
                                    : 0;
@@ -1412,15 +1526,20 @@ static void q6_get(const uint8_t *rec, int k, uint8_t *b) {
     memcpy(b + 208, rec + SKV_K16_Q6_D + 2 * k, 2);
 }
 
-/* Q3_K: where code c (0..255) of a super-block lies in the record, for row k of its group: the
- * byte of its low 2 bits and their shift, the byte of its third bit and its shift (pairs and
- * vectors as Q6_K's, q6_place). */
+/* Q3_K and Q2_K records (pairs of pair bytes, their low planes at lo_off): the byte of code c's
+ * (0..255) low 2 bits, for row k of its group, and their shift. Pair p = c / 32, group parity
+ * gp = c / 16 % 2, vector j = c % 16 / 2 (code 2j + e), as Q6_K's (q6_place). */
+static void lo_place(int c, int k, int pair, int lo_off, int *lo, int *lo_shift) {
+    const int p = c / 32, gp = c / 16 % 2, j = c % 16 / 2, e = c % 2, h = k / 8, row = k % 8;
+    *lo = pair * p + lo_off + 64 * (j / 4) + 32 * h + 4 * row + 2 * gp + e;
+    *lo_shift = 2 * (j % 4);
+}
+
+/* Q3_K: lo_place, and the byte of code c's third bit and its shift. */
 static void q3_place(int c, int k, int *lo, int *lo_shift, int *hi, int *hi_shift) {
     const int p = c / 32, gp = c / 16 % 2, j = c % 16 / 2, e = c % 2, h = k / 8, row = k % 8;
-    const int b = 4 * row + 2 * gp + e;
-    *lo = SKV_K16_Q3_PAIR * p + SKV_K16_Q3_LO + 64 * (j / 4) + 32 * h + b;
-    *lo_shift = 2 * (j % 4);
-    *hi = SKV_K16_Q3_PAIR * p + SKV_K16_Q3_HI + 32 * h + b;
+    lo_place(c, k, SKV_K16_Q3_PAIR, SKV_K16_Q3_LO, lo, lo_shift);
+    *hi = SKV_K16_Q3_PAIR * p + SKV_K16_Q3_HI + 32 * h + 4 * row + 2 * gp + e;
     *hi_shift = j;
 }
 
@@ -1442,6 +1561,26 @@ static void q3r_put_ref(uint8_t *rec, int k, const uint8_t *b) {
     memcpy(rec + SKV_K16_Q3_D + 2 * k, b + 108, 2);
 }
 
+/* Row lanes of pair p of a super-block's 256 codes (one byte each) in the Q6_K / Q3_K / Q2_K
+ * records' order: lane j holds codes 2j, 2j + 1 of group 2p, then of group 2p + 1. */
+static void pair_lanes(const uint8_t *code, int p, uint32_t v[8]) {
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *c0 = code + 32 * p + 2 * j, *c1 = c0 + 16;
+        v[j] =
+            (uint32_t)c0[0] | (uint32_t)c0[1] << 8 | (uint32_t)c1[0] << 16 | (uint32_t)c1[1] << 24;
+    }
+}
+
+/* A pair's two LO words of a row from its 8 lanes (codes' low 2 bits), to lo (32 * h + 4 * row
+ * past the planes' start). */
+static void put_lo_words(uint8_t *lo, const uint32_t v[8]) {
+    for (int f = 0; f < 2; f++) {
+        uint32_t w = 0;
+        for (int jj = 0; jj < 4; jj++) w |= (v[4 * f + jj] & 0x03030303u) << 2 * jj;
+        memcpy(lo + 64 * f, &w, 4);
+    }
+}
+
 /* The same bytes a 32-bit lane at a time (q6_put's walk): the 256 codes + 4, then per pair p and
  * vector j the row's lane, and from 8 lanes the row's 2 LO words and its HI word. */
 static void q3r_put(uint8_t *rec, int k, const uint8_t *b) {
@@ -1454,18 +1593,10 @@ static void q3r_put(uint8_t *rec, int k, const uint8_t *b) {
     const int h = k / 8, row = k % 8;
     for (int p = 0; p < 8; p++) {
         uint32_t v[8], hi = 0;
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *c0 = code + 32 * p + 2 * j, *c1 = c0 + 16;
-            v[j] = (uint32_t)c0[0] | (uint32_t)c0[1] << 8 | (uint32_t)c1[0] << 16 |
-                   (uint32_t)c1[1] << 24;
-            hi |= (v[j] >> 2 & 0x01010101u) << j;
-        }
+        pair_lanes(code, p, v);
+        for (int j = 0; j < 8; j++) hi |= (v[j] >> 2 & 0x01010101u) << j;
         uint8_t *pr = rec + SKV_K16_Q3_PAIR * p;
-        for (int f = 0; f < 2; f++) {
-            uint32_t lo = 0;
-            for (int jj = 0; jj < 4; jj++) lo |= (v[4 * f + jj] & 0x03030303u) << 2 * jj;
-            memcpy(pr + SKV_K16_Q3_LO + 64 * f + 32 * h + 4 * row, &lo, 4);
-        }
+        put_lo_words(pr + SKV_K16_Q3_LO + 32 * h + 4 * row, v);
         memcpy(pr + SKV_K16_Q3_HI + 32 * h + 4 * row, &hi, 4);
         for (int e = 0; e < 2; e++)
             pr[SKV_K16_Q3_SC + 16 * h + 2 * row + e] = (uint8_t)(int8_t)q3_scale(b, 2 * p + e);
@@ -1484,6 +1615,54 @@ static void q3r_get(const uint8_t *rec, int k, uint8_t *b) {
     for (int grp = 0; grp < 16; grp++) scale[grp] = (int8_t)rec[q3_rec_sc_at(grp, k)];
     q3_pack(b, code, scale,
             (uint16_t)(rec[SKV_K16_Q3_D + 2 * k] | rec[SKV_K16_Q3_D + 2 * k + 1] << 8));
+}
+
+/* Q2_K records (kernels.h): where row k's scale byte of group grp lies. */
+static inline int q2_rec_scm_at(int grp, int k) {
+    return SKV_K16_Q2_PAIR * (grp / 2) + SKV_K16_Q2_SCM + 16 * (k / 8) + 2 * (k % 8) + grp % 2;
+}
+
+/* Row k's Q2_K super-block b into its record, code by code through lo_place. */
+static void q2r_put_ref(uint8_t *rec, int k, const uint8_t *b) {
+    for (int c = 0; c < SKV_QK_K; c++) {
+        int lo, los;
+        lo_place(c, k, SKV_K16_Q2_PAIR, SKV_K16_Q2_LO, &lo, &los);
+        rec[lo] |= (uint8_t)(q2_code(b, c) << los);
+    }
+    for (int grp = 0; grp < 16; grp++) rec[q2_rec_scm_at(grp, k)] = b[grp];
+    memcpy(rec + SKV_K16_Q2_D + 2 * k, b + 80, 2);
+    memcpy(rec + SKV_K16_Q2_DMIN + 2 * k, b + 82, 2);
+}
+
+/* The same bytes a 32-bit lane at a time (q3r_put's walk without the third bits). */
+static void q2r_put(uint8_t *rec, int k, const uint8_t *b) {
+    uint8_t code[SKV_QK_K];
+    for (int n = 0; n < 2; n++)
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                code[128 * n + 32 * c + l] = (uint8_t)(b[16 + 32 * n + l] >> 2 * c & 3);
+    const int h = k / 8, row = k % 8;
+    for (int p = 0; p < 8; p++) {
+        uint32_t v[8];
+        pair_lanes(code, p, v);
+        uint8_t *pr = rec + SKV_K16_Q2_PAIR * p;
+        put_lo_words(pr + SKV_K16_Q2_LO + 32 * h + 4 * row, v);
+        memcpy(pr + SKV_K16_Q2_SCM + 16 * h + 2 * row, b + 2 * p, 2);
+    }
+    memcpy(rec + SKV_K16_Q2_D + 2 * k, b + 80, 2);
+    memcpy(rec + SKV_K16_Q2_DMIN + 2 * k, b + 82, 2);
+}
+
+static void q2r_get(const uint8_t *rec, int k, uint8_t *b) {
+    memset(b, 0, Q2_K_BYTES);
+    for (int c = 0; c < SKV_QK_K; c++) {
+        int lo, los;
+        lo_place(c, k, SKV_K16_Q2_PAIR, SKV_K16_Q2_LO, &lo, &los);
+        b[16 + 32 * (c >> 7) + (c & 31)] |= (uint8_t)((rec[lo] >> los & 3) << 2 * ((c >> 5) & 3));
+    }
+    for (int grp = 0; grp < 16; grp++) b[grp] = rec[q2_rec_scm_at(grp, k)];
+    memcpy(b + 80, rec + SKV_K16_Q2_D + 2 * k, 2);
+    memcpy(b + 82, rec + SKV_K16_Q2_DMIN + 2 * k, 2);
 }
 
 /* Row k's block as the Q6_K block of the same values. */
@@ -1708,6 +1887,8 @@ void skv_k16_pack_ref(skv_type wt, const void *w, int n_out, int n_in, void *dst
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put_ref);
     else if (wt == SKV_TYPE_Q3_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q3r_put_ref);
+    else if (wt == SKV_TYPE_Q2_K)
+        k16_pack_with(wt, w, n_out, n_in, dst, q2r_put_ref);
     else if (wt == SKV_TYPE_IQ4_NL)
         k16_pack_with(wt, w, n_out, n_in, dst, q4_put_ref);
     else if (wt == SKV_TYPE_IQ4_XS)
@@ -1725,6 +1906,8 @@ void skv_k16_pack(skv_type wt, const void *w, int n_out, int n_in, void *dst) {
         k16_pack_with(wt, w, n_out, n_in, dst, q6_put);
     else if (wt == SKV_TYPE_Q3_K)
         k16_pack_with(wt, w, n_out, n_in, dst, q3r_put);
+    else if (wt == SKV_TYPE_Q2_K)
+        k16_pack_with(wt, w, n_out, n_in, dst, q2r_put);
     else if (wt == SKV_TYPE_Q4_0 || wt == SKV_TYPE_IQ4_NL)
         k16_pack_with(wt, w, n_out, n_in, dst, q4_put);
     else
@@ -1774,6 +1957,8 @@ void skv_k16_unpack_rows(skv_type wt, const void *k16, int n_in, int r0, int r1,
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q6_get);
     else if (wt == SKV_TYPE_Q3_K)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q3r_get);
+    else if (wt == SKV_TYPE_Q2_K)
+        k16_unpack_with(wt, k16, n_in, r0, r1, dst, q2r_get);
     else if (wt == SKV_TYPE_IQ4_NL)
         k16_unpack_with(wt, k16, n_in, r0, r1, dst, q4_get);
     else if (wt == SKV_TYPE_IQ4_XS)

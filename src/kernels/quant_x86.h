@@ -319,8 +319,12 @@ static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) { /* Q4_K, 
 static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) { /* Q8_0 */
     return k16_at(mm, g, b, 32, SKV_K16_Q8_RECORD);
 }
-static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) { /* Q6_K, Q3_K (w_q3) */
-    return k16_at(mm, g, s, 256, mm->w_q3 ? SKV_K16_Q3_RECORD : SKV_K16_Q6_RECORD);
+/* Q6_K, Q3_K (w_q3), Q2_K (w_q2) */
+static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) {
+    return k16_at(mm, g, s, 256,
+                  mm->w_q3   ? SKV_K16_Q3_RECORD
+                  : mm->w_q2 ? SKV_K16_Q2_RECORD
+                             : SKV_K16_Q6_RECORD);
 }
 
 /* IQ4_NL / IQ4_XS records (kernels.h): where block b's record starts for 16-row group g (XS: the
@@ -367,6 +371,24 @@ static inline void q3_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, _
     q3_rec_codes4(pr, h, jj, ca, cb);
     *ca = _mm256_add_epi8(*ca, k28);
     *cb = _mm256_add_epi8(*cb, k28);
+}
+
+/* Q2_K records (kernels.h): code vectors jj and jj + 4 (0..3) of octet h of pair record pr. */
+static inline void q2_rec_codes(const uint8_t *pr, int h, int jj, __m256i *ca, __m256i *cb) {
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i la = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q2_LO + 32 * h));
+    const __m256i lb = _mm256_loadu_si256((const __m256i *)(pr + SKV_K16_Q2_LO + 64 + 32 * h));
+    *ca = _mm256_and_si256(_mm256_srli_epi16(la, 2 * jj), m2);
+    *cb = _mm256_and_si256(_mm256_srli_epi16(lb, 2 * jj), m2);
+}
+
+/* Q2_K records: octet h's scales and mins of pair record pr as 16-bit words, row k's
+ * (group 2p, group 2p + 1) at words 2k, 2k + 1. */
+static inline void q2_rec_scales(const uint8_t *pr, int h, __m256i *sc, __m256i *mn) {
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m128i scm = _mm_loadu_si128((const __m128i *)(pr + SKV_K16_Q2_SCM + 16 * h));
+    *sc = _mm256_cvtepu8_epi16(_mm_and_si128(scm, m4));
+    *mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scm, 4), m4));
 }
 
 #define Q6_MAX_SB 64 /* x reordered on the stack up to 16384 columns; wider: per step */
@@ -424,6 +446,15 @@ static inline void rec_pair_to_k_order(const __m256i v[8], uint8_t *q) {
         _mm256_store_si256((__m256i *)(q + 64 * (4 + g)),
                            _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xaa));
     }
+}
+
+/* Q2_K records: octet h of pair record pr as the prefill hexads take it: its code vectors in K
+ * order at q (rec_pair_to_k_order), its scales and mins as words (q2_rec_scales). */
+static inline void q2_rec_prep(const uint8_t *pr, int h, uint8_t *q, __m256i *sc, __m256i *mn) {
+    __m256i v[8];
+    for (int jj = 0; jj < 4; jj++) q2_rec_codes(pr, h, jj, &v[jj], &v[jj + 4]);
+    rec_pair_to_k_order(v, q);
+    q2_rec_scales(pr, h, sc, mn);
 }
 
 /* Prefill fetches the k16 records that its next preparation will read (skv_k16_next_prep) into

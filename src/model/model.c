@@ -301,12 +301,7 @@ static bool load_tensors(loader *ld, skv_err *err) {
 
     int64_t ti = skv_gguf_find_tensor(g, "token_embd.weight");
     if (ti < 0) {
-        if (skv_gguf_n_tensors(g) == 0 && skv_gguf_find_key(g, "tokenizer.ggml.model") >= 0)
-            skv_err_set(err, SKV_ERR_FORMAT,
-                        "the file holds no tensors: a vocabulary-only GGUF, not a model (its "
-                        "tokenizer serves `sparsekv tokenize -m` and `synth-model --vocab`)");
-        else
-            skv_err_set(err, SKV_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+        skv_err_set(err, SKV_ERR_FORMAT, "missing tensor 'token_embd.weight'");
         return false;
     }
     const skv_gguf_tensor *te = skv_gguf_tensor_at(g, ti);
@@ -516,12 +511,12 @@ static void copy_run(skv_pool *pool, copy_kind kind, const skv_weight *w, skv_ty
  * IQ4_NL ones at the AVX2 and AVX-512 levels, and Q6_K ones where its kernels are the AVX2 ones, in
  * k16 records (kernels.h, skv_k16_wanted), which those kernels read without unpacking; other
  * quantized ones of 2 MB and more as a copy of their rows (alloc_weights), smaller ones from the
- * mapping. Q3_K and IQ4_XS ones, which the SIMD kernels read from records only, are records
- * wherever records are read (also with SKV_NO_HUGE and unpacked: a copy either way), else Q3_K as
- * Q6_K rows of the same values (IQ4_XS as its rows). The token embedding keeps its mapped rows,
- * except that a tied quantized output's copy serves it (pack_matrices); a tied float output gets
- * its own panels, a tied one in records its own records (the embedding rows then come back from the
- * file). */
+ * mapping. Q3_K, Q2_K and IQ4_XS ones, which the SIMD kernels read from records only, are
+ * records wherever records are read (also with SKV_NO_HUGE and unpacked: a copy either way), else
+ * Q3_K as Q6_K rows of the same values (Q2_K and IQ4_XS as their rows). The token embedding keeps
+ * its mapped rows, except that a tied quantized output's copy serves it (pack_matrices); a tied
+ * float output gets its own panels, a tied one in records its own records (the embedding rows then
+ * come back from the file). */
 typedef enum { HOLD_MAPPED, HOLD_COPY, HOLD_PANELS, HOLD_K16 } hold_kind;
 
 /* pack false (skv_model_load_unpacked): rows as stored, in the mapping where the kernels read
@@ -680,6 +675,14 @@ static skv_model *load(const char *path, bool with_vocab, load_mode mode, skv_er
         goto fail;
     }
     m->meta_only = mode == LOAD_META;
+    /* said first: such a file lacks the hyperparameters too, which would be named instead */
+    if (skv_gguf_n_tensors(m->gguf) == 0 &&
+        skv_gguf_find_key(m->gguf, "tokenizer.ggml.model") >= 0) {
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "the file holds no tensors: a vocabulary-only GGUF, not a model (its "
+                    "tokenizer serves `sparsekv tokenize -m` and `synth-model --vocab`)");
+        goto fail;
+    }
     if (!load_hparams(&ld, err) || !load_tensors(&ld, err) ||
         (mode != LOAD_META && !pack_matrices(m, mode == LOAD_PACKED, err)))
         goto fail;

@@ -3,6 +3,7 @@
  * no larger than its fallback) are copied from the input mapping; the others are
  * converted row by row (dequantize -> quantize) in parallel and streamed to the output, so memory
  * stays at a few megabytes whatever the model size. */
+#include "arch.h"
 #include "kernels/kernels.h"
 #include "synth.h"
 #include "threads.h"
@@ -118,6 +119,27 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     }
     int64_t n = skv_gguf_n_tensors(g);
     skv_status st = SKV_OK;
+    /* a file no command would read afterwards: another architecture's, or one without weights (a
+     * vocabulary-only GGUF), refused as loading refuses it; a file of matrices alone (an
+     * architecture sparsekv runs) is quantized */
+    const char *arch = skv_gguf_get_str(g, "general.architecture");
+    if (arch && !skv_arch_find(arch)) {
+        rep->bad_input = true;
+        st = skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                         "architecture '%.64s' is not supported (sparsekv runs %s)", arch,
+                         skv_arch_names());
+        skv_gguf_close(g);
+        return st;
+    }
+    if (n == 0) {
+        rep->bad_input = true;
+        st = skv_err_set(err, SKV_ERR_FORMAT, "the file holds no tensors%s: nothing to quantize",
+                         skv_gguf_find_key(g, "tokenizer.ggml.model") >= 0
+                             ? " (a vocabulary-only GGUF, not a model)"
+                             : "");
+        skv_gguf_close(g);
+        return st;
+    }
     skv_stream_tensor *out = calloc((size_t)(n > 0 ? n : 1), sizeof *out);
     const skv_gguf_tensor **in = calloc((size_t)(n > 0 ? n : 1), sizeof *in);
     skv_gguf_writer *w = skv_gguf_writer_new();

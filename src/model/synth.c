@@ -152,6 +152,8 @@ uint32_t skv_ftype_of(skv_type t) {
         return 18;
     case SKV_TYPE_Q3_K:
         return 11; /* Q3_K_S: every matrix in Q3_K */
+    case SKV_TYPE_Q2_K:
+        return 10; /* Q2_K */
     case SKV_TYPE_IQ4_NL:
         return 25;
     case SKV_TYPE_IQ4_XS:
@@ -178,11 +180,12 @@ skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
     /* K-quant super-blocks (256) often do not divide a row (288, 576, 896...): Q8_0 keeps such
      * rows at 8.5 bits a weight where F16 takes 16 (a q4_k file larger than the q8_0 one). */
     if (skv_type_block_size(want) == SKV_QK_K && skv_row_bytes(SKV_TYPE_Q8_0, cols) > 0)
-        /* Q3_K's (3.4 bits) to Q4_0 (4.5), as in llama-quantize v0.5.0's Q3_K_M of such shapes;
-         * IQ4_XS's to IQ4_NL, its grid per 32 values (as llama-quantize does) */
-        return want == SKV_TYPE_Q3_K     ? SKV_TYPE_Q4_0
-               : want == SKV_TYPE_IQ4_XS ? SKV_TYPE_IQ4_NL
-                                         : SKV_TYPE_Q8_0;
+        /* Q3_K's (3.4 bits) and Q2_K's (2.6) to Q4_0 (4.5), as in llama-quantize v0.5.0's Q3_K_M
+         * of such shapes; IQ4_XS's to IQ4_NL, its grid per 32 values (as llama-quantize does) */
+        return want == SKV_TYPE_Q3_K || want == SKV_TYPE_Q2_K ? SKV_TYPE_Q4_0
+               : want == SKV_TYPE_IQ4_XS                      ? SKV_TYPE_IQ4_NL
+               : want == SKV_TYPE_IQ4_XS                      ? SKV_TYPE_IQ4_NL
+                                                              : SKV_TYPE_Q8_0;
     return want == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
 }
 
