@@ -186,7 +186,7 @@ static bool blank(const char *s, size_t n) {
  * assistant's header appended unless the last message is the assistant's), special tokens
  * parsed, no BOS added (the template writes it). Returns the count, -1 after filling err. */
 static int chat_tokens(const skv_json *msgs, const char *path, int line, const skv_vocab *vocab,
-                       int32_t **out, skv_err *err) {
+                       const char *tmpl, int32_t **out, skv_err *err) {
     int n = msgs->n;
     if (n < 1) {
         skv_err_set(err, SKV_ERR_FORMAT, "%s:%d: \"messages\" is empty", path, line);
@@ -215,18 +215,19 @@ static int chat_tokens(const skv_json *msgs, const char *path, int line, const s
     }
     bool gen = strcmp(m[n - 1].role, "assistant") != 0;
     skv_err cerr = {0};
-    int need = skv_chat_format(vocab, NULL, m, n, gen, NULL, 0, &cerr);
+    int need = skv_chat_format(vocab, tmpl, m, n, gen, NULL, 0, &cerr);
     char *text = NULL;
     if (need != INT_MIN) {
         int size = (need < 0 ? -need : need) + 1;
         text = malloc((size_t)size);
-        need = text ? skv_chat_format(vocab, NULL, m, n, gen, text, size, &cerr) : INT_MIN;
+        need = text ? skv_chat_format(vocab, tmpl, m, n, gen, text, size, &cerr) : INT_MIN;
     }
     free(m);
     if (need < 0) {
         free(text);
-        skv_err_set(err, cerr.status == SKV_OK ? SKV_ERR_NOMEM : cerr.status, "%s:%d: %s", path,
-                    line, cerr.msg[0] ? cerr.msg : "out of memory");
+        skv_err_set(err, cerr.status == SKV_OK ? SKV_ERR_NOMEM : cerr.status, "%s:%d: %s%s", path,
+                    line, cerr.msg[0] ? cerr.msg : "out of memory",
+                    !tmpl && cerr.status == SKV_ERR_UNSUPPORTED ? " (--chat-template NAME)" : "");
         return -1;
     }
     int cap = need + 2;
@@ -257,7 +258,7 @@ static skv_status line_sample(const skv_json *v, const char *path, int line, con
     *ok = false;
     if (msgs && !text && !toks) {
         int32_t *t = NULL;
-        int n = chat_tokens(msgs, path, line, vocab, &t, err);
+        int n = chat_tokens(msgs, path, line, vocab, split->chat_template, &t, err);
         if (n < 0) return err ? err->status : SKV_ERR_FORMAT;
         *ok = skv_eval_cut(t, n, split, n_ctx, greedy, s, why, why_size);
         free(t);
@@ -317,7 +318,7 @@ static skv_status line_sample(const skv_json *v, const char *path, int line, con
         o += pn[i];
         free(pt[i]);
     }
-    skv_eval_split exact = {(double)pn[0], (double)pn[1], (double)pn[2]};
+    skv_eval_split exact = {(double)pn[0], (double)pn[1], (double)pn[2], NULL};
     if (pn[0] < 1 || pn[1] < 1 || pn[2] < 1) {
         snprintf(why, why_size,
                  "sample too short: context %d, window %d, continuation %d tokens (each must "

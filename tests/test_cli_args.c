@@ -88,6 +88,8 @@ static void test_refused(void **state) {
         {"eval --seeds 3 --policies snapkv", 2, "--seeds applies to none of the policies"},
         {"eval --sinks 3 --policies snapkv,knorm", 2, "--sinks applies to none"},
         {"eval --depths 0.5", 2, "--depths only applies with --task"},
+        {"eval --task passkey --prefix 100", 2, "--prefix and --continuation split the lm task"},
+        {"eval --task kv --continuation 5", 2, "a retrieval task's prompt is all prefix"},
         {"eval --task lm --passkey-tokens 64", 2, "apply to --task passkey"},
         {"eval --compress-every 8", 2, "--compress-every only applies with --budget"},
         {"eval --budget 32 --samples 1 --policies knorm -q", 2,
@@ -189,6 +191,47 @@ static void test_generate_seed_and_clean_errors(void **state) {
     free(out);
 }
 
+/* eval's "messages" lines on a model without a chat template: refused (bad input), naming the
+ * way out, --chat-template, which then formats them; the option needs --data and a known name. */
+static void test_eval_chat_template(void **state) {
+    (void)state;
+    char data[512], out[512], args[2048], args2[2100];
+    snprintf(data, sizeof data, "%s", test_tmp_path(".jsonl"));
+    snprintf(out, sizeof out, "%s", test_tmp_path(".d"));
+    FILE *f = fopen(data, "w");
+    assert_non_null(f);
+    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time there was a "
+          "little girl named Lily who loved to play outside in the park with her friends\"}, "
+          "{\"role\": \"assistant\", \"content\": \"She saw a big red ball and ran to get it. "
+          "Then she played with her dog and they were happy all day long.\"}]}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args,
+             "eval --data %s --out %s -q --policies knorm --keep 0.5 --window 4 "
+             "--continuation 8 --overwrite",
+             data, out);
+    snprintf(args2, sizeof args2, "%s --chat-template chatml", args);
+    const cli_case c[] = {
+        {args, 2, "the model has no chat template"},
+        {args, 2, "(--chat-template NAME)"},
+        {args2, 0, NULL},
+        {"eval --chat-template chatml", 2, "--chat-template only applies with --data"},
+        {"eval --data x.jsonl --chat-template bogus", 2,
+         "invalid value 'bogus' for --chat-template (llama3, chatml or phi3)"},
+    };
+    run_cases(c, sizeof c / sizeof c[0]);
+    char rj[600];
+    snprintf(rj, sizeof rj, "%s/run.json", out);
+    char *run = test_read_file(rj, NULL);
+    assert_non_null(run);
+    assert_non_null(strstr(run, "\"chat_template\":\"chatml\""));
+    free(run);
+    unlink(data);
+    char rm[1100];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", out);
+    assert_int_equal(system(rm), 0);
+}
+
 /* An eval that evaluated nothing fails (every data line skipped). */
 static void test_eval_nothing(void **state) {
     (void)state;
@@ -220,12 +263,47 @@ static void test_eval_nothing(void **state) {
     assert_int_equal(system(rm), 0);
 }
 
+/* logits --tokens-file: a JSON object's "tokens" array (its other numbers are not ids), else
+ * every number; the ids echoed are the ones run. An output that is a directory or in none is
+ * refused before the model runs. */
+static void test_logits_tokens_file(void **state) {
+    (void)state;
+    char ids[512], lg[512];
+    snprintf(ids, sizeof ids, "%s", test_tmp_path(".json"));
+    snprintf(lg, sizeof lg, "%s", test_tmp_path(".f32"));
+    FILE *f = fopen(ids, "w");
+    assert_non_null(f);
+    fputs("{\"n_vocab\": 512, \"dtype\": \"float32\",\n \"tokens\": [\n  1,\n  385, 328\n ],\n"
+          " \"shape\": [3, 512]}\n",
+          f);
+    fclose(f);
+    char *out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[1,385,328]\n");
+    free(out);
+    f = fopen(ids, "w");
+    assert_non_null(f);
+    fputs("[1, 385,\n328]", f);
+    fclose(f);
+    out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[1,385,328]\n");
+    free(out);
+    unlink(ids);
+    unlink(lg);
+    static const cli_case cases[] = {
+        {"logits -p hi -o /nonexistent-dir/x.f32", 2, "/nonexistent-dir"},
+        {"logits -p hi -o /tmp", 2, "/tmp is a directory"},
+    };
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_tokens_file),
         cmocka_unit_test(test_same_spelling),
         cmocka_unit_test(test_did_you_mean),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_eval_nothing),
+        cmocka_unit_test(test_eval_chat_template),
         cmocka_unit_test(test_generate_seed_and_clean_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

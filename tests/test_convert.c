@@ -427,14 +427,31 @@ static void test_cli_command(void **state) {
     unlink(text);
     assert_true(access("/tmp/never.gguf", F_OK) != 0);
     if (!have_models()) return;
-    /* good inputs and an output that cannot be written: a runtime failure */
-    snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s /nonexistent-dir/x.gguf 2>/dev/null", cli,
-             ck_path, tok_path);
-    free(test_run(cmd, &status));
-    assert_int_equal(status, 1);
+    /* good inputs and an output in no directory: refused, the directory named */
+    snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s /nonexistent-dir/x.gguf 2>&1", cli, ck_path,
+             tok_path);
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(out, "/nonexistent-dir"));
+    free(out);
     char dst[4096];
     snprintf(dst, sizeof dst, "%s", test_tmp_path(".gguf"));
-    snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s %s", cli, ck_path, tok_path, dst);
+    /* an existing output is kept without --overwrite, replaced with it */
+    f = fopen(dst, "w");
+    assert_non_null(f);
+    fputs("keep me\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s convert-llama2c %s %s %s 2>&1", cli, ck_path, tok_path, dst);
+    out = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(out, "--overwrite"));
+    free(out);
+    size_t nk;
+    char *kept = test_read_file(dst, &nk);
+    assert_true(kept && nk == 8 && !memcmp(kept, "keep me\n", 8));
+    free(kept);
+    snprintf(cmd, sizeof cmd, "%s convert-llama2c --overwrite %s %s %s", cli, ck_path, tok_path,
+             dst);
     free(test_run(cmd, &status));
     assert_int_equal(status, 0);
     size_t na, nb;

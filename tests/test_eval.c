@@ -39,7 +39,7 @@ static int teardown(void **state) {
 static void one_sample(skv_eval_dataset *ds) {
     skv_eval_gen_params gp = {
         .n_samples = 1, .n_total = 100, .n_threads = 1, .kv_type = SKV_TYPE_F32};
-    skv_eval_split split = {56, 16, 28};
+    skv_eval_split split = {56, 16, 28, NULL};
     skv_err err = {0};
     assert_int_equal(skv_eval_generate(model, &gp, &split, G, 0, 1, ds, &err), SKV_OK);
     assert_int_equal(ds->n, 1);

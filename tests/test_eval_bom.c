@@ -29,7 +29,7 @@ static void test_bom(void **state) {
     skv_model *m = skv_model_load(test_model_path("stories260K/stories260K.gguf"), &err);
     assert_non_null(m);
     const skv_vocab *vocab = skv_model_vocab(m);
-    skv_eval_split sp = {5, 2, 3};
+    skv_eval_split sp = {5, 2, 3, NULL};
     skv_eval_dataset ds;
     const char *path =
         write_file("\xef\xbb\xbf{\"tokens\": [1, 10, 11, 12, 13, 14, 15, 16, 17, 18]}\n"

@@ -18,7 +18,7 @@ static int32_t seq[1000];
 
 static bool cut(int n, double p, double w, double c, int n_ctx, int greedy, skv_eval_sample *s,
                 char *why) {
-    skv_eval_split sp = {p, w, c};
+    skv_eval_split sp = {p, w, c, NULL};
     memset(s, 0, sizeof *s);
     return skv_eval_cut(seq, n, &sp, n_ctx, greedy, s, why, 256);
 }
@@ -122,7 +122,7 @@ static void test_load(void **state) {
         "{\"text\": \"Lily said \\\"hi\\\" to the dog.\\nThe dog ran\\u0021 Lily was happy.\"}\n"
         "{\"context\": \"Once upon a time\", \"window\": \"there was\", \"continuation\": \"a "
         "cat.\"}\n");
-    skv_eval_split sp = {5, 2, 3};
+    skv_eval_split sp = {5, 2, 3, NULL};
     skv_eval_dataset ds;
     skv_err err = {0};
     assert_int_equal(skv_eval_load_jsonl(path, vocab, &sp, 512, 2, 0, 0, 1, &ds, &err), SKV_OK);
@@ -168,7 +168,7 @@ static void test_load(void **state) {
 
 static void expect_load_error(const char *content, skv_status st, const char *msg) {
     const char *path = write_file(content);
-    skv_eval_split sp = {5, 2, 3};
+    skv_eval_split sp = {5, 2, 3, NULL};
     skv_eval_dataset ds;
     skv_err err = {0};
     assert_int_equal(skv_eval_load_jsonl(path, vocab, &sp, 512, 2, 0, 0, 1, &ds, &err), st);
@@ -189,7 +189,7 @@ static void test_load_errors(void **state) {
     expect_load_error("{\"tokens\": [1, 2, 600]}\n", SKV_ERR_FORMAT, ":1: \"tokens\"[2]");
     expect_load_error("{\"tokens\": [1, 2.5]}\n", SKV_ERR_FORMAT, ":1: \"tokens\"[1]");
     expect_load_error("{\"text\": \"\\ud800\"}\n", SKV_ERR_FORMAT, "surrogate");
-    skv_eval_split sp = {5, 2, 3};
+    skv_eval_split sp = {5, 2, 3, NULL};
     skv_eval_dataset ds;
     skv_err err = {0};
     assert_int_equal(

@@ -73,6 +73,56 @@ static void expect(const char *env, const char *level, bool warn) {
     free(err);
 }
 
+/* Whether s is one JSON value of object type: braces and brackets balance outside strings and
+ * close only at its end (then whitespace). */
+static bool one_json_object(const char *s) {
+    int depth = 0;
+    bool str = false, closed = false;
+    if (*s != '{') return false;
+    for (; *s; s++) {
+        if (closed) {
+            if (*s != '\n' && *s != ' ') return false;
+            continue;
+        }
+        if (str) {
+            if (*s == '\\' && s[1])
+                s++;
+            else if (*s == '"')
+                str = false;
+            continue;
+        }
+        if (*s == '"')
+            str = true;
+        else if (*s == '{' || *s == '[')
+            depth++;
+        else if ((*s == '}' || *s == ']') && --depth == 0)
+            closed = true;
+    }
+    return closed && !str;
+}
+
+/* `info --system --json MODEL`: one document, the system's facts under "system". */
+static void test_system_with_model(void **s) {
+    (void)s;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s info --system --json models/stories260K.gguf", test_cli());
+    int st;
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_true(one_json_object(out));
+    const char *head = "{\"system\":{\"cpu_features\":";
+    assert_true(strncmp(out, head, strlen(head)) == 0);
+    assert_non_null(strstr(out, ",\"path\":"));
+    assert_non_null(strstr(out, "\"tensors\":["));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s info --system --json", test_cli());
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_true(one_json_object(out));
+    assert_null(strstr(out, "\"path\""));
+    free(out);
+}
+
 static void test_levels(void **s) {
     (void)s;
     bool avx2 = cpuinfo_has("avx2") && cpuinfo_has("fma") && cpuinfo_has("f16c");
@@ -190,9 +240,8 @@ static void test_bench_json(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_levels),
-        cmocka_unit_test(test_amx),
-        cmocka_unit_test(test_k16_prefetch),
+        cmocka_unit_test(test_levels),     cmocka_unit_test(test_system_with_model),
+        cmocka_unit_test(test_amx),        cmocka_unit_test(test_k16_prefetch),
         cmocka_unit_test(test_bench_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

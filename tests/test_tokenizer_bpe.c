@@ -635,7 +635,7 @@ static void test_eval_messages(void **state) {
           f);
     fclose(f);
     skv_vocab *q = load_vocab("qwen2");
-    skv_eval_split split = {0, 4, 4};
+    skv_eval_split split = {0, 4, 4, NULL};
     skv_eval_dataset d = {0};
     skv_err err = {0};
     if (skv_eval_load_jsonl(path, q, &split, 4096, 0, 0, 0, 1, &d, &err) != SKV_OK)

@@ -112,11 +112,17 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
+/* b in the unit that shows it (a small model's compressed cache is a few KiB: "0.0 MiB" said
+ * nothing). */
 static void fmt_bytes(char *buf, size_t n, uint64_t b) {
     if (b >= (1ull << 30))
         snprintf(buf, n, "%.2f GiB", (double)b / (double)(1ull << 30));
-    else
+    else if (b >= (1ull << 20))
         snprintf(buf, n, "%.1f MiB", (double)b / (double)(1ull << 20));
+    else if (b >= 1024)
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
+    else
+        snprintf(buf, n, "%llu B", (unsigned long long)b);
 }
 
 /* ---- the model's arithmetic ------------------------------------------------------------- */

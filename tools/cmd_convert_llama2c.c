@@ -4,33 +4,43 @@
 
 #include "model/llama2c.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CMD "convert-llama2c"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: sparsekv " CMD " [--rope-theta F] CHECKPOINT.bin TOKENIZER.bin OUT.gguf\n\n"
-               "Converts a llama2.c checkpoint (legacy v0 or v1 \"ak42\" float32 format) and its\n"
-               "tokenizer.bin into a GGUF v3 model: F32 weights, llama architecture metadata and\n"
-               "the tokenizer embedded (tokenizer.ggml.model = llama). OUT.gguf is written\n"
-               "atomically (a temporary file renamed into place).\n\n"
-               "example:\n"
-               "  sparsekv " CMD " ../shared/models/stories260K/stories260K.bin \\\n"
-               "      ../shared/models/stories260K/tok512.bin stories260K.gguf\n\n"
-               "options:\n"
-               "  --rope-theta F   the RoPE base frequency the model was trained with (a llama2.c\n"
-               "                   checkpoint does not record it; default 10000, llama2.c's)\n"
-               "  -h, --help       show this help\n\n"
-               "exit status: 0 ok, 1 runtime failure (e.g. writing OUT.gguf), 2 bad usage or\n"
-               "bad input (a checkpoint or tokenizer missing, unreadable or malformed)\n");
+    fprintf(f,
+            "usage: sparsekv " CMD " [--rope-theta F] [--overwrite] CHECKPOINT.bin TOKENIZER.bin "
+            "OUT.gguf\n\n"
+            "Converts a llama2.c checkpoint (legacy v0 or v1 \"ak42\" float32 format) and its\n"
+            "tokenizer.bin into a GGUF v3 model: F32 weights, llama architecture metadata and\n"
+            "the tokenizer embedded (tokenizer.ggml.model = llama). OUT.gguf is written\n"
+            "atomically (a temporary file renamed into place).\n\n"
+            "example:\n"
+            "  sparsekv " CMD " ../shared/models/stories260K/stories260K.bin \\\n"
+            "      ../shared/models/stories260K/tok512.bin stories260K.gguf\n\n"
+            "options:\n"
+            "  --rope-theta F   the RoPE base frequency the model was trained with (a llama2.c\n"
+            "                   checkpoint does not record it; default 10000, llama2.c's)\n"
+            "  --overwrite      replace OUT.gguf if it exists (without it an existing OUT.gguf\n"
+            "                   is refused); OUT.gguf is never one of the inputs\n"
+            "  -h, --help       show this help\n\n"
+            "exit status: 0 ok, 1 runtime failure (e.g. writing OUT.gguf), 2 bad usage or\n"
+            "bad input (a checkpoint or tokenizer missing, unreadable or malformed; OUT.gguf\n"
+            "exists, is a directory or is in no directory)\n");
 }
 
 int cmd_convert_llama2c(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
-    static const cli_opt opts[] = {
-        {"help", 'h', false, NULL, false}, {"rope-theta", CLI_LONG + 1, true, NULL, false}, {0}};
+    static const cli_opt opts[] = {{"help", 'h', false, NULL, false},
+                                   {"rope-theta", CLI_LONG + 1, true, NULL, false},
+                                   {"overwrite", CLI_LONG + 2, false, NULL, false},
+                                   {0}};
+    bool overwrite = false;
     skv_llama2c_params params = skv_llama2c_default_params();
     cli_args args;
     if (!cli_args_init(&args, CMD, argc, argv, opts, NULL, NULL)) return 2;
@@ -40,6 +50,10 @@ int cmd_convert_llama2c(int argc, char **argv) {
         if (key == 'h') {
             usage(stdout);
             return 0;
+        }
+        if (key == CLI_LONG + 2) {
+            overwrite = true;
+            continue;
         }
         if (key == CLI_LONG + 1) {
             double th;
@@ -61,6 +75,13 @@ int cmd_convert_llama2c(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    for (int i = 0; i < 2; i++) /* the inputs' faults first, then the output's */
+        if (access(pos[i], R_OK) != 0) {
+            cli_error(CMD, "cannot open %s '%s': %s", i ? "tokenizer" : "checkpoint", pos[i],
+                      strerror(errno));
+            return 2;
+        }
+    if (!cli_output_ok(CMD, pos[2], overwrite)) return 2;
     skv_err err = {0};
     bool bad_input = false;
     if (skv_llama2c_convert(pos[0], pos[1], pos[2], &params, &bad_input, &err) != SKV_OK) {

@@ -38,6 +38,9 @@ static void usage(FILE *f) {
         "                       {\"context\": ..., \"window\": ..., \"continuation\": ...} or\n"
         "                       {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (a\n"
         "                       conversation in the model's chat template)\n"
+        "  --chat-template NAME llama3, chatml or phi3: the format of the \"messages\" lines\n"
+        "                       where the model has no tokenizer.chat_template (or to\n"
+        "                       override it)\n"
         "                       (default: samples the model generates from BOS, seed i)\n"
         "  --samples N          samples to use (default 8 generated; with --data all lines;\n"
         "                       with --task: prompts per depth, default 8)\n"
@@ -690,7 +693,7 @@ static int eval_main(int argc, char **argv) {
     skv_eval_label label_items[MAX_ITEMS];
     int n_labels = 0;
     skv_eval_labels labels = {label_items, 0};
-    skv_eval_split split = {0, 32, 64};
+    skv_eval_split split = {0, 32, 64, NULL};
     skv_eval_settings st;
     skv_eval_settings_default(&st);
     long sinks = st.sinks, kernel = st.kernel, window_keep = st.window_keep;
@@ -724,6 +727,7 @@ static int eval_main(int argc, char **argv) {
         O_KV_TYPE,
         O_SHARD,
         O_OVERWRITE,
+        O_CHAT_TEMPLATE,
     };
     /* the same spellings as compress/generate: --policy = --policies, --protocol =
      * --protocols, --pool = --pooling, --max-cache = --budget (a list option takes one value) */
@@ -758,6 +762,7 @@ static int eval_main(int argc, char **argv) {
         {"task", O_TASK, true, NULL, false},
         {"kv-type", O_KV_TYPE, true, NULL, false},
         {"shard", O_SHARD, true, NULL, false},
+        {"chat-template", O_CHAT_TEMPLATE, true, NULL, false},
         {0},
     };
     cli_args args;
@@ -786,6 +791,17 @@ static int eval_main(int argc, char **argv) {
         case O_DATA:
             data = v;
             break;
+        case O_CHAT_TEMPLATE: {
+            skv_err cerr = {0};
+            const char *name = skv_chat_template_name(NULL, v, &cerr);
+            if (!name || strcmp(name, v) != 0) {
+                cli_error(CMD, "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
+                          v);
+                return 2;
+            }
+            split.chat_template = v;
+            break;
+        }
         case O_OUT:
             out = v, out_given = true;
             break;
@@ -907,7 +923,9 @@ static int eval_main(int argc, char **argv) {
     model_arg = replayed_path(model_arg, model_buf, sizeof model_buf);
     data = replayed_path(data, data_buf, sizeof data_buf);
     /* options that would be ignored are refused */
-    if (!cli_args_requires(&args, O_COMPRESS_EVERY, O_BUDGET, NULL)) return 2;
+    if (!cli_args_requires(&args, O_COMPRESS_EVERY, O_BUDGET, NULL) ||
+        !cli_args_requires(&args, O_CHAT_TEMPLATE, O_DATA, "it formats the data's \"messages\""))
+        return 2;
     if (!passkey) {
         if (!cli_args_requires(&args, O_DEPTHS, O_TASK, "needles exist in the retrieval tasks") ||
             !cli_args_requires(&args, O_PASSKEY_TOKENS, O_TASK,
@@ -920,6 +938,12 @@ static int eval_main(int argc, char **argv) {
     }
     if (passkey && data) {
         cli_error(CMD, "--task passkey makes its own prompts: drop --data");
+        return 2;
+    }
+    if (passkey && (cli_args_given(&args, O_PREFIX) || cli_args_given(&args, O_CONTINUATION))) {
+        cli_error(CMD, "--prefix and --continuation split the lm task's samples: a retrieval "
+                       "task's prompt is all prefix (--passkey-tokens sets its length, --greedy "
+                       "the answer's)");
         return 2;
     }
     st.task = !passkey                         ? SKV_EVAL_LM
@@ -1286,7 +1310,9 @@ static int eval_main(int argc, char **argv) {
             skv_eval_runinfo_set(&cur, "depths", &e2, "%s", depths_l) ||
             skv_eval_runinfo_set(&cur, "passkey_tokens", &e2, "%ld", passkey_tokens) ||
             skv_eval_runinfo_set(&cur, "budget", &e2, "%s", budgets_l) ||
-            skv_eval_runinfo_set(&cur, "compress_every", &e2, "%ld", compress_every)) {
+            skv_eval_runinfo_set(&cur, "compress_every", &e2, "%ld", compress_every) ||
+            (split.chat_template && /* only when given: older runs' run.json lack it */
+             skv_eval_runinfo_set(&cur, "chat_template", &e2, "%s", split.chat_template))) {
             cli_error(CMD, "%s", e2.msg);
             goto done;
         }
@@ -1371,7 +1397,11 @@ static int eval_main(int argc, char **argv) {
                                            (int)shard_n, &ds, &err);
         if (s) {
             cli_error(CMD, "%s", err.msg);
-            rc = s == SKV_ERR_FORMAT || s == SKV_ERR_IO || s == SKV_ERR_INVALID_ARG ? 2 : 1;
+            /* bad data, or data the model cannot take (no chat template): bad input */
+            rc = s == SKV_ERR_FORMAT || s == SKV_ERR_IO || s == SKV_ERR_INVALID_ARG ||
+                         s == SKV_ERR_UNSUPPORTED
+                     ? 2
+                     : 1;
             goto done;
         }
         if (samples > 0 && ds.n_total < samples)

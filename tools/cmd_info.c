@@ -16,7 +16,8 @@ static void usage(FILE *f) {
                "--system prints the CPU features seen and the SIMD level the kernels use (the\n"
                "CPU's widest, lowered by SKV_SIMD=scalar|avx2|avx512), and whether F16/BF16\n"
                "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off) and how Q4_K decode\n"
-               "reads its weights (SKV_K16_PREFETCH=0|1); with a MODEL, then the model.\n");
+               "reads its weights (SKV_K16_PREFETCH=0|1); with a MODEL, then the model (with\n"
+               "--json one document: the model's, the system's facts under \"system\").\n");
 }
 
 /* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
@@ -44,7 +45,8 @@ static void print_type_mix(const skv_gguf *g, bool json) {
         printf("\n");
 }
 
-/* `info --system`: the CPU features CPUID reports and the level chosen from them. */
+/* `info --system`: the CPU features CPUID reports and the level chosen from them (JSON: an
+ * object, with no newline after it). */
 static void print_system(bool json) {
     const char *warn = skv_simd_warning();
     const char *env = getenv("SKV_SIMD");
@@ -64,7 +66,7 @@ static void print_system(bool json) {
             cli_json_string(stdout, warn, strlen(warn));
         else
             printf("null");
-        printf("}\n");
+        printf("}");
         return;
     }
     printf("cpu features %s\n", skv_simd_cpu_features());
@@ -130,10 +132,13 @@ int cmd_info(int argc, char **argv) {
             break;
         }
     }
-    if (system) {
+    if (system && (!json || !model_arg)) { /* JSON with a model: inside its document */
         print_system(json);
-        if (!model_arg) return 0;
-        if (!json) printf("\n");
+        if (!model_arg) {
+            if (json) printf("\n");
+            return 0;
+        }
+        printf("\n");
     }
     const char *path = cli_model_path("info", model_arg);
     if (!path) return 2;
@@ -151,7 +156,13 @@ int cmd_info(int argc, char **argv) {
     int64_t nt = skv_gguf_n_tensors(g);
     char shape[128];
     if (json) {
-        printf("{\"path\":");
+        printf("{");
+        if (system) {
+            printf("\"system\":");
+            print_system(true);
+            printf(",");
+        }
+        printf("\"path\":");
         cli_json_string(stdout, path, strlen(path));
         printf(",\"gguf_version\":%u,\"architecture\":\"%s\",\"hparams\":{\"n_vocab\":%d,"
                "\"n_ctx_train\":%d,\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_head_kv\":%d,"

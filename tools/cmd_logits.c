@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cli_args.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,47 +16,73 @@ static void usage(FILE *f) {
                "row-major [n_tokens, n_vocab], to FILE (native little-endian, no header).\n"
                "Prints the token ids as a JSON array on stdout. --tokens-file reads the ids\n"
                "from a file: decimal numbers separated by anything else (a JSON array such as\n"
-               "the fixtures' <name>.ids.json works). Token ids are used as given (no BOS).\n");
+               "the fixtures' <name>.ids.json works), or, where the file has a \"tokens\" key\n"
+               "(a JSON object such as reference_logits.json), that key's array. Token ids are\n"
+               "used as given (no BOS). FILE is replaced if it exists.\n");
 }
 
-/* Every decimal number in a file ("[1, 2,\n3]" -> 1 2 3); returns count or -1 (also when the
- * file holds a minus sign or a number above INT32_MAX). */
+/* The ids a file holds: the array after its "tokens" key where it has one (a JSON object such
+ * as the fixtures' reference_logits.json, whose other numbers are not ids), else every decimal
+ * number in it ("[1, 2,\n3]" -> 1 2 3). Returns the count, or -1 when the file does not read,
+ * holds a minus sign or a number above INT32_MAX among them, or none. */
 static int read_ids_file(const char *path, int32_t **out) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
-    int cap = 64, n = 0, c;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap + 1);
+    for (size_t got; buf && (got = fread(buf + len, 1, cap - len, f)) > 0;) {
+        len += got;
+        if (len == cap) {
+            char *bigger = cap < ((size_t)1 << 30) ? realloc(buf, 2 * cap + 1) : NULL;
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = bigger, cap *= 2;
+        }
+    }
+    const bool read_err = ferror(f);
+    fclose(f);
+    if (!buf || read_err) {
+        free(buf);
+        return -1;
+    }
+    buf[len] = 0;
+    const char *p = buf, *end = buf + len;
+    const char *key = strstr(buf, "\"tokens\"");
+    if (key) { /* "tokens" : [ ... ] */
+        const char *q = key + 8;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q == ':') q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        const char *close = *q == '[' ? strchr(q, ']') : NULL;
+        if (close) p = q + 1, end = close;
+    }
+    int n = 0, idcap = 64;
+    int32_t *ids = malloc((size_t)idcap * sizeof *ids);
     int64_t v = -1;
     bool bad = !ids;
-    while (!bad && (c = fgetc(f)) != EOF) {
+    for (; !bad && p <= end; p++) {
+        const int c = p < end ? (unsigned char)*p : ' '; /* a number at the very end, too */
         if (c >= '0' && c <= '9') {
             v = (v < 0 ? 0 : v) * 10 + (c - '0');
             if (v > INT32_MAX) bad = true;
             continue;
         }
         if (c == '-') bad = true;
-        if (v >= 0) {
-            if (n == cap) {
-                int32_t *bigger = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
-                if (!bigger) {
-                    bad = true;
-                    break;
-                }
-                ids = bigger;
+        if (v < 0) continue;
+        if (n == idcap) {
+            int32_t *bigger = realloc(ids, (size_t)(idcap *= 2) * sizeof *ids);
+            if (!bigger) {
+                bad = true;
+                break;
             }
-            ids[n++] = (int32_t)v;
-            v = -1;
-        }
-    }
-    if (!bad && v >= 0) { /* a number at the very end */
-        int32_t *bigger = realloc(ids, (size_t)(n + 1) * sizeof *ids);
-        if (bigger) {
             ids = bigger;
-            ids[n++] = (int32_t)v;
-        } else
-            bad = true;
+        }
+        ids[n++] = (int32_t)v;
+        v = -1;
     }
-    fclose(f);
+    free(buf);
     if (bad || n == 0) {
         free(ids);
         return -1;
@@ -157,6 +184,8 @@ int cmd_logits(int argc, char **argv) {
                             "--tokens-file FILE");
         return 2;
     }
+    /* a directory, or a place with no directory, is said before the model runs */
+    if (!cli_output_ok("logits", out_path, true)) return 2;
     int32_t *toks = NULL;
     int n = 0;
     if (ids_arg && (n = parse_ids(ids_arg, &toks)) <= 0) {
@@ -218,12 +247,12 @@ int cmd_logits(int argc, char **argv) {
     f = fopen(out_path, "wb");
     if (!f ||
         fwrite(logits, sizeof *logits, (size_t)n * hp->n_vocab, f) != (size_t)n * hp->n_vocab) {
-        cli_error("logits", "cannot write '%s'", out_path);
+        cli_error("logits", "cannot write '%s': %s", out_path, strerror(errno));
         goto done;
     }
     if (fclose(f)) {
         f = NULL;
-        cli_error("logits", "cannot write '%s'", out_path);
+        cli_error("logits", "cannot write '%s': %s", out_path, strerror(errno));
         goto done;
     }
     f = NULL;
