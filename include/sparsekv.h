@@ -417,7 +417,8 @@ typedef struct skv_compress_info {
     double keep_frac;
     int T;              /* logical length of the compressed prefix */
     int keep;           /* max(1, round_half_even(keep_frac * T)) clamped to [1, T] */
-    double compress_ms; /* all selection work, window pass included */
+    double compress_ms; /* all selection work, window pass included (h2o: the forward passes'
+                           time summing the attention it selects by, too) */
     double window_ms;   /* the window pass's share of compress_ms (seed protocol) */
     int window_tokens;  /* 0 when the policy needs no window */
     int n_layer, n_head_kv;

@@ -171,6 +171,8 @@ typedef struct skv_policy_state {
     int *acc_n;
     int acc_cap;
     bool acc_ok;
+    double acc_ms; /* wall time the forward passes spent on the sums since the cache was empty:
+                    * h2o's selection work, which skv_compress adds to its compress_ms */
     /* decoding budget (src/policies/decode.c) */
     int max_entries, interval; /* 0: no budget */
     int qw;                    /* window queries kept: min(n_window, interval), >= 1 */

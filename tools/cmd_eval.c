@@ -205,13 +205,18 @@ static void check_degenerate(sink *s, const skv_eval_result *r) {
     snprintf(key, sizeof key, "none %s %g %s", c->policy, c->keep_frac, proto);
     if (scored == 0 && r->keep < r->T && first_warning(s, key)) {
         /* name only what forces entries for this policy (as compress's note does) */
-        char forced[96];
-        int n = snprintf(forced, sizeof forced, "window %d", r->sample->n_window);
+        /* the window is in the cache (and forced) in the engine protocol only */
+        char forced[96] = "";
+        int n = c->protocol == SKV_PROTOCOL_ENGINE
+                    ? snprintf(forced, sizeof forced, "window %d", r->sample->n_window)
+                    : 0;
         if (cli_policy_reads(c->policy, "window_keep"))
-            n += snprintf(forced + n, sizeof forced - (size_t)n, ", --window-keep %d",
-                          s->st->window_keep);
+            n += snprintf(forced + n, sizeof forced - (size_t)n, "%s--window-keep %d",
+                          n ? ", " : "", s->st->window_keep);
         if (cli_policy_reads(c->policy, "sinks"))
-            snprintf(forced + n, sizeof forced - (size_t)n, ", --sinks %d", s->st->sinks);
+            snprintf(forced + n, sizeof forced - (size_t)n, "%s--sinks %d", n ? ", " : "",
+                     s->st->sinks);
+        if (!forced[0]) snprintf(forced, sizeof forced, "by the policy's own rule");
         fprintf(stderr,
                 "sparsekv eval: warning: %s at keep %g (%s protocol) chose nothing by score "
                 "(first seen at sample %d, T = %d): keep = %d entries are all forced (%s); "
@@ -1593,8 +1598,7 @@ static int eval_main(int argc, char **argv) {
     if (sk.not_full && !quiet)
         fprintf(stderr,
                 "sparsekv eval: note: at keep 1.0, %s kept less than the whole cache "
-                "(%d rows; PyramidKV's budget rule clamps layer budgets at T, so they do "
-                "not add up to every entry): those rows are measurements, not controls\n",
+                "(%d rows): those rows are measurements, not controls\n",
                 sk.not_full_policies, sk.not_full);
     if (sk.bad_controls && decoding) {
         cli_error(CMD,

@@ -59,6 +59,7 @@ void skv_pstate_reset(skv_policy_state *ps, const skv_context *ctx) {
         memset(ps->acc, 0, heads * (size_t)ps->acc_cap * sizeof *ps->acc);
         memset(ps->acc_n, 0, heads * sizeof *ps->acc_n);
         ps->acc_ok = true;
+        ps->acc_ms = 0.0;
     }
     ps->q_valid = 0;
     ps->since = 0;
@@ -94,7 +95,11 @@ static void ring_push(skv_context *ctx, int layer, int n) {
 
 void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0) {
     skv_policy_state *ps = ctx->pstate;
-    if (ps->acc) skv_h2o_accumulate(ctx, layer, n, pos0);
+    if (ps->acc) {
+        const double t0 = skv_time_ms();
+        skv_h2o_accumulate(ctx, layer, n, pos0);
+        ps->acc_ms += skv_time_ms() - t0;
+    }
     if (ps->qring) ring_push(ctx, layer, n);
 }
 

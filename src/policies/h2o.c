@@ -128,6 +128,7 @@ skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, skv_err *
     }
     ps->acc_cap = cap;
     ps->acc_ok = true;
+    ps->acc_ms = 0.0;
     return SKV_OK;
 }
 
