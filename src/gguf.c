@@ -444,9 +444,6 @@ static bool read_alignment(parser *p) {
     return true;
 }
 
-/* Parses tensor info i. Its name's pool offset goes to *name_off: the pool may still move, so
- * name pointers are set once every string has been read. */
-
 /* ggml's names of the tensor types sparsekv does not read (ggml.h, v0.5.0), for the refusal: a
  * user with an IQ2_XXS file sees which type it is, not only its number. NULL for ids ggml never
  * had or that gguf files no longer hold. */
@@ -458,6 +455,9 @@ static const char *ggml_type_name(uint32_t id) {
         [35] = "TQ2_0", [39] = "MXFP4", [40] = "NVFP4",   [41] = "Q1_0",   [42] = "Q2_0"};
     return id < sizeof names / sizeof names[0] ? names[id] : NULL;
 }
+
+/* Parses tensor info i. Its name's pool offset goes to *name_off: the pool may still move, so
+ * name pointers are set once every string has been read. */
 static bool parse_tensor_info(parser *p, int64_t i, int64_t *name_off) {
     skv_gguf *g = p->g;
     skv_gguf_tensor *t = &g->tensors[i];

@@ -112,6 +112,9 @@ static void test_compressed_decode_record(void **state) {
     assert_non_null(strstr(out, "| tg2@d64 |"));
     assert_non_null(strstr(out, "Compressed-cache decode"));
     assert_non_null(strstr(out, "| 16 |")); /* kept per head: 0.25 * 64 */
+    /* KV bytes in a unit that shows them: 64 and 16 positions of 5 layers x 4 kv heads x (k and
+     * v of 8 f32 + a 4-byte position) = 87040 and 21760 bytes */
+    assert_non_null(strstr(out, "| 85.0 KiB -> 21.2 KiB |"));
     free(out);
 }
 

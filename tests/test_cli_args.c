@@ -287,6 +287,42 @@ static void test_logits_tokens_file(void **state) {
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[1,385,328]\n");
     free(out);
+    f = fopen(ids, "w"); /* blanks around the colon */
+    assert_non_null(f);
+    fputs("{\"v\": 9, \"tokens\" :\n [5, 6]}", f);
+    fclose(f);
+    out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[5,6]\n");
+    free(out);
+    f = fopen(ids, "w"); /* a "tokens" that is no array: refused, not read as every number */
+    assert_non_null(f);
+    fputs("{\"n\": 7, \"tokens\": \"1 2\"}", f);
+    fclose(f);
+    free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, lg));
+    /* FILE is never the model or the ids file (the model would be replaced by logits) */
+    free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, ids));
+    size_t n_ids;
+    char *kept = test_read_file(ids, &n_ids);
+    assert_true(kept && strstr(kept, "\"tokens\": \"1 2\""));
+    free(kept);
+    char model[512];
+    snprintf(model, sizeof model, "%s", test_tmp_path(".gguf"));
+    size_t nm;
+    char *m = test_read_file("models/stories260K.gguf", &nm);
+    assert_non_null(m);
+    f = fopen(model, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(m, 1, nm, f), nm);
+    fclose(f);
+    out = test_cli_expect(2, "logits -m %s -p hi -o %s 2>&1", model, model);
+    assert_non_null(strstr(out, "is the model"));
+    free(out);
+    size_t nm2;
+    char *m2 = test_read_file(model, &nm2);
+    assert_true(m2 && nm2 == nm && !memcmp(m, m2, nm));
+    free(m2);
+    free(m);
+    unlink(model);
     unlink(ids);
     unlink(lg);
     static const cli_case cases[] = {

@@ -594,6 +594,19 @@ static void test_real_vocab(void **state) {
     assert_int_equal(skv_model_hparams(m)->n_vocab, 1004);
     skv_model_free(m);
     unlink(path);
+    /* the parameters it reports are the file's: the embedding (and output) of the vocabulary
+     * taken, 151936 rows of Qwen2's, not the preset's 512 */
+    snprintf(cmd, sizeof cmd, "%s synth-model --preset tiny --type q8_0 --vocab %s -o %s",
+             test_cli(), vocab, path);
+    char *said = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    skv_synth_shape tiny = *skv_synth_preset("tiny");
+    tiny.n_vocab = 151936;
+    char want[64];
+    snprintf(want, sizeof want, ", %.1f M params,", (double)skv_synth_n_params(&tiny) / 1e6);
+    if (!strstr(said, want)) fail_msg("'%s' not in: %s", want, said);
+    free(said);
+    unlink(path);
     const char *notok = test_tmp_path(".json"); /* a file that is not a GGUF */
     FILE *nf = fopen(notok, "w");
     assert_non_null(nf);

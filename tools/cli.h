@@ -35,6 +35,8 @@ const char *cli_escape(const char *s, char *buf, size_t size, bool keep_newlines
 /* Prints "sparsekv <cmd>: <message>" on stderr, escaped as by cli_escape. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether paths a and b name one existing file (the same device and inode). */
+bool cli_same_file(const char *a, const char *b);
 /* false (after a message) when path cannot be the output file: a directory, in a directory
  * that does not exist, or (without overwrite: the message names --overwrite) something already
  * there: a command that writes a file does not replace one unless asked (the embedded default

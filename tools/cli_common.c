@@ -70,6 +70,12 @@ void cli_error(const char *cmd, const char *fmt, ...) {
     fprintf(stderr, "sparsekv %s: %s\n", cmd, cli_escape(msg, shown, sizeof shown, true));
 }
 
+bool cli_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 bool cli_output_ok(const char *cmd, const char *path, bool overwrite) {
     struct stat st;
     if (!*path) {

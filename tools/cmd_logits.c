@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -24,7 +26,8 @@ static void usage(FILE *f) {
 /* The ids a file holds: the array after its "tokens" key where it has one (a JSON object such
  * as the fixtures' reference_logits.json, whose other numbers are not ids), else every decimal
  * number in it ("[1, 2,\n3]" -> 1 2 3). Returns the count, or -1 when the file does not read,
- * holds a minus sign or a number above INT32_MAX among them, or none. */
+ * holds a minus sign or a number above INT32_MAX among them, or none, or has a "tokens" key
+ * that no flat array follows. */
 static int read_ids_file(const char *path, int32_t **out) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
@@ -56,7 +59,11 @@ static int read_ids_file(const char *path, int32_t **out) {
         if (*q == ':') q++;
         while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
         const char *close = *q == '[' ? strchr(q, ']') : NULL;
-        if (close) p = q + 1, end = close;
+        if (!close) { /* a "tokens" that is no flat array: not the ids */
+            free(buf);
+            return -1;
+        }
+        p = q + 1, end = close;
     }
     int n = 0, idcap = 64;
     int32_t *ids = malloc((size_t)idcap * sizeof *ids);
@@ -202,6 +209,12 @@ int cmd_logits(int argc, char **argv) {
         free(toks);
         return 2;
     }
+    if (cli_same_file(out_path, path) || (ids_file && cli_same_file(out_path, ids_file))) {
+        cli_error("logits", "-o %s is the %s: name another file", out_path,
+                  cli_same_file(out_path, path) ? "model" : "--tokens-file");
+        free(toks);
+        return 2;
+    }
     skv_model *model = cli_load_model("logits", path);
     if (!model) {
         free(toks);
@@ -213,6 +226,7 @@ int cmd_logits(int argc, char **argv) {
     skv_context *ctx = NULL;
     float *logits = NULL;
     FILE *f = NULL;
+    char tmp[4200];
     if (prompt) {
         size_t len = strlen(prompt);
         toks = malloc((len + 2) * sizeof *toks);
@@ -244,18 +258,27 @@ int cmd_logits(int argc, char **argv) {
         rc = err.status == SKV_ERR_INVALID_ARG ? 2 : 1;
         goto done;
     }
-    f = fopen(out_path, "wb");
-    if (!f ||
-        fwrite(logits, sizeof *logits, (size_t)n * hp->n_vocab, f) != (size_t)n * hp->n_vocab) {
-        cli_error("logits", "cannot write '%s': %s", out_path, strerror(errno));
-        goto done;
-    }
-    if (fclose(f)) {
-        f = NULL;
-        cli_error("logits", "cannot write '%s': %s", out_path, strerror(errno));
-        goto done;
-    }
+    /* a new or regular FILE: a temporary file beside it, renamed into place, so a failed write
+     * leaves FILE as it was; anything else that exists (a FIFO, /dev/stdout, a device) is written
+     * as it is (renaming over it would replace the node) */
+    struct stat st;
+    const bool direct = lstat(out_path, &st) == 0 && !S_ISREG(st.st_mode);
+    if (direct)
+        snprintf(tmp, sizeof tmp, "%s", out_path);
+    else
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
+    f = fopen(tmp, "wb");
+    int e = f ? 0 : errno;
+    const size_t count = (size_t)n * hp->n_vocab;
+    if (f && fwrite(logits, sizeof *logits, count, f) != count) e = errno ? errno : EIO;
+    if (f && fclose(f) != 0 && !e) e = errno;
     f = NULL;
+    if (!e && !direct && rename(tmp, out_path) != 0) e = errno;
+    if (e) {
+        if (!direct) remove(tmp);
+        cli_error("logits", "cannot write '%s': %s", out_path, strerror(e));
+        goto done;
+    }
     putchar('[');
     for (int i = 0; i < n; i++) printf(i ? ",%d" : "%d", toks[i]);
     printf("]\n");

@@ -67,12 +67,6 @@ static void fallback_types(const skv_quantize_report *r, char *buf, size_t size)
 
 /* IN and OUT name one file (OUT = IN, a hard link): the library refuses that itself, whatever
  * --overwrite says, with the message that fits. */
-static bool same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
@@ -145,7 +139,7 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CMD, "cannot open '%s': %s", pos[0], strerror(errno));
         return 2;
     }
-    if (!same_file(pos[0], pos[1]) && !cli_output_ok(CMD, pos[1], overwrite)) return 2;
+    if (!cli_same_file(pos[0], pos[1]) && !cli_output_ok(CMD, pos[1], overwrite)) return 2;
     skv_quantize_report rep;
     skv_err err = {0};
     if (skv_quantize_model_opts(pos[0], pos[1], &qo, &rep, &err) != SKV_OK) {

@@ -184,7 +184,6 @@ skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
          * of such shapes; IQ4_XS's to IQ4_NL, its grid per 32 values (as llama-quantize does) */
         return want == SKV_TYPE_Q3_K || want == SKV_TYPE_Q2_K ? SKV_TYPE_Q4_0
                : want == SKV_TYPE_IQ4_XS                      ? SKV_TYPE_IQ4_NL
-               : want == SKV_TYPE_IQ4_XS                      ? SKV_TYPE_IQ4_NL
                                                               : SKV_TYPE_Q8_0;
     return want == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
 }
