@@ -425,7 +425,8 @@ typedef struct skv_compress_info {
     int *layer_budgets;    /* [n_layer] (pyramid: the rule's values, not clamped to T;
                               otherwise keep per layer) */
     int *kept;             /* [n_layer, n_head_kv] entries kept */
-    uint64_t bytes_before; /* KV bytes before / after */
+    uint64_t bytes_before; /* KV bytes before / after: keys, values and each entry's 4-byte
+                              position (what the cache holds per entry) */
     uint64_t bytes_after;
     /* what the selection really was, per layer summed over its kv heads: entries kept because
      * they were forced (engine window, window_keep, sinks, h2o's recent) and entries chosen by

@@ -147,7 +147,8 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
     """Evaluates compression policies on data: a text, a list of texts (tokenized with BOS) or
     a list of token-id sequences. Each sample is cut into prefix (T; default: what is left of
     min(n, n_ctx - greedy) after window and continuation) | window (W) | continuation (C).
-    random runs seeds 0..seeds-1. policy_params (sinks, kernel, pooling, window_keep) go to
+    random runs seeds 0..seeds-1. keeps run as given (the CLI's eval adds keep 1.0, the control;
+    here only when it is among them). policy_params (sinks, kernel, pooling, window_keep) go to
     the compress calls of the policies that read them (one that none of them reads:
     InvalidArgumentError). Returns a list of dicts, one per sample x configuration: sample,
     policy, keep_frac, protocol, positions, seed, T, keep, n_prefix, n_window, n_continuation,
