@@ -49,16 +49,32 @@ static void test_more_bits_rule(void **s) {
 static void test_mix_types(void **s) {
     (void)s;
     const skv_quant_mix m = SKV_QMIX_Q4_K_M;
-    assert_int_equal(skv_quant_mix_type(m, "output.weight", 8, true), SKV_TYPE_Q6_K);
-    assert_int_equal(skv_quant_mix_type(m, "token_embd.weight", 8, true), SKV_TYPE_Q4_K);
-    assert_int_equal(skv_quant_mix_type(m, "token_embd.weight", 8, false), SKV_TYPE_Q6_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.3.attn_v.weight", 8, true), SKV_TYPE_Q6_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.4.attn_v.weight", 8, true), SKV_TYPE_Q4_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.7.ffn_down.weight", 8, true), SKV_TYPE_Q6_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.7.ffn_up.weight", 8, true), SKV_TYPE_Q4_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.0.attn_k.weight", 8, true), SKV_TYPE_Q4_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.x.attn_v.weight", 8, true), SKV_TYPE_Q4_K);
-    assert_int_equal(skv_quant_mix_type(m, "blk.12.attn_v.weight", 8, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "output.weight", 8, 1, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "token_embd.weight", 8, 1, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "token_embd.weight", 8, 1, false), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.3.attn_v.weight", 8, 1, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.4.attn_v.weight", 8, 1, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.7.ffn_down.weight", 8, 1, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.7.ffn_up.weight", 8, 1, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.0.attn_k.weight", 8, 1, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.x.attn_v.weight", 8, 1, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(m, "blk.12.attn_v.weight", 8, 1, true), SKV_TYPE_Q4_K);
+    /* Q2_K_M, llama-quantize's Q2_K: Q6_K output (or tied embedding), Q3_K attn_output and
+     * ffn_down, attn_v Q4_K from 4 query heads per kv head (else Q3_K), Q2_K elsewhere */
+    const skv_quant_mix q2 = SKV_QMIX_Q2_K_M;
+    assert_int_equal(skv_quant_mix_type(q2, "output.weight", 8, 1, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(q2, "token_embd.weight", 8, 1, true), SKV_TYPE_Q2_K);
+    assert_int_equal(skv_quant_mix_type(q2, "token_embd.weight", 8, 1, false), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.0.attn_v.weight", 8, 1, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.0.attn_v.weight", 8, 3, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.5.attn_v.weight", 8, 4, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.7.ffn_down.weight", 8, 4, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.2.attn_output.weight", 8, 4, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.2.ffn_up.weight", 8, 4, true), SKV_TYPE_Q2_K);
+    assert_int_equal(skv_quant_mix_type(q2, "blk.2.attn_q.weight", 8, 4, true), SKV_TYPE_Q2_K);
+    assert_int_equal(skv_quant_mix_ftype(q2), 10);
+    assert_int_equal(skv_quant_mix_ftype(m), 15);
+    assert_int_equal(skv_quant_mix_ftype(SKV_QMIX_NONE), 0);
 }
 
 /* ---- a hand-built file -------------------------------------------------------------------- */
@@ -94,11 +110,19 @@ static void add(file *f, skv_gguf_writer *w, const char *name, int nd, int64_t r
     add_cols(f, w, name, nd, COLS, rows);
 }
 
-static char *write_file(file *f, bool with_output) {
+/* heads / kv_heads: llama.attention.head_count(_kv) to write (0: none). */
+static char *write_file_heads(file *f, bool with_output, int heads, int kv_heads) {
     memset(f, 0, sizeof *f);
     skv_gguf_writer *w = skv_gguf_writer_new();
     assert_non_null(w);
     assert_int_equal(skv_gguf_writer_set_str(w, "general.architecture", "llama"), SKV_OK);
+    if (heads) {
+        assert_int_equal(skv_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)heads),
+                         SKV_OK);
+        assert_int_equal(
+            skv_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)kv_heads),
+            SKV_OK);
+    }
     add(f, w, "token_embd.weight", 2, 16);
     for (int l = 0; l < NL; l++)
         for (int r = 0; r < 4; r++) {
@@ -113,6 +137,10 @@ static char *write_file(file *f, bool with_output) {
     assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
     skv_gguf_writer_free(w);
     return path;
+}
+
+static char *write_file(file *f, bool with_output) {
+    return write_file_heads(f, with_output, 0, 0);
 }
 
 static skv_type expected(const char *name, bool with_output) {
@@ -290,11 +318,64 @@ static void test_mix_cli(void **s) {
     for (int i = 0; i < f.n; i++) free(f.data[i]);
 }
 
+/* The Q2_K_M mix on the hand-built file: every tensor's type by its role (attn_v by the file's
+ * heads per kv head: none written, 12 / 4, 32 / 8), file type 10, each matrix back within its
+ * type's error. */
+static void test_q2_k_m_file(void **s) {
+    (void)s;
+    const int heads[3][2] = {{0, 0}, {12, 4}, {32, 8}};
+    for (int k = 0; k < 3; k++) {
+        file f;
+        char *in = write_file_heads(&f, k != 1, heads[k][0], heads[k][1]);
+        char *out = strdup(test_tmp_path(".gguf"));
+        skv_quantize_opts o = {.mix = SKV_QMIX_Q2_K_M, .n_threads = 2};
+        skv_quantize_report rep;
+        skv_err err = {0};
+        assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
+        skv_gguf *g = skv_gguf_open(out, &err);
+        assert_non_null(g);
+        assert_int_equal(int_key(g, "general.file_type"), 10); /* llama.cpp's MOSTLY_Q2_K */
+        const skv_type v_type = k == 2 ? SKV_TYPE_Q4_K : SKV_TYPE_Q3_K; /* 32 / 8 = 4 */
+        for (int i = 0; i < f.n; i++) {
+            const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+            const char *n = t->name;
+            const skv_type want =
+                !strcmp(n, "output_norm.weight") ? SKV_TYPE_F32
+                : !strcmp(n, "output.weight") || (k == 1 && !strcmp(n, "token_embd.weight"))
+                    ? SKV_TYPE_Q6_K
+                : strstr(n, ".attn_v.")   ? v_type
+                : strstr(n, ".ffn_down.") ? SKV_TYPE_Q3_K
+                                          : SKV_TYPE_Q2_K;
+            if (t->type != want)
+                fail_msg("%s: %s, want %s", n, skv_type_name(t->type), skv_type_name(want));
+            /* uniform data: steps of a sub-block's range over 3 (Q2_K), 7 (Q3_K), 15 (Q4_K), 1/32
+             * of max |x| (Q6_K), each erring by about step / sqrt(12) rms */
+            const double r = rel_rms(t, f.data[i]);
+            const double bound = want == SKV_TYPE_F32    ? 0.0
+                                 : want == SKV_TYPE_Q2_K ? 0.40
+                                 : want == SKV_TYPE_Q3_K ? 0.17
+                                 : want == SKV_TYPE_Q4_K ? 0.07
+                                                         : 0.017;
+            if (!(r <= bound)) fail_msg("%s: rms error %.4f of the data's, over %.3f", n, r, bound);
+        }
+        skv_gguf_close(g);
+        unlink(out);
+        unlink(in);
+        free(out);
+        free(in);
+        for (int i = 0; i < f.n; i++) free(f.data[i]);
+    }
+    char *o2 = test_cli_expect(2, "quantize a.gguf b.gguf q2_k_x 2>&1");
+    assert_non_null(strstr(o2, "q2_k_m, q4_k_m"));
+    free(o2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_more_bits_rule),  cmocka_unit_test(test_mix_types),
         cmocka_unit_test(test_mix_file_untied), cmocka_unit_test(test_mix_file_tied),
         cmocka_unit_test(test_mix_cli),         cmocka_unit_test(test_mix_fallback),
+        cmocka_unit_test(test_q2_k_m_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,15 +77,40 @@ static int layer_of(const char *name, const char **rest) {
     return (int)v;
 }
 
-skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, bool has_output) {
-    if (mix != SKV_QMIX_Q4_K_M) return SKV_TYPE_COUNT;
+skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, int n_gqa,
+                            bool has_output) {
+    if (mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M) return SKV_TYPE_COUNT;
     if (!strcmp(name, "output.weight") || (!has_output && !strcmp(name, "token_embd.weight")))
         return SKV_TYPE_Q6_K;
     const char *rest = NULL;
     int layer = layer_of(name, &rest);
+    if (mix == SKV_QMIX_Q2_K_M) {
+        if (layer >= 0 && !strcmp(rest, "attn_v.weight"))
+            return n_gqa >= 4 ? SKV_TYPE_Q4_K : SKV_TYPE_Q3_K;
+        if (layer >= 0 && (!strcmp(rest, "ffn_down.weight") || !strcmp(rest, "attn_output.weight")))
+            return SKV_TYPE_Q3_K;
+        return SKV_TYPE_Q2_K;
+    }
     if (layer >= 0 && (!strcmp(rest, "attn_v.weight") || !strcmp(rest, "ffn_down.weight")))
         return skv_quant_mix_more_bits(layer, n_layer) ? SKV_TYPE_Q6_K : SKV_TYPE_Q4_K;
     return SKV_TYPE_Q4_K;
+}
+
+uint32_t skv_quant_mix_ftype(skv_quant_mix mix) {
+    return mix == SKV_QMIX_Q4_K_M ? 15u : mix == SKV_QMIX_Q2_K_M ? 10u : 0u;
+}
+
+/* Query heads per kv head from the file's metadata (1 when it does not say). */
+static int file_n_gqa(const skv_gguf *g) {
+    const char *arch = skv_gguf_get_str(g, "general.architecture");
+    char key[96];
+    int64_t nh = 0, nkv = 0, i;
+    snprintf(key, sizeof key, "%.60s.attention.head_count", arch ? arch : "llama");
+    if ((i = skv_gguf_find_key(g, key)) >= 0) skv_gguf_kv_int(g, i, &nh);
+    snprintf(key, sizeof key, "%.60s.attention.head_count_kv", arch ? arch : "llama");
+    if ((i = skv_gguf_find_key(g, key)) >= 0) skv_gguf_kv_int(g, i, &nkv);
+    if (nkv <= 0) nkv = nh; /* llama's default: as many kv heads as heads */
+    return nh > 0 && nkv > 0 ? (int)(nh / nkv) : 1;
 }
 
 skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_type type,
@@ -98,7 +123,10 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
                                    const skv_quantize_opts *opts, skv_quantize_report *report,
                                    skv_err *err) {
     skv_quant_mix mix = opts ? opts->mix : SKV_QMIX_NONE;
-    skv_type type = mix == SKV_QMIX_Q4_K_M ? SKV_TYPE_Q4_K : opts ? opts->type : SKV_TYPE_COUNT;
+    skv_type type = mix == SKV_QMIX_Q4_K_M   ? SKV_TYPE_Q4_K
+                    : mix == SKV_QMIX_Q2_K_M ? SKV_TYPE_Q2_K
+                    : opts                   ? opts->type
+                                             : SKV_TYPE_COUNT;
     int n_threads = opts ? opts->n_threads : 0;
     skv_quantize_report rep_local;
     skv_quantize_report *rep = report ? report : &rep_local;
@@ -106,7 +134,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     double t0 = skv_time_ms();
     if (!in_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
-    if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M)
+    if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M)
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "unknown quantization mix %d", (int)mix);
     if (!skv_type_can_quantize(type))
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
@@ -149,6 +177,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
         goto done;
     }
     bool any_fill = false, has_output = false;
+    const int n_gqa = file_n_gqa(g);
     int n_layer = 0;
     for (int64_t i = 0; i < n; i++) { /* what the mix needs: the layer count, a separate output */
         const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
@@ -177,7 +206,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
                              t->name, (int)t->type);
             goto done;
         }
-        skv_type asked = mix ? skv_quant_mix_type(mix, t->name, n_layer, has_output) : type;
+        skv_type asked = mix ? skv_quant_mix_type(mix, t->name, n_layer, n_gqa, has_output) : type;
         skv_type want = skv_matrix_type_for(asked, t->ne[0]);
         /* A fallback never grows a matrix: one stored no larger (Q4_0, Q8_0, BF16 against F16)
          * is copied as it is, losslessly. */
@@ -204,7 +233,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     if ((st = skv_gguf_writer_copy_kv(w, g, NULL)) != SKV_OK ||
         (st = skv_gguf_writer_set_u32(
              w, "general.file_type",
-             skv_ftype_label(type, mix == SKV_QMIX_Q4_K_M, rep->n_by_type))) != SKV_OK) {
+             skv_ftype_label(type, skv_quant_mix_ftype(mix), rep->n_by_type))) != SKV_OK) {
         skv_err_set(err, st, "cannot copy the metadata of '%s'", in_path);
         goto done;
     }

@@ -165,14 +165,15 @@ uint32_t skv_ftype_of(skv_type t) {
     }
 }
 
-uint32_t skv_ftype_label(skv_type asked, bool q4_k_m, const int n_by_type[SKV_TYPE_COUNT]) {
-    const bool took =
-        q4_k_m ? n_by_type[SKV_TYPE_Q4_K] + n_by_type[SKV_TYPE_Q6_K] > 0 : n_by_type[asked] > 0;
+uint32_t skv_ftype_label(skv_type asked, uint32_t mix_ftype, const int n_by_type[SKV_TYPE_COUNT]) {
+    const int k_types = n_by_type[SKV_TYPE_Q2_K] + n_by_type[SKV_TYPE_Q3_K] +
+                        n_by_type[SKV_TYPE_Q4_K] + n_by_type[SKV_TYPE_Q6_K];
+    const bool took = mix_ftype ? k_types > 0 : n_by_type[asked] > 0;
     int most = -1;
     for (int t = 0; t < SKV_TYPE_COUNT; t++)
         if (n_by_type[t] > 0 && (most < 0 || n_by_type[t] > n_by_type[most])) most = t;
     if (!took && most >= 0) return skv_ftype_of((skv_type)most);
-    return q4_k_m ? 15u : skv_ftype_of(asked);
+    return mix_ftype ? mix_ftype : skv_ftype_of(asked);
 }
 
 skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
@@ -739,7 +740,7 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
     if ((st = skv_gguf_writer_set_str(w, "general.architecture", arch)) ||
         (st = skv_gguf_writer_set_str(w, "general.name", gname)) ||
         (st = skv_gguf_writer_set_u32(w, "general.file_type",
-                                      skv_ftype_label(p->type, false, n_by_type))) ||
+                                      skv_ftype_label(p->type, 0, n_by_type))) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("context_length"), (uint32_t)n_ctx)) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("embedding_length"), (uint32_t)e)) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("feed_forward_length"), (uint32_t)ff)) ||

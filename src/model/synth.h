@@ -104,11 +104,12 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
 
 /* GGUF general.file_type (llama.cpp's ftype numbering) for a model whose matrices are t. */
 uint32_t skv_ftype_of(skv_type t);
-/* general.file_type for a file whose matrices were asked in `asked` (or the Q4_K_M mix: 15)
- * and written n_by_type[t] in each type t: the asked one when any matrix took it, else that of
- * the type most of them were written in (a model whose rows are no whole k-quant blocks is not
- * labelled a k-quant file). */
-uint32_t skv_ftype_label(skv_type asked, bool q4_k_m, const int n_by_type[SKV_TYPE_COUNT]);
+/* general.file_type for a file whose matrices were asked in `asked` (or in a mix, mix_ftype:
+ * Q4_K_M's 15, Q2_K_M's 10; 0 for none) and written n_by_type[t] in each type t: the asked one
+ * (the mix's) when any matrix took it (one of the mix's K types), else that of the type most of
+ * them were written in (a model whose rows are no whole k-quant blocks is not labelled a k-quant
+ * file). */
+uint32_t skv_ftype_label(skv_type asked, uint32_t mix_ftype, const int n_by_type[SKV_TYPE_COUNT]);
 
 /* The type a matrix with rows of cols values is written in when want is asked for: want when
  * cols is a multiple of its block size; else Q8_0 for a K-quant (Q4_K, Q5_K, Q6_K) when cols is
@@ -144,6 +145,9 @@ typedef enum skv_quant_mix {
     SKV_QMIX_NONE = 0,   /* every matrix in the one type */
     SKV_QMIX_Q4_K_M = 1, /* Q6_K for the output matrix and for attn_v / ffn_down of the layers
                             skv_quant_mix_more_bits picks, Q4_K elsewhere (file type 15) */
+    SKV_QMIX_Q2_K_M = 2, /* llama-quantize's Q2_K ("Q2_K - Medium", file type 10): Q6_K for the
+                            output matrix, Q3_K for attn_output and ffn_down, attn_v Q4_K where
+                            n_head >= 4 n_head_kv (else Q3_K), Q2_K elsewhere */
 } skv_quant_mix;
 
 typedef struct skv_quantize_opts {
@@ -160,8 +164,12 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
 /* Q4_K_M's layer rule: the first and last eighth of the n_layer layers, and every third layer in
  * between (layer - n_layer/8 = 2, 5, 8, ...), get the wider type. */
 bool skv_quant_mix_more_bits(int layer, int n_layer);
-/* The type mix gives the 2-D tensor name (before the block-size fallback). has_output: the
- * model has its own output.weight (else token_embd doubles as the output and is treated so). */
-skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, bool has_output);
+/* The type mix gives the 2-D tensor name (before the block-size fallback). n_gqa: query heads
+ * per kv head; has_output: the model has its own output.weight (else token_embd doubles as the
+ * output and is treated so). */
+skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, int n_gqa,
+                            bool has_output);
+/* The mix's general.file_type (15, 10), 0 for SKV_QMIX_NONE. */
+uint32_t skv_quant_mix_ftype(skv_quant_mix mix);
 
 #endif
