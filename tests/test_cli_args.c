@@ -332,8 +332,30 @@ static void test_logits_tokens_file(void **state) {
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* compress's summary says where the window is: in the cache (engine, counted in T), scored on a
+ * copy (seed), or neither (a policy that does not score with it). */
+static void test_compress_summary(void **state) {
+    (void)state;
+    char *out = test_cli_expect(0, "compress -p " PROMPT
+                                   " --window 6 --protocol engine --policy snapkv --keep 0.5");
+    assert_non_null(strstr(out, "cached positions"));
+    assert_non_null(strstr(out, "the last 6 the window (kept in the cache)"));
+    free(out);
+    out = test_cli_expect(0, "compress -p " PROMPT " --window-text ' It was warm' --policy snapkv "
+                             "--keep 0.5");
+    assert_non_null(strstr(out, "prefix positions"));
+    assert_non_null(strstr(out, "tokens + a window of "));
+    assert_non_null(strstr(out, "(scored on a copy, not kept)"));
+    free(out);
+    out = test_cli_expect(0, "compress -p " PROMPT " --window-text ' It was warm' --policy knorm "
+                             "--keep 0.5");
+    assert_non_null(strstr(out, "knorm does not score with them"));
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compress_summary),
         cmocka_unit_test(test_logits_tokens_file),
         cmocka_unit_test(test_same_spelling),
         cmocka_unit_test(test_did_you_mean),

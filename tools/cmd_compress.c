@@ -105,19 +105,23 @@ static void print_json(FILE *f, const skv_context *ctx, const skv_compress_info 
 
 static void print_summary(FILE *f, const skv_compress_info *info, const cli_policy_opts *o,
                           int prompt_tokens) {
-    fprintf(f,
-            "policy %s, %s protocol, %s positions: T = %d prefix positions, keep = %d "
-            "(keep_frac %g)\n",
+    const bool engine = o->params.protocol == SKV_PROTOCOL_ENGINE;
+    /* the engine protocol's T counts the window too: it is in the cache */
+    fprintf(f, "policy %s, %s protocol, %s positions: T = %d %s, keep = %d (keep_frac %g)\n",
             info->policy, cli_protocol_name(o->params.protocol),
-            cli_positions_name(o->params.positions), info->T, info->keep, info->keep_frac);
-    fprintf(f, "prompt: %d tokens", prompt_tokens);
-    if (info->window_tokens)
-        fprintf(f, ", window %d tokens (%s)", info->window_tokens,
-                o->params.protocol == SKV_PROTOCOL_ENGINE ? "kept in the cache"
-                                                          : "scored on a copy, not kept");
-    else if (o->params.protocol == SKV_PROTOCOL_SEED && prompt_tokens > info->T)
-        fprintf(f, ", window %d token%s (not in the cache; %s does not score with it)",
-                prompt_tokens - info->T, prompt_tokens - info->T == 1 ? "" : "s", info->policy);
+            cli_positions_name(o->params.positions), info->T,
+            engine ? "cached positions" : "prefix positions", info->keep, info->keep_frac);
+    if (info->window_tokens && engine)
+        fprintf(f, "prompt: %d tokens, the last %d the window (kept in the cache)", prompt_tokens,
+                info->window_tokens);
+    else if (info->window_tokens)
+        fprintf(f, "prompt: %d tokens + a window of %d (scored on a copy, not kept)", info->T,
+                info->window_tokens);
+    else if (!engine && prompt_tokens > info->T)
+        fprintf(f, "prompt: %d tokens + %d more (not in the cache; %s does not score with them)",
+                info->T, prompt_tokens - info->T, info->policy);
+    else
+        fprintf(f, "prompt: %d tokens", prompt_tokens);
     fputc('\n', f);
     if (has_layer_budgets(info->policy)) {
         fprintf(f, "layer budgets: ");
