@@ -110,6 +110,7 @@ static void test_compressed_decode_record(void **state) {
     out = bench("-p 0 -n 2 -t 1 -r 1 --depth 64 --policy streaming --keep 0.25", &st);
     assert_int_equal(st, 0);
     assert_non_null(strstr(out, "| tg2@d64 |"));
+    assert_non_null(strstr(out, "| prefill@d64 (1 run) |")); /* the JSON's name, and the runs */
     assert_non_null(strstr(out, "Compressed-cache decode"));
     assert_non_null(strstr(out, "| 16 |")); /* kept per head: 0.25 * 64 */
     /* KV bytes in a unit that shows them: 64 and 16 positions of 5 layers x 4 kv heads x (k and

@@ -495,7 +495,7 @@ static bool run_depth(bench *b, int threads, const peaks *pk) {
         if (o->json)
             snprintf(test, sizeof test, "prefill@d%d", D);
         else
-            snprintf(test, sizeof test, "pp%d (depth prefill, 1 run)", D);
+            snprintf(test, sizeof test, "prefill@d%d (1 run)", D);
         double secs = prefill_ms / 1e3;
         print_row(o, &b->f, threads, test, &secs, 1, D, prefill_flops(&b->f, 0, D), 0, pk);
     }
