@@ -15,9 +15,10 @@ static void usage(FILE *f) {
                "and vocabulary facts. --json prints one JSON document instead.\n"
                "--system prints the CPU features seen and the SIMD level the kernels use (the\n"
                "CPU's widest, lowered by SKV_SIMD=scalar|avx2|avx512), and whether F16/BF16\n"
-               "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off) and how Q4_K decode\n"
-               "reads its weights (SKV_K16_PREFETCH=0|1); with a MODEL, then the model (with\n"
-               "--json one document: the model's, the system's facts under \"system\").\n");
+               "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off) and how decode reads\n"
+               "the k16 records of Q4_K, Q5_K, Q8_0, Q4_0/1 and Q5_0/1 (SKV_K16_PREFETCH=0|1);\n"
+               "with a MODEL, then the model (with --json one document: the model's, the\n"
+               "system's facts under \"system\").\n");
 }
 
 /* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
@@ -79,11 +80,12 @@ static void print_system(bool json) {
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
     if (skv_simd_k16_prefetch())
         printf(
-            "k16 decode   Q4_K, Q8_0, Q4_*, Q5_* records as 4 streams per thread, %d bytes ahead "
+            "k16 decode   Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1 records as 4 streams per thread, %d "
+            "bytes ahead "
             "(SKV_K16_PREFETCH=0: one stream)\n",
             skv_simd_k16_ahead());
     else if (strcmp(skv_simd_level(), "scalar") != 0) /* SKV_K16_PREFETCH=0 */
-        printf("k16 decode   Q4_K, Q8_0, Q4_*, Q5_* records as one stream per thread "
+        printf("k16 decode   Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1 records as one stream per thread "
                "(SKV_K16_PREFETCH=1: 4 prefetched streams)\n");
     if (warn) printf("simd note    %s\n", warn);
 }

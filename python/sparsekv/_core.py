@@ -210,8 +210,9 @@ def _f32p(a):
 
 def default_model_path():
     """The embedded default model: stories260K.gguf shipped with the package (pip install) or
-    models/stories260K.gguf in the source tree. $SKV_MODEL overrides both."""
-    env = os.environ.get("SKV_MODEL")
+    models/stories260K.gguf in the source tree. $SKV_DEFAULT_MODEL (as for the CLI; $SKV_MODEL,
+    its older name, too) overrides both."""
+    env = os.environ.get("SKV_DEFAULT_MODEL") or os.environ.get("SKV_MODEL")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
