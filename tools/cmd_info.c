@@ -79,11 +79,10 @@ static void print_system(bool json) {
     if (skv_simd_amx())
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
     if (skv_simd_k16_prefetch())
-        printf(
-            "k16 decode   Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1 records as 4 streams per thread, %d "
-            "bytes ahead "
-            "(SKV_K16_PREFETCH=0: one stream)\n",
-            skv_simd_k16_ahead());
+        printf("k16 decode   Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1 records as 4 streams per thread, %d "
+               "bytes ahead "
+               "(SKV_K16_PREFETCH=0: one stream)\n",
+               skv_simd_k16_ahead());
     else if (strcmp(skv_simd_level(), "scalar") != 0) /* SKV_K16_PREFETCH=0 */
         printf("k16 decode   Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1 records as one stream per thread "
                "(SKV_K16_PREFETCH=1: 4 prefetched streams)\n");
