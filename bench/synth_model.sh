@@ -6,8 +6,8 @@
 # A synthetic model of a preset's real shapes (`sparsekv synth-model`, seed 1), generated when
 # missing, or when the sources that write it changed since (then written over: --overwrite): a
 # hash of them is kept beside the model (PATH.key). The kernels' code does not enter it, so a
-# rebuilt CLI reuses the models (the largest take minutes to write). TYPE q4_k_m, the mix most
-# downloads use, is the f16 model through `sparsekv quantize ... q4_k_m`.
+# rebuilt CLI reuses the models (the largest take minutes to write). A mix TYPE (q4_k_m, the one
+# most downloads use; q2_k_m) is the f16 model through `sparsekv quantize ... TYPE`.
 SKV_SYNTH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 synth_model() {
     local cli=$1 dir=$2 preset=$3 type=$4 f key
@@ -16,17 +16,17 @@ synth_model() {
         echo "$preset $type seed 1 ctx 16384"
         (cd "$SKV_SYNTH_ROOT" && cat src/model/synth.c src/model/synth.h src/kernels/quant.c \
             src/gguf.c src/gguf.h src/model/arch.c src/rng.c src/types.c tools/cmd_synth_model.c)
-        if [ "$type" = q4_k_m ]; then
-            (cd "$SKV_SYNTH_ROOT" && cat src/model/quantize_model.c tools/cmd_quantize.c)
-        fi
+        case $type in *_k_m)
+            (cd "$SKV_SYNTH_ROOT" && cat src/model/quantize_model.c tools/cmd_quantize.c) ;;
+        esac
     } | sha256sum | cut -d' ' -f1)
     if [ ! -s "$f" ] || [ "$(cat "$f.key" 2>/dev/null)" != "$key" ]; then
         echo "generating $f" >&2
         rm -f "$f.key"
-        if [ "$type" = q4_k_m ]; then
+        if [ "${type%_k_m}" != "$type" ]; then
             local src
             src=$(synth_model "$cli" "$dir" "$preset" f16)
-            "$cli" quantize "$src" "$f" q4_k_m --overwrite >&2
+            "$cli" quantize "$src" "$f" "$type" --overwrite >&2
         else
             "$cli" synth-model --preset "$preset" --type "$type" --ctx 16384 --seed 1 -o "$f" \
                 --overwrite >&2
