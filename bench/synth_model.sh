@@ -7,7 +7,7 @@
 # missing, or when the sources that write it changed since (then written over: --overwrite): a
 # hash of them is kept beside the model (PATH.key). The kernels' code does not enter it, so a
 # rebuilt CLI reuses the models (the largest take minutes to write). A mix TYPE (q4_k_m, the one
-# most downloads use; q2_k_m) is the f16 model through `sparsekv quantize ... TYPE`.
+# most downloads use; q3_k_m, q2_k_m) is the f16 model through `sparsekv quantize ... TYPE`.
 SKV_SYNTH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 synth_model() {
     local cli=$1 dir=$2 preset=$3 type=$4 f key

@@ -19,7 +19,7 @@
 # ceiling leaves room for 1.11x at most.
 #
 # Environment: SKV_VS_PRESETS (default "smollm2-135m qwen2.5-0.5b llama-3.2-1b"),
-# SKV_VS_TYPES (default "f16 q8_0 q4_k q4_k_m"; a mix, q4_k_m or q2_k_m: the f16 model quantized
+# SKV_VS_TYPES (default "f16 q8_0 q4_k q4_k_m"; a mix, q4_k_m, q3_k_m or q2_k_m: the f16 model quantized
 # to it),
 # SKV_VS_ROUNDS (3), SKV_VS_THREADS (2), SKV_VS_PP (512), SKV_VS_TG (128), SKV_BENCH_DIR,
 # SKV_VS_DEPTH (0; D > 0: both tests after D tokens of context, llama-bench -d D and sparsekv

@@ -73,6 +73,25 @@ static void test_mix_types(void **s) {
     assert_int_equal(skv_quant_mix_type(q2, "blk.2.ffn_up.weight", 8, 4, true), SKV_TYPE_Q2_K);
     assert_int_equal(skv_quant_mix_type(q2, "blk.2.attn_q.weight", 8, 4, true), SKV_TYPE_Q2_K);
     assert_int_equal(skv_quant_mix_ftype(q2), 10);
+    /* Q3_K_M, llama-quantize's: Q6_K output, attn_v Q5_K in layers 0-1 else Q4_K, ffn_down Q5_K
+     * in the first n_layer/16 layers else Q4_K, attn_output and attn_qkv Q4_K, Q3_K elsewhere */
+    const skv_quant_mix q3 = SKV_QMIX_Q3_K_M;
+    assert_int_equal(skv_quant_mix_type(q3, "output.weight", 32, 4, true), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(q3, "token_embd.weight", 32, 4, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_type(q3, "token_embd.weight", 32, 4, false), SKV_TYPE_Q6_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.1.attn_v.weight", 32, 4, true), SKV_TYPE_Q5_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.2.attn_v.weight", 32, 4, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.1.ffn_down.weight", 32, 4, true), SKV_TYPE_Q5_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.2.ffn_down.weight", 32, 4, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.0.ffn_down.weight", 15, 4, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.9.attn_output.weight", 32, 4, true),
+                     SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.9.attn_qkv.weight", 32, 4, true), SKV_TYPE_Q4_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.9.ffn_gate.weight", 32, 4, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_type(q3, "blk.9.attn_k.weight", 32, 4, true), SKV_TYPE_Q3_K);
+    assert_int_equal(skv_quant_mix_ftype(q3), 12);
+    /* Q4_K_M's fused q/k/v (phi3's attn_qkv): Q5_K, as llama-quantize */
+    assert_int_equal(skv_quant_mix_type(m, "blk.4.attn_qkv.weight", 8, 1, true), SKV_TYPE_Q5_K);
     assert_int_equal(skv_quant_mix_ftype(m), 15);
     assert_int_equal(skv_quant_mix_ftype(SKV_QMIX_NONE), 0);
 }
@@ -318,55 +337,72 @@ static void test_mix_cli(void **s) {
     for (int i = 0; i < f.n; i++) free(f.data[i]);
 }
 
-/* The Q2_K_M mix on the hand-built file: every tensor's type by its role (attn_v by the file's
- * heads per kv head: none written, 12 / 4, 32 / 8), file type 10, each matrix back within its
- * type's error. */
-static void test_q2_k_m_file(void **s) {
+/* The type the Q2_K_M or Q3_K_M mix gives tensor n of the hand-built file (8 layers: n_layer/16
+ * = 0, so no ffn_down of Q3_K_M's takes Q5_K); tied: token_embd is the output; gqa4: 4 or more
+ * query heads per kv head. */
+static skv_type low_mix_expected(skv_quant_mix mix, const char *n, bool tied, bool gqa4) {
+    if (!strcmp(n, "output_norm.weight")) return SKV_TYPE_F32;
+    if (!strcmp(n, "output.weight") || (tied && !strcmp(n, "token_embd.weight")))
+        return SKV_TYPE_Q6_K;
+    int l = -1;
+    sscanf(n, "blk.%d.", &l);
+    if (mix == SKV_QMIX_Q2_K_M)
+        return strstr(n, ".attn_v.")     ? (gqa4 ? SKV_TYPE_Q4_K : SKV_TYPE_Q3_K)
+               : strstr(n, ".ffn_down.") ? SKV_TYPE_Q3_K
+                                         : SKV_TYPE_Q2_K;
+    return strstr(n, ".attn_v.")     ? (l < 2 ? SKV_TYPE_Q5_K : SKV_TYPE_Q4_K)
+           : strstr(n, ".ffn_down.") ? SKV_TYPE_Q4_K
+                                     : SKV_TYPE_Q3_K;
+}
+
+/* The Q2_K_M and Q3_K_M mixes on the hand-built file: every tensor's type by its role (Q2_K_M's
+ * attn_v by the file's heads per kv head: none written, 12 / 4, 32 / 8), the file type (10, 12),
+ * each matrix back within its type's error. */
+static void test_low_mixes_file(void **s) {
     (void)s;
     const int heads[3][2] = {{0, 0}, {12, 4}, {32, 8}};
-    for (int k = 0; k < 3; k++) {
-        file f;
-        char *in = write_file_heads(&f, k != 1, heads[k][0], heads[k][1]);
-        char *out = strdup(test_tmp_path(".gguf"));
-        skv_quantize_opts o = {.mix = SKV_QMIX_Q2_K_M, .n_threads = 2};
-        skv_quantize_report rep;
-        skv_err err = {0};
-        assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
-        skv_gguf *g = skv_gguf_open(out, &err);
-        assert_non_null(g);
-        assert_int_equal(int_key(g, "general.file_type"), 10); /* llama.cpp's MOSTLY_Q2_K */
-        const skv_type v_type = k == 2 ? SKV_TYPE_Q4_K : SKV_TYPE_Q3_K; /* 32 / 8 = 4 */
-        for (int i = 0; i < f.n; i++) {
-            const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
-            const char *n = t->name;
-            const skv_type want =
-                !strcmp(n, "output_norm.weight") ? SKV_TYPE_F32
-                : !strcmp(n, "output.weight") || (k == 1 && !strcmp(n, "token_embd.weight"))
-                    ? SKV_TYPE_Q6_K
-                : strstr(n, ".attn_v.")   ? v_type
-                : strstr(n, ".ffn_down.") ? SKV_TYPE_Q3_K
-                                          : SKV_TYPE_Q2_K;
-            if (t->type != want)
-                fail_msg("%s: %s, want %s", n, skv_type_name(t->type), skv_type_name(want));
-            /* uniform data: steps of a sub-block's range over 3 (Q2_K), 7 (Q3_K), 15 (Q4_K), 1/32
-             * of max |x| (Q6_K), each erring by about step / sqrt(12) rms */
-            const double r = rel_rms(t, f.data[i]);
-            const double bound = want == SKV_TYPE_F32    ? 0.0
-                                 : want == SKV_TYPE_Q2_K ? 0.40
-                                 : want == SKV_TYPE_Q3_K ? 0.17
-                                 : want == SKV_TYPE_Q4_K ? 0.07
-                                                         : 0.017;
-            if (!(r <= bound)) fail_msg("%s: rms error %.4f of the data's, over %.3f", n, r, bound);
+    for (int mi = 0; mi < 2; mi++)
+        for (int k = 0; k < 3; k++) {
+            const skv_quant_mix mix = mi ? SKV_QMIX_Q3_K_M : SKV_QMIX_Q2_K_M;
+            if (mi && k == 2) continue;
+            file f;
+            char *in = write_file_heads(&f, k != 1, heads[k][0], heads[k][1]);
+            char *out = strdup(test_tmp_path(".gguf"));
+            skv_quantize_opts o = {.mix = mix, .n_threads = 2};
+            skv_quantize_report rep;
+            skv_err err = {0};
+            assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
+            skv_gguf *g = skv_gguf_open(out, &err);
+            assert_non_null(g);
+            /* llama.cpp's MOSTLY_Q2_K, MOSTLY_Q3_K_M */
+            assert_int_equal(int_key(g, "general.file_type"), mi ? 12 : 10);
+            for (int i = 0; i < f.n; i++) {
+                const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+                const skv_type want = low_mix_expected(mix, t->name, k == 1, k == 2);
+                if (t->type != want)
+                    fail_msg("%s: %s, want %s", t->name, skv_type_name(t->type),
+                             skv_type_name(want));
+                /* uniform data: steps of a sub-block's range over 3 (Q2_K), 7 (Q3_K), 15 (Q4_K),
+                 * 31 (Q5_K), 1/32 of max |x| (Q6_K), each erring by about step / sqrt(12) rms */
+                const double r = rel_rms(t, f.data[i]);
+                const double bound = want == SKV_TYPE_F32    ? 0.0
+                                     : want == SKV_TYPE_Q2_K ? 0.40
+                                     : want == SKV_TYPE_Q3_K ? 0.17
+                                     : want == SKV_TYPE_Q4_K ? 0.07
+                                     : want == SKV_TYPE_Q5_K ? 0.035
+                                                             : 0.017;
+                if (!(r <= bound))
+                    fail_msg("%s: rms error %.4f of the data's, over %.3f", t->name, r, bound);
+            }
+            skv_gguf_close(g);
+            unlink(out);
+            unlink(in);
+            free(out);
+            free(in);
+            for (int i = 0; i < f.n; i++) free(f.data[i]);
         }
-        skv_gguf_close(g);
-        unlink(out);
-        unlink(in);
-        free(out);
-        free(in);
-        for (int i = 0; i < f.n; i++) free(f.data[i]);
-    }
     char *o2 = test_cli_expect(2, "quantize a.gguf b.gguf q2_k_x 2>&1");
-    assert_non_null(strstr(o2, "q2_k_m, q4_k_m"));
+    assert_non_null(strstr(o2, "q2_k_m, q3_k_m, q4_k_m"));
     free(o2);
 }
 
@@ -375,7 +411,7 @@ int main(void) {
         cmocka_unit_test(test_more_bits_rule),  cmocka_unit_test(test_mix_types),
         cmocka_unit_test(test_mix_file_untied), cmocka_unit_test(test_mix_file_tied),
         cmocka_unit_test(test_mix_cli),         cmocka_unit_test(test_mix_fallback),
-        cmocka_unit_test(test_q2_k_m_file),
+        cmocka_unit_test(test_low_mixes_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

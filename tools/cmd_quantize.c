@@ -21,12 +21,15 @@ static void usage(FILE *f) {
         "\n"
         "Rewrites a GGUF model with every 2-D weight matrix (token embedding and output\n"
         "included) in TYPE: f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl, iq4_xs,\n"
-        "q2_k, q3_k, q4_k, q5_k or q6_k, or in a mix: q4_k_m, q6_k for the output matrix\n"
-        "(the token embedding when the output is tied to it) and for attn_v and ffn_down\n"
-        "of the first and last eighth of the layers and of every third layer in between,\n"
-        "q4_k for the rest; q2_k_m (llama-quantize's Q2_K), q6_k for the output matrix,\n"
-        "q3_k for attn_output and ffn_down, attn_v in q4_k where the model has 4 or more\n"
-        "query heads per kv head (else q3_k), q2_k for the rest.\n"
+        "q2_k, q3_k, q4_k, q5_k or q6_k, or in one of llama-quantize's mixes, each with\n"
+        "q6_k for the output matrix (the token embedding when the output is tied to it):\n"
+        "q4_k_m, q6_k also for attn_v and ffn_down of the first and last eighth of the\n"
+        "layers and of every third layer in between, q5_k for a fused attn_qkv, q4_k for\n"
+        "the rest; q3_k_m, attn_v q5_k in layers 0-1 (else q4_k), ffn_down q5_k in the\n"
+        "first sixteenth of the layers (else q4_k), attn_output and attn_qkv q4_k, q3_k\n"
+        "for the rest; q2_k_m (llama-quantize's Q2_K), attn_output and ffn_down q3_k,\n"
+        "attn_v q4_k where the model has 4 or more query heads per kv head (else q3_k),\n"
+        "q2_k for the rest.\n"
         "Norms and other 1-D tensors stay as they are (f32); metadata is copied\n"
         "(general.file_type updated). A matrix whose rows are not a multiple of TYPE's\n"
         "block size (32 for q8_0, q5_*, q4_* and iq4_nl, 256 for the k-quants and iq4_xs)\n"
@@ -121,24 +124,29 @@ int cmd_quantize(int argc, char **argv) {
     if (!strcasecmp(pos[2], "q2_k_m")) {
         qo.mix = SKV_QMIX_Q2_K_M;
         qo.type = SKV_TYPE_Q2_K;
+    } else if (!strcasecmp(pos[2], "q3_k_m")) {
+        qo.mix = SKV_QMIX_Q3_K_M;
+        qo.type = SKV_TYPE_Q3_K;
     } else if (!strcasecmp(pos[2], "q4_k_m")) {
         qo.mix = SKV_QMIX_Q4_K_M;
         qo.type = SKV_TYPE_Q4_K;
     } else if (!skv_type_from_name(pos[2], &qo.type) || !skv_type_can_quantize(qo.type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
-                  "q4_1, q4_0, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k, q2_k_m, q4_k_m)",
+                  "q4_1, q4_0, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k, q2_k_m, q3_k_m, "
+                  "q4_k_m)",
                   pos[2]);
         return 2;
     }
     skv_type type = qo.type;
     const char *target = qo.mix == SKV_QMIX_Q2_K_M   ? "q2_k_m"
+                         : qo.mix == SKV_QMIX_Q3_K_M ? "q3_k_m"
                          : qo.mix == SKV_QMIX_Q4_K_M ? "q4_k_m"
                                                      : skv_type_name(type);
     if (simple && (skv_type_block_size(type) != SKV_QK_K || type == SKV_TYPE_IQ4_XS)) {
         cli_error(CMD,
                   "--simple only applies to the k-quants (q2_k, q3_k, q4_k, q5_k, q6_k, q2_k_m, "
-                  "q4_k_m), "
+                  "q3_k_m, q4_k_m), "
                   "not %s",
                   target);
         return 2;

@@ -79,7 +79,8 @@ static int layer_of(const char *name, const char **rest) {
 
 skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, int n_gqa,
                             bool has_output) {
-    if (mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M) return SKV_TYPE_COUNT;
+    if (mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M && mix != SKV_QMIX_Q3_K_M)
+        return SKV_TYPE_COUNT;
     if (!strcmp(name, "output.weight") || (!has_output && !strcmp(name, "token_embd.weight")))
         return SKV_TYPE_Q6_K;
     const char *rest = NULL;
@@ -91,13 +92,26 @@ skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, in
             return SKV_TYPE_Q3_K;
         return SKV_TYPE_Q2_K;
     }
+    if (mix == SKV_QMIX_Q3_K_M) {
+        if (layer >= 0 && !strcmp(rest, "attn_v.weight"))
+            return layer < 2 ? SKV_TYPE_Q5_K : SKV_TYPE_Q4_K;
+        if (layer >= 0 && !strcmp(rest, "ffn_down.weight"))
+            return layer < n_layer / 16 ? SKV_TYPE_Q5_K : SKV_TYPE_Q4_K;
+        if (layer >= 0 && (!strcmp(rest, "attn_output.weight") || !strcmp(rest, "attn_qkv.weight")))
+            return SKV_TYPE_Q4_K;
+        return SKV_TYPE_Q3_K;
+    }
+    if (layer >= 0 && !strcmp(rest, "attn_qkv.weight")) return SKV_TYPE_Q5_K;
     if (layer >= 0 && (!strcmp(rest, "attn_v.weight") || !strcmp(rest, "ffn_down.weight")))
         return skv_quant_mix_more_bits(layer, n_layer) ? SKV_TYPE_Q6_K : SKV_TYPE_Q4_K;
     return SKV_TYPE_Q4_K;
 }
 
 uint32_t skv_quant_mix_ftype(skv_quant_mix mix) {
-    return mix == SKV_QMIX_Q4_K_M ? 15u : mix == SKV_QMIX_Q2_K_M ? 10u : 0u;
+    return mix == SKV_QMIX_Q4_K_M   ? 15u
+           : mix == SKV_QMIX_Q2_K_M ? 10u
+           : mix == SKV_QMIX_Q3_K_M ? 12u
+                                    : 0u;
 }
 
 /* Query heads per kv head from the file's metadata (1 when it does not say). */
@@ -125,6 +139,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     skv_quant_mix mix = opts ? opts->mix : SKV_QMIX_NONE;
     skv_type type = mix == SKV_QMIX_Q4_K_M   ? SKV_TYPE_Q4_K
                     : mix == SKV_QMIX_Q2_K_M ? SKV_TYPE_Q2_K
+                    : mix == SKV_QMIX_Q3_K_M ? SKV_TYPE_Q3_K
                     : opts                   ? opts->type
                                              : SKV_TYPE_COUNT;
     int n_threads = opts ? opts->n_threads : 0;
@@ -134,7 +149,8 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     double t0 = skv_time_ms();
     if (!in_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
-    if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M)
+    if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M &&
+        mix != SKV_QMIX_Q3_K_M)
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "unknown quantization mix %d", (int)mix);
     if (!skv_type_can_quantize(type))
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",

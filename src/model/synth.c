@@ -167,7 +167,8 @@ uint32_t skv_ftype_of(skv_type t) {
 
 uint32_t skv_ftype_label(skv_type asked, uint32_t mix_ftype, const int n_by_type[SKV_TYPE_COUNT]) {
     const int k_types = n_by_type[SKV_TYPE_Q2_K] + n_by_type[SKV_TYPE_Q3_K] +
-                        n_by_type[SKV_TYPE_Q4_K] + n_by_type[SKV_TYPE_Q6_K];
+                        n_by_type[SKV_TYPE_Q4_K] + n_by_type[SKV_TYPE_Q5_K] +
+                        n_by_type[SKV_TYPE_Q6_K];
     const bool took = mix_ftype ? k_types > 0 : n_by_type[asked] > 0;
     int most = -1;
     for (int t = 0; t < SKV_TYPE_COUNT; t++)

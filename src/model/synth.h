@@ -144,10 +144,15 @@ skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_
 typedef enum skv_quant_mix {
     SKV_QMIX_NONE = 0,   /* every matrix in the one type */
     SKV_QMIX_Q4_K_M = 1, /* Q6_K for the output matrix and for attn_v / ffn_down of the layers
-                            skv_quant_mix_more_bits picks, Q4_K elsewhere (file type 15) */
+                            skv_quant_mix_more_bits picks, Q5_K for attn_qkv (fused, phi3), Q4_K
+                            elsewhere (file type 15) */
     SKV_QMIX_Q2_K_M = 2, /* llama-quantize's Q2_K ("Q2_K - Medium", file type 10): Q6_K for the
                             output matrix, Q3_K for attn_output and ffn_down, attn_v Q4_K where
                             n_head >= 4 n_head_kv (else Q3_K), Q2_K elsewhere */
+    SKV_QMIX_Q3_K_M = 3, /* llama-quantize's Q3_K_M (file type 12): Q6_K for the output matrix,
+                            attn_v Q5_K in layers 0-1 (else Q4_K), ffn_down Q5_K in the first
+                            sixteenth of the layers (else Q4_K), attn_output and attn_qkv Q4_K,
+                            Q3_K elsewhere */
 } skv_quant_mix;
 
 typedef struct skv_quantize_opts {
@@ -169,7 +174,7 @@ bool skv_quant_mix_more_bits(int layer, int n_layer);
  * output and is treated so). */
 skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, int n_gqa,
                             bool has_output);
-/* The mix's general.file_type (15, 10), 0 for SKV_QMIX_NONE. */
+/* The mix's general.file_type (15, 10, 12), 0 for SKV_QMIX_NONE. */
 uint32_t skv_quant_mix_ftype(skv_quant_mix mix);
 
 #endif
