@@ -29,6 +29,15 @@ const skv_arch *skv_arch_find(const char *name) {
     return NULL;
 }
 
+const skv_arch *skv_arch_require(const char *name, skv_err *err) {
+    const skv_arch *a = skv_arch_find(name);
+    if (!a)
+        skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                    "architecture '%.64s' is not supported (sparsekv runs %s)", name ? name : "",
+                    skv_arch_names());
+    return a;
+}
+
 const char *skv_arch_names(void) {
     return "llama, qwen2, qwen3, phi3";
 }

@@ -27,6 +27,9 @@ typedef struct skv_arch {
 
 /* The descriptor of an architecture name, or NULL. */
 const skv_arch *skv_arch_find(const char *name);
+/* The same, or NULL with SKV_ERR_UNSUPPORTED and the message that names what is supported (the
+ * loader's and quantize's refusal). */
+const skv_arch *skv_arch_require(const char *name, skv_err *err);
 /* "llama, qwen2, qwen3, phi3" */
 const char *skv_arch_names(void);
 int skv_arch_count(void);

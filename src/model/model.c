@@ -170,13 +170,8 @@ static bool load_hparams(loader *ld, skv_err *err) {
         skv_err_set(err, SKV_ERR_FORMAT, "missing 'general.architecture'");
         return false;
     }
-    m->arch = skv_arch_find(arch);
-    if (!m->arch) {
-        skv_err_set(err, SKV_ERR_UNSUPPORTED,
-                    "architecture '%.64s' is not supported (sparsekv runs %s)", arch,
-                    skv_arch_names());
-        return false;
-    }
+    m->arch = skv_arch_require(arch, err);
+    if (!m->arch) return false;
     snprintf(hp->arch, sizeof hp->arch, "%s", m->arch->name);
     const int big = 1 << 24;
     if (!get_hparam_int(g, akey(ld, "embedding_length"), 1, big, &hp->n_embd, true, err) ||

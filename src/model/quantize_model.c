@@ -167,13 +167,10 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
      * vocabulary-only GGUF), refused as loading refuses it; a file of matrices alone (an
      * architecture sparsekv runs) is quantized */
     const char *arch = skv_gguf_get_str(g, "general.architecture");
-    if (arch && !skv_arch_find(arch)) {
+    if (arch && !skv_arch_require(arch, err)) {
         rep->bad_input = true;
-        st = skv_err_set(err, SKV_ERR_UNSUPPORTED,
-                         "architecture '%.64s' is not supported (sparsekv runs %s)", arch,
-                         skv_arch_names());
         skv_gguf_close(g);
-        return st;
+        return SKV_ERR_UNSUPPORTED;
     }
     if (n == 0) {
         rep->bad_input = true;
