@@ -9,7 +9,9 @@ trap 'rm -rf "$TMPDIR"' EXIT
 passed=0; failed=0; skipped=0; crashed=()
 for t in "$@"; do
     name=$(basename "$t")
+    t0=$(date +%s%N)
     out=$("$t" 2>&1); rc=$?
+    ms=$((($(date +%s%N) - t0) / 1000000))
     printf '%s\n' "$out" | grep -E '^\[  (FAILED|  ERROR  )|^\[ +(ERROR|FAILED) +\]' | sed "s/^/$name: /"
     # why tests were skipped (support.c's "fixture ... not found"), each reason once
     printf '%s\n' "$out" | grep -E '^\[  SKIP    \] .' | sort -u | sed "s/^/$name: /"
@@ -21,8 +23,9 @@ for t in "$@"; do
         crashed+=("$name (exit $rc)"); failed=$((failed + 1))
         printf '%s\n' "$out" | tail -20 | sed "s/^/$name: /"
     fi
-    printf '%-28s %3s passed %3s failed%s\n' "$name" "${p:-0}" "${f:-0}" \
-        "$([ "${k:-0}" -gt 0 ] && echo " ${k} skipped")"
+    # with the wall time: CI must stay under 15 minutes, this says where they go
+    printf '%-28s %3s passed %3s failed %5d.%d s%s\n' "$name" "${p:-0}" "${f:-0}" \
+        $((ms / 1000)) $((ms % 1000 / 100)) "$([ "${k:-0}" -gt 0 ] && echo " ${k} skipped")"
 done
 [ ${#crashed[@]} -gt 0 ] && echo "crashed: ${crashed[*]}"
 if [ "$skipped" -gt 0 ]; then

@@ -8,6 +8,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* 1 in a build under AddressSanitizer (make asan: everything runs several times slower there),
+ * where the tests that can shrink their largest scalar-reference cases do; 0 otherwise. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SKV_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SKV_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef SKV_TEST_SANITIZED
+#define SKV_TEST_SANITIZED 0
+#endif
+
 /* A fixture from the shared models: $SKV_MODELS or ../shared/models (tests run from the repo
  * root), rel joined to it in a static buffer. A plain clone has no ../shared: there the
  * repository's models/stories260K.gguf (the same file) stands in for
