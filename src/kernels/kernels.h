@@ -316,8 +316,8 @@ typedef struct skv_mm {
     bool w_panels;     /* float W in panels (skv_panels_pack) */
     bool w_k16;        /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_*, Q6_K or Q3_K W in k16 records (skv_k16_pack)
                         */
-    bool w_q3;         /* the AVX2 code's: W (wt Q6_K there) is Q3_K records (kernels.h) */
-    bool w_q2;         /* ... is Q2_K records (kernels.h) */
+    skv_type w_rec;    /* where the Q6_K code (wt Q6_K) reads Q3_K or Q2_K records: that type;
+                          else unused (kernels.h's records) */
     bool k16_prefetch; /* Q4_K, Q5_K, Q8_0, Q4_*, Q5_* records' decode:
                           skv_kernels_use_k16_prefetch() */
 } skv_mm;

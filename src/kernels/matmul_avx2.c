@@ -1509,9 +1509,9 @@ INLINE void gemv_q6_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool
 }
 
 static void gemv_q6_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->w_q2)
+    if (mm->w_rec == SKV_TYPE_Q2_K)
         gemv_q6_rec_t(mm, i0, i1, r0, r1, false, true);
-    else if (mm->w_q3)
+    else if (mm->w_rec == SKV_TYPE_Q3_K)
         gemv_q6_rec_t(mm, i0, i1, r0, r1, true, false);
     else
         gemv_q6_rec_t(mm, i0, i1, r0, r1, false, false);
@@ -1691,8 +1691,8 @@ static void prep_hk_q2rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb)
  * 4g..4g+3 of its two groups, 2 of each in a row's lane: the low words of the two make group
  * 2p's 4 codes, the high words group 2p + 1's. */
 static void prep_hk_q6rec(prep_hk *p, const skv_mm *mm, int g16, int b0, int nb) {
-    const bool q3 = mm->w_q3;
-    if (mm->w_q2) {
+    const bool q3 = mm->w_rec == SKV_TYPE_Q3_K;
+    if (mm->w_rec == SKV_TYPE_Q2_K) {
         prep_hk_q2rec(p, mm, g16, b0, nb);
         return;
     }
@@ -1913,8 +1913,7 @@ void skv_matmul_avx2(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         if (mm->w_k16) {
             skv_mm q6 = *mm;
             q6.wt = SKV_TYPE_Q6_K;
-            q6.w_q3 = mm->wt == SKV_TYPE_Q3_K;
-            q6.w_q2 = mm->wt == SKV_TYPE_Q2_K;
+            q6.w_rec = mm->wt;
             skv_matmul_avx2(&q6, i0, i1, r0, r1);
         }
         break;

@@ -522,7 +522,7 @@ INLINE __m512 q2_rec_step(const uint8_t *rec, const int8_t *xr, const int32_t *x
                            _mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-1.0f)), vdx), acc);
 }
 
-/* Decode from Q3_K or Q2_K records (q6 has wt Q6_K and w_q3 or w_q2). */
+/* Decode from Q3_K or Q2_K records (q6 has wt Q6_K and w_rec Q3_K or Q2_K). */
 INLINE void gemv_q3_q2_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, bool q2) {
     const int nsb = mm->n_in / 256;
     q6_x x;
@@ -545,7 +545,7 @@ INLINE void gemv_q3_q2_rec_t(const skv_mm *mm, int i0, int i1, int r0, int r1, b
 }
 
 static void gemv_q3_q2_rec(const skv_mm *mm, int i0, int i1, int r0, int r1) {
-    if (mm->w_q2)
+    if (mm->w_rec == SKV_TYPE_Q2_K)
         gemv_q3_q2_rec_t(mm, i0, i1, r0, r1, true);
     else
         gemv_q3_q2_rec_t(mm, i0, i1, r0, r1, false);
@@ -676,9 +676,9 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                 const int b0 = kb * KBK, nb = nblk - b0 < KBK ? nblk - b0 : KBK;
                 for (int c = 0; c < no; c++) {
                     if (mm->w_k16) { /* r is a multiple of 16 */
-                        if (mm->w_q3)
+                        if (mm->w_rec == SKV_TYPE_Q3_K)
                             prep_k16_from_q3rec(&prep[c], mm, r / 16 + c, b0, nb);
-                        else if (mm->w_q2)
+                        else if (mm->w_rec == SKV_TYPE_Q2_K)
                             prep_k16_from_q2rec(&prep[c], mm, r / 16 + c, b0, nb);
                         else
                             prep_k16_from_rec(&prep[c], mm, r / 16 + c, b0, nb);
@@ -689,10 +689,9 @@ INLINE void gemm_k16(const skv_mm *mm, int i0, int i1, int r0, int r1, skv_type 
                     prep_k16_fill(&prep[c], w, t, b0, nb);
                 }
                 const int first = kb == 0, last = kb == nkb - 1;
-                /* w_k16 here means Q4_K, Q5_K, Q3_K or Q2_K (Q6_K's records are unpacked at
-                 * this level) */
-                const size_t rb = mm->w_q3             ? SKV_K16_Q3_RECORD
-                                  : mm->w_q2           ? SKV_K16_Q2_RECORD
+                /* w_k16 here means Q4_K, Q5_K, or Q3_K / Q2_K records under the Q6_K code
+                 * (Q6_K's own records are unpacked at this level) */
+                const size_t rb = t == SKV_TYPE_Q6_K   ? q6_rec_bytes(mm)
                                   : t == SKV_TYPE_Q5_K ? SKV_K16_Q5K_RECORD
                                                        : SKV_K16_RECORD;
                 k16_ahead ah = k16_ahead_next(mm, mc0, MCK, i1, r, NOK, r0, r1, kb, nkb, KBK, rb,
@@ -1529,8 +1528,7 @@ void skv_matmul_avx512_vnni(const skv_mm *mm, int i0, int i1, int r0, int r1) {
         /* records only: decode above, prefill the Q6_K tiles */
         skv_mm q6 = *mm;
         q6.wt = SKV_TYPE_Q6_K;
-        q6.w_q3 = mm->wt == SKV_TYPE_Q3_K;
-        q6.w_q2 = mm->wt == SKV_TYPE_Q2_K;
+        q6.w_rec = mm->wt;
         if (!mm->w_k16)
             return;
         else if (mm->m < GEMM_Q_MIN_M)

@@ -319,12 +319,14 @@ static inline const uint8_t *k16_rec(const skv_mm *mm, int g, int s) { /* Q4_K, 
 static inline const uint8_t *q8_rec(const skv_mm *mm, int g, int b) { /* Q8_0 */
     return k16_at(mm, g, b, 32, SKV_K16_Q8_RECORD);
 }
-/* Q6_K, Q3_K (w_q3), Q2_K (w_q2) */
+/* Bytes of the records the Q6_K code reads: Q6_K's own, or Q3_K / Q2_K ones (w_rec) */
+static inline size_t q6_rec_bytes(const skv_mm *mm) {
+    return mm->w_rec == SKV_TYPE_Q3_K   ? SKV_K16_Q3_RECORD
+           : mm->w_rec == SKV_TYPE_Q2_K ? SKV_K16_Q2_RECORD
+                                        : SKV_K16_Q6_RECORD;
+}
 static inline const uint8_t *q6_rec(const skv_mm *mm, int g, int s) {
-    return k16_at(mm, g, s, 256,
-                  mm->w_q3   ? SKV_K16_Q3_RECORD
-                  : mm->w_q2 ? SKV_K16_Q2_RECORD
-                             : SKV_K16_Q6_RECORD);
+    return k16_at(mm, g, s, 256, q6_rec_bytes(mm));
 }
 
 /* IQ4_NL / IQ4_XS records (kernels.h): where block b's record starts for 16-row group g (XS: the
