@@ -112,6 +112,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(EVALLIB) $(STATIC)
 # repeats the first).
 SIMD_TESTS := $(patsubst %,$(BUILD)/tests/%,test_matmul test_kernels test_attn_prefill test_quant test_quantize_model)
 test: $(TEST_BIN) $(CLI) $(SHARED) $(BUILD)/bench_lib_ab
+	@tests/symbols_check.sh $(STATIC) $(SHARED)
 	@SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(TEST_BIN)
 	@echo "again with SKV_SIMD=avx2:"
 	@SKV_SIMD=avx2 SKV_CLI=$(abspath $(CLI)) SKV_BUILD=$(abspath $(BUILD)) tests/run.sh $(SIMD_TESTS)
@@ -197,27 +198,33 @@ $(BUILD)/bench_lib_ab: bench/lib_ab.c bench/bench_args.h include/sparsekv.h
 bench: $(CLI) $(BENCH_BIN)
 	LLAMA_BENCH="$(LLAMA_BENCH)" LLAMA_BENCH_AVX2="$(LLAMA_BENCH_AVX2)" bench/run.sh $(abspath $(CLI))
 
-# The .pc file puts an rpath to PREFIX/lib into Libs, so programs built with pkg-config find the
-# shared library without LD_LIBRARY_PATH or ldconfig (for a system prefix, run ldconfig anyway).
+# LIBDIR: where the libraries and sparsekv.pc go (lib64 or a multiarch directory: set it). The
+# .pc file puts an rpath to it into Libs, so programs built with pkg-config find the shared
+# library without LD_LIBRARY_PATH or ldconfig, except for the system's own library directories
+# (there run ldconfig; an rpath would only be noise to packagers).
+LIBDIR ?= $(PREFIX)/lib
+SYSTEM_LIBDIRS := /lib /lib64 /usr/lib /usr/lib64 \
+    $(addprefix /usr/lib/,$(shell $(CC) -print-multiarch 2>/dev/null))
+PC_RPATH = $(if $(filter $(SYSTEM_LIBDIRS),$(patsubst %/,%,$(LIBDIR))),,-Wl,-rpath,$${libdir})
 install: $(STATIC) $(SHARED) $(CLI)
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED).$(VERSION) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
-	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsparsekv.so
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SHARED).$(VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf libsparsekv.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libsparsekv.so
 	install -m 644 include/sparsekv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/share/sparsekv
 	install -m 644 models/stories260K.gguf $(DESTDIR)$(PREFIX)/share/sparsekv/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sparsekv.pc.in \
-	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's| @RPATH@|$(if $(PC_RPATH), $(PC_RPATH))|' \
+	    -e 's|@VERSION@|$(VERSION)|g' sparsekv.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/sparsekv.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/libsparsekv.a $(DESTDIR)$(PREFIX)/lib/libsparsekv.so \
-	    $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/libsparsekv.so.$(VERSION) \
+	rm -f $(DESTDIR)$(LIBDIR)/libsparsekv.a $(DESTDIR)$(LIBDIR)/libsparsekv.so \
+	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libsparsekv.so.$(VERSION) \
 	    $(DESTDIR)$(PREFIX)/include/sparsekv.h $(DESTDIR)$(PREFIX)/bin/sparsekv \
-	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsekv.pc \
+	    $(DESTDIR)$(LIBDIR)/pkgconfig/sparsekv.pc \
 	    $(DESTDIR)$(PREFIX)/share/sparsekv/stories260K.gguf
 	-rmdir $(DESTDIR)$(PREFIX)/share/sparsekv 2>/dev/null
 

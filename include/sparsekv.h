@@ -9,7 +9,9 @@
  *   - Every name starts with skv_ (types, functions) or SKV_ (constants).
  *   - Objects are opaque. Each *_new / *_load has a *_free that accepts NULL.
  *   - Fallible functions return enum skv_status and fill an optional skv_err (may be NULL);
- *     constructors return NULL on failure and fill the skv_err.
+ *     constructors return NULL on failure and fill the skv_err. Given a NULL object, fallible
+ *     functions return SKV_ERR_INVALID_ARG (constructors NULL), accessors 0 or NULL, and
+ *     skv_context_reset does nothing.
  *   - The library never prints to stdout and never calls exit().
  *   - Shapes are written row-major, outermost first: float *k; // [n_pos, head_dim]
  */
@@ -40,6 +42,8 @@ extern "C" {
 #define SKV_VERSION_PATCH 0
 #define SKV_VERSION       "0.2.0"
 /* major * 10000 + minor * 100 + patch */
+/* The most worker threads a context (or quantize / convert) runs. */
+#define SKV_MAX_THREADS    1024
 #define SKV_VERSION_NUMBER (SKV_VERSION_MAJOR * 10000 + SKV_VERSION_MINOR * 100 + SKV_VERSION_PATCH)
 
 /* ---------------------------------------------------------------------------------------------
@@ -165,7 +169,9 @@ SKV_API skv_type skv_model_weight_type(const skv_model *model);
 SKV_API skv_vocab *skv_vocab_load(const char *path, skv_err *err);
 
 /* Loads a vocabulary from a llama2.c tokenizer.bin (e.g. tok512.bin, the 32000-token
- * llama2-tokenizer/tokenizer.bin). bos/eos default to 1/2, unk to 0. */
+ * llama2-tokenizer/tokenizer.bin). bos/eos default to 1/2, unk to 0. n_vocab: the tokens to
+ * read (the checkpoint's vocabulary size: the file must hold at least that many), or 0 for every
+ * token in the file; negative is SKV_ERR_INVALID_ARG. */
 SKV_API skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err);
 /* Frees a vocabulary from skv_vocab_load or skv_vocab_load_llama2c (never the one owned by a
  * model). */
@@ -276,7 +282,8 @@ typedef enum skv_position_mode {
 
 typedef struct skv_context_params {
     int n_ctx;          /* maximum logical length; 0 = the model's n_ctx_train */
-    int n_threads;      /* worker threads; 0 = all online cores */
+    int n_threads;      /* worker threads, at most SKV_MAX_THREADS; 0 = all online cores (as many
+                           of them) */
     skv_type kv_type;   /* SKV_TYPE_F32 (default), SKV_TYPE_F16 or SKV_TYPE_Q8_0 */
     int capture_window; /* when > 0, every forward call keeps the post-RoPE queries of its last
                            capture_window tokens (all layers), for the engine protocol; 0 costs
@@ -420,7 +427,8 @@ typedef struct skv_compress_info {
     double compress_ms; /* all selection work, window pass included (h2o: the forward passes'
                            time summing the attention it selects by, too) */
     double window_ms;   /* the window pass's share of compress_ms (seed protocol) */
-    int window_tokens;  /* 0 when the policy needs no window */
+    int window_tokens;  /* the window W used: 0 in the seed protocol for the policies that need
+                           none; in the engine protocol W (every policy keeps the window) */
     int n_layer, n_head_kv;
     int *layer_budgets;    /* [n_layer] (pyramid: the rule's values, not clamped to T;
                               otherwise keep per layer) */
@@ -487,7 +495,9 @@ SKV_API const skv_policy_param_about *skv_policy_param_at(int i);
  * queries + i * query_head_stride + w * head_dim (NULL when the policy needs no window).
  * The score function is called once per (layer, kv head), from the context's worker threads,
  * several at once: it must be safe to call concurrently (user state shared between calls needs
- * atomics or a lock). */
+ * atomics or a lock). Its status comes back from skv_compress (or skv_forward, under a budget);
+ * a value that is no skv_status comes back as SKV_ERR_INVALID_ARG, a NaN score as
+ * SKV_ERR_NUMERIC. */
 typedef struct skv_policy_head {
     int layer, kv_head, head_dim;
     int n; /* positions scored: score[0..n) */
@@ -550,11 +560,12 @@ typedef struct skv_sampler skv_sampler;
 SKV_API skv_sampler_params skv_sampler_default_params(void);
 SKV_API skv_sampler *skv_sampler_new(const skv_sampler_params *params, skv_err *err);
 SKV_API void skv_sampler_free(skv_sampler *s);
-/* Picks a token from logits [n_vocab]; logits may be modified. */
+/* Picks a token from logits [n_vocab]; logits may be modified. -1 when s or logits is NULL or
+ * n_vocab <= 0. */
 SKV_API int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab);
 
 /* A small, documented PRNG (xoshiro256** seeded through splitmix64) used for sampling, the
- * random policy and synthetic models. */
+ * random policy and synthetic models. Its state is the caller's struct, never NULL. */
 typedef struct skv_rng {
     uint64_t s[4];
 } skv_rng;
@@ -584,7 +595,9 @@ SKV_API skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const cha
                                           const char *out_path, const skv_llama2c_params *params,
                                           skv_err *err);
 
-/* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32). */
+/* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32), on n_threads
+ * threads (0: all cores; at most SKV_MAX_THREADS). SKV_ERR_INVALID_ARG for an id past
+ * SKV_TYPE_COUNT or a bad thread count, SKV_ERR_UNSUPPORTED for a type sparsekv does not write. */
 SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
                                       int n_threads, skv_err *err);
 

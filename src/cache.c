@@ -240,22 +240,22 @@ int skv_cache_head_count_upto(const skv_cache_head *h, int32_t p) {
 /* ---- public accessors ------------------------------------------------------------------- */
 
 int skv_cache_n_layer(const skv_cache *c) {
-    return c->n_layer;
+    return c ? c->n_layer : 0;
 }
 int skv_cache_n_head_kv(const skv_cache *c) {
-    return c->n_head_kv;
+    return c ? c->n_head_kv : 0;
 }
 int skv_cache_head_dim(const skv_cache *c) {
-    return c->head_dim;
+    return c ? c->head_dim : 0;
 }
 skv_type skv_cache_type(const skv_cache *c) {
-    return c->type;
+    return c ? c->type : SKV_TYPE_F32;
 }
 int skv_cache_n_past(const skv_cache *c) {
-    return c->n_past;
+    return c ? c->n_past : 0;
 }
 skv_position_mode skv_cache_position_mode(const skv_cache *c) {
-    return c->mode;
+    return c ? c->mode : SKV_POSITIONS_ORIGINAL;
 }
 
 static bool head_ok(const skv_cache *c, int layer, int head) {
@@ -287,6 +287,7 @@ skv_status skv_cache_head_read(const skv_cache *c, int layer, int head, float *k
 }
 
 uint64_t skv_cache_bytes(const skv_cache *c, int layer) {
+    if (!c) return 0;
     uint64_t n = 0;
     for (int l = 0; l < c->n_layer; l++) {
         if (layer >= 0 && l != layer) continue;
@@ -296,6 +297,7 @@ uint64_t skv_cache_bytes(const skv_cache *c, int layer) {
 }
 
 uint64_t skv_cache_bytes_allocated(const skv_cache *c) {
+    if (!c) return 0;
     uint64_t n = 0;
     for (int i = 0; i < c->n_layer * c->n_head_kv; i++) n += (uint64_t)c->heads[i].cap;
     return n * (2 * (uint64_t)c->row_bytes + sizeof(int32_t));

@@ -135,6 +135,11 @@ skv_context *skv_context_new(const skv_model *model, const skv_context_params *p
         skv_err_set(err, SKV_ERR_INVALID_ARG, "context parameters must not be negative");
         return NULL;
     }
+    if (p.n_threads > SKV_MAX_THREADS) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "n_threads %d: a context runs at most %d threads",
+                    p.n_threads, SKV_MAX_THREADS);
+        return NULL;
+    }
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
     skv_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
@@ -172,6 +177,10 @@ void skv_context_free(skv_context *ctx) {
 }
 
 skv_context *skv_context_clone(const skv_context *src, skv_err *err) {
+    if (!src) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "no context given");
+        return NULL;
+    }
     skv_context *ctx = skv_context_new(src->model, &src->params, err);
     if (!ctx) return NULL;
     skv_cache *c = skv_cache_clone(src->cache, err);
@@ -200,6 +209,7 @@ skv_context *skv_context_clone(const skv_context *src, skv_err *err) {
 }
 
 void skv_context_reset(skv_context *ctx) {
+    if (!ctx) return;
     skv_cache_clear(ctx->cache);
     ctx->qcap_n = 0;
     ctx->qcap_first_pos = 0;
@@ -207,26 +217,30 @@ void skv_context_reset(skv_context *ctx) {
 }
 
 const skv_model *skv_context_model(const skv_context *ctx) {
-    return ctx->model;
+    return ctx ? ctx->model : NULL;
 }
 int skv_context_n_past(const skv_context *ctx) {
-    return ctx->cache->n_past;
+    return ctx ? ctx->cache->n_past : 0;
 }
 int skv_context_n_ctx(const skv_context *ctx) {
-    return ctx->params.n_ctx;
+    return ctx ? ctx->params.n_ctx : 0;
 }
 int skv_context_n_threads(const skv_context *ctx) {
-    return ctx->params.n_threads;
+    return ctx ? ctx->params.n_threads : 0;
 }
 skv_cache *skv_context_cache(skv_context *ctx) {
-    return ctx->cache;
+    return ctx ? ctx->cache : NULL;
 }
 const skv_cache *skv_context_cache_const(const skv_context *ctx) {
-    return ctx->cache;
+    return ctx ? ctx->cache : NULL;
 }
 
 const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,
                                           int *first_pos) {
+    if (!ctx) {
+        if (n) *n = 0;
+        return NULL;
+    }
     const skv_hparams *hp = &ctx->model->hp;
     if (!ctx->qcap || ctx->qcap_n == 0 || layer < 0 || layer >= hp->n_layer) {
         if (n) *n = 0;

@@ -1287,7 +1287,13 @@ static skv_status check_output_path(const skv_gguf_writer *w, const char *path, 
 }
 
 skv_status skv_gguf_writer_write(skv_gguf_writer *w, const char *path, skv_err *err) {
-    if (!w || !path) return skv_err_set(err, SKV_ERR_INVALID_ARG, "GGUF writer: NULL argument");
+    return skv_gguf_writer_write_as(w, path, path, err);
+}
+
+skv_status skv_gguf_writer_write_as(skv_gguf_writer *w, const char *path, const char *shown,
+                                    skv_err *err) {
+    if (!w || !path || !shown)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "GGUF writer: NULL argument");
     if (w->bad != SKV_OK) return skv_err_set(err, w->bad, "GGUF writer: %s", w->bad_msg);
     skv_status chk = check_output_path(w, path, err);
     if (chk != SKV_OK) return chk;
@@ -1325,14 +1331,14 @@ skv_status skv_gguf_writer_write(skv_gguf_writer *w, const char *path, skv_err *
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
-        st = skv_err_set(err, SKV_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+        st = skv_err_set(err, SKV_ERR_IO, "cannot create '%s': %s", shown, strerror(errno));
         free(tmp);
         free(offs);
         return st;
     }
     wfile o = {fdopen(fd, "wb"), 0, true};
     if (!o.f) {
-        st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+        st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", shown, strerror(errno));
         close(fd);
         unlink(tmp);
         free(tmp);
@@ -1380,11 +1386,11 @@ skv_status skv_gguf_writer_write(skv_gguf_writer *w, const char *path, skv_err *
         saved = errno;
     }
     if (o.ok && rename(tmp, path) != 0) {
-        st = skv_err_set(err, SKV_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+        st = skv_err_set(err, SKV_ERR_IO, "cannot move the new file into '%s': %s", shown,
                          strerror(errno));
         unlink(tmp);
     } else if (!o.ok) {
-        st = skv_err_set(err, SKV_ERR_IO, "writing '%s' failed: %s", path,
+        st = skv_err_set(err, SKV_ERR_IO, "writing '%s' failed: %s", shown,
                          strerror(saved ? saved : EIO));
         unlink(tmp);
     }

@@ -157,5 +157,9 @@ skv_status skv_gguf_writer_check_output(const skv_gguf_writer *w, const char *pa
  * must be a new path or a regular file that is not an input: a symbolic link, device, FIFO,
  * socket or directory, or a source file, is refused with SKV_ERR_INVALID_ARG. */
 skv_status skv_gguf_writer_write(skv_gguf_writer *w, const char *path, skv_err *err);
+/* The same, its messages naming shown instead of path: for a caller that writes its own
+ * temporary file on the way to the path its user gave. */
+skv_status skv_gguf_writer_write_as(skv_gguf_writer *w, const char *path, const char *shown,
+                                    skv_err *err);
 
 #endif

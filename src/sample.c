@@ -60,7 +60,7 @@ static int by_logit_desc(const void *a, const void *b) {
 }
 
 int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab) {
-    if (n_vocab <= 0) return -1;
+    if (!s || !logits || n_vocab <= 0) return -1;
     if (s->p.temperature == 0) return argmax(logits, n_vocab);
     if (s->cap < n_vocab) {
         int *idx = realloc(s->idx, (size_t)n_vocab * sizeof *idx);
@@ -76,10 +76,13 @@ int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab) {
     int n = n_vocab;
     if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
 
-    /* softmax over the candidates at the temperature, in double for the cumulative sums */
-    double mx = logits[s->idx[0]] / s->p.temperature, sum = 0;
+    /* softmax over the candidates at the temperature, in double (a float quotient overflows to
+     * inf at a tiny temperature, and inf - inf would make every weight NaN) */
+    const double temp = s->p.temperature;
+    double mx = (double)logits[s->idx[0]] / temp, sum = 0;
+    if (!isfinite(mx)) return s->idx[0]; /* a +inf logit wins; all -inf: the first */
     for (int i = 0; i < n; i++) {
-        double e = exp(logits[s->idx[i]] / s->p.temperature - mx);
+        double e = exp((double)logits[s->idx[i]] / temp - mx);
         s->prob[i] = (float)e;
         sum += e;
     }

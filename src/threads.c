@@ -126,12 +126,12 @@ static void *worker_main(void *p) {
 
 int skv_n_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    return n < 1 ? 1 : n > SKV_MAX_THREADS ? SKV_MAX_THREADS : (int)n;
 }
 
 skv_pool *skv_pool_new(int n_threads) {
     if (n_threads <= 0) n_threads = skv_n_cores();
-    if (n_threads > 1024) return NULL;
+    if (n_threads > SKV_MAX_THREADS) return NULL;
     skv_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;
     pool->n = n_threads;

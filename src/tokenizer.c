@@ -46,11 +46,11 @@ void skv_vocab_free(skv_vocab *v) {
     free(v->eog);
     free(v->special);
     free(v->chat_template);
-    bpe_free(v);
+    skv_bpe_free(v);
     free(v);
 }
 
-bool tokvec_push(tokvec *t, int32_t id) {
+bool skv_tokvec_push(tokvec *t, int32_t id) {
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 256;
         int32_t *a = realloc(t->a, cap * sizeof *a);
@@ -150,7 +150,7 @@ static const char *piece_at(const skv_vocab *v, int32_t id) {
 }
 
 /* Token of a normal piece, or -1. */
-int32_t vocab_lookup(const skv_vocab *v, const char *s, size_t len) {
+int32_t skv_vocab_lookup(const skv_vocab *v, const char *s, size_t len) {
     if (len > v->max_piece_len) return -1;
     uint32_t i = hash_bytes(s, len) & v->table_mask;
     for (;;) {
@@ -237,7 +237,7 @@ static skv_status vocab_finish(skv_vocab *v, const char *what, skv_err *err) {
                 memcpy(dst, p, v->piece_len[i]);
                 k = v->piece_len[i];
             } else {
-                k = bpe_decode_piece(p, v->piece_len[i], dst);
+                k = skv_bpe_decode_piece(p, v->piece_len[i], dst);
             }
         } else if (t == SKV_TOKEN_BYTE) {
             dst[k++] = (char)parse_byte_piece(p, v->piece_len[i]);
@@ -281,10 +281,10 @@ static skv_status vocab_finish(skv_vocab *v, const char *what, skv_err *err) {
         for (int b = 0; b < 256; b++) {
             char buf[4];
             size_t len;
-            utf8_put(bpe_byte_to_cp((uint8_t)b), buf, &len);
+            utf8_put(skv_bpe_byte_to_cp((uint8_t)b), buf, &len);
             memcpy(v->byte_spell[b], buf, len);
             v->byte_spell_len[b] = (uint8_t)len;
-            v->byte_token[b] = vocab_lookup(v, buf, len);
+            v->byte_token[b] = skv_vocab_lookup(v, buf, len);
             if (v->byte_token[b] < 0)
                 return skv_err_set(err, SKV_ERR_FORMAT,
                                    "%s: the byte-level vocabulary has no normal token for byte "
@@ -455,6 +455,11 @@ static skv_status llama2c_scan(const unsigned char *d, size_t size, int want, co
 skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err) {
     if (!path) {
         skv_err_set(err, SKV_ERR_INVALID_ARG, "no tokenizer path given");
+        return NULL;
+    }
+    if (n_vocab < 0) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG,
+                    "vocabulary size %d: give the tokens to read, or 0 for all of them", n_vocab);
         return NULL;
     }
     size_t size = 0;
@@ -678,7 +683,7 @@ skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
         v->type[i] = (uint8_t)type;
     }
     if (vocab_finish(v, "GGUF tokenizer", err) != SKV_OK) goto fail;
-    if (kind == VOCAB_BPE && bpe_load(v, g, err) != SKV_OK) goto fail;
+    if (kind == VOCAB_BPE && skv_bpe_load(v, g, err) != SKV_OK) goto fail;
     return v;
 fail:
     skv_vocab_free(v);
@@ -840,7 +845,7 @@ static bool try_pair(const skv_vocab *v, const char *text, const symbol *sym, in
                      pair_heap *h) {
     if (l < 0 || r < 0 || sym[l].opaque || sym[r].opaque) return true;
     int32_t len = sym[l].len + sym[r].len;
-    int32_t id = vocab_lookup(v, text + sym[l].start, (size_t)len);
+    int32_t id = skv_vocab_lookup(v, text + sym[l].start, (size_t)len);
     if (id < 0) return true;
     pair p = {v->score[id], l, r, len, id};
     return heap_push(h, p);
@@ -935,7 +940,8 @@ static bool spm_encode(const skv_vocab *v, const char *text, size_t len, bool pr
     for (int32_t i = 0; i < n_sym; i++) {
         sym[i].prev = i - 1;
         sym[i].next = i + 1 < n_sym ? i + 1 : -1;
-        if (!sym[i].opaque) sym[i].id = vocab_lookup(v, norm + sym[i].start, (size_t)sym[i].len);
+        if (!sym[i].opaque)
+            sym[i].id = skv_vocab_lookup(v, norm + sym[i].start, (size_t)sym[i].len);
     }
     for (int32_t i = 0; i + 1 < n_sym; i++)
         if (!try_pair(v, norm, sym, i, i + 1, &heap)) goto done;
@@ -961,13 +967,13 @@ static bool spm_encode(const skv_vocab *v, const char *text, size_t len, bool pr
         if (k <= 4) {
             emit_symbol(v, norm, &sym[i], ids);
             for (int j = 0; j < k; j++)
-                if (!tokvec_push(out, ids[j])) goto done;
+                if (!skv_tokvec_push(out, ids[j])) goto done;
         } else {
             int32_t *big = malloc((size_t)k * sizeof *big);
             if (!big) goto done;
             emit_symbol(v, norm, &sym[i], big);
             for (int j = 0; j < k; j++)
-                if (!tokvec_push(out, big[j])) {
+                if (!skv_tokvec_push(out, big[j])) {
                     free(big);
                     goto done;
                 }
@@ -1000,7 +1006,7 @@ static size_t match_special(const skv_vocab *v, const char *s, size_t avail, int
  * space to text at the start and after a special token (as llama.cpp does). */
 static bool encode_fragment(const skv_vocab *v, const char *text, size_t len, bool after_special,
                             tokvec *out) {
-    if (v->kind == VOCAB_BPE) return bpe_encode(v, text, len, out);
+    if (v->kind == VOCAB_BPE) return skv_bpe_encode(v, text, len, out);
     return spm_encode(v, text, len, v->add_space_prefix && after_special, out);
 }
 
@@ -1011,7 +1017,7 @@ static int tokenize_impl(const skv_vocab *v, const char *text, size_t len, bool 
     if (len > ((size_t)INT32_MAX - 16) / 3) return INT_MIN;
     tokvec out = {0};
     int result = INT_MIN;
-    if (bos && !tokvec_push(&out, v->bos)) goto done;
+    if (bos && !skv_tokvec_push(&out, v->bos)) goto done;
     size_t start = 0;
     bool after_special = true;
     if (parse_special && v->n_special > 0) {
@@ -1025,7 +1031,7 @@ static int tokenize_impl(const skv_vocab *v, const char *text, size_t len, bool 
             if (i > start) {
                 if (!encode_fragment(v, text + start, i - start, after_special, &out)) goto done;
             }
-            if (!tokvec_push(&out, id)) goto done;
+            if (!skv_tokvec_push(&out, id)) goto done;
             after_special = true;
             i += m;
             start = i;
@@ -1033,7 +1039,7 @@ static int tokenize_impl(const skv_vocab *v, const char *text, size_t len, bool 
     }
     if (len > start && !encode_fragment(v, text + start, len - start, after_special, &out))
         goto done;
-    if (eos && !tokvec_push(&out, v->eos)) goto done;
+    if (eos && !skv_tokvec_push(&out, v->eos)) goto done;
     if (out.n > INT_MAX) goto done;
     if (out.n > (size_t)n_max) {
         result = -(int)out.n;

@@ -142,6 +142,47 @@ static void test_hparams_read(void **state) {
     skv_model_free(m);
 }
 
+/* sparsekv.h's convention: given a NULL object, accessors return 0 or NULL, fallible calls
+ * SKV_ERR_INVALID_ARG (constructors NULL), skv_context_reset does nothing (an embedder's
+ * clean-up path must not crash on what failed to be made). And a context runs at most
+ * SKV_MAX_THREADS threads: more is the caller's error, not a lack of memory. */
+static void test_null_objects_and_thread_limit(void **state) {
+    (void)state;
+    skv_err err = {0};
+    assert_null(skv_model_hparams(NULL));
+    assert_null(skv_model_vocab(NULL));
+    assert_true(skv_model_weight_bytes(NULL) == 0);
+    assert_null(skv_context_model(NULL));
+    assert_int_equal(skv_context_n_past(NULL), 0);
+    assert_int_equal(skv_context_n_ctx(NULL), 0);
+    assert_int_equal(skv_context_n_threads(NULL), 0);
+    assert_null(skv_context_cache(NULL));
+    assert_null(skv_context_cache_const(NULL));
+    int n = 5;
+    assert_null(skv_context_captured_queries(NULL, 0, &n, NULL));
+    assert_int_equal(n, 0);
+    skv_context_reset(NULL);
+    assert_null(skv_context_clone(NULL, &err));
+    assert_int_equal(err.status, SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_cache_n_layer(NULL), 0);
+    assert_int_equal(skv_cache_n_head_kv(NULL), 0);
+    assert_int_equal(skv_cache_head_dim(NULL), 0);
+    assert_int_equal(skv_cache_n_past(NULL), 0);
+    assert_true(skv_cache_bytes(NULL, -1) == 0);
+    assert_true(skv_cache_bytes_allocated(NULL) == 0);
+    float logits[2] = {1, 2};
+    assert_int_equal(skv_sampler_sample(NULL, logits, 2), -1);
+
+    skv_model *m = skv_model_load(test_model_path("stories260K/stories260K.gguf"), &err);
+    assert_non_null(m);
+    skv_context_params cp = skv_context_default_params();
+    cp.n_threads = SKV_MAX_THREADS + 1;
+    assert_null(skv_context_new(m, &cp, &err));
+    assert_int_equal(err.status, SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "at most 1024 threads"));
+    skv_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unmodified_copy_loads),
@@ -150,6 +191,7 @@ int main(void) {
         cmocka_unit_test(test_wrong_architecture),
         cmocka_unit_test(test_missing_or_misshapen_tensor),
         cmocka_unit_test(test_hparams_read),
+        cmocka_unit_test(test_null_objects_and_thread_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

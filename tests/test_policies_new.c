@@ -412,6 +412,36 @@ static void test_h2o_needs_accumulation(void **state) {
     skv_context_free(z);
 }
 
+/* More threads than the accumulation once had room for (256 flags on its stack: past that h2o
+ * refused every cache, blaming the caller): the same kept positions as at 1 thread. */
+static void test_h2o_many_threads(void **state) {
+    (void)state;
+    skv_context *c[2];
+    const int nth[2] = {1, 300};
+    for (int i = 0; i < 2; i++) {
+        c[i] = test_context(model, SKV_TYPE_F32, 64, nth[i], 0);
+        skv_err err = {0};
+        assert_int_equal(skv_context_accumulate_attention(c[i], true, &err), SKV_OK);
+        test_feed(c[i], toks, 40, SKV_LOGITS_NONE, NULL);
+        skv_compress_params p = params_for("h2o", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
+        skv_compress_info info;
+        if (skv_compress(c[i], &p, &info, &err) != SKV_OK)
+            fail_msg("h2o at %d threads: %s", nth[i], err.msg);
+        skv_compress_info_free(&info);
+    }
+    const skv_cache *a = skv_context_cache_const(c[0]), *b = skv_context_cache_const(c[1]);
+    for (int l = 0; l < skv_cache_n_layer(a); l++)
+        for (int h = 0; h < skv_cache_n_head_kv(a); h++) {
+            const int n = skv_cache_head_len(a, l, h);
+            assert_int_equal(n, 20);
+            assert_int_equal(skv_cache_head_len(b, l, h), n);
+            assert_memory_equal(skv_cache_head_positions(a, l, h),
+                                skv_cache_head_positions(b, l, h), (size_t)n * sizeof(int32_t));
+        }
+    skv_context_free(c[0]);
+    skv_context_free(c[1]);
+}
+
 /* ---- PyramidKV's clamp ---------------------------------------------------------------------- */
 
 static void test_pyramid_clamp(void **state) {
@@ -460,6 +490,16 @@ static skv_status earliest(void *user, const skv_policy_head *hd, double *score,
     assert_non_null(hd->keys);
     assert_true(hd->head_dim == HD);
     for (int i = 0; i < hd->n; i++) score[i] = -(double)i;
+    return SKV_OK;
+}
+
+/* An outside policy that misbehaves: user 0 returns a value that is no skv_status, user 1 scores
+ * a NaN. */
+static skv_status misbehaving(void *user, const skv_policy_head *hd, double *score, skv_err *err) {
+    (void)err;
+    for (int i = 0; i < hd->n; i++) score[i] = (double)i;
+    if (*(const int *)user == 0) return (skv_status)42;
+    score[hd->n / 2] = NAN;
     return SKV_OK;
 }
 
@@ -528,6 +568,22 @@ static void test_registry(void **state) {
         }
     skv_compress_info_free(&info);
     skv_context_free(ctx);
+    /* a scorer's bad status or NaN score: a status of the enum, the cache as it was */
+    static const int modes[2] = {0, 1};
+    const char *bad_names[2] = {"bad_status_test", "nan_score_test"};
+    const skv_status want[2] = {SKV_ERR_INVALID_ARG, SKV_ERR_NUMERIC};
+    const char *said[2] = {"which is no skv_status", "NaN"};
+    for (int k = 0; k < 2; k++) {
+        skv_policy_def d = {bad_names[k], NULL, false, misbehaving, (void *)&modes[k]};
+        assert_int_equal(skv_policy_register(&d, &err), SKV_OK);
+        ctx = new_ctx(0, false);
+        test_feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
+        p = params_for(bad_names[k], 0.5, SKV_PROTOCOL_SEED, NULL, 0);
+        assert_int_equal(skv_compress(ctx, &p, &info, &err), want[k]);
+        assert_non_null(strstr(err.msg, said[k]));
+        assert_int_equal(skv_cache_head_len(skv_context_cache_const(ctx), 0, 0), 30);
+        skv_context_free(ctx);
+    }
 }
 
 /* ---- decoding-time compression -------------------------------------------------------------- */
@@ -853,19 +909,13 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_selection_seed),
-        cmocka_unit_test(test_selection_engine),
-        cmocka_unit_test(test_mask_equivalence),
-        cmocka_unit_test(test_kv_types),
-        cmocka_unit_test(test_h2o_needs_accumulation),
-        cmocka_unit_test(test_pyramid_clamp),
-        cmocka_unit_test(test_registry),
-        cmocka_unit_test(test_budget_bound),
-        cmocka_unit_test(test_budget_streaming),
-        cmocka_unit_test(test_budget_dense_identity),
-        cmocka_unit_test(test_budget_unequal_heads),
-        cmocka_unit_test(test_cli_policies),
-        cmocka_unit_test(test_cli_eval_budget),
+        cmocka_unit_test(test_selection_seed),         cmocka_unit_test(test_selection_engine),
+        cmocka_unit_test(test_mask_equivalence),       cmocka_unit_test(test_kv_types),
+        cmocka_unit_test(test_h2o_needs_accumulation), cmocka_unit_test(test_h2o_many_threads),
+        cmocka_unit_test(test_pyramid_clamp),          cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_budget_bound),           cmocka_unit_test(test_budget_streaming),
+        cmocka_unit_test(test_budget_dense_identity),  cmocka_unit_test(test_budget_unequal_heads),
+        cmocka_unit_test(test_cli_policies),           cmocka_unit_test(test_cli_eval_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -793,7 +793,15 @@ static void test_errors(void **state) {
     char *out = strdup(test_tmp_path(".gguf"));
     assert_int_equal(skv_quantize_model(stories(), out, (skv_type)16, 1, &err), /* IQ2_XXS */
                      SKV_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "type"));
+    assert_non_null(strstr(err.msg, "type id 16"));
+    /* the caller's mistakes: no such type, a bad thread count */
+    assert_int_equal(skv_quantize_model(stories(), out, (skv_type)77, 1, &err),
+                     SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_quantize_model(stories(), out, SKV_TYPE_Q8_0, -1, &err),
+                     SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_quantize_model(stories(), out, SKV_TYPE_Q8_0, SKV_MAX_THREADS + 1, &err),
+                     SKV_ERR_INVALID_ARG);
+    assert_true(access(out, F_OK) != 0);
     assert_int_equal(skv_quantize_model("/nonexistent/model.gguf", out, SKV_TYPE_Q8_0, 1, &err),
                      SKV_ERR_IO);
     assert_true(access(out, F_OK) != 0);

@@ -36,6 +36,24 @@ static void test_top_k_one_is_greedy(void **state) {
     skv_sampler_free(s);
 }
 
+/* The softmax takes logit / temperature in double: in float a tiny temperature overflowed it to
+ * inf, inf - inf made every weight NaN, and the last (least likely) candidate came out. A +inf
+ * logit wins outright. */
+static void test_extreme_temperature_and_inf(void **state) {
+    (void)state;
+    skv_sampler_params p = {.temperature = 1e-39f, .top_k = 0, .top_p = 1.0f, .seed = 1};
+    skv_sampler *s = skv_sampler_new(&p, NULL);
+    assert_non_null(s);
+    float l[] = {10, 1, 0, -5};
+    for (int i = 0; i < 20; i++) assert_int_equal(sample_once(p, l, 4, s), 0);
+    skv_sampler_free(s);
+    p.temperature = 1.0f;
+    s = skv_sampler_new(&p, NULL);
+    float li[] = {1, INFINITY, 3, 0};
+    for (int i = 0; i < 20; i++) assert_int_equal(sample_once(p, li, 4, s), 1);
+    skv_sampler_free(s);
+}
+
 /* probabilities 0.5, 0.25, 0.125, 0.125: top_p = 0.7 keeps the first two, renormalized to
  * 2/3 and 1/3. */
 static void test_top_p_and_frequencies(void **state) {
@@ -100,6 +118,7 @@ int main(void) {
         cmocka_unit_test(test_top_p_and_frequencies),
         cmocka_unit_test(test_seeded_reproducible),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_extreme_temperature_and_inf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -707,6 +707,8 @@ static void test_hand_vocab(void **state) {
     };
     const char *path = write_hand_vocab(pieces, sizeof pieces / sizeof *pieces);
     skv_err err = {0};
+    assert_null(skv_vocab_load_llama2c(path, -5, &err)); /* negative: the caller's mistake */
+    assert_int_equal(err.status, SKV_ERR_INVALID_ARG);
     skv_vocab *v = skv_vocab_load_llama2c(path, 0, &err); /* 0: read to the end */
     assert_non_null(v);
     assert_int_equal(skv_vocab_n_tokens(v), CA + 1);

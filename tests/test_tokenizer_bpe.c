@@ -356,7 +356,7 @@ static void test_roundtrip_random_bytes(void **state) {
 
 /* The GPT-2 alphabet spelling of byte b (UTF-8). */
 static void spell(unsigned b, char *out) {
-    uint32_t cp = bpe_byte_to_cp((uint8_t)b);
+    uint32_t cp = skv_bpe_byte_to_cp((uint8_t)b);
     if (cp < 0x80) {
         out[0] = (char)cp;
         out[1] = 0;
@@ -436,13 +436,13 @@ static void test_byte_alphabet(void **state) {
     size_t k = 0;
     for (unsigned b = 0; b < 256; b++) {
         bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-        assert_int_equal(bpe_byte_to_cp((uint8_t)b), printable ? b : next++);
+        assert_int_equal(skv_bpe_byte_to_cp((uint8_t)b), printable ? b : next++);
         spell(b, spelled + k);
         k += strlen(spelled + k);
     }
     assert_int_equal(next, 0x100 + 68);
     char back[256];
-    assert_int_equal(bpe_decode_piece(spelled, k, back), 256);
+    assert_int_equal(skv_bpe_decode_piece(spelled, k, back), 256);
     for (unsigned b = 0; b < 256; b++) assert_int_equal((unsigned char)back[b], b);
 }
 
@@ -508,14 +508,14 @@ static void test_malformed(void **state) {
 
     /* a regular expression PCRE2 refuses */
     const char *bad[] = {"(?<x>a", NULL};
-    skv_pretok *p = bpe_pretok_compile(bad, 1, &err);
+    skv_pretok *p = skv_bpe_pretok_compile(bad, 1, &err);
     assert_null(p);
     assert_int_equal(err.status, SKV_ERR_FORMAT);
     if (!strstr(err.msg, "refused by PCRE2")) fail_msg("message '%s'", err.msg);
     const char *good[] = {"\\p{L}+", "\\p{N}"};
-    p = bpe_pretok_compile(good, 2, &err);
+    p = skv_bpe_pretok_compile(good, 2, &err);
     assert_non_null(p);
-    bpe_pretok_free(p);
+    skv_bpe_pretok_free(p);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -331,7 +331,7 @@ int cmd_eval_merge(int argc, char **argv) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) {
-        cli_error(CMD, "cannot write %s: %s", tmp, strerror(errno));
+        cli_error(CMD, "cannot write %s: %s", path, strerror(errno));
         goto done;
     }
     for (int i = 0; i < rows.n; i++) {

@@ -674,8 +674,9 @@ static skv_model *load(const char *path, bool with_vocab, load_mode mode, skv_er
     if (skv_gguf_n_tensors(m->gguf) == 0 &&
         skv_gguf_find_key(m->gguf, "tokenizer.ggml.model") >= 0) {
         skv_err_set(err, SKV_ERR_FORMAT,
-                    "the file holds no tensors: a vocabulary-only GGUF, not a model (its "
-                    "tokenizer serves `sparsekv tokenize -m` and `synth-model --vocab`)");
+                    "'%s' holds no tensors: a vocabulary-only GGUF, not a model (skv_vocab_load "
+                    "reads its tokenizer, as `sparsekv tokenize -m` and `synth-model --vocab` do)",
+                    path);
         goto fail;
     }
     if (!load_hparams(&ld, err) || !load_tensors(&ld, err) ||
@@ -716,14 +717,14 @@ skv_model *skv_model_load_meta(const char *path, skv_err *err) {
 }
 
 const skv_hparams *skv_model_hparams(const skv_model *m) {
-    return &m->hp;
+    return m ? &m->hp : NULL;
 }
 const skv_vocab *skv_model_vocab(const skv_model *m) {
-    return m->vocab;
+    return m ? m->vocab : NULL;
 }
 uint64_t skv_model_weight_bytes(const skv_model *m) {
-    return m->weight_bytes;
+    return m ? m->weight_bytes : 0;
 }
 skv_type skv_model_weight_type(const skv_model *m) {
-    return m->weight_type;
+    return m ? m->weight_type : SKV_TYPE_F32;
 }

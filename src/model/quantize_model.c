@@ -152,9 +152,20 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M &&
         mix != SKV_QMIX_Q3_K_M)
         return skv_err_set(err, SKV_ERR_UNSUPPORTED, "unknown quantization mix %d", (int)mix);
-    if (!skv_type_can_quantize(type))
-        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
-                           skv_type_name(type) ? skv_type_name(type) : "(unknown id)");
+    if ((unsigned)type >= SKV_TYPE_COUNT)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: %d is not a ggml type id",
+                           (int)type);
+    if (!skv_type_can_quantize(type)) {
+        if (skv_type_name(type))
+            return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type %s",
+                               skv_type_name(type));
+        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "cannot write weights of type id %d",
+                           (int)type);
+    }
+    if (n_threads < 0 || n_threads > SKV_MAX_THREADS)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "quantize: %d threads (0 for all cores, at most %d)", n_threads,
+                           SKV_MAX_THREADS);
 
     skv_gguf *g = skv_gguf_open(in_path, err);
     if (!g) {

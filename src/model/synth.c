@@ -272,11 +272,11 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
         goto done;
     }
     snprintf(tmp, plen + 32, "%s.part%ld", path, (long)getpid());
-    st = skv_gguf_writer_write(w, tmp, err);
+    st = skv_gguf_writer_write_as(w, tmp, path, err); /* messages name the user's path */
     if (st != SKV_OK) goto done;
     if (zero_bytes == 0) {
         if (rename(tmp, path) != 0)
-            st = skv_err_set(err, SKV_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+            st = skv_err_set(err, SKV_ERR_IO, "cannot move the new file into '%s': %s", path,
                              strerror(errno));
         goto done;
     }
@@ -291,7 +291,7 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
     const char *base = skv_gguf_file_data(g, &file_size);
     fd = open(tmp, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-        st = skv_err_set(err, SKV_ERR_IO, "cannot reopen '%s': %s", tmp, strerror(errno));
+        st = skv_err_set(err, SKV_ERR_IO, "cannot reopen the new '%s': %s", path, strerror(errno));
         goto done;
     }
     chunk = malloc(STREAM_CHUNK_BYTES);
@@ -327,15 +327,15 @@ skv_status skv_gguf_write_streamed(skv_gguf_writer *w, const skv_stream_tensor *
             uint64_t k = SKV_MIN(per, rows - r);
             st = fill(ctx, i, (int64_t)r, (int64_t)k, buf, err);
             if (st == SKV_OK && pwrite_all(fd, buf, (size_t)(k * rb), off + r * rb) != SKV_OK)
-                st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+                st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
         }
         free(big);
     }
     if (st == SKV_OK && close(fd) != 0)
-        st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+        st = skv_err_set(err, SKV_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     fd = -1;
     if (st == SKV_OK && rename(tmp, path) != 0)
-        st = skv_err_set(err, SKV_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+        st = skv_err_set(err, SKV_ERR_IO, "cannot move the new file into '%s': %s", path,
                          strerror(errno));
 done:
     if (fd >= 0) close(fd);

@@ -153,9 +153,8 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
                            params->policy, skv_policy_list());
     if (!pol->decode)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
-                           "policy '%s' cannot run under a decoding budget (its heads would "
-                           "end with different counts or layer budgets); use one of the "
-                           "policies `sparsekv policies` marks decode",
+                           "policy '%s' does not run under a decoding budget; use one that "
+                           "does (skv_policy_about.decode; `sparsekv policies` marks them)",
                            pol->name);
     const int n_ctx = ctx->params.n_ctx;
     if (max_entries < 1 || interval < 1 || (int64_t)max_entries + interval > n_ctx)

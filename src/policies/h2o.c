@@ -11,6 +11,7 @@
 #include "policies.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,7 @@
 typedef struct acc_task {
     skv_context *ctx;
     int layer, n, pos0;
-    bool *fail; /* [nth] */
+    atomic_bool fail; /* a worker ran out of memory */
 } acc_task;
 
 static void acc_worker(void *arg, int ith, int nth) {
@@ -38,7 +39,7 @@ static void acc_worker(void *arg, int ith, int nth) {
         double *p = malloc(((size_t)len + 1) * sizeof *p);
         if (!k || !p || skv_cache_head_read(c, t->layer, h, k, NULL, NULL, NULL) != SKV_OK) {
             free(k), free(p);
-            t->fail[ith] = true;
+            atomic_store_explicit(&t->fail, true, memory_order_relaxed);
             continue;
         }
         double *acc = ps->acc + ((size_t)t->layer * H + h) * (size_t)ps->acc_cap;
@@ -74,16 +75,9 @@ void skv_h2o_accumulate(skv_context *ctx, int layer, int n, int pos0) {
             return;
         }
     }
-    const int nth = skv_pool_size(ctx->pool);
-    bool fail[256] = {false};
-    acc_task t = {ctx, layer, n, pos0, fail};
-    if (nth > 256) {
-        ps->acc_ok = false;
-        return;
-    }
-    skv_pool_run(ctx->pool, acc_worker, &t);
-    for (int i = 0; i < nth; i++)
-        if (fail[i]) ps->acc_ok = false;
+    acc_task t = {ctx, layer, n, pos0, false};
+    skv_pool_run(ctx->pool, acc_worker, &t); /* the pool's join orders the workers' stores */
+    if (atomic_load_explicit(&t.fail, memory_order_relaxed)) ps->acc_ok = false;
     for (int h = 0; h < H; h++) ps->acc_n[(size_t)layer * H + h] += n;
 }
 

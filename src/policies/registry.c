@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 static const skv_policy *const builtin[] = {
@@ -146,9 +147,21 @@ static skv_status ext_head(const skv_score_job *job, int l, int h, const float *
         in.query_head_stride = (size_t)job->q_n * d;
     }
     skv_status st = def->score(def->user, &in, row, err);
-    if (st && err && err->status == SKV_OK)
-        skv_err_set(err, st, "policy '%s' failed on layer %d kv head %d", def->name, l, h);
-    return st;
+    if ((unsigned)st > SKV_ERR_NUMERIC) /* not a status: the scorer's mistake, said as one */
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "policy '%s' returned %d on layer %d kv head %d, which is no skv_status",
+                           def->name, (int)st, l, h);
+    if (st) {
+        if (err && err->status == SKV_OK)
+            skv_err_set(err, st, "policy '%s' failed on layer %d kv head %d", def->name, l, h);
+        return st;
+    }
+    for (int i = 0; i < job->T; i++) /* NaN has no place in a ranking */
+        if (isnan(row[i]))
+            return skv_err_set(err, SKV_ERR_NUMERIC,
+                               "policy '%s' scored position %d of layer %d kv head %d NaN",
+                               def->name, i, l, h);
+    return SKV_OK;
 }
 
 static skv_status ext_score(const skv_score_job *job, double *scores, int T_stride, skv_err *err) {

@@ -62,7 +62,7 @@ static bool byte_is_printable(unsigned b) {
 }
 
 /* The 68 others: 0x00..0x20 (33), 0x7f..0xa0 (34), 0xad (1). */
-uint32_t bpe_byte_to_cp(uint8_t b) {
+uint32_t skv_bpe_byte_to_cp(uint8_t b) {
     if (byte_is_printable(b)) return b;
     if (b <= 0x20) return 0x100u + b;
     if (b >= 0x7f && b <= 0xa0) return 0x100u + 33 + (b - 0x7fu);
@@ -78,7 +78,7 @@ static int cp_to_byte(uint32_t cp) {
     return -1;
 }
 
-size_t bpe_decode_piece(const char *piece, size_t len, char *dst) {
+size_t skv_bpe_decode_piece(const char *piece, size_t len, char *dst) {
     const unsigned char *p = (const unsigned char *)piece;
     size_t k = 0;
     for (size_t i = 0; i < len;) {
@@ -109,13 +109,13 @@ size_t bpe_decode_piece(const char *piece, size_t len, char *dst) {
 /* ------------------------------------------------------------------------------------------ */
 /* Pre-tokenizer */
 
-void bpe_pretok_free(skv_pretok *p) {
+void skv_bpe_pretok_free(skv_pretok *p) {
     if (!p) return;
     for (int i = 0; i < p->n; i++) pcre2_code_free(p->re[i]);
     free(p);
 }
 
-skv_pretok *bpe_pretok_compile(const char *const *patterns, int n, skv_err *err) {
+skv_pretok *skv_bpe_pretok_compile(const char *const *patterns, int n, skv_err *err) {
     if (n < 1 || n > MAX_STAGES) {
         skv_err_set(err, SKV_ERR_INVALID_ARG, "a pre-tokenizer has 1 to %d expressions, not %d",
                     MAX_STAGES, n);
@@ -138,7 +138,7 @@ skv_pretok *bpe_pretok_compile(const char *const *patterns, int n, skv_err *err)
                         "the pre-tokenizer regular expression '%.120s' is refused by PCRE2 at "
                         "offset %zu: %s",
                         patterns[i], (size_t)at, (const char *)msg);
-            bpe_pretok_free(p);
+            skv_bpe_pretok_free(p);
             return NULL;
         }
         p->n = i + 1;
@@ -165,14 +165,14 @@ static const bpe_merge *merge_find(const skv_vocab *v, int32_t l, int32_t r) {
     }
 }
 
-void bpe_free(skv_vocab *v) {
+void skv_bpe_free(skv_vocab *v) {
     free(v->merges);
     v->merges = NULL;
-    bpe_pretok_free(v->pre);
+    skv_bpe_pretok_free(v->pre);
     v->pre = NULL;
 }
 
-skv_status bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err) {
+skv_status skv_bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err) {
     const char *pre = skv_gguf_get_str(g, "tokenizer.ggml.pre");
     if (!pre) {
         if (skv_gguf_find_key(g, "tokenizer.ggml.pre") >= 0)
@@ -190,7 +190,7 @@ skv_status bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err) {
     snprintf(v->pre_name, sizeof v->pre_name, "%s", def->name);
     v->ignore_merges = def->ignore_merges;
     int n_re = def->re[1] ? 2 : 1;
-    v->pre = bpe_pretok_compile(def->re, n_re, err);
+    v->pre = skv_bpe_pretok_compile(def->re, n_re, err);
     if (!v->pre) return err ? err->status : SKV_ERR_FORMAT;
 
     int64_t km = skv_gguf_find_key(g, "tokenizer.ggml.merges");
@@ -225,7 +225,7 @@ skv_status bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err) {
                 (unsigned long long)r, s ? (int)(len < 80 ? len : 80) : 0, s ? s : "");
         }
         size_t ll = (size_t)(sp - s), rl = len - ll - 1;
-        int32_t a = vocab_lookup(v, s, ll), b = vocab_lookup(v, sp + 1, rl);
+        int32_t a = skv_vocab_lookup(v, s, ll), b = skv_vocab_lookup(v, sp + 1, rl);
         if (a < 0 || b < 0) {
             free(cat);
             const char *bad = a < 0 ? s : sp + 1;
@@ -247,7 +247,7 @@ skv_status bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err) {
         }
         memcpy(cat, s, ll);
         memcpy(cat + ll, sp + 1, rl);
-        int32_t res = vocab_lookup(v, cat, ll + rl);
+        int32_t res = skv_vocab_lookup(v, cat, ll + rl);
         if (res < 0) {
             skv_status st = skv_err_set(err, SKV_ERR_FORMAT,
                                         "merge %llu ('%.*s') makes '%.*s', which is not a normal "
@@ -375,7 +375,7 @@ static bool encode_word(bwork *w, const unsigned char *s, size_t n) {
         if (!c->word) break;
         if (c->len == n && memcmp(c->word, s, n) == 0) {
             for (uint32_t k = 0; k < c->tok_n; k++)
-                if (!tokvec_push(w->out, w->out->a[c->tok_start + k])) return false;
+                if (!skv_tokvec_push(w->out, w->out->a[c->tok_start + k])) return false;
             return true;
         }
         i = (i + 1) & (CACHE_SIZE - 1);
@@ -391,15 +391,15 @@ static bool encode_word(bwork *w, const unsigned char *s, size_t n) {
 
 static bool encode_word_uncached(bwork *w, const unsigned char *s, size_t n) {
     const skv_vocab *v = w->v;
-    if (n == 1) return tokvec_push(w->out, v->byte_token[s[0]]);
+    if (n == 1) return skv_tokvec_push(w->out, v->byte_token[s[0]]);
     if (v->ignore_merges) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
             w->spelled[k++] = v->byte_spell[s[i]][0];
             if (v->byte_spell_len[s[i]] == 2) w->spelled[k++] = v->byte_spell[s[i]][1];
         }
-        int32_t id = vocab_lookup(v, w->spelled, k);
-        if (id >= 0) return tokvec_push(w->out, id);
+        int32_t id = skv_vocab_lookup(v, w->spelled, k);
+        if (id >= 0) return skv_tokvec_push(w->out, id);
     }
     bsym *sym = w->sym;
     for (size_t i = 0; i < n; i++) {
@@ -423,7 +423,7 @@ static bool encode_word_uncached(bwork *w, const unsigned char *s, size_t n) {
         if (!queue_pair(w, l->prev) || !queue_pair(w, p.left)) return false;
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next)
-        if (!tokvec_push(w->out, sym[i].id)) return false;
+        if (!skv_tokvec_push(w->out, sym[i].id)) return false;
     return true;
 }
 
@@ -457,7 +457,7 @@ static bool split(bwork *w, int st, const unsigned char *s, size_t n) {
     return split(w, st + 1, s + at, n - at);
 }
 
-bool bpe_encode(const skv_vocab *v, const char *text, size_t len, tokvec *out) {
+bool skv_bpe_encode(const skv_vocab *v, const char *text, size_t len, tokvec *out) {
     if (len == 0) return true;
     bwork w = {.v = v, .out = out};
     bool ok = false;

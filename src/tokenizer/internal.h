@@ -66,24 +66,24 @@ typedef struct tokvec {
     size_t n, cap;
 } tokvec;
 
-bool tokvec_push(tokvec *t, int32_t id);
+bool skv_tokvec_push(tokvec *t, int32_t id);
 
 /* Token of a mergeable piece (exact bytes), or -1. */
-int32_t vocab_lookup(const skv_vocab *v, const char *s, size_t len);
+int32_t skv_vocab_lookup(const skv_vocab *v, const char *s, size_t len);
 
-/* Byte-level BPE (bpe.c). bpe_load reads tokenizer.ggml.merges and tokenizer.ggml.pre after the
- * pieces, types and lookup table are in place; bpe_encode appends the tokens of one fragment of
+/* Byte-level BPE (bpe.c). skv_bpe_load reads tokenizer.ggml.merges and tokenizer.ggml.pre after the
+ * pieces, types and lookup table are in place; skv_bpe_encode appends the tokens of one fragment of
  * text (no special tokens in it) to out; false when memory runs out or the regex engine fails. */
-skv_status bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err);
-bool bpe_encode(const skv_vocab *v, const char *text, size_t len, tokvec *out);
-void bpe_free(skv_vocab *v);
+skv_status skv_bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err);
+bool skv_bpe_encode(const skv_vocab *v, const char *text, size_t len, tokvec *out);
+void skv_bpe_free(skv_vocab *v);
 /* Compiles a pre-tokenizer of n (1..2) stages; clear error when PCRE2 refuses an expression. */
-skv_pretok *bpe_pretok_compile(const char *const *patterns, int n, skv_err *err);
-void bpe_pretok_free(skv_pretok *p);
+skv_pretok *skv_bpe_pretok_compile(const char *const *patterns, int n, skv_err *err);
+void skv_bpe_pretok_free(skv_pretok *p);
 /* Decoded bytes of a byte-level piece (GPT-2 alphabet back to bytes) written to dst (at most
  * len bytes); returns the count. */
-size_t bpe_decode_piece(const char *piece, size_t len, char *dst);
+size_t skv_bpe_decode_piece(const char *piece, size_t len, char *dst);
 /* The codepoint a byte is spelled with in the GPT-2 alphabet. */
-uint32_t bpe_byte_to_cp(uint8_t b);
+uint32_t skv_bpe_byte_to_cp(uint8_t b);
 
 #endif
