@@ -10,8 +10,8 @@
  *   - Objects are opaque. Each *_new / *_load has a *_free that accepts NULL.
  *   - Fallible functions return enum skv_status and fill an optional skv_err (may be NULL);
  *     constructors return NULL on failure and fill the skv_err. Given a NULL object, fallible
- *     functions return SKV_ERR_INVALID_ARG (constructors NULL), accessors 0 or NULL, and
- *     skv_context_reset does nothing.
+ *     functions return SKV_ERR_INVALID_ARG (constructors NULL), accessors 0 or NULL (a token
+ *     id: -1), and skv_context_reset does nothing.
  *   - The library never prints to stdout and never calls exit().
  *   - Shapes are written row-major, outermost first: float *k; // [n_pos, head_dim]
  */
@@ -42,9 +42,10 @@ extern "C" {
 #define SKV_VERSION_PATCH 0
 #define SKV_VERSION       "0.2.0"
 /* major * 10000 + minor * 100 + patch */
-/* The most worker threads a context (or quantize / convert) runs. */
-#define SKV_MAX_THREADS    1024
 #define SKV_VERSION_NUMBER (SKV_VERSION_MAJOR * 10000 + SKV_VERSION_MINOR * 100 + SKV_VERSION_PATCH)
+
+/* The most worker threads a context (skv_context_params.n_threads) or skv_quantize_model runs. */
+#define SKV_MAX_THREADS 1024
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes and errors
@@ -560,8 +561,8 @@ typedef struct skv_sampler skv_sampler;
 SKV_API skv_sampler_params skv_sampler_default_params(void);
 SKV_API skv_sampler *skv_sampler_new(const skv_sampler_params *params, skv_err *err);
 SKV_API void skv_sampler_free(skv_sampler *s);
-/* Picks a token from logits [n_vocab]; logits may be modified. -1 when s or logits is NULL or
- * n_vocab <= 0. */
+/* Picks a token from logits [n_vocab]; logits may be modified. A NaN logit counts as -inf. -1
+ * when s or logits is NULL or n_vocab <= 0. */
 SKV_API int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab);
 
 /* A small, documented PRNG (xoshiro256** seeded through splitmix64) used for sampling, the
@@ -596,8 +597,9 @@ SKV_API skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const cha
                                           skv_err *err);
 
 /* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32), on n_threads
- * threads (0: all cores; at most SKV_MAX_THREADS). SKV_ERR_INVALID_ARG for an id past
- * SKV_TYPE_COUNT or a bad thread count, SKV_ERR_UNSUPPORTED for a type sparsekv does not write. */
+ * threads (0: all cores; at most SKV_MAX_THREADS). SKV_ERR_INVALID_ARG for an id that is
+ * negative or >= SKV_TYPE_COUNT or a bad thread count, SKV_ERR_UNSUPPORTED for a type sparsekv
+ * does not write. */
 SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
                                       int n_threads, skv_err *err);
 

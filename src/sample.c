@@ -42,10 +42,16 @@ void skv_sampler_free(skv_sampler *s) {
     free(s);
 }
 
+/* A NaN logit ranks as -inf: never above a number, in the greedy pick, the sort and the
+ * softmax alike. */
+static float rank_of(float l) {
+    return isnan(l) ? -INFINITY : l;
+}
+
 static int argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i; /* strict: lowest id wins ties */
+        if (rank_of(x[i]) > rank_of(x[best])) best = i; /* strict: lowest id wins ties */
     return best;
 }
 
@@ -54,7 +60,7 @@ static _Thread_local const float *tl_logits;
 
 static int by_logit_desc(const void *a, const void *b) {
     int ia = *(const int *)a, ib = *(const int *)b;
-    float la = tl_logits[ia], lb = tl_logits[ib];
+    float la = rank_of(tl_logits[ia]), lb = rank_of(tl_logits[ib]);
     if (la != lb) return la > lb ? -1 : 1;
     return ia - ib;
 }
@@ -79,10 +85,10 @@ int32_t skv_sampler_sample(skv_sampler *s, float *logits, int n_vocab) {
     /* softmax over the candidates at the temperature, in double (a float quotient overflows to
      * inf at a tiny temperature, and inf - inf would make every weight NaN) */
     const double temp = s->p.temperature;
-    double mx = (double)logits[s->idx[0]] / temp, sum = 0;
-    if (!isfinite(mx)) return s->idx[0]; /* a +inf logit wins; all -inf: the first */
+    double mx = (double)rank_of(logits[s->idx[0]]) / temp, sum = 0;
+    if (!isfinite(mx)) return s->idx[0]; /* a +inf logit wins; all -inf (or NaN): the first */
     for (int i = 0; i < n; i++) {
-        double e = exp((double)logits[s->idx[i]] / temp - mx);
+        double e = exp((double)rank_of(logits[s->idx[i]]) / temp - mx);
         s->prob[i] = (float)e;
         sum += e;
     }

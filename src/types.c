@@ -37,7 +37,7 @@ const char *skv_type_name(skv_type t) {
 }
 
 bool skv_type_from_name(const char *name, skv_type *out) {
-    if (!name) return false;
+    if (!name || !out) return false;
     for (int t = 0; t < SKV_TYPE_COUNT; t++) {
         if (traits[t].name && strcasecmp(traits[t].name, name) == 0) {
             *out = (skv_type)t;

@@ -52,6 +52,17 @@ static void test_extreme_temperature_and_inf(void **state) {
     float li[] = {1, INFINITY, 3, 0};
     for (int i = 0; i < 20; i++) assert_int_equal(sample_once(p, li, 4, s), 1);
     skv_sampler_free(s);
+    /* a NaN logit ranks as -inf: never drawn while a number is there, greedy or sampled */
+    float ln[] = {0, 10, NAN, -5, 3};
+    p.temperature = 1.0f;
+    s = skv_sampler_new(&p, NULL);
+    for (int i = 0; i < 200; i++) assert_int_not_equal(sample_once(p, ln, 5, s), 2);
+    skv_sampler_free(s);
+    p.temperature = 0;
+    s = skv_sampler_new(&p, NULL);
+    float lg[] = {NAN, 1, 2};
+    assert_int_equal(sample_once(p, lg, 3, s), 2);
+    skv_sampler_free(s);
 }
 
 /* probabilities 0.5, 0.25, 0.125, 0.125: top_p = 0.7 keeps the first two, renormalized to

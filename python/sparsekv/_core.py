@@ -128,7 +128,7 @@ def _policy_reads(name):
 # Helpers
 
 _KV_TYPES = ("f32", "f16", "q8_0")
-_MAX_THREADS = 1024  # the CLI's -t range (0 here: all cores)
+_MAX_THREADS = 1024  # SKV_MAX_THREADS (sparsekv.h), the CLI's -t range (0 here: all cores)
 
 
 def _int(v, what, lo=L.INT_MIN, hi=L.INT_MAX):

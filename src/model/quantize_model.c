@@ -151,7 +151,8 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
     if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M &&
         mix != SKV_QMIX_Q3_K_M)
-        return skv_err_set(err, SKV_ERR_UNSUPPORTED, "unknown quantization mix %d", (int)mix);
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "unknown quantization mix %d", (int)mix);
+    if (!opts) return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: no options given");
     if ((unsigned)type >= SKV_TYPE_COUNT)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: %d is not a ggml type id",
                            (int)type);
