@@ -1331,8 +1331,8 @@ skv_status skv_gguf_writer_write_as(skv_gguf_writer *w, const char *path, const 
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
-        st = skv_err_set(err, SKV_ERR_IO, "cannot create '%s' (a temporary file next to it): %s",
-                         shown, strerror(errno));
+        st = skv_err_set(err, SKV_ERR_IO, "cannot create a temporary file next to '%s': %s", shown,
+                         strerror(errno));
         free(tmp);
         free(offs);
         return st;

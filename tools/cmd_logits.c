@@ -6,9 +6,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <string.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sparsekv logits [-m MODEL] (-p PROMPT | --tokens ID,ID,... |\n"

@@ -8,8 +8,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define CMD "quantize"
@@ -70,8 +68,6 @@ static void fallback_types(const skv_quantize_report *r, char *buf, size_t size)
     }
 }
 
-/* IN and OUT name one file (OUT = IN, a hard link): the library refuses that itself, whatever
- * --overwrite says, with the message that fits. */
 int cmd_quantize(int argc, char **argv) {
     const char *pos[3];
     int n_pos = 0;
@@ -121,15 +117,9 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     skv_quantize_opts qo = {.n_threads = (int)threads, .simple = simple};
-    if (!strcasecmp(pos[2], "q2_k_m")) {
-        qo.mix = SKV_QMIX_Q2_K_M;
-        qo.type = SKV_TYPE_Q2_K;
-    } else if (!strcasecmp(pos[2], "q3_k_m")) {
-        qo.mix = SKV_QMIX_Q3_K_M;
-        qo.type = SKV_TYPE_Q3_K;
-    } else if (!strcasecmp(pos[2], "q4_k_m")) {
-        qo.mix = SKV_QMIX_Q4_K_M;
-        qo.type = SKV_TYPE_Q4_K;
+    qo.mix = skv_quant_mix_from_name(pos[2]);
+    if (qo.mix) {
+        qo.type = skv_quant_mix_base(qo.mix);
     } else if (!skv_type_from_name(pos[2], &qo.type) || !skv_type_can_quantize(qo.type)) {
         cli_error(CMD,
                   "cannot write weights of type '%s' (f32, f16, bf16, q8_0, q5_1, q5_0, "
@@ -139,10 +129,7 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     skv_type type = qo.type;
-    const char *target = qo.mix == SKV_QMIX_Q2_K_M   ? "q2_k_m"
-                         : qo.mix == SKV_QMIX_Q3_K_M ? "q3_k_m"
-                         : qo.mix == SKV_QMIX_Q4_K_M ? "q4_k_m"
-                                                     : skv_type_name(type);
+    const char *target = qo.mix ? skv_quant_mix_name(qo.mix) : skv_type_name(type);
     if (simple && (skv_type_block_size(type) != SKV_QK_K || type == SKV_TYPE_IQ4_XS)) {
         cli_error(CMD,
                   "--simple only applies to the k-quants (q2_k, q3_k, q4_k, q5_k, q6_k, q2_k_m, "
@@ -155,6 +142,8 @@ int cmd_quantize(int argc, char **argv) {
         cli_error(CMD, "cannot open '%s': %s", pos[0], strerror(errno));
         return 2;
     }
+    /* IN and OUT naming one file (OUT = IN, a hard link): the library refuses that itself,
+     * whatever --overwrite says, with the message that fits */
     if (!cli_same_file(pos[0], pos[1]) && !cli_output_ok(CMD, pos[1], overwrite)) return 2;
     skv_quantize_report rep;
     skv_err err = {0};

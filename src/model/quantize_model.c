@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct requant_ctx {
     const skv_stream_tensor *out; /* [n] */
@@ -77,10 +78,49 @@ static int layer_of(const char *name, const char **rest) {
     return (int)v;
 }
 
+/* The mixes: the name the CLI takes, llama.cpp's file type, the K type most matrices get. */
+typedef struct mix_row {
+    skv_quant_mix mix;
+    const char *name;
+    uint32_t ftype;
+    skv_type base;
+} mix_row;
+static const mix_row mixes[] = {
+    {SKV_QMIX_Q4_K_M, "q4_k_m", 15, SKV_TYPE_Q4_K},
+    {SKV_QMIX_Q2_K_M, "q2_k_m", 10, SKV_TYPE_Q2_K},
+    {SKV_QMIX_Q3_K_M, "q3_k_m", 12, SKV_TYPE_Q3_K},
+};
+
+static const mix_row *mix_find(skv_quant_mix mix) {
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++)
+        if (mixes[i].mix == mix) return &mixes[i];
+    return NULL;
+}
+
+uint32_t skv_quant_mix_ftype(skv_quant_mix mix) {
+    const mix_row *r = mix_find(mix);
+    return r ? r->ftype : 0u;
+}
+
+skv_type skv_quant_mix_base(skv_quant_mix mix) {
+    const mix_row *r = mix_find(mix);
+    return r ? r->base : SKV_TYPE_COUNT;
+}
+
+const char *skv_quant_mix_name(skv_quant_mix mix) {
+    const mix_row *r = mix_find(mix);
+    return r ? r->name : NULL;
+}
+
+skv_quant_mix skv_quant_mix_from_name(const char *name) {
+    for (size_t i = 0; name && i < sizeof mixes / sizeof mixes[0]; i++)
+        if (!strcasecmp(mixes[i].name, name)) return mixes[i].mix;
+    return SKV_QMIX_NONE;
+}
+
 skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, int n_gqa,
                             bool has_output) {
-    if (mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M && mix != SKV_QMIX_Q3_K_M)
-        return SKV_TYPE_COUNT;
+    if (!mix_find(mix)) return SKV_TYPE_COUNT;
     if (!strcmp(name, "output.weight") || (!has_output && !strcmp(name, "token_embd.weight")))
         return SKV_TYPE_Q6_K;
     const char *rest = NULL;
@@ -107,13 +147,6 @@ skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, in
     return SKV_TYPE_Q4_K;
 }
 
-uint32_t skv_quant_mix_ftype(skv_quant_mix mix) {
-    return mix == SKV_QMIX_Q4_K_M   ? 15u
-           : mix == SKV_QMIX_Q2_K_M ? 10u
-           : mix == SKV_QMIX_Q3_K_M ? 12u
-                                    : 0u;
-}
-
 /* Query heads per kv head from the file's metadata (1 when it does not say). */
 static int file_n_gqa(const skv_gguf *g) {
     const char *arch = skv_gguf_get_str(g, "general.architecture");
@@ -137,11 +170,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
                                    const skv_quantize_opts *opts, skv_quantize_report *report,
                                    skv_err *err) {
     skv_quant_mix mix = opts ? opts->mix : SKV_QMIX_NONE;
-    skv_type type = mix == SKV_QMIX_Q4_K_M   ? SKV_TYPE_Q4_K
-                    : mix == SKV_QMIX_Q2_K_M ? SKV_TYPE_Q2_K
-                    : mix == SKV_QMIX_Q3_K_M ? SKV_TYPE_Q3_K
-                    : opts                   ? opts->type
-                                             : SKV_TYPE_COUNT;
+    skv_type type = mix ? skv_quant_mix_base(mix) : opts ? opts->type : SKV_TYPE_COUNT;
     int n_threads = opts ? opts->n_threads : 0;
     skv_quantize_report rep_local;
     skv_quantize_report *rep = report ? report : &rep_local;
@@ -149,8 +178,7 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
     double t0 = skv_time_ms();
     if (!in_path || !out_path)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: missing input or output path");
-    if (mix != SKV_QMIX_NONE && mix != SKV_QMIX_Q4_K_M && mix != SKV_QMIX_Q2_K_M &&
-        mix != SKV_QMIX_Q3_K_M)
+    if (mix != SKV_QMIX_NONE && !mix_find(mix))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "unknown quantization mix %d", (int)mix);
     if (!opts) return skv_err_set(err, SKV_ERR_INVALID_ARG, "quantize: no options given");
     if ((unsigned)type >= SKV_TYPE_COUNT)

@@ -176,5 +176,11 @@ skv_type skv_quant_mix_type(skv_quant_mix mix, const char *name, int n_layer, in
                             bool has_output);
 /* The mix's general.file_type (15, 10, 12), 0 for SKV_QMIX_NONE. */
 uint32_t skv_quant_mix_ftype(skv_quant_mix mix);
+/* The K type most of the mix's matrices get (Q4_K, Q2_K, Q3_K); SKV_TYPE_COUNT for none. */
+skv_type skv_quant_mix_base(skv_quant_mix mix);
+/* "q4_k_m", "q2_k_m", "q3_k_m"; NULL for none. */
+const char *skv_quant_mix_name(skv_quant_mix mix);
+/* The mix a name (any case) names, or SKV_QMIX_NONE. */
+skv_quant_mix skv_quant_mix_from_name(const char *name);
 
 #endif

@@ -4,9 +4,9 @@
  * skv_policy_register (a scorer callback). */
 #include "policies.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <math.h>
 #include <string.h>
 
 static const skv_policy *const builtin[] = {
