@@ -597,9 +597,12 @@ SKV_API skv_status skv_convert_llama2c_ex(const char *checkpoint_path, const cha
                                           skv_err *err);
 
 /* Rewrites a GGUF model with its 2-D weight matrices in type (norms stay F32), on n_threads
- * threads (0: all cores; at most SKV_MAX_THREADS). SKV_ERR_INVALID_ARG for an id that is
- * negative or >= SKV_TYPE_COUNT or a bad thread count, SKV_ERR_UNSUPPORTED for a type sparsekv
- * does not write. */
+ * threads (0: all cores; at most SKV_MAX_THREADS). A matrix whose rows are not whole blocks of
+ * type takes, when they are whole blocks of 32, the 32-block type just above type in bits (as
+ * llama-quantize: Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K, Q4_0 for Q2_K and Q3_K, IQ4_NL
+ * for IQ4_XS), else F16; one stored in a type no larger than that is copied. SKV_ERR_INVALID_ARG
+ * for an id that is negative or >= SKV_TYPE_COUNT or a bad thread count, SKV_ERR_UNSUPPORTED for a
+ * type sparsekv does not write. */
 SKV_API skv_status skv_quantize_model(const char *in_path, const char *out_path, skv_type type,
                                       int n_threads, skv_err *err);
 

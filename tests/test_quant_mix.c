@@ -253,8 +253,9 @@ static void test_mix_file_tied(void **s) {
     check_mix(false);
 }
 
-/* Rows the K-quants cannot take: a multiple of 32 (288) falls back to Q8_0, of neither (100) to
- * F16, whatever the mix asked (Q6_K or Q4_K); the 256-wide ones keep the mix. Read back: each
+/* Rows the K-quants cannot take: a multiple of 32 (288) falls back to the 32-block type above
+ * what the mix asked (Q6_K -> Q8_0, Q4_K -> Q5_0), of neither (100) to F16; the 256-wide ones
+ * keep the mix. Read back: each
  * tensor's type, and its values within the fallback type's error. The CLI says how many matrices
  * fell back to which type. */
 static void test_mix_fallback(void **s) {
@@ -279,11 +280,12 @@ static void test_mix_fallback(void **s) {
     skv_quantize_report rep;
     assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
     assert_int_equal(rep.n_fallback, 4);
-    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_Q8_0], 3);
+    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_Q8_0], 2);
+    assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_Q5_0], 1);
     assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_F16], 1);
     assert_non_null(strstr(rep.fallback_names, "blk.0.ffn_down.weight"));
     assert_null(strstr(rep.fallback_names, "ffn_up"));
-    const skv_type want[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q8_0, SKV_TYPE_Q8_0,
+    const skv_type want[] = {SKV_TYPE_Q8_0, SKV_TYPE_Q5_0, SKV_TYPE_Q8_0,
                              SKV_TYPE_Q4_K, SKV_TYPE_F16,  SKV_TYPE_F32};
     skv_gguf *g = skv_gguf_open(out, &err);
     assert_non_null(g);
@@ -293,8 +295,12 @@ static void test_mix_fallback(void **s) {
         assert_string_equal(t->name, f.names[i]);
         assert_int_equal(t->type, want[i]);
         /* uniform data in [-0.5, 0.5), rms 0.289: Q8_0 steps of max|x|/127 (<= 0.0039) err by
-         * step/sqrt(12) rms, <= 0.4% of it; F16 by at most 2^-11 relative; Q4_K as in check_mix */
-        double bound = want[i] == SKV_TYPE_Q8_0 ? 0.0045 : want[i] == SKV_TYPE_F16 ? 4.9e-4 : 0.07;
+         * step/sqrt(12) rms, <= 0.4% of it; Q5_0 steps of max|x|/16 (<= 0.031): 3.1%; F16 by at
+         * most 2^-11 relative; Q4_K as in check_mix */
+        double bound = want[i] == SKV_TYPE_Q8_0   ? 0.0045
+                       : want[i] == SKV_TYPE_Q5_0 ? 0.036
+                       : want[i] == SKV_TYPE_F16  ? 4.9e-4
+                                                  : 0.07;
         if (want[i] == SKV_TYPE_F32) bound = 0;
         double r = rel_rms(t, f.data[i]);
         if (getenv("SKV_TEST_VERBOSE"))
@@ -306,9 +312,9 @@ static void test_mix_fallback(void **s) {
 
     char *o2 = test_cli_expect(0, "quantize %s %s q4_k_m -t 1 2>&1", in, out);
     assert_non_null(strstr(o2, "4 matrices cannot take q4_k_m"));
-    assert_non_null(strstr(o2, "written in f16 (1), q8_0 (3) instead"));
-    assert_non_null(strstr(o2, "4 fell back to f16 (1), q8_0 (3)"));
-    assert_non_null(strstr(o2, "matrices: 1 f16, 3 q8_0, 1 q4_k"));
+    assert_non_null(strstr(o2, "written in f16 (1), q5_0 (1), q8_0 (2) instead"));
+    assert_non_null(strstr(o2, "4 fell back to f16 (1), q5_0 (1), q8_0 (2)"));
+    assert_non_null(strstr(o2, "matrices: 1 f16, 1 q5_0, 2 q8_0, 1 q4_k"));
     free(o2);
     unlink(in);
     unlink(out);

@@ -135,9 +135,9 @@ static char *quantize_simple_to(const char *in, skv_type t, int threads) {
 
 /* stories260K (a real trained model) in every type, over 200 positions of the reference
  * sequence. Every matrix has 64-value rows except ffn_down (172): those stay F16 for the block
- * types, and no matrix has whole 256-value super-blocks, so the K-quants fall back as Q8_0 does
- * (the 64-wide rows to Q8_0, ffn_down to F16): their files must be exactly the Q8_0 file's
- * weights (tested as identical logits).
+ * types, and no matrix has whole 256-value super-blocks, so the K-quants fall back (the 64-wide
+ * rows to the 32-block type above: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0; ffn_down to F16):
+ * their files must be exactly that type's file's weights (tested as identical logits).
  * Bounds: F16/BF16/Q8_0 change each weight by at most 2^-11 / 2^-8 / 1/254 of its block's max.
  * F16 keeps top-1 >= 98% over all 200 positions (measured 100%). BF16 and Q8_0 move logits of
  * ~13 by up to ~0.05-0.4, and this sampled sequence has 12 positions where the F32 model's top
@@ -148,16 +148,19 @@ static char *quantize_simple_to(const char *in, skv_type t, int threads) {
  * Q4_0 has 16 levels per block (rms error ~8.5% of a Gaussian weight's scale), which on a model
  * this small (dim 64, tied 512-token output) moves logits visibly: measured mean KL 0.10 nats,
  * top-1 85.5%. We require KL < 0.25, top-1 >= 80%, and KL > 10x Q8_0's (a broken Q4_0 - wrong
- * nibble order or scale - gives KL well above 1). */
+ * nibble order or scale - gives KL well above 1). Q5_0 / Q5_1 (32 levels) lie between: measured
+ * KL 0.024 / 0.020, top-1 93.0% / 94.5%; required: above Q8_0's KL, below half Q4_0's, top-1
+ * >= 90%. */
 static void test_types_on_stories260k(void **state) {
     (void)state;
     int32_t *tok = ref_tokens(N_POS);
     int nv;
     float *base = logits_of(stories(), tok, N_POS, &nv);
     const skv_type types[] = {SKV_TYPE_F32,  SKV_TYPE_F16,  SKV_TYPE_BF16, SKV_TYPE_Q8_0,
-                              SKV_TYPE_Q4_0, SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    float *q8 = NULL;
-    double kl_q8 = 1;
+                              SKV_TYPE_Q4_0, SKV_TYPE_Q5_0, SKV_TYPE_Q5_1, SKV_TYPE_Q4_K,
+                              SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
+    float *keep[SKV_TYPE_COUNT] = {0}; /* the logits of each K-quant's fallback type */
+    double kl_q8 = 1, kl_q4 = 0;
     printf("stories260K, %d positions, vs the F32 model:\n", N_POS);
     printf("| type | fallback | mean KL | max KL | top-1 | top-1 decisive | max |dlogit| |\n");
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -194,30 +197,43 @@ static void test_types_on_stories260k(void **state) {
                 assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_F16], 5);
                 assert_non_null(strstr(rep.fallback_names, "blk.4.ffn_down.weight"));
                 assert_null(strstr(rep.fallback_names, "attn"));
-                q8 = lg;
-                lg = NULL;
             }
             break;
         case SKV_TYPE_Q4_0:
             assert_true(c.top1 >= 0.80);
             assert_true(c.kl_mean < 0.25);
             assert_true(c.kl_mean > 10 * kl_q8); /* 4 bits lose clearly more than 8 */
+            kl_q4 = c.kl_mean;
             break;
-        default: /* K-quants: everything fell back, as for Q8_0 */
+        case SKV_TYPE_Q5_0:
+        case SKV_TYPE_Q5_1: /* 32 levels a block: between Q8_0's loss and Q4_0's */
+            assert_true(c.kl_mean > kl_q8);
+            assert_true(c.kl_mean < kl_q4 / 2);
+            assert_true(c.top1 >= 0.90);
+            break;
+        default: { /* K-quants: everything fell back, as for their 32-block type */
+            const skv_type fb = types[k] == SKV_TYPE_Q4_K   ? SKV_TYPE_Q5_0
+                                : types[k] == SKV_TYPE_Q5_K ? SKV_TYPE_Q5_1
+                                                            : SKV_TYPE_Q8_0;
             assert_int_equal(rep.n_fallback, 36);
-            assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_Q8_0], 31);
+            assert_int_equal(rep.n_fallback_by_type[fb], 31);
             assert_int_equal(rep.n_fallback_by_type[SKV_TYPE_F16], 5);
-            assert_int_equal(rep.n_by_type[SKV_TYPE_Q8_0], 31);
+            assert_int_equal(rep.n_by_type[fb], 31);
             assert_int_equal(rep.n_converted, 0);
-            assert_non_null(q8);
-            assert_memory_equal(lg, q8, sizeof(float) * N_POS * (size_t)nv);
+            assert_non_null(keep[fb]);
+            assert_memory_equal(lg, keep[fb], sizeof(float) * N_POS * (size_t)nv);
             break;
+        }
+        }
+        if (types[k] == SKV_TYPE_Q8_0 || types[k] == SKV_TYPE_Q5_0 || types[k] == SKV_TYPE_Q5_1) {
+            keep[types[k]] = lg;
+            lg = NULL;
         }
         free(lg);
         unlink(path);
         free(path);
     }
-    free(q8);
+    for (int t = 0; t < SKV_TYPE_COUNT; t++) free(keep[t]);
     free(base);
     free(tok);
 }
@@ -610,12 +626,15 @@ static void test_kquants_on_wide_model(void **state) {
     free(f32);
 }
 
-/* Rows of 288 (stories15M's dim) are whole Q8_0 blocks but no K-quant super-block: asked for
- * q4_k_m they fall back to Q8_0, never to F16 (which made a Q8_0 model 1.8x larger). Read back:
- * each tensor's type; a fallback matrix stored in Q8_0 or Q4_0 (no larger than Q8_0) is copied
- * byte for byte, one stored in F32 is Q8_0 exactly as the row quantizer writes it; the 768-wide
- * ffn_down take the mix's K-quants; a Q8_0 input comes out smaller, and the file loads. */
-static void test_kquant_fallback_to_q8_0(void **state) {
+/* Rows of 288 (stories15M's dim) are whole 32-blocks but no K-quant super-block: asked for
+ * q4_k_m they fall back to the 32-block type above the one the mix asked (Q4_K -> Q5_0, Q6_K ->
+ * Q8_0: token_embd as the tied output, and attn_v where the mix gives it more bits), never to
+ * F16 (which made a Q8_0 model 1.8x larger). Read back: each tensor's type; a fallback matrix
+ * stored in a type no larger (Q4_0 input; Q8_0 input where Q8_0 is the fallback) is copied byte
+ * for byte, one stored in F32 or a larger type is the row quantizer's output from its values;
+ * the 768-wide ffn_down take the mix's K-quants; a Q8_0 input comes out smaller, and the file
+ * loads. */
+static void test_kquant_fallback_32_blocks(void **state) {
     (void)state;
     const skv_synth_shape shape = {"s15-like", "test", 512, 64,       64,    288, 2,
                                    6,          6,      768, 10000.0f, 1e-5f, true};
@@ -628,15 +647,14 @@ static void test_kquant_fallback_to_q8_0(void **state) {
         skv_quantize_report rep;
         skv_err err = {0};
         assert_int_equal(skv_quantize_model_opts(in, out, &o, &rep, &err), SKV_OK);
-        const skv_type fb = in_types[k] == SKV_TYPE_F32 ? SKV_TYPE_Q8_0 : in_types[k];
         assert_int_equal(rep.n_fallback, 1 + 6 * 2); /* token_embd, and 6 per layer */
-        assert_int_equal(rep.n_fallback_by_type[fb], rep.n_fallback);
         assert_int_equal(rep.n_by_type[SKV_TYPE_F16], 0);
         assert_int_equal(rep.n_by_type[SKV_TYPE_Q4_K] + rep.n_by_type[SKV_TYPE_Q6_K], 2);
         if (in_types[k] != SKV_TYPE_Q4_0) assert_true(rep.bytes_out < rep.bytes_in);
         skv_gguf *a = skv_gguf_open(in, NULL), *b = skv_gguf_open(out, NULL);
         assert_non_null(a);
         assert_non_null(b);
+        int n_fb[SKV_TYPE_COUNT] = {0}, n_q6 = 0;
         for (int64_t i = 0; i < skv_gguf_n_tensors(a); i++) {
             const skv_gguf_tensor *ta = skv_gguf_tensor_at(a, i), *tb = skv_gguf_tensor_at(b, i);
             assert_string_equal(ta->name, tb->name);
@@ -646,20 +664,33 @@ static void test_kquant_fallback_to_q8_0(void **state) {
                 continue;
             }
             assert_int_equal(ta->ne[0], 288);
+            const skv_type asked = skv_quant_mix_type(SKV_QMIX_Q4_K_M, ta->name, 2, 1, false);
+            assert_true(asked == SKV_TYPE_Q4_K || asked == SKV_TYPE_Q6_K);
+            n_q6 += asked == SKV_TYPE_Q6_K;
+            skv_type fb = asked == SKV_TYPE_Q4_K ? SKV_TYPE_Q5_0 : SKV_TYPE_Q8_0;
+            if (skv_row_bytes(ta->type, 288) <= skv_row_bytes(fb, 288)) fb = ta->type;
+            n_fb[fb]++;
             assert_int_equal(tb->type, fb);
             if (ta->type == fb) {
                 assert_int_equal(ta->size, tb->size);
                 assert_memory_equal(ta->data, tb->data, ta->size);
                 continue;
             }
-            size_t rb = skv_row_bytes(SKV_TYPE_Q8_0, 288);
+            size_t rb = skv_row_bytes(fb, 288);
             char *row = malloc(rb);
+            float *x = malloc(288 * sizeof(float));
             for (int64_t r = 0; r < ta->ne[1]; r++) {
-                skv_quantize_row(SKV_TYPE_Q8_0, (const float *)ta->data + r * 288, row, 288);
+                const size_t ra = skv_row_bytes(ta->type, 288);
+                skv_dequantize_row(ta->type, (const char *)ta->data + (size_t)r * ra, x, 288);
+                skv_quantize_row(fb, x, row, 288);
                 assert_memory_equal(row, (const char *)tb->data + r * (int64_t)rb, rb);
             }
+            free(x);
             free(row);
         }
+        assert_true(n_q6 >= 1 && n_q6 < rep.n_fallback); /* both rules were exercised */
+        for (int t = 0; t < SKV_TYPE_COUNT; t++)
+            assert_int_equal(rep.n_fallback_by_type[t], n_fb[t]);
         skv_gguf_close(a);
         skv_gguf_close(b);
         skv_model *m = skv_model_load(out, &err);
@@ -850,21 +881,21 @@ static void test_command_line(void **state) {
     assert_int_equal(n0, n1);
     assert_memory_equal(before, after, n0);
     free(after);
-    /* the k-quant fallback is said with its types (stories260K: 31 q8_0, 5 f16) */
+    /* the k-quant fallback is said with its types (stories260K in q6_k: 31 q8_0, 5 f16) */
     FILE *junk = fopen(out, "w");
     assert_non_null(junk);
     fputs("not a model", junk);
     fclose(junk);
-    snprintf(cmd, sizeof cmd, "%s quantize %s %s q4_k -t 2 --overwrite 2>&1", test_cli(), stories(),
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s q6_k -t 2 --overwrite 2>&1", test_cli(), stories(),
              out);
     s = test_run(cmd, &st);
     assert_int_equal(st, 0);
-    assert_non_null(strstr(s, "36 matrices cannot take q4_k"));
+    assert_non_null(strstr(s, "36 matrices cannot take q6_k"));
     assert_non_null(strstr(s, "written in f16 (5), q8_0 (31) instead"));
     assert_non_null(strstr(s, "matrices: 5 f16, 31 q8_0"));
     free(s);
-    /* replaced, by what the q8_0 run wrote: no matrix took q4_k, so the file is the same bytes,
-     * labelled MOSTLY_Q8_0 as they are (not Q4_K_S) */
+    /* replaced, by what the q8_0 run wrote: no matrix took q6_k (Q8_0 is its fallback), so the
+     * file is the same bytes, labelled MOSTLY_Q8_0 as they are (not Q6_K) */
     after = test_read_file(out, &n1);
     assert_int_equal(n0, n1);
     assert_memory_equal(before, after, n0);
@@ -957,7 +988,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_types_on_stories260k),
         cmocka_unit_test(test_kquants_on_wide_model),
-        cmocka_unit_test(test_kquant_fallback_to_q8_0),
+        cmocka_unit_test(test_kquant_fallback_32_blocks),
         cmocka_unit_test(test_huge_page_weights),
         cmocka_unit_test(test_q3_k_load_paths),
         cmocka_unit_test(test_iq4_xs_load_paths),

@@ -341,33 +341,37 @@ static void test_loads_and_runs(void **state) {
 
 static void test_kquant_fallback_and_errors(void **state) {
     (void)state;
-    /* The fallback rule: a k-quant's rows must be whole super-blocks of 256, else Q8_0 takes
-     * rows of whole 32-blocks and F16 the rest (F32 stays F32); no F16 for what Q8_0 can hold. */
-    const skv_type kq[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K};
-    for (int i = 0; i < 3; i++) {
+    /* The fallback rule: a k-quant's rows must be whole super-blocks of 256, else the type of
+     * 32-blocks nearest above it in bits a weight takes rows of whole 32-blocks (llama-quantize
+     * v0.5.0's choice: Q4_K 4.5 -> Q5_0 5.5, Q5_K 5.5 -> Q5_1 6, Q6_K 6.6 -> Q8_0 8.5, Q3_K 3.4
+     * and Q2_K 2.6 -> Q4_0 4.5, IQ4_XS -> IQ4_NL) and F16 the rest (F32 stays F32); no F16 for
+     * what a 32-block type can hold. */
+    const skv_type kq[] = {SKV_TYPE_Q4_K, SKV_TYPE_Q5_K, SKV_TYPE_Q6_K,
+                           SKV_TYPE_Q3_K, SKV_TYPE_Q2_K, SKV_TYPE_IQ4_XS};
+    const skv_type fb[] = {SKV_TYPE_Q5_0, SKV_TYPE_Q5_1, SKV_TYPE_Q8_0,
+                           SKV_TYPE_Q4_0, SKV_TYPE_Q4_0, SKV_TYPE_IQ4_NL};
+    for (int i = 0; i < 6; i++) {
         assert_int_equal(skv_matrix_type_for(kq[i], 512), kq[i]);
-        assert_int_equal(skv_matrix_type_for(kq[i], 288), SKV_TYPE_Q8_0);
-        assert_int_equal(skv_matrix_type_for(kq[i], 64), SKV_TYPE_Q8_0);
+        assert_int_equal(skv_matrix_type_for(kq[i], 288), fb[i]);
+        assert_int_equal(skv_matrix_type_for(kq[i], 64), fb[i]);
         assert_int_equal(skv_matrix_type_for(kq[i], 172), SKV_TYPE_F16);
+        /* never more bytes than the next step up, never fewer than asked */
+        assert_true(skv_row_bytes(fb[i], 288 * 8) > skv_row_bytes(kq[i], 288 * 8));
     }
-    /* Q3_K's fallback is the smaller Q4_0 */
-    assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q3_K, 512), SKV_TYPE_Q3_K);
-    assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q3_K, 288), SKV_TYPE_Q4_0);
-    assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q3_K, 172), SKV_TYPE_F16);
     assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q8_0, 288), SKV_TYPE_Q8_0);
     assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q8_0, 172), SKV_TYPE_F16);
     assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q4_0, 100), SKV_TYPE_F16);
     assert_int_equal(skv_matrix_type_for(SKV_TYPE_F32, 7), SKV_TYPE_F32);
     assert_int_equal(skv_matrix_type_for(SKV_TYPE_BF16, 7), SKV_TYPE_BF16);
-    /* q4_k needs rows of 256: the 64-wide matrices fall back to q8_0, none is lost */
+    /* q4_k needs rows of 256: the 64-wide matrices fall back to q5_0, none is lost */
     char *path = write_model(&small, SKV_TYPE_Q4_K, 1, 0);
-    /* and the file is labelled what its matrices are (MOSTLY_Q8_0), not Q4_K_S (14) */
-    check_file(path, &small, SKV_TYPE_Q4_K, 7, small.n_ctx);
+    /* and the file is labelled what its matrices are (MOSTLY_Q5_0, 8), not Q4_K_S (14) */
+    check_file(path, &small, SKV_TYPE_Q4_K, 8, small.n_ctx);
     skv_gguf *g = skv_gguf_open(path, NULL);
     assert_non_null(g);
     const skv_gguf_tensor *tq =
         skv_gguf_tensor_at(g, skv_gguf_find_tensor(g, "blk.0.attn_q.weight"));
-    assert_int_equal(tq->type, SKV_TYPE_Q8_0);
+    assert_int_equal(tq->type, SKV_TYPE_Q5_0);
     skv_gguf_close(g);
     unlink(path);
     free(path);

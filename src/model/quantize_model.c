@@ -261,8 +261,8 @@ skv_status skv_quantize_model_opts(const char *in_path, const char *out_path,
         }
         skv_type asked = mix ? skv_quant_mix_type(mix, t->name, n_layer, n_gqa, has_output) : type;
         skv_type want = skv_matrix_type_for(asked, t->ne[0]);
-        /* A fallback never grows a matrix: one stored no larger (Q4_0, Q8_0, BF16 against F16)
-         * is copied as it is, losslessly. */
+        /* A fallback never grows a matrix: one stored no larger (Q4_0 against Q5_0, BF16
+         * against F16) is copied as it is, losslessly. */
         if (want != asked && skv_row_bytes(t->type, t->ne[0]) <= skv_row_bytes(want, t->ne[0]))
             want = t->type;
         rep->n_by_type[want]++;

@@ -179,14 +179,26 @@ uint32_t skv_ftype_label(skv_type asked, uint32_t mix_ftype, const int n_by_type
 
 skv_type skv_matrix_type_for(skv_type want, int64_t cols) {
     if (skv_row_bytes(want, cols) > 0) return want;
-    /* K-quant super-blocks (256) often do not divide a row (288, 576, 896...): Q8_0 keeps such
-     * rows at 8.5 bits a weight where F16 takes 16 (a q4_k file larger than the q8_0 one). */
-    if (skv_type_block_size(want) == SKV_QK_K && skv_row_bytes(SKV_TYPE_Q8_0, cols) > 0)
-        /* Q3_K's (3.4 bits) and Q2_K's (2.6) to Q4_0 (4.5), as in llama-quantize v0.5.0's Q3_K_M
-         * of such shapes; IQ4_XS's to IQ4_NL, its grid per 32 values (as llama-quantize does) */
-        return want == SKV_TYPE_Q3_K || want == SKV_TYPE_Q2_K ? SKV_TYPE_Q4_0
-               : want == SKV_TYPE_IQ4_XS                      ? SKV_TYPE_IQ4_NL
-                                                              : SKV_TYPE_Q8_0;
+    /* K-quant super-blocks (256) often do not divide a row (288, 576, 896...): the type of
+     * blocks of 32 nearest above in bits takes such rows, as llama-quantize v0.5.0 chooses (a
+     * Q4_K_M file of Qwen2.5-0.5B the size of its): Q2_K's (2.6 bits a weight) and Q3_K's
+     * (3.4) Q4_0 (4.5), Q4_K's (4.5) Q5_0 (5.5), Q5_K's (5.5) Q5_1 (6), Q6_K's (6.6) Q8_0
+     * (8.5); IQ4_XS's IQ4_NL, its grid per 32 values. */
+    if (skv_type_block_size(want) == SKV_QK_K && skv_row_bytes(SKV_TYPE_Q8_0, cols) > 0) {
+        switch (want) {
+        case SKV_TYPE_Q2_K:
+        case SKV_TYPE_Q3_K:
+            return SKV_TYPE_Q4_0;
+        case SKV_TYPE_Q4_K:
+            return SKV_TYPE_Q5_0;
+        case SKV_TYPE_Q5_K:
+            return SKV_TYPE_Q5_1;
+        case SKV_TYPE_IQ4_XS:
+            return SKV_TYPE_IQ4_NL;
+        default:
+            return SKV_TYPE_Q8_0;
+        }
+    }
     return want == SKV_TYPE_F32 ? SKV_TYPE_F32 : SKV_TYPE_F16;
 }
 

@@ -112,8 +112,9 @@ uint32_t skv_ftype_of(skv_type t);
 uint32_t skv_ftype_label(skv_type asked, uint32_t mix_ftype, const int n_by_type[SKV_TYPE_COUNT]);
 
 /* The type a matrix with rows of cols values is written in when want is asked for: want when
- * cols is a multiple of its block size; else Q8_0 for a K-quant (Q4_K, Q5_K, Q6_K) when cols is
- * a multiple of 32; else F16 (F32 when want is F32). */
+ * cols is a multiple of its block size; else, for a 256-value type when cols is a multiple of
+ * 32, the 32-block type just above it in bits (llama-quantize's choice): Q5_0 for Q4_K, Q5_1 for
+ * Q5_K, Q8_0 for Q6_K, Q4_0 for Q2_K and Q3_K, IQ4_NL for IQ4_XS; else F16 (F32 for F32). */
 skv_type skv_matrix_type_for(skv_type want, int64_t cols);
 
 /* --- model rewriting (skv_quantize_model with a report) ------------------------------------ */
@@ -135,7 +136,8 @@ typedef struct skv_quantize_report {
 } skv_quantize_report;
 
 /* skv_quantize_model, filling report (may be NULL). A matrix whose row length is not a multiple
- * of type's block size is written in skv_matrix_type_for(type, row length) (Q8_0 or F16), or
+ * of type's block size is written in skv_matrix_type_for(type, row length) (a 32-block type or
+ * F16), or
  * copied when it is stored in a type no larger than that, and listed in the report. */
 skv_status skv_quantize_model_ex(const char *in_path, const char *out_path, skv_type type,
                                  int n_threads, skv_quantize_report *report, skv_err *err);
