@@ -1307,13 +1307,14 @@ INLINE void q5_rec_step(const uint8_t *rec, const int8_t *xq, int32_t xb, float 
             SKV_PREFETCH_AHEAD(rec, (SKV_K16_Q5_RECORD - 1) * q / 7);
         const __m256i x = _mm256_set1_epi32(x4);
         const __m256i w = _mm256_loadu_si256((const __m256i *)(rec + SKV_K16_Q5_Q + 32 * q));
-        uint64_t hb;
-        memcpy(&hb, rec + SKV_K16_Q5_H + 8 * q, 8);
+        uint32_t hl, hh; /* two 32-bit loads: a kmovd each (one 64-bit value took a third) */
+        memcpy(&hl, rec + SKV_K16_Q5_H + 8 * q, 4);
+        memcpy(&hh, rec + SKV_K16_Q5_H + 8 * q + 4, 4);
         const __m256i lo = _mm256_and_si256(w, m4),
                       hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
         const __m256i bit = _mm256_set1_epi8(0x10);
-        s0 = _mm256_dpbusd_epi32(s0, _mm256_mask_add_epi8(lo, (__mmask32)hb, lo, bit), x);
-        s1 = _mm256_dpbusd_epi32(s1, _mm256_mask_add_epi8(hi, (__mmask32)(hb >> 32), hi, bit), x);
+        s0 = _mm256_dpbusd_epi32(s0, _mm256_mask_add_epi8(lo, _cvtu32_mask32(hl), lo, bit), x);
+        s1 = _mm256_dpbusd_epi32(s1, _mm256_mask_add_epi8(hi, _cvtu32_mask32(hh), hi, bit), x);
     }
     const __m256i xbv = _mm256_set1_epi32(xb);
     q8_rec_chain(rec, _mm256_sub_epi32(s0, xbv), _mm256_sub_epi32(s1, xbv), dx, acc);
