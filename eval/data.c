@@ -160,7 +160,7 @@ static char *read_all(const char *path, size_t *size, skv_err *err) {
         n += got;
         if (got == 0) break;
     }
-    bool ioerr = ferror(f);
+    const int ioerr = ferror(f) ? errno : 0;
     fclose(f);
     if (!buf) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory reading %s", path);
@@ -168,7 +168,7 @@ static char *read_all(const char *path, size_t *size, skv_err *err) {
     }
     if (ioerr) {
         free(buf);
-        skv_err_set(err, SKV_ERR_IO, "error reading data file %s", path);
+        skv_err_set(err, SKV_ERR_IO, "cannot read data file %s: %s", path, strerror(ioerr));
         return NULL;
     }
     buf[n] = 0;

@@ -26,9 +26,9 @@ skv_status skv_eval_file_hash(const char *path, uint64_t max_bytes, uint64_t *si
         }
         n += got;
     }
-    bool bad = ferror(f) != 0;
+    const int bad = ferror(f) ? errno : 0;
     fclose(f);
-    if (bad) return skv_err_set(err, SKV_ERR_IO, "error reading %s", path);
+    if (bad) return skv_err_set(err, SKV_ERR_IO, "cannot read %s: %s", path, strerror(bad));
     *size = n;
     *hash = h;
     return SKV_OK;

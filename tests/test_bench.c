@@ -117,6 +117,17 @@ static void test_compressed_decode_record(void **state) {
      * v of 8 f32 + a 4-byte position) = 87040 and 21760 bytes */
     assert_non_null(strstr(out, "| 85.0 KiB -> 21.2 KiB |"));
     free(out);
+
+    /* h2o needs the depth prefill's attention summed: bench turns that on (it failed after the
+     * dense tests, naming skv_context_accumulate_attention); prefill after the cut too */
+    out = bench("-p 4 -n 2 -t 1 -r 1 --depth 64 --policy h2o --keep 0.25 --json", &st);
+    assert_int_equal(st, 0);
+    c = find_line(out, "record", "compress");
+    assert_non_null(c);
+    assert_true(field(c, "keep_tokens") == 16);
+    assert_non_null(find_line(out, "test", "tg2@d64+h2o0.25"));
+    assert_non_null(find_line(out, "test", "pp4@d64+h2o0.25"));
+    free(out);
 }
 
 /* --depth with -p: prefill of 8 tokens on copies of the 100-token context, dense and

@@ -151,7 +151,14 @@ static void test_refused(void **state) {
         {"compress -p hi --policy random --keep ' 0.5'", 2, "got ' 0.5'"},
         {"compress -p hi --policy random --keep 0.5 -t ' 1'", 2, "got ' 1'"},
         {"bench -p 0 -n 0", 2, "nothing to run"},
-        {"bench -t 1,", 2, "bad value '1,' for -t"},
+        {"bench -t 1,", 2, "thread counts in [1, 1024], comma-separated"},
+        /* every command gives -t's range in one message (generate said "invalid value") */
+        {"generate -n 1 -t 5000", 2, "-t must be a thread count in [1, 1024]"},
+        {"eval -t 0", 2, "-t must be a thread count in [1, 1024]"},
+        {"bench --depth 8 --policy nope", 2, "unknown policy 'nope' (valid: sink_recent"},
+        /* a file that cannot be read says why */
+        {"tokenize -f /nonexistent-skv", 2, "cannot open '/nonexistent-skv': No such file"},
+        {"tokenize -f /", 2, "cannot read '/': Is a directory"},
         {"bench -p 600 -n 1 -r 1", 2, "more than the model's context of 512"},
         {"bench --kv-type q8_0 -p 8 -n 2 -r 1", 2, "needs head_dim to be a multiple of 32"},
         {"compress -p hi --policy knorm --keep 0.5 --plot x.svg", 2, "give a FILE.png"},
@@ -299,6 +306,34 @@ static void test_logits_tokens_file(void **state) {
     fputs("{\"n\": 7, \"tokens\": \"1 2\"}", f);
     fclose(f);
     free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, lg));
+    /* a number that is no id is refused, named, not read as digits apart ("2.5" was 2 and 5);
+     * a word of text is skipped; a missing file says so */
+    const char *bad[] = {"[1, 2.5, 3]", "[1, -2, 3]", "[1e3]", "[4294967296]", "[v2]", "[]"};
+    const char *named[] = {"'2.5' is not a token id", "'-2' is not", "'1e3' is not",
+                           "'4294967296' is not",     "'v2' is not", "holds no token ids"};
+    for (int i = 0; i < 6; i++) {
+        f = fopen(ids, "w");
+        assert_non_null(f);
+        fputs(bad[i], f);
+        fclose(f);
+        out = test_cli_expect(2, "logits --tokens-file %s -o %s 2>&1", ids, lg);
+        assert_non_null(strstr(out, named[i]));
+        free(out);
+    }
+    f = fopen(ids, "w");
+    assert_non_null(f);
+    fputs("ids: 7 8", f);
+    fclose(f);
+    out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[7,8]\n");
+    free(out);
+    out = test_cli_expect(2, "logits --tokens-file %s.missing -o %s 2>&1", ids, lg);
+    assert_non_null(strstr(out, "cannot open it: No such file"));
+    free(out);
+    f = fopen(ids, "w");
+    assert_non_null(f);
+    fputs("{\"n\": 7, \"tokens\": \"1 2\"}", f);
+    fclose(f);
     /* FILE is never the model or the ids file (the model would be replaced by logits) */
     free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, ids));
     size_t n_ids;

@@ -234,6 +234,17 @@ static void test_overwrite(void **state) {
     assert_non_null(strstr(s, "protocol,positions,policy"));
     free(s);
     assert_int_equal(access(p, F_OK), -1);
+    /* arguments that differ from the run's in two fields: both are named (the message named
+     * the first alone, often not the one the user changed) */
+    snprintf(args, sizeof args,
+             "eval -m '%s' -t 1 -q --samples 2 --policies sink_recent --greedy 5 --resume '%s'",
+             model(), d);
+    assert_int_equal(test_cli_stderr(args, &err), 2);
+    assert_non_null(strstr(err, "cannot resume"));
+    assert_non_null(strstr(err, "'samples'"));
+    assert_non_null(strstr(err, "'greedy'"));
+    assert_non_null(strstr(err, "differ too"));
+    free(err);
     /* --resume with --overwrite is refused */
     snprintf(args, sizeof args, "eval --resume '%s' --overwrite", d);
     assert_int_equal(test_cli_stderr(args, &err), 2);

@@ -178,6 +178,15 @@ static void test_amx(void **s) {
     assert_int_equal(strstr(js, "\"amx\":true") != NULL, on);
     free(js);
     free(err);
+    /* the text form says it either way (it had no amx line when the tiles were not in use) */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env -u SKV_SIMD -u SKV_NO_AMX %s info --system", test_cli());
+    int st;
+    char *txt = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(
+        strstr(txt, on ? "amx          F16/BF16 prefill on AMX" : "amx          not used"));
+    free(txt);
 }
 
 /* How Q4_K, Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 decode read their records: prefetched streams (never at

@@ -121,6 +121,13 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+bool cli_parse_threads(const char *cmd, const char *s, long *out) {
+    if (cli_parse_int(s, 1, SKV_MAX_THREADS, out)) return true;
+    cli_error(cmd, "-t must be a thread count in [1, %d] (without -t: all cores), got '%s'",
+              SKV_MAX_THREADS, s);
+    return false;
+}
+
 bool cli_parse_u64(const char *s, uint64_t *out) {
     if (!bare(s) || *s == '-') return false;
     char *end;

@@ -65,17 +65,38 @@ void cli_policy_budget_usage(FILE *f) {
                "  --compress-every K  tokens between cuts (default 32): at most N + K entries\n");
 }
 
-void cli_policy_usage(FILE *f) {
-    fprintf(f,
-            "compression (`sparsekv policies` describes each policy):\n"
-            "  --policy P          %s\n"
-            "                      (also --policies, --protocols, --pooling: eval's spellings)\n",
-            cli_policy_names());
+/* words of a list printed from column 22, wrapped before column 80 */
+static void print_wrapped(FILE *f, const char *s) {
+    int col = 22;
+    while (*s) {
+        const char *sp = strchr(s, ' ');
+        const int n = sp ? (int)(sp - s) : (int)strlen(s);
+        if (col > 22 && col + 1 + n > 80) {
+            fprintf(f, "\n%22s", "");
+            col = 22;
+        } else if (col > 22) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", n, s);
+        col += n;
+        s += n;
+        while (*s == ' ') s++;
+    }
+    fputc('\n', f);
+}
+
+void cli_policy_usage(FILE *f, bool budget, bool own_seed) {
+    fprintf(f, "compression (`sparsekv policies` describes each policy):\n"
+               "  --policy P          ");
+    print_wrapped(f, cli_policy_names());
+    fprintf(f, "                      (also --policies, --protocols, --pooling: eval's "
+               "spellings)\n");
     fprintf(f,
             "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
             "                      keep = max(1, round_half_even(F * T))\n"
             "  --window N          the last N prompt tokens are the observation window\n"
-            "                      (under --max-cache: the last N tokens fed)\n"
+            "%s"
             "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
             "                      (%s need one of the two)\n"
             "  --protocol seed|engine\n"
@@ -83,7 +104,7 @@ void cli_policy_usage(FILE *f) {
             "                      it with the window run on a copy; the window is not kept.\n"
             "                      engine: prefill the whole prompt once, capturing the window's\n"
             "                      queries; the window stays in the cache and counts toward keep\n"
-            "  --seed S            random policy seed (default 0)\n"
+            "%s"
             "  --sinks N           sink_recent: first positions always kept (default 4)\n"
             "  --pool max|avg      attention/pyramid/adakv score pooling (default max)\n"
             "  --kernel N          pooling width, 1..65536 (default 7; 1 = no pooling)\n"
@@ -92,7 +113,9 @@ void cli_policy_usage(FILE *f) {
             "  --positions original|rerotate\n"
             "                      keep retained keys at their positions (default) or re-rotate\n"
             "                      them to their index in the cache (StreamingLLM)\n",
-            window_policy_names());
+            budget ? "                      (under --max-cache: the last N tokens fed)\n" : "",
+            window_policy_names(),
+            own_seed ? "" : "  --seed S            random policy seed (default 0)\n");
 }
 
 const cli_opt cli_policy_options[] = {
@@ -232,6 +255,16 @@ static bool reads_param(const char *params, const char *field) {
         size_t len = strcspn(s, ",");
         if (len == n && !strncmp(s, field, n)) return true;
         s += len + (s[len] == ',');
+    }
+    return false;
+}
+
+bool cli_policy_needs_prefill_attention(const char *policy) {
+    const char *canon = policy ? skv_policy_canonical(policy) : NULL;
+    for (int i = 0; canon && i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (skv_policy_describe(i, &a, NULL) == SKV_OK && !strcmp(a.name, canon))
+            return a.needs_prefill_attention;
     }
     return false;
 }
@@ -522,13 +555,8 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
         st0 = skv_context_set_budget(ctx, &bp, o->max_cache, o->compress_every, &err);
     } else if (compress) {
         /* policies that need the prefill's attention (h2o) turn its accumulation on first */
-        const char *canon = skv_policy_canonical(o->params.policy);
-        for (int i = 0; canon && i < skv_policy_count(); i++) {
-            skv_policy_about a;
-            if (skv_policy_describe(i, &a, NULL) == SKV_OK && !strcmp(a.name, canon) &&
-                a.needs_prefill_attention)
-                st0 = skv_context_accumulate_attention(ctx, true, &err);
-        }
+        if (cli_policy_needs_prefill_attention(o->params.policy))
+            st0 = skv_context_accumulate_attention(ctx, true, &err);
     }
     if (st0) {
         cli_error(cmd, "%s", err.msg);

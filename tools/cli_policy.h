@@ -73,8 +73,14 @@ void cli_policy_note_budget_unscored(FILE *f, const cli_policy_opts *o);
  * "pooling", "kernel", "window_keep"), as its registry row says. */
 bool cli_policy_reads(const char *policy, const char *field);
 
-/* Usage lines of the compression flags (the policy list comes from the registry). */
-void cli_policy_usage(FILE *f);
+/* Whether the policy (name or alias) needs the prefill's attention summed
+ * (skv_context_accumulate_attention before the prefill: h2o), as its registry row says. */
+bool cli_policy_needs_prefill_attention(const char *policy);
+
+/* Usage lines of the compression flags (the policy list comes from the registry). budget: the
+ * command has --max-cache (its effect on --window is said); own_seed: the command lists --seed
+ * itself (generate: it seeds the sampler too), so it is not listed again. */
+void cli_policy_usage(FILE *f, bool budget, bool own_seed);
 /* Usage lines of --max-cache and --compress-every (generate). */
 void cli_policy_budget_usage(FILE *f);
 /* "sink_recent (streaming), random, ..." from the registry (static buffer). */

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
         "                      kv head, one column per position) with gnuplot\n"
         "  -h, --help          this help\n\n",
         SKV_DEFAULT_MODEL);
-    cli_policy_usage(f);
+    cli_policy_usage(f, false, false);
 }
 
 static void print_int_array(FILE *f, const int *a, int n) {
@@ -279,8 +279,7 @@ int cmd_compress(int argc, char **argv) {
             break;
         case 't': {
             long t;
-            if (!cli_parse_int(v, 1, 1024, &t)) {
-                cli_error(CMD, "-t must be a thread count in [1, 1024], got '%s'", v);
+            if (!cli_parse_threads(CMD, v, &t)) {
                 return 2;
             }
             n_threads = (int)t;

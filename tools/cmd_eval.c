@@ -850,7 +850,7 @@ static int eval_main(int argc, char **argv) {
             ok = cli_parse_int(v, 0, 1 << 20, &greedy);
             break;
         case 't':
-            ok = cli_parse_int(v, 1, 1024, &threads);
+            if (!cli_parse_threads(CMD, v, &threads)) return 2;
             break;
         case O_PASSKEY_TOKENS:
             ok = cli_parse_int(v, 2, 1 << 24, &passkey_tokens);
@@ -1229,11 +1229,18 @@ static int eval_main(int argc, char **argv) {
     /* Sizes taken from metadata are bounded by what the command needs: a file may claim a
      * context of 2^28 tokens, and the default samples and passkey prompts must not follow it. */
     int n_default = n_ctx < EVAL_DEFAULT_MAX_TOKENS ? n_ctx : EVAL_DEFAULT_MAX_TOKENS;
-    if (n_default < n_ctx && !quiet && !data && passkey_tokens <= 0)
-        fprintf(stderr,
-                "sparsekv eval: the model's context is %d tokens; default samples use %d "
-                "(--passkey-tokens or --data for longer)\n",
-                n_ctx, n_default);
+    if (n_default < n_ctx && !quiet && !data && passkey_tokens <= 0) {
+        if (passkey) /* the task's prompts fill n_default less the answer's --greedy tokens */
+            fprintf(stderr,
+                    "sparsekv eval: the model's context is %d tokens; the default prompts are "
+                    "%d (--passkey-tokens for longer)\n",
+                    n_ctx, n_default - st.greedy);
+        else /* generated samples: 7/8 of n_default (below) */
+            fprintf(stderr,
+                    "sparsekv eval: the model's context is %d tokens; generated samples are %d "
+                    "(--data for longer ones of your own)\n",
+                    n_ctx, n_default * 7 / 8);
+    }
     int rc = 1;
     skv_err err = {0};
     skv_eval_dataset ds = {0};
@@ -1360,11 +1367,25 @@ static int eval_main(int argc, char **argv) {
             snprintf(b, sizeof b, "%d/%d", cur.shard_k, cur.shard_n);
             const char *pv = strcmp(field, "shard") ? skv_eval_runinfo_get(&prev, field) : a;
             const char *cv = strcmp(field, "shard") ? skv_eval_runinfo_get(&cur, field) : b;
+            /* every other field that differs, by name: the first is rarely the one changed */
+            char others[512] = "";
+            size_t ol = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                const skv_eval_runinfo *x = pass ? &cur : &prev, *y = pass ? &prev : &cur;
+                for (int i = 0; i < x->n_config && ol < sizeof others - 64; i++) {
+                    const char *k = x->config[i].key, *vy = skv_eval_runinfo_get(y, k);
+                    if (!strcmp(k, field) || (vy && !strcmp(vy, x->config[i].value)) ||
+                        (pass && vy))
+                        continue;
+                    ol += (size_t)snprintf(others + ol, sizeof others - ol, "%s'%s'",
+                                           ol ? ", " : "; these differ too: ", k);
+                }
+            }
             cli_error(CMD,
                       "cannot resume %s: field '%s' differs: the run has '%s', these "
-                      "arguments give '%s' (resume with the run's arguments, or `--resume %s` "
+                      "arguments give '%s'%s (resume with the run's arguments, or `--resume %s` "
                       "alone to take them from its run.json)",
-                      resume, field, pv ? pv : "(none)", cv ? cv : "(none)", resume);
+                      resume, field, pv ? pv : "(none)", cv ? cv : "(none)", others, resume);
             rc = 2;
             goto done;
         }

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
         "                         [--top-p P] [--seed S] [-t THREADS] [--kv-type f32|f16|q8_0]\n"
         "                         [--quiet] [--special]\n"
         "                         [--chat [--system TEXT] [--chat-template NAME]]\n"
-        "                         [--policy P --keep F [compression options]]\n\n"
+        "                         [--policy P --keep F [compression options]]\n"
+        "                         [--policy P --max-cache N [--compress-every K]]\n\n"
         "Prints the prompt followed by up to N generated tokens (stops early at an end-of-\n"
         "generation token: EOS, EOT, <|eot_id|>, <|im_end|>, <|end|> ...).\n"
         "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
@@ -40,7 +41,7 @@ static void usage(FILE *f) {
         "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
         "                has no tokenizer.chat_template (or to override it)\n\n",
         SKV_DEFAULT_MODEL);
-    cli_policy_usage(f);
+    cli_policy_usage(f, true, true);
     cli_policy_budget_usage(f);
 }
 
@@ -199,7 +200,7 @@ int cmd_generate(int argc, char **argv) {
             sp.top_p = (float)dv;
             break;
         case 't':
-            if (!cli_parse_int(val, 1, 1024, &threads)) goto bad;
+            if (!cli_parse_threads("generate", val, &threads)) return 2;
             break;
         case O_KV_TYPE:
             if (!skv_type_from_name(val, &kv_type) ||

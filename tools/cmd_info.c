@@ -78,6 +78,11 @@ static void print_system(bool json) {
            env ? ")" : "", forced ? " (SKV_FORCE_SCALAR set)" : "");
     if (skv_simd_amx())
         printf("amx          F16/BF16 prefill on AMX-BF16 tiles (SKV_NO_AMX=1: the FMA code)\n");
+    else if (!strstr(skv_simd_cpu_features(), "amx-bf16"))
+        printf("amx          not used (the CPU has no AMX-BF16 tiles)\n");
+    else
+        printf("amx          not used (SKV_NO_AMX set, a level below avx512, or the OS does not "
+               "grant the tiles)\n");
     if (skv_simd_k16_prefetch())
         printf("k16 decode   Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1 records as 4 streams per thread, %d "
                "bytes ahead "

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cli_args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,18 +20,24 @@ static void usage(FILE *f) {
                "Prints the token ids as a JSON array on stdout. --tokens-file reads the ids\n"
                "from a file: decimal numbers separated by anything else (a JSON array such as\n"
                "the fixtures' <name>.ids.json works), or, where the file has a \"tokens\" key\n"
-               "(a JSON object such as reference_logits.json), that key's array. Token ids are\n"
-               "used as given (no BOS). FILE is replaced if it exists.\n");
+               "(a JSON object such as reference_logits.json), that key's array; a number that\n"
+               "is no token id (2.5, -2, 1e3) is an error. Token ids are used as given (no\n"
+               "BOS). FILE is replaced if it exists.\n");
 }
 
 /* The ids a file holds: the array after its "tokens" key where it has one (a JSON object such
- * as the fixtures' reference_logits.json, whose other numbers are not ids), else every decimal
- * number in it ("[1, 2,\n3]" -> 1 2 3). Returns the count, or -1 when the file does not read,
- * holds a minus sign or a number above INT32_MAX among them, or none, or has a "tokens" key
+ * as the fixtures' reference_logits.json, whose other numbers are not ids), else every number in
+ * it ("[1, 2,\n3]" -> 1 2 3). A word holding a digit (a run of letters, digits, '.', '_', '+' and
+ * '-') must be a plain decimal id: "2.5", "-2", "1e3" or "v2" is an error, not ids read apart.
+ * Returns the count, or -1 with why (a message naming what was wrong) when the file does not
+ * read, holds such a word or a number above INT32_MAX, holds no number, or has a "tokens" key
  * that no flat array follows. */
-static int read_ids_file(const char *path, int32_t **out) {
+static int read_ids_file(const char *path, int32_t **out, char *why, size_t why_size) {
     FILE *f = fopen(path, "rb");
-    if (!f) return -1;
+    if (!f) {
+        snprintf(why, why_size, "cannot open it: %s", strerror(errno));
+        return -1;
+    }
     size_t len = 0, cap = 4096;
     char *buf = malloc(cap + 1);
     for (size_t got; buf && (got = fread(buf + len, 1, cap - len, f)) > 0;) {
@@ -44,9 +51,11 @@ static int read_ids_file(const char *path, int32_t **out) {
             buf = bigger, cap *= 2;
         }
     }
-    const bool read_err = ferror(f);
+    const int read_errno = ferror(f) ? errno : 0;
     fclose(f);
-    if (!buf || read_err) {
+    if (!buf || read_errno) {
+        snprintf(why, why_size, "cannot read it: %s",
+                 buf ? strerror(read_errno) : "too large or out of memory");
         free(buf);
         return -1;
     }
@@ -60,6 +69,7 @@ static int read_ids_file(const char *path, int32_t **out) {
         while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
         const char *close = *q == '[' ? strchr(q, ']') : NULL;
         if (!close) { /* a "tokens" that is no flat array: not the ids */
+            snprintf(why, why_size, "its \"tokens\" key holds no array of ids");
             free(buf);
             return -1;
         }
@@ -67,29 +77,42 @@ static int read_ids_file(const char *path, int32_t **out) {
     }
     int n = 0, idcap = 64;
     int32_t *ids = malloc((size_t)idcap * sizeof *ids);
-    int64_t v = -1;
     bool bad = !ids;
-    for (; !bad && p <= end; p++) {
-        const int c = p < end ? (unsigned char)*p : ' '; /* a number at the very end, too */
-        if (c >= '0' && c <= '9') {
-            v = (v < 0 ? 0 : v) * 10 + (c - '0');
-            if (v > INT32_MAX) bad = true;
+    if (bad) snprintf(why, why_size, "out of memory");
+    while (!bad && p < end) {
+        const char *w = p; /* one word */
+        bool digit = false, plain = true;
+        while (p < end && (isalnum((unsigned char)*p) || strchr("._+-", *p))) {
+            digit |= isdigit((unsigned char)*p) != 0;
+            plain &= isdigit((unsigned char)*p) != 0;
+            p++;
+        }
+        if (p == w) { /* a separator */
+            p++;
             continue;
         }
-        if (c == '-') bad = true;
-        if (v < 0) continue;
+        if (!digit) continue; /* a word of text, no number in it */
+        int64_t v = 0;
+        for (const char *c = w; plain && c < p && v <= INT32_MAX; c++) v = v * 10 + (*c - '0');
+        if (!plain || v > INT32_MAX) {
+            snprintf(why, why_size, "'%.*s' is not a token id (a decimal number from 0 to %d)",
+                     (int)(p - w < 40 ? p - w : 40), w, INT32_MAX);
+            bad = true;
+            break;
+        }
         if (n == idcap) {
             int32_t *bigger = realloc(ids, (size_t)(idcap *= 2) * sizeof *ids);
             if (!bigger) {
+                snprintf(why, why_size, "out of memory");
                 bad = true;
                 break;
             }
             ids = bigger;
         }
         ids[n++] = (int32_t)v;
-        v = -1;
     }
     free(buf);
+    if (!bad && n == 0) snprintf(why, why_size, "it holds no token ids");
     if (bad || n == 0) {
         free(ids);
         return -1;
@@ -172,8 +195,7 @@ int cmd_logits(int argc, char **argv) {
             out_path = val;
             break;
         case 't':
-            if (!cli_parse_int(val, 1, 1024, &threads)) {
-                cli_error("logits", "invalid thread count '%s'", val);
+            if (!cli_parse_threads("logits", val, &threads)) {
                 return 2;
             }
             break;
@@ -199,9 +221,9 @@ int cmd_logits(int argc, char **argv) {
         cli_error("logits", "--tokens must be a comma-separated list of token ids");
         return 2;
     }
-    if (ids_file && (n = read_ids_file(ids_file, &toks)) <= 0) {
-        cli_error("logits", "--tokens-file '%s' is unreadable or holds no valid token ids",
-                  ids_file);
+    char why[160] = "";
+    if (ids_file && (n = read_ids_file(ids_file, &toks, why, sizeof why)) <= 0) {
+        cli_error("logits", "--tokens-file '%s': %s", ids_file, why);
         return 2;
     }
     const char *path = cli_model_path("logits", model_arg);

@@ -93,8 +93,7 @@ int cmd_quantize(int argc, char **argv) {
             usage(stdout);
             return 0;
         case 't':
-            if (!cli_parse_int(v, 1, 1024, &threads)) {
-                cli_error(CMD, "-t needs an integer in [1, 1024], got '%s'", v);
+            if (!cli_parse_threads(CMD, v, &threads)) {
                 return 2;
             }
             break;

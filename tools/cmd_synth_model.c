@@ -128,8 +128,7 @@ int cmd_synth_model(int argc, char **argv) {
             }
             break;
         case 't':
-            if (!cli_parse_int(v, 1, 1024, &threads)) {
-                cli_error(CMD, "-t must be an integer in [1, 1024], not '%s'", v);
+            if (!cli_parse_threads(CMD, v, &threads)) {
                 return 2;
             }
             break;

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cli_args.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ static void usage(FILE *f) {
 static char *read_text(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        cli_error("tokenize", "cannot open '%s'", path);
+        cli_error("tokenize", "cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0, got;
@@ -47,11 +48,12 @@ static char *read_text(const char *path, size_t *len) {
             cap *= 2;
         }
     }
-    bool bad = ferror(f);
+    const int bad = ferror(f) ? errno : 0;
     fclose(f);
     if (!buf || bad) {
         free(buf);
-        cli_error("tokenize", "cannot read '%s' (too large or unreadable)", path);
+        cli_error("tokenize", "cannot read '%s': %s", path,
+                  bad ? strerror(bad) : "too large for memory");
         return NULL;
     }
     *len = n;
