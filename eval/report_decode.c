@@ -72,11 +72,9 @@ static void stats_of(const skv_eval_rows *rows, const dconfig *c, double *vals, 
     }
 }
 
+/* A CSV number; empty when undefined (a CI of one sample), as summary.csv of the other modes. */
 static void num(FILE *f, double x) {
-    if (isfinite(x))
-        fprintf(f, "%.6g", x);
-    else
-        fputs("nan", f);
+    if (isfinite(x)) fprintf(f, "%.6g", x);
 }
 
 static const char *shown_policy(const skv_eval_labels *labels, const char *policy) {
@@ -138,7 +136,8 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
             "Every sample teacher-forced with each kv head cut back to the budget every "
             "compress_every tokens (rerotate), each next-token distribution compared with the "
             "full cache's; mean over %d sample%s, ± the 95%% confidence half-width. A budget of "
-            "at least the sample length never cuts: KL 0 (control).\n\n",
+            "at least the sample length, where one is given, never cuts: its row is a control "
+            "(KL 0).\n\n",
             cf[0].n, cf[0].n == 1 ? "" : "s");
     fputs("| policy | budget | every | n | KL mean | KL p99 | top-1 | ln PPL ratio | cuts | "
           "most entries per head (bound) |\n"

@@ -388,6 +388,54 @@ static void test_compress_summary(void **state) {
     free(out);
 }
 
+/* Small output fixes of a new-user trial: eval's fraction spelling, compress --json's note on
+ * stderr, no rate for 0 generated tokens, a retrieval task the model fails with its full cache,
+ * and decode-mode summary.csv leaving undefined CIs empty (it wrote "nan"). */
+static void test_output_details(void **state) {
+    (void)state;
+    char *err = NULL;
+    /* "1.0" is no fraction below 1 and no count: refused (it meant 1 token) */
+    assert_int_equal(test_cli_stderr("eval --prefix 1.0", &err), 2);
+    assert_non_null(strstr(err, "bad value for --prefix: '1.0'"));
+    free(err);
+    /* compress --json: stdout is the JSON alone, the note on stderr */
+    assert_int_equal(test_cli_stderr("compress -t 1 -p 'Once upon a time there was a' --policy "
+                                     "snapkv --keep 0.5 --window 4 --json",
+                                     &err),
+                     0);
+    assert_non_null(strstr(err, "nothing was chosen by score"));
+    free(err);
+    assert_int_equal(test_cli_stderr("generate -t 1 -p 'Once upon' -n 0", &err), 0);
+    assert_non_null(strstr(err, "generated 0 tokens in "));
+    assert_null(strstr(strstr(err, "generated 0 tokens in "), "t/s"));
+    free(err);
+    char dir[600], args[1400];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("_out"));
+    snprintf(args, sizeof args,
+             "eval -t 1 -q --task passkey --samples 1 --policies knorm --keep 0.5 --depths 0.5 "
+             "--greedy 8 --out '%s'",
+             dir);
+    assert_int_equal(test_cli_stderr(args, &err), 0);
+    assert_non_null(strstr(err, "even with its full cache (dense accuracy 0)"));
+    free(err);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    assert_int_equal(system(args), 0);
+    snprintf(args, sizeof args, "eval -t 1 -q --budget 48 --policies knorm --samples 1 --out '%s'",
+             dir);
+    assert_int_equal(test_cli_stderr(args, &err), 0);
+    free(err);
+    char path[700];
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    size_t n;
+    char *csv = test_read_file(path, &n);
+    assert_non_null(csv);
+    assert_null(strstr(csv, "nan"));
+    assert_non_null(strstr(csv, "decode,knorm,48,32,80,1,"));
+    free(csv);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    assert_int_equal(system(args), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compress_summary),
@@ -398,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_eval_nothing),
         cmocka_unit_test(test_eval_chat_template),
         cmocka_unit_test(test_generate_seed_and_clean_errors),
+        cmocka_unit_test(test_output_details),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

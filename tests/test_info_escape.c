@@ -3,7 +3,8 @@
  * clear, a window-title OSC) and BEL, under a file name holding them too: `info`'s text shows
  * them as \xNN and holds no byte < 0x20 but newlines. The same copy with an extra tensor whose
  * name holds ESC, BEL, a C1 CSI (U+009B) and an invalid byte is refused, and the message naming
- * the tensor shows each escaped, byte for byte as hand-written. */
+ * the tensor shows each escaped, byte for byte as hand-written. Also: `info` on a GGUF it
+ * cannot run. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,12 +81,14 @@ static void test_info_text_is_escaped(void **state) {
     free(out);
     unlink(path);
 
-    /* the tensor name in the loader's refusal */
+    /* the tensor name in the loader's refusal, and in the file's own table: a model sparsekv
+     * cannot run is shown as it is (exit 0) */
     snprintf(path, sizeof path, "%s/t.gguf", dir);
     evil_model(path, true);
     snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
     out = test_run(cmd, &st);
-    assert_int_equal(st, 2);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "runnable     no: "));
     no_raw_controls("info (refused model)", out);
     if (!strstr(out, EVIL_SHOWN)) fail_msg("the tensor name is not shown escaped:\n%s", out);
     free(out);
@@ -93,9 +96,65 @@ static void test_info_text_is_escaped(void **state) {
     rmdir(dir);
 }
 
+/* A GGUF sparsekv cannot run (stories260K relabelled 'gemma'; a vocabulary-only file) is shown
+ * as it is: why, every metadata key with its type and value (arrays as type x length), every
+ * tensor; --json the same as one document with "runnable": false. Exit 0 (it refused them,
+ * exit 2, with the reason alone). A file that is no GGUF still exits 2. */
+static void test_info_unrunnable(void **state) {
+    (void)state;
+    char path[4096], cmd[8192];
+    snprintf(path, sizeof path, "%s", test_tmp_path(".gguf"));
+    skv_err err = {0};
+    skv_gguf *g = skv_gguf_open(test_model_path("stories260K/stories260K.gguf"), &err);
+    assert_non_null(g);
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    assert_int_equal(skv_gguf_writer_copy_kv(w, g, NULL), SKV_OK);
+    assert_int_equal(skv_gguf_writer_set_str(w, "general.architecture", "gemma"), SKV_OK);
+    for (int64_t i = 0; i < skv_gguf_n_tensors(g); i++) {
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+        assert_int_equal(skv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data),
+                         SKV_OK);
+    }
+    assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
+    skv_gguf_writer_free(w);
+    skv_gguf_close(g);
+    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
+    int st = -1;
+    char *out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "(GGUF v3, gemma)"));
+    assert_non_null(strstr(out, "runnable     no: architecture 'gemma' is not supported"));
+    assert_non_null(strstr(out, "llama.block_count"));
+    assert_non_null(strstr(out, "u32      5\n"));
+    assert_non_null(
+        strstr(out, "tokenizer.ggml.tokens                        array    [string x 512]"));
+    assert_non_null(strstr(out, "blk.4.ffn_down.weight            f32      [172, 64]"));
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "'%s' info --json '%s' | python3 -c 'import json,sys; "
+             "d=json.load(sys.stdin); print(d[\"runnable\"], d[\"architecture\"], "
+             "d[\"metadata\"][\"llama.block_count\"], d[\"metadata\"][\"tokenizer.ggml.tokens\"], "
+             "len(d[\"tensors\"]))'",
+             test_cli(), path);
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_string_equal(out, "False gemma 5 {'array': 'string', 'n': 512} 47\n");
+    free(out);
+    /* not a GGUF: refused */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("not a model", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
+    free(test_run(cmd, &st));
+    assert_int_equal(st, 2);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_text_is_escaped),
+        cmocka_unit_test(test_info_unrunnable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

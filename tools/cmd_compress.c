@@ -326,9 +326,10 @@ int cmd_compress(int argc, char **argv) {
     skv_compress_info info;
     rc = cli_policy_run(CMD, model, &cparams, &opts, &p, false, &ctx, NULL, &info);
     if (rc == 0) {
-        if (json)
+        if (json) {
             print_json(stdout, ctx, &info, &opts, p.n_tokens);
-        else
+            cli_policy_note_unscored(stderr, &opts, &info); /* stdout holds only the JSON */
+        } else
             print_summary(stdout, &info, &opts, p.n_tokens);
         if (fflush(stdout) != 0) rc = 1;
         if (rc == 0 && plot_path) rc = plot_kept(ctx, &info, &opts, plot_path);

@@ -44,8 +44,8 @@ static void usage(FILE *f) {
         "                       override it)\n"
         "  --samples N          samples to use (default 8 generated; with --data all lines;\n"
         "                       with --task: prompts per depth, default 8)\n"
-        "  --prefix X           prefix tokens: a count, a fraction like 0.6, or 'rest'\n"
-        "                       (default rest)\n"
+        "  --prefix X           prefix tokens: a count (an integer), a fraction of the\n"
+        "                       sample in (0, 1) like 0.6, or 'rest' (default rest)\n"
         "  --window X           window tokens, count or fraction (default 32)\n"
         "  --continuation X     continuation tokens, count or fraction (default 64)\n"
         "  --task lm|passkey    lm (default): the metrics above; passkey: a 5-digit key\n"
@@ -78,7 +78,8 @@ static void usage(FILE *f) {
         "                       else all cores)\n"
         "  --kv-type T          f32 (default), f16 or q8_0\n"
         "  --shard i/n          run only samples with index %% n == i (0 <= i < n)\n"
-        "  --out DIR            output directory (default eval-out); refused when it is\n"
+        "  --out DIR            output directory (default eval-out; made with its parents\n"
+        "                       when missing); refused when it is\n"
         "                       not empty, unless --overwrite\n"
         "  --overwrite          replace the results of a previous run in --out\n"
         "  --resume DIR         continue the interrupted run in DIR from the rows it wrote\n"
@@ -91,7 +92,9 @@ static void usage(FILE *f) {
         "Writes DIR/results.jsonl (one line per sample x configuration), summary.csv,\n"
         "summary.md, timing.csv, run.json, plot_data.dat, plots.gp and, when gnuplot is\n"
         "installed, kl_vs_keep, top1_vs_keep, ppl_vs_keep and greedy_vs_keep (when\n"
-        "--greedy > 0) as PNG and SVG; prints summary.md.\n"
+        "--greedy > 0) as PNG and SVG; prints summary.md. With --task: the figures\n"
+        "passkey_vs_keep (whichever task ran) and accuracy_vs_depth (depth_data.dat).\n"
+        "With --budget: no timing.csv, and the figures kl_vs_budget and entries_vs_step.\n"
         "Merge shards with `sparsekv eval-merge DIR... --out DIR`.\n",
         SKV_DEFAULT_MODEL);
 }
@@ -128,7 +131,8 @@ static bool parse_part(const char *s, bool allow_rest, double *out) {
     }
     double v;
     if (!cli_parse_double(s, 0, 1e9, &v) || v <= 0) return false;
-    if (v >= 1 && v != floor(v)) return false;
+    /* a count is written as an integer; "1.0" or "2e1" is no fraction (below 1) and no count */
+    if (v >= 1 && (v != floor(v) || strpbrk(s, ".eE"))) return false;
     *out = v;
     return true;
 }
@@ -473,6 +477,18 @@ int cmd_eval_finish(const char *cmd, const skv_eval_rows *rows, const char *out,
         if (!quiet && drawn[0])
             fprintf(stderr, "sparsekv %s: plots in %s (%s.png/.svg)\n", cmd, out, drawn);
     }
+    /* a retrieval task the model fails with its full cache measures nothing about compression */
+    bool task = false, ref_any = false;
+    for (int i = 0; !decoding && i < rows->n; i++) {
+        task |= rows->rows[i].task != SKV_EVAL_LM;
+        ref_any |= rows->rows[i].task != SKV_EVAL_LM && rows->rows[i].ref_correct > 0;
+    }
+    if (task && !ref_any)
+        fprintf(stderr,
+                "sparsekv %s: note: the model answers no prompt correctly even with its full "
+                "cache (dense accuracy 0): the compressed caches' accuracies say nothing about "
+                "compression (models/retrieval.gguf is trained for these tasks)\n",
+                cmd);
     fputs(md, stdout);
     fflush(stdout);
     free(md);

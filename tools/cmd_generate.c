@@ -332,11 +332,14 @@ int cmd_generate(int argc, char **argv) {
     fputc('\n', stdout);
     double t2 = skv_time_ms();
     if (!quiet) {
+        char gen_rate[48] = ""; /* no rate of nothing generated */
+        if (n_done > 0)
+            snprintf(gen_rate, sizeof gen_rate, " (%.1f t/s)", n_done * 1e3 / (t2 - t1 + 1e-9));
         fprintf(stderr,
                 "\nprompt: %d tokens in %.1f ms (%.1f t/s); generated %d tokens in "
-                "%.1f ms (%.1f t/s); %d threads\n",
-                n_prompt, t1 - t0, n_prompt * 1e3 / (t1 - t0 + 1e-9), n_done, t2 - t1,
-                n_done * 1e3 / (t2 - t1 + 1e-9), skv_context_n_threads(ctx));
+                "%.1f ms%s; %d threads\n",
+                n_prompt, t1 - t0, n_prompt * 1e3 / (t1 - t0 + 1e-9), n_done, t2 - t1, gen_rate,
+                skv_context_n_threads(ctx));
         if (info.policy[0])
             fprintf(stderr,
                     "compressed: %s keep %.3g of T=%d (%d positions), KV %.1f -> %.1f "

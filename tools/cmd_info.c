@@ -3,7 +3,9 @@
 #include "cli_args.h"
 #include "gguf.h" /* the tensor table comes straight from the file */
 #include "kernels/kernels.h"
+#include "model/model.h" /* skv_model_load_meta */
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,24 @@ static void usage(FILE *f) {
                "prefill runs on AMX tiles (SKV_NO_AMX=1 turns that off) and how decode reads\n"
                "the k16 records of Q4_K, Q5_K, Q8_0, Q4_0/1 and Q5_0/1 (SKV_K16_PREFETCH=0|1);\n"
                "with a MODEL, then the model (with --json one document: the model's, the\n"
-               "system's facts under \"system\").\n");
+               "system's facts under \"system\").\n"
+               "A GGUF that sparsekv cannot run (another architecture, a vocabulary-only file,\n"
+               "a tensor type it does not read) is shown as it is: why it cannot run, its\n"
+               "metadata (arrays as their type and length) and its tensors (\"runnable\": false\n"
+               "in --json); exit status 0. A file that is no GGUF, or is broken, exits 2.\n");
+}
+
+/* general.file_type's name (llama.cpp's llama_ftype numbering); NULL for a number not in it. */
+static const char *ftype_name(int64_t ft) {
+    static const char *names[] = {
+        [0] = "F32",      [1] = "F16",      [2] = "Q4_0",      [3] = "Q4_1",    [7] = "Q8_0",
+        [8] = "Q5_0",     [9] = "Q5_1",     [10] = "Q2_K",     [11] = "Q3_K_S", [12] = "Q3_K_M",
+        [13] = "Q3_K_L",  [14] = "Q4_K_S",  [15] = "Q4_K_M",   [16] = "Q5_K_S", [17] = "Q5_K_M",
+        [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS",   [21] = "Q2_K_S", [22] = "IQ3_XS",
+        [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL",   [26] = "IQ3_S",  [27] = "IQ3_M",
+        [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS",   [31] = "IQ1_M",  [32] = "BF16",
+        [36] = "TQ1_0",   [37] = "TQ2_0",   [38] = "MXFP4_MOE"};
+    return ft >= 0 && ft < (int64_t)(sizeof names / sizeof names[0]) ? names[ft] : NULL;
 }
 
 /* The matrices' types and how many of each (a mix such as Q4_K_M shows as two), with the file's
@@ -31,7 +50,7 @@ static void print_type_mix(const skv_gguf *g, bool json) {
     }
     int64_t ft = -1, k = skv_gguf_find_key(g, "general.file_type");
     if (k >= 0 && !skv_gguf_kv_int(g, k, &ft)) ft = -1;
-    const char *ftn = ft == 15 ? "Q4_K_M" : ft == 14 ? "Q4_K_S" : NULL;
+    const char *ftn = ftype_name(ft);
     printf(json ? "\"matrix_types\":{" : "matrices    ");
     for (int t = 0, n = 0; t < SKV_TYPE_COUNT; t++) {
         if (!count[t]) continue;
@@ -39,7 +58,8 @@ static void print_type_mix(const skv_gguf *g, bool json) {
         printf(json ? "%s\"%s\":%d" : "%s %s x %d", n++ ? "," : "", name, count[t]);
     }
     if (json)
-        printf("},\"file_type\":%lld,", (long long)ft);
+        printf("},\"file_type\":%lld,\"file_type_name\":%s%s%s,", (long long)ft, ftn ? "\"" : "",
+               ftn ? ftn : "null", ftn ? "\"" : "");
     else if (ft >= 0)
         printf(" (file type %lld%s%s)\n", (long long)ft, ftn ? ": " : "", ftn ? ftn : "");
     else
@@ -101,6 +121,108 @@ static void shape_str(const skv_gguf_tensor *t, char *buf, size_t n) {
     snprintf(buf + off, n - (size_t)off, "]");
 }
 
+static const char *vtype_name(skv_gguf_vtype t) {
+    static const char *names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                  "bool", "string", "array", "u64", "i64", "f64"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* A metadata value as text (JSON when json): scalars as they are, strings escaped (cut at 96
+ * bytes in text), arrays as their element type and count (a vocabulary is 150k strings). */
+static void print_value(const skv_gguf *g, int64_t i, bool json) {
+    const skv_gguf_vtype t = skv_gguf_kv_type(g, i);
+    int64_t iv;
+    double fv;
+    bool bv;
+    if (t == SKV_GGUF_STRING) {
+        size_t len;
+        const char *str = skv_gguf_kv_str(g, i, &len);
+        if (json) {
+            cli_json_string(stdout, str ? str : "", str ? len : 0);
+        } else {
+            char e[512], cut[100];
+            snprintf(cut, sizeof cut, "%.96s", str ? str : "");
+            printf("\"%s\"%s", cli_escape(cut, e, sizeof e, false), len > 96 ? "..." : "");
+        }
+    } else if (t == SKV_GGUF_ARRAY) {
+        if (json)
+            printf("{\"array\":\"%s\",\"n\":%llu}", vtype_name(skv_gguf_arr_type(g, i)),
+                   (unsigned long long)skv_gguf_arr_len(g, i));
+        else
+            printf("[%s x %llu]", vtype_name(skv_gguf_arr_type(g, i)),
+                   (unsigned long long)skv_gguf_arr_len(g, i));
+    } else if (t == SKV_GGUF_BOOL && skv_gguf_kv_bool(g, i, &bv)) {
+        printf("%s", bv ? "true" : "false");
+    } else if ((t == SKV_GGUF_FLOAT32 || t == SKV_GGUF_FLOAT64) && skv_gguf_kv_float(g, i, &fv)) {
+        printf(isfinite(fv) || !json ? "%.9g" : "null", fv);
+    } else if (skv_gguf_kv_int(g, i, &iv)) {
+        printf("%lld", (long long)iv);
+    } else { /* a uint64 above INT64_MAX */
+        const skv_gguf_value *v = skv_gguf_kv_value(g, i);
+        printf(json ? "null" : "(%s)", v ? vtype_name(skv_gguf_value_type(v)) : "?");
+    }
+}
+
+/* A GGUF that sparsekv cannot run (another architecture, no tensors, a tensor type it does not
+ * read) shown as it is: its metadata and tensors. */
+static void print_raw(const skv_gguf *g, const char *path, const char *why, bool json) {
+    const char *arch = skv_gguf_get_str(g, "general.architecture");
+    int64_t nt = skv_gguf_n_tensors(g), nk = skv_gguf_n_kv(g);
+    char shape[128];
+    if (json) {
+        printf("{\"path\":");
+        cli_json_string(stdout, path, strlen(path));
+        printf(",\"gguf_version\":%u,\"architecture\":", skv_gguf_version(g));
+        if (arch)
+            cli_json_string(stdout, arch, strlen(arch));
+        else
+            printf("null");
+        printf(",\"runnable\":false,\"why\":");
+        cli_json_string(stdout, why, strlen(why));
+        printf(",\"metadata\":{");
+        for (int64_t i = 0; i < nk; i++) {
+            const char *k = skv_gguf_key(g, i);
+            printf("%s", i ? "," : "");
+            cli_json_string(stdout, k, strlen(k));
+            printf(":");
+            print_value(g, i, true);
+        }
+        printf("},\"tensors\":[");
+    } else {
+        char e1[1024], e2[256];
+        printf("file         %s (GGUF v%u, %s)\n", cli_escape(path, e1, sizeof e1, false),
+               skv_gguf_version(g),
+               arch ? cli_escape(arch, e2, sizeof e2, false) : "no architecture");
+        printf("runnable     no: %s\n\n", cli_escape(why, e1, sizeof e1, true)); /* a message */
+        printf("%-44s %-8s %s\n", "metadata", "type", "value");
+        for (int64_t i = 0; i < nk; i++) {
+            printf("%-44s %-8s ", cli_escape(skv_gguf_key(g, i), e1, sizeof e1, false),
+                   vtype_name(skv_gguf_kv_type(g, i)));
+            print_value(g, i, false);
+            printf("\n");
+        }
+        if (nt > 0) printf("\n%-32s %-8s %-18s %12s\n", "tensor", "type", "shape", "bytes");
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
+        const char *tn = skv_type_name(t->type);
+        char tid[24];
+        if (!tn) snprintf(tid, sizeof tid, "id %d", (int)t->type), tn = tid;
+        shape_str(t, shape, sizeof shape);
+        if (json) {
+            printf("%s{\"name\":", i ? "," : "");
+            cli_json_string(stdout, t->name, strlen(t->name));
+            printf(",\"type\":\"%s\",\"shape\":%s,\"bytes\":%llu}", tn, shape,
+                   (unsigned long long)t->size);
+        } else {
+            char e1[1024];
+            printf("%-32s %-8s %-18s %12llu\n", cli_escape(t->name, e1, sizeof e1, false), tn,
+                   shape, (unsigned long long)t->size);
+        }
+    }
+    if (json) printf("]}\n");
+}
+
 int cmd_info(int argc, char **argv) {
     const char *model_arg = NULL;
     bool json = false, system = false;
@@ -148,9 +270,22 @@ int cmd_info(int argc, char **argv) {
     }
     const char *path = cli_model_path("info", model_arg);
     if (!path) return 2;
-    skv_model *model = cli_load_model_as("info", path, true); /* metadata only: no packing */
-    if (!model) return cli_model_rc;
     skv_err err = {0};
+    skv_model *model = skv_model_load_meta(path, &err); /* metadata only: no packing */
+    if (!model) {
+        /* a GGUF that opens but is no model sparsekv runs: shown as it is */
+        skv_gguf *raw = err.status == SKV_ERR_UNSUPPORTED || err.status == SKV_ERR_FORMAT
+                            ? skv_gguf_open(path, NULL)
+                            : NULL;
+        if (raw) {
+            if (json && system) printf("\n");
+            print_raw(raw, path, err.msg, json);
+            skv_gguf_close(raw);
+            return 0;
+        }
+        cli_error("info", "%s", err.msg);
+        return err.status == SKV_ERR_NOMEM ? 1 : 2;
+    }
     skv_gguf *g = skv_gguf_open(path, &err);
     if (!g) {
         cli_error("info", "%s", err.msg);
@@ -170,7 +305,8 @@ int cmd_info(int argc, char **argv) {
         }
         printf("\"path\":");
         cli_json_string(stdout, path, strlen(path));
-        printf(",\"gguf_version\":%u,\"architecture\":\"%s\",\"hparams\":{\"n_vocab\":%d,"
+        printf(",\"gguf_version\":%u,\"architecture\":\"%s\",\"runnable\":true,\"hparams\":{\"n_"
+               "vocab\":%d,"
                "\"n_ctx_train\":%d,\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_head_kv\":%d,"
                "\"head_dim\":%d,\"n_ff\":%d,\"n_rot\":%d,\"rope_theta\":%g,\"norm_eps\":%g,"
                "\"tied_output\":%s,\"rope_mode\":\"%s\",\"rope_freq_scale\":%g,"
