@@ -128,6 +128,19 @@ static void test_compressed_decode_record(void **state) {
     assert_non_null(find_line(out, "test", "tg2@d64+h2o0.25"));
     assert_non_null(find_line(out, "test", "pp4@d64+h2o0.25"));
     free(out);
+
+    /* the policy's parameters, as compress takes them, in the compress record */
+    out = bench("-p 0 -n 2 -t 1 -r 1 --depth 64 --policy snapkv --kernel 3 --window-keep 4 "
+                "--positions rerotate --json",
+                &st);
+    assert_int_equal(st, 0);
+    c = find_line(out, "record", "compress");
+    assert_non_null(c);
+    assert_true(field(c, "kernel") == 3);
+    assert_true(field(c, "window_keep") == 4);
+    assert_non_null(strstr(c, "\"positions\":\"rerotate\""));
+    assert_null(strstr(c, "\"sinks\"")); /* snapkv reads no sinks */
+    free(out);
 }
 
 /* --depth with -p: prefill of 8 tokens on copies of the 100-token context, dense and
@@ -178,13 +191,15 @@ static void test_roofline_record(void **state) {
 
 static void test_usage_errors(void **state) {
     (void)state;
-    const char *bad[] = {"--policy snapkv 2>/dev/null",          /* no --depth */
-                         "--depth 64 --policy nope 2>/dev/null", /* unknown policy */
-                         "--kv-type q4_0 2>/dev/null",           /* not a cache type */
-                         "-t 0 2>/dev/null",                     /* no threads */
-                         "-p 1,x 2>/dev/null",                   /* bad list */
-                         "--frobnicate 2>/dev/null",             /* unknown option */
-                         "--depth 16 --policy snapkv 2>/dev/null" /* depth <= window */};
+    const char *bad[] = {"--policy snapkv 2>/dev/null",            /* no --depth */
+                         "--depth 64 --policy nope 2>/dev/null",   /* unknown policy */
+                         "--kv-type q4_0 2>/dev/null",             /* not a cache type */
+                         "-t 0 2>/dev/null",                       /* no threads */
+                         "-p 1,x 2>/dev/null",                     /* bad list */
+                         "--frobnicate 2>/dev/null",               /* unknown option */
+                         "--depth 16 --policy snapkv 2>/dev/null", /* depth <= window */
+                         "--sinks 2 2>/dev/null",                  /* a parameter, no policy */
+                         "--depth 64 --policy knorm --kernel 3 2>/dev/null" /* not read */};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int st;
         free(bench(bad[i], &st));

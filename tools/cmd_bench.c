@@ -19,7 +19,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: sparsekv bench [-m MODEL] [-p N[,N...]] [-n N[,N...]] [-t T[,T...]] [-r REPS]\n"
-            "                      [--depth D] [--policy P --keep F] [--window W]\n"
+            "                      [--depth D] [--policy P --keep F [--window W] [policy params]]\n"
             "                      [--kv-type f32|f16|q8_0] [--batch B] [--seed S] [--roofline] "
             "[--json]\n"
             "\n"
@@ -54,13 +54,18 @@ static void usage(FILE *f) {
             "                 figures null in --json, - in the table)\n"
             "  --keep F       fraction of the cache kept (default 0.1)\n"
             "  --window W     observation window W (default 32)\n"
+            "  --sinks N --pool max|avg --kernel N --window-keep N\n"
+            "  --positions original|rerotate\n"
+            "                 the policy's parameters, as in compress (`sparsekv compress\n"
+            "                 --help`; refused for a policy that does not read them); the\n"
+            "                 compress record of --json gives those it reads\n"
             "  --kv-type T    cache type (default f32)\n"
             "  --batch B      prefill batch size (default 512)\n"
             "  --roofline     measure the machine's FMA peak and read bandwidth at each thread\n"
             "                 count first and print the %% of each the tests reach (with -p 0\n"
             "                 -n 0: only the ceilings, no model loaded)\n"
             "  --json         one JSON object per result line instead of tables\n"
-            "  --seed S       seed of the random tokens (default 1)\n",
+            "  --seed S       seed of the random tokens and of the random policy (default 1)\n",
             SKV_DEFAULT_MODEL, skv_n_cores());
 }
 
@@ -182,6 +187,8 @@ typedef struct opts {
     const char *policy;
     double keep;
     int window;
+    skv_compress_params pp_params; /* --sinks --pool --kernel --window-keep --positions, and
+                                      --seed for the random policy (cli_policy_take) */
     skv_type kv_type;
     int batch;
     bool roofline;
@@ -368,7 +375,8 @@ static skv_context *depth_clone(bench *b, const skv_context *master, bool compre
         skv_context_accumulate_attention(c, false, NULL);
         return c;
     }
-    skv_compress_params cp = skv_compress_default_params();
+    skv_compress_params cp = b->o->pp_params;
+    cp.seed = b->o->seed;
     cp.policy = b->o->policy;
     cp.keep_frac = b->o->keep;
     cp.protocol = SKV_PROTOCOL_ENGINE;
@@ -451,6 +459,15 @@ static void report_compress(bench *b, int threads, double prefill_ms, const doub
                b->f.type, threads, D, pol, o->keep, o->window, cr->keep,
                (unsigned long long)cr->bytes_before, (unsigned long long)cr->bytes_after,
                prefill_ms, cm.median, cm.min, cm.max, pct_prefill);
+        /* the parameters the policy reads, and the positions mode */
+        const skv_compress_params *pp = &o->pp_params;
+        if (cli_policy_reads(pol, "sinks")) printf(",\"sinks\":%d", pp->sinks);
+        if (cli_policy_reads(pol, "pooling"))
+            printf(",\"pooling\":\"%s\"", cli_pooling_name(pp->pooling));
+        if (cli_policy_reads(pol, "kernel")) printf(",\"kernel\":%d", pp->kernel);
+        if (cli_policy_reads(pol, "window_keep")) printf(",\"window_keep\":%d", pp->window_keep);
+        if (cli_policy_reads(pol, "seed")) printf(",\"seed\":%llu", (unsigned long long)o->seed);
+        printf(",\"positions\":\"%s\"", cli_positions_name(pp->positions));
         if (n > 0)
             printf(",\"tg\":%d,\"tps_dense\":%.4f,\"tps_compressed\":%.4f,\"speedup\":%.4f,"
                    "\"speedup_predicted\":%.4f,\"pct_predicted\":%.2f",
@@ -653,6 +670,8 @@ int cmd_bench(int argc, char **argv) {
     o.kv_type = SKV_TYPE_F32;
     o.batch = 512;
     o.seed = 1;
+    cli_policy_opts po; /* the policy parameters, parsed as compress and generate parse them */
+    cli_policy_init(&po);
     const char *model_arg = NULL;
     enum { O_JSON = CLI_LONG, O_ROOFLINE, O_POLICY, O_KEEP, O_WINDOW, O_BATCH, O_SEED, O_KV_TYPE };
     static const cli_opt table[] = {
@@ -671,6 +690,11 @@ int cmd_bench(int argc, char **argv) {
         {"batch", O_BATCH, true, NULL, false},
         {"seed", O_SEED, true, NULL, false},
         {"kv-type", O_KV_TYPE, true, NULL, false},
+        {"sinks", CLI_POLICY_SINKS, true, NULL, false},
+        {"pool", CLI_POLICY_POOL, true, "pooling", false},
+        {"kernel", CLI_POLICY_KERNEL, true, NULL, false},
+        {"window-keep", CLI_POLICY_WINDOW_KEEP, true, NULL, false},
+        {"positions", CLI_POLICY_POSITIONS, true, NULL, false},
         {0},
     };
     cli_args args;
@@ -678,6 +702,9 @@ int cmd_bench(int argc, char **argv) {
     const char *v;
     for (int key; (key = cli_args_next(&args, &v)) != CLI_DONE;) {
         long x;
+        const int used = key >= CLI_POLICY_POLICY ? cli_policy_take(&po, &args, key, v) : 0;
+        if (used < 0) return 2;
+        if (used > 0) continue;
         switch (key) {
         case CLI_FAIL:
             return 2;
@@ -755,6 +782,26 @@ int cmd_bench(int argc, char **argv) {
     if (o.policy && !skv_policy_canonical(o.policy)) {
         cli_error(CMD, "unknown policy '%s' (valid: %s)", o.policy, cli_policy_names());
         return 2;
+    }
+    { /* the policy parameters: with --policy, and only those the policy reads */
+        static const struct {
+            int key;
+            const char *field;
+        } fields[] = {{CLI_POLICY_SINKS, "sinks"},
+                      {CLI_POLICY_POOL, "pooling"},
+                      {CLI_POLICY_KERNEL, "kernel"},
+                      {CLI_POLICY_WINDOW_KEEP, "window_keep"}};
+        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+            if (!cli_args_requires(&args, fields[k].key, O_POLICY, NULL)) return 2;
+        if (!cli_args_requires(&args, CLI_POLICY_POSITIONS, O_POLICY, NULL)) return 2;
+        for (size_t k = 0; o.policy && k < sizeof fields / sizeof fields[0]; k++)
+            if (cli_args_given(&args, fields[k].key) &&
+                !cli_policy_reads(o.policy, fields[k].field)) {
+                cli_error(CMD, "%s does not apply to policy '%s'",
+                          cli_args_name(&args, fields[k].key), o.policy);
+                return 2;
+            }
+        o.pp_params = po.params;
     }
     if (o.policy && o.depth <= 0) {
         cli_error(CMD, "--policy needs --depth D (the cache to compress)");
