@@ -160,7 +160,7 @@ static char *read_all(const char *path, size_t *size, skv_err *err) {
         n += got;
         if (got == 0) break;
     }
-    const int ioerr = ferror(f) ? errno : 0;
+    const int ioerr = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (!buf) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory reading %s", path);

@@ -77,6 +77,14 @@ static void num(FILE *f, double x) {
     if (isfinite(x)) fprintf(f, "%.6g", x);
 }
 
+/* A plot_data.dat number: never empty (gnuplot's columns are split by blanks). */
+static void dnum(FILE *f, double x) {
+    if (isfinite(x))
+        fprintf(f, "%.6g", x);
+    else
+        fputs("nan", f);
+}
+
 static const char *shown_policy(const skv_eval_labels *labels, const char *policy) {
     const char *l = skv_eval_label_of(labels, policy);
     return l ? l : policy;
@@ -188,8 +196,8 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
         for (int k = 0; k < n_cf; k++) {
             if (strcmp(cf[k].policy, pols[p])) continue;
             fprintf(f, "%d ", cf[k].budget);
-            num(f, ds[k].kl.mean), fputc(' ', f),
-                num(f, isfinite(ds[k].kl.ci95) ? ds[k].kl.ci95 : 0);
+            dnum(f, ds[k].kl.mean), fputc(' ', f),
+                dnum(f, isfinite(ds[k].kl.ci95) ? ds[k].kl.ci95 : 0);
             fputc('\n', f);
         }
         fputs("\n\n", f);

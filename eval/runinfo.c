@@ -26,7 +26,7 @@ skv_status skv_eval_file_hash(const char *path, uint64_t max_bytes, uint64_t *si
         }
         n += got;
     }
-    const int bad = ferror(f) ? errno : 0;
+    const int bad = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (bad) return skv_err_set(err, SKV_ERR_IO, "cannot read %s: %s", path, strerror(bad));
     *size = n;

@@ -327,6 +327,17 @@ static void test_logits_tokens_file(void **state) {
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[7,8]\n");
     free(out);
+    /* a UTF-8 BOM, CRLF line ends and a NUL separate ids as any other byte does */
+    f = fopen(ids, "wb");
+    assert_non_null(f);
+    fwrite("\xef\xbb\xbf"
+           "1\r\n2\0"
+           "3",
+           1, 9, f);
+    fclose(f);
+    out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[1,2,3]\n");
+    free(out);
     out = test_cli_expect(2, "logits --tokens-file %s.missing -o %s 2>&1", ids, lg);
     assert_non_null(strstr(out, "cannot open it: No such file"));
     free(out);

@@ -99,7 +99,7 @@ static void test_info_text_is_escaped(void **state) {
 /* A GGUF sparsekv cannot run (stories260K relabelled 'gemma'; a vocabulary-only file) is shown
  * as it is: why, every metadata key with its type and value (arrays as type x length), every
  * tensor; --json the same as one document with "runnable": false. Exit 0 (it refused them,
- * exit 2, with the reason alone). A file that is no GGUF still exits 2. */
+ * exit 2, with the reason alone). A broken model, and a file that is no GGUF, still exit 2. */
 static void test_info_unrunnable(void **state) {
     (void)state;
     char path[4096], cmd[8192];
@@ -139,6 +139,36 @@ static void test_info_unrunnable(void **state) {
     out = test_run(cmd, &st);
     assert_int_equal(st, 0);
     assert_string_equal(out, "False gemma 5 {'array': 'string', 'n': 512} 47\n");
+    free(out);
+    /* a vocabulary-only GGUF (stories260K's metadata, no tensor): shown, exit 0 */
+    g = skv_gguf_open(test_model_path("stories260K/stories260K.gguf"), &err);
+    assert_non_null(g);
+    w = skv_gguf_writer_new();
+    assert_int_equal(skv_gguf_writer_copy_kv(w, g, NULL), SKV_OK);
+    assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
+    skv_gguf_writer_free(w);
+    skv_gguf_close(g);
+    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "runnable     no: "));
+    assert_non_null(strstr(out, "a vocabulary-only GGUF"));
+    assert_non_null(strstr(out, "tokenizer.ggml.model                         string   \"llama\""));
+    free(out);
+    /* a broken model (llama without its hyperparameters) stays refused: exit 2, the reason */
+    w = skv_gguf_writer_new();
+    assert_int_equal(skv_gguf_writer_set_str(w, "general.architecture", "llama"), SKV_OK);
+    assert_int_equal(skv_gguf_writer_set_u32(w, "llama.block_count", 2), SKV_OK);
+    float one[4] = {1, 2, 3, 4};
+    int64_t ne[1] = {4};
+    assert_int_equal(skv_gguf_writer_add_tensor(w, "output_norm.weight", SKV_TYPE_F32, 1, ne, one),
+                     SKV_OK);
+    assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
+    skv_gguf_writer_free(w);
+    out = test_run(cmd, &st);
+    assert_int_equal(st, 2);
+    assert_non_null(strstr(out, "missing hyperparameter"));
+    assert_null(strstr(out, "runnable"));
     free(out);
     /* not a GGUF: refused */
     FILE *f = fopen(path, "w");

@@ -355,7 +355,7 @@ static void test_kquant_fallback_and_errors(void **state) {
         assert_int_equal(skv_matrix_type_for(kq[i], 288), fb[i]);
         assert_int_equal(skv_matrix_type_for(kq[i], 64), fb[i]);
         assert_int_equal(skv_matrix_type_for(kq[i], 172), SKV_TYPE_F16);
-        /* never more bytes than the next step up, never fewer than asked */
+        /* more bytes than asked (the fallback never loses precision to save them) */
         assert_true(skv_row_bytes(fb[i], 288 * 8) > skv_row_bytes(kq[i], 288 * 8));
     }
     assert_int_equal(skv_matrix_type_for(SKV_TYPE_Q8_0, 288), SKV_TYPE_Q8_0);

@@ -318,6 +318,30 @@ void cli_policy_note_budget_unscored(FILE *f, const cli_policy_opts *o) {
     fprintf(f, " = %d), nothing chosen by score; raise --max-cache or lower those\n", forced);
 }
 
+bool cli_policy_check_params(const char *cmd, const cli_args *args, const char *policy,
+                             bool seed_is_policys) {
+    skv_policy_about row;
+    if (!policy || !policy_row(policy, &row)) return true;
+    static const struct {
+        int key;
+        const char *field;
+    } fields[] = {{CLI_POLICY_SEED, "seed"},
+                  {CLI_POLICY_SINKS, "sinks"},
+                  {CLI_POLICY_POOL, "pooling"},
+                  {CLI_POLICY_KERNEL, "kernel"},
+                  {CLI_POLICY_WINDOW_KEEP, "window_keep"}};
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+        if (fields[k].key == CLI_POLICY_SEED && !seed_is_policys) continue;
+        if (cli_args_given(args, fields[k].key) && !reads_param(row.params, fields[k].field)) {
+            cli_error(cmd, "%s does not apply to policy '%s' (it reads %s)",
+                      cli_args_name(args, fields[k].key), row.name,
+                      row.params[0] ? row.params : "no parameters");
+            return false;
+        }
+    }
+    return true;
+}
+
 bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required) {
     const char *cmd = args->cmd;
     const skv_compress_params *p = &o->params;
@@ -343,26 +367,7 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
         }
         return true;
     }
-    skv_policy_about row;
-    if (policy_row(p->policy, &row)) {
-        static const struct {
-            int key;
-            const char *field;
-        } fields[] = {{CLI_POLICY_SEED, "seed"},
-                      {CLI_POLICY_SINKS, "sinks"},
-                      {CLI_POLICY_POOL, "pooling"},
-                      {CLI_POLICY_KERNEL, "kernel"},
-                      {CLI_POLICY_WINDOW_KEEP, "window_keep"}};
-        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
-            if (fields[k].key == CLI_POLICY_SEED && o->seed_shared) continue;
-            if (cli_args_given(args, fields[k].key) && !reads_param(row.params, fields[k].field)) {
-                cli_error(cmd, "%s does not apply to policy '%s' (it reads %s)",
-                          cli_args_name(args, fields[k].key), row.name,
-                          row.params[0] ? row.params : "no parameters");
-                return false;
-            }
-        }
-    }
+    if (!cli_policy_check_params(cmd, args, p->policy, !o->seed_shared)) return false;
     if (o->max_cache > 0) {
         for (int i = 0; i < skv_policy_count(); i++) {
             skv_policy_about a;

@@ -57,6 +57,13 @@ int cli_policy_take(cli_policy_opts *o, const cli_args *args, int key, const cha
  * --window-keep only for a policy that reads them. false after a message (exit status 2). */
 bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool policy_required);
 
+/* The policy parameters given (--seed when seed_is_policys, --sinks, --pool, --kernel,
+ * --window-keep) against what the policy's registry row says it reads: false after a message
+ * naming the first it does not read (exit status 2). Part of cli_policy_check; bench calls it
+ * alone (its --seed seeds the tokens too). */
+bool cli_policy_check_params(const char *cmd, const cli_args *args, const char *policy,
+                             bool seed_is_policys);
+
 /* Under --max-cache: each cut's window, the last min(--window or --compress-every,
  * --compress-every) tokens fed (the library's rule, skv_context_set_budget). */
 int cli_policy_budget_window(const cli_policy_opts *o);

@@ -51,7 +51,8 @@ static void usage(FILE *f) {
             "                 measured decode speedup next to the one the bytes predict:\n"
             "                 (weights + dense KV) / (weights + kept KV), for decode bound by\n"
             "                 memory bandwidth (with -n 0: the compression alone, its decode\n"
-            "                 figures null in --json, - in the table)\n"
+            "                 figures null in --json, - in the table). With h2o the depth\n"
+            "                 prefill also sums its attention (h2o's scores): in its time\n"
             "  --keep F       fraction of the cache kept (default 0.1)\n"
             "  --window W     observation window W (default 32)\n"
             "  --sinks N --pool max|avg --kernel N --window-keep N\n"
@@ -783,26 +784,13 @@ int cmd_bench(int argc, char **argv) {
         cli_error(CMD, "unknown policy '%s' (valid: %s)", o.policy, cli_policy_names());
         return 2;
     }
-    { /* the policy parameters: with --policy, and only those the policy reads */
-        static const struct {
-            int key;
-            const char *field;
-        } fields[] = {{CLI_POLICY_SINKS, "sinks"},
-                      {CLI_POLICY_POOL, "pooling"},
-                      {CLI_POLICY_KERNEL, "kernel"},
-                      {CLI_POLICY_WINDOW_KEEP, "window_keep"}};
-        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
-            if (!cli_args_requires(&args, fields[k].key, O_POLICY, NULL)) return 2;
-        if (!cli_args_requires(&args, CLI_POLICY_POSITIONS, O_POLICY, NULL)) return 2;
-        for (size_t k = 0; o.policy && k < sizeof fields / sizeof fields[0]; k++)
-            if (cli_args_given(&args, fields[k].key) &&
-                !cli_policy_reads(o.policy, fields[k].field)) {
-                cli_error(CMD, "%s does not apply to policy '%s'",
-                          cli_args_name(&args, fields[k].key), o.policy);
-                return 2;
-            }
-        o.pp_params = po.params;
-    }
+    /* the policy parameters: with --policy, and only those the policy reads */
+    static const int param_keys[] = {CLI_POLICY_SINKS, CLI_POLICY_POOL, CLI_POLICY_KERNEL,
+                                     CLI_POLICY_WINDOW_KEEP, CLI_POLICY_POSITIONS};
+    for (size_t k = 0; k < sizeof param_keys / sizeof param_keys[0]; k++)
+        if (!cli_args_requires(&args, param_keys[k], O_POLICY, NULL)) return 2;
+    if (!cli_policy_check_params(CMD, &args, o.policy, false)) return 2;
+    o.pp_params = po.params;
     if (o.policy && o.depth <= 0) {
         cli_error(CMD, "--policy needs --depth D (the cache to compress)");
         return 2;

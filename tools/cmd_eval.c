@@ -46,7 +46,7 @@ static void usage(FILE *f) {
         "                       with --task: prompts per depth, default 8)\n"
         "  --prefix X           prefix tokens: a count (an integer), a fraction of the\n"
         "                       sample in (0, 1) like 0.6, or 'rest' (default rest)\n"
-        "  --window X           window tokens, count or fraction (default 32)\n"
+        "  --window X           window tokens, count or fraction, as --prefix (default 32)\n"
         "  --continuation X     continuation tokens, count or fraction (default 64)\n"
         "  --task lm|passkey    lm (default): the metrics above; passkey: a 5-digit key\n"
         "                       hidden in filler text, exact-match retrieval after greedy\n"

@@ -21,10 +21,11 @@ static void usage(FILE *f) {
                "the k16 records of Q4_K, Q5_K, Q8_0, Q4_0/1 and Q5_0/1 (SKV_K16_PREFETCH=0|1);\n"
                "with a MODEL, then the model (with --json one document: the model's, the\n"
                "system's facts under \"system\").\n"
-               "A GGUF that sparsekv cannot run (another architecture, a vocabulary-only file,\n"
-               "a tensor type it does not read) is shown as it is: why it cannot run, its\n"
-               "metadata (arrays as their type and length) and its tensors (\"runnable\": false\n"
-               "in --json); exit status 0. A file that is no GGUF, or is broken, exits 2.\n");
+               "A GGUF of an architecture sparsekv does not run, or a vocabulary-only one, is\n"
+               "shown as it is: why it cannot run, its metadata (arrays as their type and\n"
+               "length) and its tensors (\"runnable\": false in --json); exit status 0. A file\n"
+               "that is no GGUF, or a broken model (a hyperparameter missing, a tensor of the\n"
+               "wrong shape or of a type sparsekv does not read), exits 2 with the reason.\n");
 }
 
 /* general.file_type's name (llama.cpp's llama_ftype numbering); NULL for a number not in it. */
@@ -157,20 +158,26 @@ static void print_value(const skv_gguf *g, int64_t i, bool json) {
         printf(isfinite(fv) || !json ? "%.9g" : "null", fv);
     } else if (skv_gguf_kv_int(g, i, &iv)) {
         printf("%lld", (long long)iv);
-    } else { /* a uint64 above INT64_MAX */
-        const skv_gguf_value *v = skv_gguf_kv_value(g, i);
-        printf(json ? "null" : "(%s)", v ? vtype_name(skv_gguf_value_type(v)) : "?");
+    } else { /* a uint64 above INT64_MAX (no getter gives it whole) */
+        printf(json ? "null" : "(a u64 above 2^63 - 1)");
     }
 }
 
 /* A GGUF that sparsekv cannot run (another architecture, no tensors, a tensor type it does not
  * read) shown as it is: its metadata and tensors. */
-static void print_raw(const skv_gguf *g, const char *path, const char *why, bool json) {
+static void print_raw(const skv_gguf *g, const char *path, const char *why, bool json,
+                      bool system) {
     const char *arch = skv_gguf_get_str(g, "general.architecture");
     int64_t nt = skv_gguf_n_tensors(g), nk = skv_gguf_n_kv(g);
     char shape[128];
     if (json) {
-        printf("{\"path\":");
+        printf("{");
+        if (system) { /* as a runnable model's document holds it */
+            printf("\"system\":");
+            print_system(true);
+            printf(",");
+        }
+        printf("\"path\":");
         cli_json_string(stdout, path, strlen(path));
         printf(",\"gguf_version\":%u,\"architecture\":", skv_gguf_version(g));
         if (arch)
@@ -273,18 +280,19 @@ int cmd_info(int argc, char **argv) {
     skv_err err = {0};
     skv_model *model = skv_model_load_meta(path, &err); /* metadata only: no packing */
     if (!model) {
-        /* a GGUF that opens but is no model sparsekv runs: shown as it is */
+        /* a well-formed GGUF of another architecture, or of a vocabulary alone: shown as it is
+         * (a broken model stays refused) */
         skv_gguf *raw = err.status == SKV_ERR_UNSUPPORTED || err.status == SKV_ERR_FORMAT
                             ? skv_gguf_open(path, NULL)
                             : NULL;
-        if (raw) {
-            if (json && system) printf("\n");
-            print_raw(raw, path, err.msg, json);
+        if (raw && (err.status == SKV_ERR_UNSUPPORTED || skv_gguf_n_tensors(raw) == 0)) {
+            print_raw(raw, path, err.msg, json, system);
             skv_gguf_close(raw);
             return 0;
         }
+        skv_gguf_close(raw);
         cli_error("info", "%s", err.msg);
-        return err.status == SKV_ERR_NOMEM ? 1 : 2;
+        return err.status == SKV_ERR_NOMEM ? 1 : 2; /* as cli_load_model_as */
     }
     skv_gguf *g = skv_gguf_open(path, &err);
     if (!g) {

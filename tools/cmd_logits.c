@@ -51,7 +51,7 @@ static int read_ids_file(const char *path, int32_t **out, char *why, size_t why_
             buf = bigger, cap *= 2;
         }
     }
-    const int read_errno = ferror(f) ? errno : 0;
+    const int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (!buf || read_errno) {
         snprintf(why, why_size, "cannot read it: %s",
@@ -82,7 +82,7 @@ static int read_ids_file(const char *path, int32_t **out, char *why, size_t why_
     while (!bad && p < end) {
         const char *w = p; /* one word */
         bool digit = false, plain = true;
-        while (p < end && (isalnum((unsigned char)*p) || strchr("._+-", *p))) {
+        while (p < end && (isalnum((unsigned char)*p) || (*p && strchr("._+-", *p)))) {
             digit |= isdigit((unsigned char)*p) != 0;
             plain &= isdigit((unsigned char)*p) != 0;
             p++;

@@ -48,7 +48,7 @@ static char *read_text(const char *path, size_t *len) {
             cap *= 2;
         }
     }
-    const int bad = ferror(f) ? errno : 0;
+    const int bad = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (!buf || bad) {
         free(buf);
