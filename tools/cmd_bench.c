@@ -18,10 +18,11 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: sparsekv bench [-m MODEL] [-p N[,N...]] [-n N[,N...]] [-t T[,T...]] [-r REPS]\n"
-            "                      [--depth D] [--policy P --keep F [--window W] [policy params]]\n"
-            "                      [--kv-type f32|f16|q8_0] [--batch B] [--seed S] [--roofline] "
-            "[--json]\n"
+            "usage: sparsekv bench [-m MODEL] [-p N[,N...]] [-n N[,N...]] [-t T[,T...]]\n"
+            "                      [-r REPS] [--depth D]\n"
+            "                      [--policy P --keep F [--window W] [policy params]]\n"
+            "                      [--kv-type f32|f16|q8_0] [--batch B] [--seed S]\n"
+            "                      [--roofline] [--json]\n"
             "\n"
             "Measures, for each thread count T:\n"
             "  ppN    prefill of N random tokens in batches of B (default 512) after D tokens\n"
