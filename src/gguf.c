@@ -90,7 +90,7 @@ static size_t vtype_size(uint32_t t) {
     }
 }
 
-static const char *vtype_name(uint32_t t) {
+const char *skv_gguf_vtype_name(uint32_t t) {
     static const char *names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
                                   "int32",  "float32", "bool",   "string", "array",
                                   "uint64", "int64",   "float64"};
@@ -297,7 +297,7 @@ static bool parse_array(parser *p, gval *v, int depth) {
         return fail(p, SKV_ERR_FORMAT,
                     "array length %llu of %s at offset %llu exceeds the %llu bytes left in the "
                     "file",
-                    (unsigned long long)n, vtype_name(et), (unsigned long long)p->pos,
+                    (unsigned long long)n, skv_gguf_vtype_name(et), (unsigned long long)p->pos,
                     (unsigned long long)remaining(p));
     v->elem_type = et;
     v->n = n;
@@ -338,7 +338,7 @@ static bool parse_value(parser *p, uint32_t type, gval *v, int depth) {
     } else {
         size_t sz = vtype_size(type);
         if (sz == 0) return fail(p, SKV_ERR_FORMAT, "value type %u is invalid", type);
-        ok = need(p, sz, vtype_name(type));
+        ok = need(p, sz, skv_gguf_vtype_name(type));
         if (ok) {
             v->u.bits = load_bits(p->g->base + p->pos, sz);
             p->pos += sz;
@@ -435,7 +435,7 @@ static bool read_alignment(parser *p) {
     if (v->type == SKV_GGUF_BOOL || !scalar_int(v->type, v->u.bits, &a))
         return fail(p, SKV_ERR_FORMAT,
                     "general.alignment has type %s, expected an unsigned integer",
-                    vtype_name(v->type));
+                    skv_gguf_vtype_name(v->type));
     if (a <= 0 || (a & (a - 1)) != 0 || a > (1ll << 30))
         return fail(p, SKV_ERR_FORMAT,
                     "general.alignment %lld is not a nonzero power of two (at most 2^30)",

@@ -65,6 +65,8 @@ int64_t skv_gguf_n_kv(const skv_gguf *g);
 int64_t skv_gguf_find_key(const skv_gguf *g, const char *key); /* -1 if absent */
 const char *skv_gguf_key(const skv_gguf *g, int64_t i);
 skv_gguf_vtype skv_gguf_kv_type(const skv_gguf *g, int64_t i);
+/* "uint8" ... "float64" (the names of the reader's messages); "invalid" for another id. */
+const char *skv_gguf_vtype_name(uint32_t t);
 
 /* Scalar getters; false when the value is not of a compatible type (or is out of range of
  * the output: e.g. a uint64 above INT64_MAX for _int). _int accepts every integer type and bool;

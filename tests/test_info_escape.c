@@ -125,7 +125,7 @@ static void test_info_unrunnable(void **state) {
     assert_non_null(strstr(out, "(GGUF v3, gemma)"));
     assert_non_null(strstr(out, "runnable     no: architecture 'gemma' is not supported"));
     assert_non_null(strstr(out, "llama.block_count"));
-    assert_non_null(strstr(out, "u32      5\n"));
+    assert_non_null(strstr(out, "uint32   5\n"));
     assert_non_null(
         strstr(out, "tokenizer.ggml.tokens                        array    [string x 512]"));
     assert_non_null(strstr(out, "blk.4.ffn_down.weight            f32      [172, 64]"));

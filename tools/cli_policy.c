@@ -260,13 +260,8 @@ static bool reads_param(const char *params, const char *field) {
 }
 
 bool cli_policy_needs_prefill_attention(const char *policy) {
-    const char *canon = policy ? skv_policy_canonical(policy) : NULL;
-    for (int i = 0; canon && i < skv_policy_count(); i++) {
-        skv_policy_about a;
-        if (skv_policy_describe(i, &a, NULL) == SKV_OK && !strcmp(a.name, canon))
-            return a.needs_prefill_attention;
-    }
-    return false;
+    skv_policy_about row;
+    return policy_row(policy, &row) && row.needs_prefill_attention;
 }
 
 bool cli_policy_reads(const char *policy, const char *field) {

@@ -122,10 +122,29 @@ static void shape_str(const skv_gguf_tensor *t, char *buf, size_t n) {
     snprintf(buf + off, n - (size_t)off, "]");
 }
 
-static const char *vtype_name(skv_gguf_vtype t) {
-    static const char *names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
-                                  "bool", "string", "array", "u64", "i64", "f64"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+/* The tensor table (a JSON array after "tensors": in json), as the file lists them. */
+static void print_tensors(const skv_gguf *g, bool json) {
+    char shape[128];
+    if (!json && skv_gguf_n_tensors(g) == 0) return; /* a vocabulary-only file */
+    if (json)
+        printf("\"tensors\":[");
+    else
+        printf("\n%-32s %-8s %-18s %12s\n", "tensor", "type", "shape", "bytes");
+    for (int64_t i = 0; i < skv_gguf_n_tensors(g); i++) {
+        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i); /* a type the reader knows */
+        shape_str(t, shape, sizeof shape);
+        if (json) {
+            printf("%s{\"name\":", i ? "," : "");
+            cli_json_string(stdout, t->name, strlen(t->name));
+            printf(",\"type\":\"%s\",\"shape\":%s,\"bytes\":%llu}", skv_type_name(t->type), shape,
+                   (unsigned long long)t->size);
+        } else {
+            char e[1024];
+            printf("%-32s %-8s %-18s %12llu\n", cli_escape(t->name, e, sizeof e, false),
+                   skv_type_name(t->type), shape, (unsigned long long)t->size);
+        }
+    }
+    if (json) printf("]");
 }
 
 /* A metadata value as text (JSON when json): scalars as they are, strings escaped (cut at 96
@@ -147,10 +166,10 @@ static void print_value(const skv_gguf *g, int64_t i, bool json) {
         }
     } else if (t == SKV_GGUF_ARRAY) {
         if (json)
-            printf("{\"array\":\"%s\",\"n\":%llu}", vtype_name(skv_gguf_arr_type(g, i)),
+            printf("{\"array\":\"%s\",\"n\":%llu}", skv_gguf_vtype_name(skv_gguf_arr_type(g, i)),
                    (unsigned long long)skv_gguf_arr_len(g, i));
         else
-            printf("[%s x %llu]", vtype_name(skv_gguf_arr_type(g, i)),
+            printf("[%s x %llu]", skv_gguf_vtype_name(skv_gguf_arr_type(g, i)),
                    (unsigned long long)skv_gguf_arr_len(g, i));
     } else if (t == SKV_GGUF_BOOL && skv_gguf_kv_bool(g, i, &bv)) {
         printf("%s", bv ? "true" : "false");
@@ -168,8 +187,7 @@ static void print_value(const skv_gguf *g, int64_t i, bool json) {
 static void print_raw(const skv_gguf *g, const char *path, const char *why, bool json,
                       bool system) {
     const char *arch = skv_gguf_get_str(g, "general.architecture");
-    int64_t nt = skv_gguf_n_tensors(g), nk = skv_gguf_n_kv(g);
-    char shape[128];
+    int64_t nk = skv_gguf_n_kv(g);
     if (json) {
         printf("{");
         if (system) { /* as a runnable model's document holds it */
@@ -194,7 +212,7 @@ static void print_raw(const skv_gguf *g, const char *path, const char *why, bool
             printf(":");
             print_value(g, i, true);
         }
-        printf("},\"tensors\":[");
+        printf("},");
     } else {
         char e1[1024], e2[256];
         printf("file         %s (GGUF v%u, %s)\n", cli_escape(path, e1, sizeof e1, false),
@@ -204,30 +222,13 @@ static void print_raw(const skv_gguf *g, const char *path, const char *why, bool
         printf("%-44s %-8s %s\n", "metadata", "type", "value");
         for (int64_t i = 0; i < nk; i++) {
             printf("%-44s %-8s ", cli_escape(skv_gguf_key(g, i), e1, sizeof e1, false),
-                   vtype_name(skv_gguf_kv_type(g, i)));
+                   skv_gguf_vtype_name(skv_gguf_kv_type(g, i)));
             print_value(g, i, false);
             printf("\n");
         }
-        if (nt > 0) printf("\n%-32s %-8s %-18s %12s\n", "tensor", "type", "shape", "bytes");
     }
-    for (int64_t i = 0; i < nt; i++) {
-        const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
-        const char *tn = skv_type_name(t->type);
-        char tid[24];
-        if (!tn) snprintf(tid, sizeof tid, "id %d", (int)t->type), tn = tid;
-        shape_str(t, shape, sizeof shape);
-        if (json) {
-            printf("%s{\"name\":", i ? "," : "");
-            cli_json_string(stdout, t->name, strlen(t->name));
-            printf(",\"type\":\"%s\",\"shape\":%s,\"bytes\":%llu}", tn, shape,
-                   (unsigned long long)t->size);
-        } else {
-            char e1[1024];
-            printf("%-32s %-8s %-18s %12llu\n", cli_escape(t->name, e1, sizeof e1, false), tn,
-                   shape, (unsigned long long)t->size);
-        }
-    }
-    if (json) printf("]}\n");
+    print_tensors(g, json);
+    if (json) printf("}\n");
 }
 
 int cmd_info(int argc, char **argv) {
@@ -302,8 +303,6 @@ int cmd_info(int argc, char **argv) {
     }
     const skv_hparams *hp = skv_model_hparams(model);
     const skv_vocab *v = skv_model_vocab(model);
-    int64_t nt = skv_gguf_n_tensors(g);
-    char shape[128];
     if (json) {
         printf("{");
         if (system) {
@@ -331,16 +330,8 @@ int cmd_info(int argc, char **argv) {
         print_type_mix(g, true);
         printf("\"vocab\":{\"model\":\"%s\",\"n_tokens\":%d,\"bos\":%d,\"eos\":%d},",
                skv_vocab_model(v), skv_vocab_n_tokens(v), skv_vocab_bos(v), skv_vocab_eos(v));
-        printf("\"tensors\":[");
-        for (int64_t i = 0; i < nt; i++) {
-            const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
-            shape_str(t, shape, sizeof shape);
-            printf("%s{\"name\":", i ? "," : "");
-            cli_json_string(stdout, t->name, strlen(t->name));
-            printf(",\"type\":\"%s\",\"shape\":%s,\"bytes\":%llu}", skv_type_name(t->type), shape,
-                   (unsigned long long)t->size);
-        }
-        printf("]}\n");
+        print_tensors(g, true);
+        printf("}\n");
     } else {
         /* every string from the file (or its path) goes to the terminal escaped */
         char e1[1024], e2[256], e3[256];
@@ -367,13 +358,7 @@ int cmd_info(int argc, char **argv) {
                strcmp(skv_vocab_model(v), "gpt2") ? "SentencePiece BPE" : "byte-level BPE",
                pre ? ", pre-tokenizer " : "", pre ? cli_escape(pre, e3, sizeof e3, false) : "",
                skv_vocab_n_tokens(v), skv_vocab_bos(v), skv_vocab_eos(v));
-        printf("\n%-32s %-6s %-18s %12s\n", "tensor", "type", "shape", "bytes");
-        for (int64_t i = 0; i < nt; i++) {
-            const skv_gguf_tensor *t = skv_gguf_tensor_at(g, i);
-            shape_str(t, shape, sizeof shape);
-            printf("%-32s %-6s %-18s %12llu\n", cli_escape(t->name, e1, sizeof e1, false),
-                   skv_type_name(t->type), shape, (unsigned long long)t->size);
-        }
+        print_tensors(g, false);
     }
     skv_gguf_close(g);
     skv_model_free(model);
