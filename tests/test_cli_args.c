@@ -447,6 +447,63 @@ static void test_output_details(void **state) {
     assert_int_equal(system(args), 0);
 }
 
+/* The lines of text wider than 80 columns (UTF-8 characters: bytes that are not continuation
+ * bytes 0x80..0xBF), each printed with what printed it; returns their number. */
+static int lines_over_80(const char *what, const char *text) {
+    int over = 0;
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        int cols = 0;
+        for (size_t i = 0; i < len; i++) cols += ((unsigned char)line[i] & 0xC0) != 0x80;
+        if (cols > 80) {
+            fprintf(stderr, "%s: %d columns: %.*s\n", what, cols, (int)len, line);
+            over++;
+        }
+        line += len + (end ? 1 : 0);
+    }
+    return over;
+}
+
+/* Every help text fits an 80-column terminal: sparsekv --help, the usage printed without a
+ * command, and --help of every command the top-level help lists (texts built at run time, like
+ * the policy lists, included). */
+static void test_help_fits_80_columns(void **state) {
+    (void)state;
+    char *top = test_cli_expect(0, "--help");
+    assert_true(top[0] != '\0');
+    int over = lines_over_80("sparsekv --help", top);
+    char *bare = NULL;
+    assert_int_equal(test_cli_stderr("", &bare), 2);
+    assert_true(bare[0] != '\0');
+    over += lines_over_80("sparsekv (no command)", bare);
+    free(bare);
+    /* the commands: the first word of each line of the "commands:" list, up to a blank line */
+    const char *list = strstr(top, "\ncommands:\n");
+    assert_non_null(list);
+    int n_cmds = 0;
+    bool saw_generate = false;
+    for (const char *line = list + strlen("\ncommands:\n"); *line && *line != '\n';) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        char name[64];
+        assert_int_equal(sscanf(line, " %63s", name), 1);
+        char what[128];
+        snprintf(what, sizeof what, "sparsekv %s --help", name);
+        char *help = test_cli_expect(0, "%s --help", name);
+        if (!help[0]) fprintf(stderr, "%s: nothing printed\n", what);
+        assert_true(help[0] != '\0');
+        over += lines_over_80(what, help);
+        free(help);
+        saw_generate |= !strcmp(name, "generate");
+        n_cmds++;
+        line += len + (end ? 1 : 0);
+    }
+    free(top);
+    assert_true(n_cmds > 0 && saw_generate);
+    assert_int_equal(over, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compress_summary),
@@ -458,6 +515,7 @@ int main(void) {
         cmocka_unit_test(test_eval_chat_template),
         cmocka_unit_test(test_generate_seed_and_clean_errors),
         cmocka_unit_test(test_output_details),
+        cmocka_unit_test(test_help_fits_80_columns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,20 +90,28 @@ void cli_policy_usage(FILE *f, bool budget, bool own_seed) {
     fprintf(f, "compression (`sparsekv policies` describes each policy):\n"
                "  --policy P          ");
     print_wrapped(f, cli_policy_names());
-    fprintf(f, "                      (also --policies, --protocols, --pooling: eval's "
-               "spellings)\n");
+    fprintf(f, "                      (also --policies, --protocols, --pooling: eval's\n"
+               "                      spellings)\n");
     fprintf(f,
             "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
             "                      keep = max(1, round_half_even(F * T))\n"
             "  --window N          the last N prompt tokens are the observation window\n"
             "%s"
             "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
-            "                      (%s need one of the two)\n"
+            "                      ",
+            budget ? "                      (under --max-cache: the last N tokens fed)\n" : "");
+    /* the policies that need a window: a list that grows with the registry, wrapped */
+    char need[600];
+    snprintf(need, sizeof need, "(%s need one of the two)", window_policy_names());
+    print_wrapped(f, need);
+    fprintf(f,
             "  --protocol seed|engine\n"
-            "                      seed (default): prefill the prompt without the window, score\n"
-            "                      it with the window run on a copy; the window is not kept.\n"
-            "                      engine: prefill the whole prompt once, capturing the window's\n"
-            "                      queries; the window stays in the cache and counts toward keep\n"
+            "                      seed (default): prefill the prompt without the window,\n"
+            "                      score it with the window run on a copy; the window is\n"
+            "                      not kept.\n"
+            "                      engine: prefill the whole prompt once, capturing the\n"
+            "                      window's queries; the window stays in the cache and\n"
+            "                      counts toward keep\n"
             "%s"
             "  --sinks N           sink_recent: first positions always kept (default 4)\n"
             "  --pool max|avg      attention/pyramid/adakv score pooling (default max)\n"
@@ -111,10 +119,8 @@ void cli_policy_usage(FILE *f, bool budget, bool own_seed) {
             "  --window-keep N     attention/pyramid/adakv: last N prefix positions forced in\n"
             "                      (default 32)\n"
             "  --positions original|rerotate\n"
-            "                      keep retained keys at their positions (default) or re-rotate\n"
-            "                      them to their index in the cache (StreamingLLM)\n",
-            budget ? "                      (under --max-cache: the last N tokens fed)\n" : "",
-            window_policy_names(),
+            "                      keep retained keys at their positions (default) or\n"
+            "                      re-rotate them to their index in the cache (StreamingLLM)\n",
             own_seed ? "" : "  --seed S            random policy seed (default 0)\n");
 }
 

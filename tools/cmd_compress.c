@@ -16,30 +16,31 @@
 static const char *CMD = "compress";
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: sparsekv compress [-m MODEL] -p PROMPT --policy P --keep F\n"
-        "                         [--window N | --window-text TEXT] [--protocol seed|engine]\n"
-        "                         [--seed S] [--sinks N] [--pool max|avg] [--kernel N]\n"
-        "                         [--window-keep N] [--positions original|rerotate]\n"
-        "                         [-t N] [--kv-type f32|f16|q8_0] [--json] [--plot FILE.png]\n\n"
-        "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer and\n"
-        "kv head under policy P and reports what was kept.\n\n"
-        "  -m MODEL            GGUF model (default %s)\n"
-        "  -p, --prompt PROMPT the prompt text\n"
-        "  -t N                threads (default: all cores)\n"
-        "  --kv-type T         KV cache element type (default f32): what is kept and its\n"
-        "                      bytes as decoding would hold them\n"
-        "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
-        "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
-        "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
-        "                      prompt_tokens, kept [layer][head], forced and by_score\n"
-        "                      [layer] (entries forced in / chosen by score), and layers:\n"
-        "                      per layer and kv head, the retained positions\n"
-        "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
-        "                      kv head, one column per position) with gnuplot\n"
-        "  -h, --help          this help\n\n",
-        SKV_DEFAULT_MODEL);
+    fprintf(f,
+            "usage: sparsekv compress [-m MODEL] -p PROMPT --policy P --keep F\n"
+            "                         [--window N | --window-text TEXT]\n"
+            "                         [--protocol seed|engine]\n"
+            "                         [--seed S] [--sinks N] [--pool max|avg] [--kernel N]\n"
+            "                         [--window-keep N] [--positions original|rerotate]\n"
+            "                         [-t N] [--kv-type f32|f16|q8_0] [--json]\n"
+            "                         [--plot FILE.png]\n\n"
+            "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer\n"
+            "and kv head under policy P and reports what was kept.\n\n"
+            "  -m MODEL            GGUF model (default %s)\n"
+            "  -p, --prompt PROMPT the prompt text\n"
+            "  -t N                threads (default: all cores)\n"
+            "  --kv-type T         KV cache element type (default f32): what is kept and its\n"
+            "                      bytes as decoding would hold them\n"
+            "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
+            "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
+            "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
+            "                      prompt_tokens, kept [layer][head], forced and by_score\n"
+            "                      [layer] (entries forced in / chosen by score), and layers:\n"
+            "                      per layer and kv head, the retained positions\n"
+            "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
+            "                      kv head, one column per position) with gnuplot\n"
+            "  -h, --help          this help\n\n",
+            SKV_DEFAULT_MODEL);
     cli_policy_usage(f, false, false);
 }
 

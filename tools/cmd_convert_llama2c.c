@@ -12,25 +12,25 @@
 #define CMD "convert-llama2c"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sparsekv " CMD " [--rope-theta F] [--overwrite] CHECKPOINT.bin TOKENIZER.bin "
-            "OUT.gguf\n\n"
-            "Converts a llama2.c checkpoint (legacy v0 or v1 \"ak42\" float32 format) and its\n"
-            "tokenizer.bin into a GGUF v3 model: F32 weights, llama architecture metadata and\n"
-            "the tokenizer embedded (tokenizer.ggml.model = llama). OUT.gguf is written\n"
-            "atomically (a temporary file renamed into place).\n\n"
-            "example:\n"
-            "  sparsekv " CMD " ../shared/models/stories260K/stories260K.bin \\\n"
-            "      ../shared/models/stories260K/tok512.bin stories260K.gguf\n\n"
-            "options:\n"
-            "  --rope-theta F   the RoPE base frequency the model was trained with (a llama2.c\n"
-            "                   checkpoint does not record it; default 10000, llama2.c's)\n"
-            "  --overwrite      replace OUT.gguf if it exists (without it an existing OUT.gguf\n"
-            "                   is refused); OUT.gguf is never one of the inputs\n"
-            "  -h, --help       show this help\n\n"
-            "exit status: 0 ok, 1 runtime failure (e.g. writing OUT.gguf), 2 bad usage or\n"
-            "bad input (a checkpoint or tokenizer missing, unreadable or malformed; OUT.gguf\n"
-            "exists, is a directory or is in no directory)\n");
+    fprintf(f, "usage: sparsekv " CMD " [--rope-theta F] [--overwrite]\n"
+               "                                CHECKPOINT.bin TOKENIZER.bin OUT.gguf\n\n"
+               "Converts a llama2.c checkpoint (legacy v0 or v1 \"ak42\" float32 format) and its\n"
+               "tokenizer.bin into a GGUF v3 model: F32 weights, llama architecture metadata and\n"
+               "the tokenizer embedded (tokenizer.ggml.model = llama). OUT.gguf is written\n"
+               "atomically (a temporary file renamed into place).\n\n"
+               "example:\n"
+               "  sparsekv " CMD " ../shared/models/stories260K/stories260K.bin \\\n"
+               "      ../shared/models/stories260K/tok512.bin stories260K.gguf\n\n"
+               "options:\n"
+               "  --rope-theta F   the RoPE base frequency the model was trained with (a\n"
+               "                   llama2.c checkpoint does not record it; default 10000,\n"
+               "                   llama2.c's)\n"
+               "  --overwrite      replace OUT.gguf if it exists (without it an existing\n"
+               "                   OUT.gguf is refused); OUT.gguf is never one of the inputs\n"
+               "  -h, --help       show this help\n\n"
+               "exit status: 0 ok, 1 runtime failure (e.g. writing OUT.gguf), 2 bad usage or\n"
+               "bad input (a checkpoint or tokenizer missing, unreadable or malformed; OUT.gguf\n"
+               "exists, is a directory or is in no directory)\n");
 }
 
 int cmd_convert_llama2c(int argc, char **argv) {

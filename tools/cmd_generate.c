@@ -9,38 +9,38 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
-        "                         [--top-p P] [--seed S] [-t THREADS] [--kv-type f32|f16|q8_0]\n"
-        "                         [--quiet] [--special]\n"
-        "                         [--chat [--system TEXT] [--chat-template NAME]]\n"
-        "                         [--policy P --keep F [compression options]]\n"
-        "                         [--policy P --max-cache N [--compress-every K]]\n\n"
-        "Prints the prompt followed by up to N generated tokens (stops early at an end-of-\n"
-        "generation token: EOS, EOT, <|eot_id|>, <|im_end|>, <|end|> ...).\n"
-        "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
-        "cache is compressed after the prefill and generation continues on it.\n\n"
-        "  -m MODEL      GGUF model (default %s)\n"
-        "  -p, --prompt PROMPT\n"
-        "                prompt text (BOS is prepended)\n"
-        "  -n N          tokens to generate (default 256)\n"
-        "  --temp T      temperature; 0 = greedy (default 0.8)\n"
-        "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
-        "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
-        "  --seed S      random seed of the sampler and of the random policy (default 0)\n"
-        "  -t THREADS    worker threads (default: all cores)\n"
-        "  --kv-type T   KV cache element type (default f32)\n"
-        "  --quiet       no statistics on stderr\n"
-        "  --special     the text of special tokens in PROMPT (<|im_start|>, <|eot_id|> ...)\n"
-        "                becomes those tokens; BOS is then added only if the vocabulary asks\n"
-        "  --chat        PROMPT is one user message: format it with the model's chat template\n"
-        "                (built in: Llama 3, ChatML/Qwen, Phi-3; chosen from\n"
-        "                tokenizer.chat_template) and generate the assistant's reply\n"
-        "  --system TEXT a system message before the user message (with --chat)\n"
-        "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
-        "                has no tokenizer.chat_template (or to override it)\n\n",
-        SKV_DEFAULT_MODEL);
+    fprintf(f,
+            "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
+            "                         [--top-p P] [--seed S] [-t THREADS]\n"
+            "                         [--kv-type f32|f16|q8_0] [--quiet] [--special]\n"
+            "                         [--chat [--system TEXT] [--chat-template NAME]]\n"
+            "                         [--policy P --keep F [compression options]]\n"
+            "                         [--policy P --max-cache N [--compress-every K]]\n\n"
+            "Prints the prompt followed by up to N generated tokens (stops early at an\n"
+            "end-of-generation token: EOS, EOT, <|eot_id|>, <|im_end|>, <|end|> ...).\n"
+            "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
+            "cache is compressed after the prefill and generation continues on it.\n\n"
+            "  -m MODEL      GGUF model (default %s)\n"
+            "  -p, --prompt PROMPT\n"
+            "                prompt text (BOS is prepended)\n"
+            "  -n N          tokens to generate (default 256)\n"
+            "  --temp T      temperature; 0 = greedy (default 0.8)\n"
+            "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
+            "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
+            "  --seed S      random seed of the sampler and of the random policy (default 0)\n"
+            "  -t THREADS    worker threads (default: all cores)\n"
+            "  --kv-type T   KV cache element type (default f32)\n"
+            "  --quiet       no statistics on stderr\n"
+            "  --special     the text of special tokens in PROMPT (<|im_start|>,\n"
+            "                <|eot_id|> ...) becomes those tokens; BOS is then added only\n"
+            "                if the vocabulary asks\n"
+            "  --chat        PROMPT is one user message: format it with the model's chat\n"
+            "                template (built in: Llama 3, ChatML/Qwen, Phi-3; chosen from\n"
+            "                tokenizer.chat_template) and generate the assistant's reply\n"
+            "  --system TEXT a system message before the user message (with --chat)\n"
+            "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
+            "                has no tokenizer.chat_template (or to override it)\n\n",
+            SKV_DEFAULT_MODEL);
     cli_policy_usage(f, true, true);
     cli_policy_budget_usage(f);
 }

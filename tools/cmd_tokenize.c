@@ -10,20 +10,23 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: sparsekv tokenize [-m FILE | --vocab-llama2c FILE N] (-p TEXT | -f FILE)\n"
-            "                         [--json] [--no-bos] [--special]\n\n"
-            "Encodes TEXT (or the bytes of FILE) with the vocabulary of a GGUF FILE: a model or\n"
-            "a vocab-only file such as llama.cpp's ggml-vocab-*.gguf (default %s),\n"
-            "or of a llama2.c tokenizer.bin holding N tokens (N = 0: every token in the file).\n"
-            "SentencePiece (tokenizer.ggml.model llama) and byte-level BPE (gpt2) vocabularies.\n"
-            "Prints one line per token, \"id<TAB>piece\", the raw piece as a JSON string (U+2581\n"
-            "for spaces in SentencePiece, the GPT-2 byte alphabet in byte-level BPE: \"\u0120\"\n"
-            "is a space); --json prints {\"tokens\":[...],\"pieces\":[...]} instead.\n"
-            "BOS (and EOS) are added as the vocabulary asks (tokenizer.ggml.add_bos_token) unless\n"
-            "--no-bos. --special: the text of special tokens (<|im_start|>, <|eot_id|>, <s>...)\n"
-            "becomes those tokens; without it such text is ordinary text.\n",
-            SKV_DEFAULT_MODEL);
+    fprintf(
+        f,
+        "usage: sparsekv tokenize [-m FILE | --vocab-llama2c FILE N] (-p TEXT | -f FILE)\n"
+        "                         [--json] [--no-bos] [--special]\n\n"
+        "Encodes TEXT (or the bytes of FILE) with the vocabulary of a GGUF FILE: a\n"
+        "model or a vocab-only file such as llama.cpp's ggml-vocab-*.gguf\n"
+        "(default %s), or of a llama2.c tokenizer.bin\n"
+        "holding N tokens (N = 0: every token in the file).\n"
+        "SentencePiece (tokenizer.ggml.model llama) and byte-level BPE (gpt2)\n"
+        "vocabularies.\n"
+        "Prints one line per token, \"id<TAB>piece\", the raw piece as a JSON string\n"
+        "(U+2581 for spaces in SentencePiece, the GPT-2 byte alphabet in byte-level\n"
+        "BPE: \"\u0120\" is a space); --json prints {\"tokens\":[...],\"pieces\":[...]} instead.\n"
+        "BOS (and EOS) are added as the vocabulary asks (tokenizer.ggml.add_bos_token)\n"
+        "unless --no-bos. --special: the text of special tokens (<|im_start|>,\n"
+        "<|eot_id|>, <s>...) becomes those tokens; without it such text is ordinary text.\n",
+        SKV_DEFAULT_MODEL);
 }
 
 /* Whole file into a malloc'd buffer; NULL (and a message) on failure. */

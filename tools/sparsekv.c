@@ -29,13 +29,14 @@ static const command commands[] = {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "sparsekv %s — run Llama-family GGUF models and compress their KV cache per head\n\n"
+            "sparsekv %s — run Llama-family GGUF models\n"
+            "and compress their KV cache per head\n\n"
             "usage: sparsekv <command> [options]   (sparsekv <command> --help for details)\n\n"
             "commands:\n",
             skv_version());
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nWith no -m, commands use %s. sparsekv --version prints the version.\n",
+    fprintf(f, "\nWith no -m, commands use %s.\nsparsekv --version prints the version.\n",
             SKV_DEFAULT_MODEL);
 }
 
