@@ -76,13 +76,17 @@ skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample 
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "sample %d: decode evaluation needs a window and a continuation",
                            s->index);
-    for (int k = first; k < n_cfgs; k++)
-        if (cfgs[k].budget <= W)
+    for (int k = first; k < n_cfgs; k++) {
+        /* the window the budget keeps: the last min(W, K) tokens (skv_context_set_budget) */
+        const int kw = cfgs[k].compress_every < W ? cfgs[k].compress_every : W;
+        if (cfgs[k].budget <= kw)
             return skv_err_set(err, SKV_ERR_INVALID_ARG,
-                               "budget %d is not larger than the window (%d tokens, always kept): "
-                               "every policy would keep the same entries; raise --budget or "
-                               "lower --window",
-                               cfgs[k].budget, W);
+                               "budget %d is not larger than the window it keeps (%d tokens, the "
+                               "smaller of --window and --compress-every, always kept): every "
+                               "policy would keep the same entries; raise --budget or lower "
+                               "--window",
+                               cfgs[k].budget, kw);
+    }
     if (first == n_cfgs) return SKV_OK;
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = st->n_threads;

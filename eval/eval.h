@@ -280,7 +280,7 @@ typedef struct skv_eval_result {
     int keep;
     skv_eval_lm_metrics m;
     int greedy_match; /* greedy tokens equal to the reference's before the first difference */
-    double compress_ms, window_ms, eval_ms;
+    double compress_ms, window_ms, cache_ms, eval_ms;
     uint64_t bytes_before, bytes_after;
     int n_layer, n_head_kv;
     const int *kept;          /* [n_layer, n_head_kv] */
@@ -352,7 +352,7 @@ typedef struct skv_eval_row {
     int n_tokens, n_same_top, greedy, greedy_match;
     double kl_mean, kl_median, kl_p90, kl_p99, kl_max, top1, nll_ref, nll_cmp, ln_ppl_ratio;
     double correct, ref_correct;
-    double compress_ms, window_ms, eval_ms;
+    double compress_ms, window_ms, cache_ms, eval_ms;
     double bytes_before, bytes_after;
     /* "mode": "decode" rows (eval --budget): keep_frac 0, protocol "engine", positions
      * "rerotate"; entries[n_entries] the most entries of any head after each fed token */

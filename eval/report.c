@@ -159,6 +159,7 @@ void skv_eval_write_result(FILE *f, const skv_eval_settings *st, const skv_eval_
     fputc(']', f);
     wd(f, "compress_ms", r->compress_ms);
     wd(f, "window_ms", r->window_ms);
+    wd(f, "cache_ms", r->cache_ms);
     wd(f, "eval_ms", r->eval_ms);
     fputs("}\n", f);
 }
@@ -324,7 +325,7 @@ static bool decode_row_from_json(const skv_json *o, skv_eval_row *row, const cha
         row->entries[i] = (int)v->number;
     }
     row->eval_ms = skv_json_get_number(o, "eval_ms", &d) ? d : NAN;
-    row->compress_ms = row->window_ms = row->bytes_before = row->bytes_after = NAN;
+    row->compress_ms = row->window_ms = row->cache_ms = row->bytes_before = row->bytes_after = NAN;
     return true;
 }
 #undef NEED
@@ -409,6 +410,7 @@ static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **fie
     row->bytes_after = skv_json_get_number(o, "kv_bytes_after", &d) ? d : NAN;
     row->compress_ms = skv_json_get_number(o, "compress_ms", &d) ? d : NAN;
     row->window_ms = skv_json_get_number(o, "window_ms", &d) ? d : NAN;
+    row->cache_ms = skv_json_get_number(o, "cache_ms", &d) ? d : NAN; /* older rows lack it */
     row->eval_ms = skv_json_get_number(o, "eval_ms", &d) ? d : NAN;
 #undef NEED
     return true;
@@ -605,7 +607,7 @@ typedef struct gstats {
         ref_accuracy;
     double kl_mean_seed_sd, top1_seed_sd, ln_ppl_seed_sd, greedy_seed_sd, accuracy_seed_sd;
     double kl_max, same_top_p, same_top_unc, ppl_ref, ppl_cmp;
-    double bytes_before, bytes_after, compress_ms, window_ms, eval_ms;
+    double bytes_before, bytes_after, compress_ms, window_ms, cache_ms, eval_ms;
     int greedy;
 } gstats;
 
@@ -724,6 +726,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
         o->bytes_after += r->bytes_after;
         o->compress_ms += r->compress_ms;
         o->window_ms += r->window_ms;
+        o->cache_ms += r->cache_ms;
         o->eval_ms += r->eval_ms;
     }
     o->n_seeds = n_seeds;
@@ -731,6 +734,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
     o->bytes_after /= g->n;
     o->compress_ms /= g->n;
     o->window_ms /= g->n;
+    o->cache_ms /= g->n;
     o->eval_ms /= g->n;
     if (p->task == SKV_EVAL_LM) {
         o->kl_mean = group_stat(rows, g, m_kl_mean, vals, &o->kl_mean_seed_sd);
@@ -878,7 +882,7 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
         else
             fputs(" |", f);
     }
-    fprintf(f, " %.2f | %.2f |\n", s->compress_ms, s->window_ms);
+    fprintf(f, " %.2f | %.2f | %.2f |\n", s->compress_ms, s->window_ms, s->cache_ms);
 }
 
 /* Report files are written to NAME.tmp and renamed into place by close_file, so an interrupted
@@ -1636,7 +1640,9 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
     if ((st = skv_eval_close_tmp(f, path, err))) goto done;
 
     if (!(f = skv_eval_open_tmp(dir, "timing.csv", path, sizeof path, err))) goto fail_io;
-    fprintf(f, "protocol,positions,policy,keep_frac%s,n_rows,compress_ms,window_ms,eval_ms\n",
+    fprintf(f,
+            "protocol,positions,policy,keep_frac%s,n_rows,compress_ms,window_ms,cache_ms,"
+            "eval_ms\n",
             lm ? "" : ",depth");
     for (int k = 0; k < n_groups; k++) {
         const skv_eval_row *p = groups[k].proto;
@@ -1647,8 +1653,8 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
         skv_eval_write_csv_field(f, p->policy);
         fprintf(f, ",%.9g", p->keep_frac);
         if (!lm) fprintf(f, ",%.9g", p->depth);
-        fprintf(f, ",%d,%.4f,%.4f,%.4f\n", stats[k].n_rows, stats[k].compress_ms,
-                stats[k].window_ms, stats[k].eval_ms);
+        fprintf(f, ",%d,%.4f,%.4f,%.4f,%.4f\n", stats[k].n_rows, stats[k].compress_ms,
+                stats[k].window_ms, stats[k].cache_ms, stats[k].eval_ms);
     }
     if ((st = skv_eval_close_tmp(f, path, err))) goto done;
 
@@ -1660,14 +1666,14 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
     if (lm) {
         fprintf(mf, "| protocol | positions | policy | keep | n | KL mean | KL p99 | KL max | "
                     "top-1 | same top p | ln(PPL/PPL_ref) | greedy match | KV kept | "
-                    "seed sd (KL / top-1) | compress ms | window ms |\n"
+                    "seed sd (KL / top-1) | compress ms | window ms | cache ms |\n"
                     "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                    "---:|\n");
+                    "---:|---:|\n");
     } else {
         fprintf(mf, "| protocol | positions | policy | keep | depth | n | accuracy | "
                     "dense accuracy | greedy match | KV kept | seed sd | compress ms | "
-                    "window ms |\n"
-                    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                    "window ms | cache ms |\n"
+                    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int k = 0; k < n_groups; k++) write_md_row(mf, &groups[k], &stats[k]);
     if (lm)
@@ -1675,14 +1681,18 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
                     "in nats per continuation token; same top p pooled over all tokens "
                     "(± binomial standard error, as llama-perplexity prints it); random: every "
                     "sample is first averaged over its seeds, seed sd = standard deviation of "
-                    "the per-seed means; KV kept = bytes after / before compression.\n");
+                    "the per-seed means; KV kept = bytes after / before compression; compress "
+                    "ms = all of it, of which window ms the seed protocol's window pass and "
+                    "cache ms applying the selection (moving entries, freeing memory).\n");
     else
         fprintf(mf, "\nn = samples; accuracy = exact match of the greedy answer; ± = 95%% "
                     "confidence interval over samples (Student t), 0 when all n samples agree "
                     "(then only the rule of three bounds the rate: at 95%%, within 3/n of 0 or "
                     "1); random: every sample is first averaged over its seeds, seed sd = "
                     "standard deviation of the per-seed means; KV kept = bytes after / before "
-                    "compression.\n");
+                    "compression; compress ms = all of it, of which window ms the seed "
+                    "protocol's window pass and cache ms applying the selection (moving "
+                    "entries, freeing memory).\n");
     if (fclose(mf) != 0) {
         mf = NULL;
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");

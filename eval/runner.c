@@ -306,6 +306,7 @@ static skv_status run_config(run *r, const skv_eval_config *cfg, ref *f, skv_eva
     res.keep = info.keep;
     res.compress_ms = info.compress_ms;
     res.window_ms = info.window_ms;
+    res.cache_ms = info.cache_ms;
     res.bytes_before = info.bytes_before;
     res.bytes_after = info.bytes_after;
     res.n_layer = info.n_layer;

@@ -444,6 +444,9 @@ typedef struct skv_compress_info {
     int *by_score;           /* [n_layer] */
     uint64_t selection_hash; /* FNV-1a of every head's kept positions: equal selections hash
                                 equal */
+    double cache_ms; /* the share of compress_ms spent applying the selection: moving the kept
+                        entries, giving the rest's memory back to the OS, re-rotating (paid by
+                        every policy, scoring or not) */
 } skv_compress_info;
 
 SKV_API void skv_compress_info_free(skv_compress_info *info);

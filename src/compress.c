@@ -377,6 +377,7 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
 
     /* Every list was validated by construction (ascending, unique, within [0, T) of a dense
      * cache), so the selections below cannot be refused. */
+    const double t_apply = skv_time_ms();
     for (int l = 0; l < L && !st; l++) {
         const int32_t *first = plan.idx + (size_t)l * H * (size_t)T;
         bool same = true;
@@ -400,6 +401,7 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
         }
     }
     if (!st && params->positions == SKV_POSITIONS_REROTATE) st = skv_cache_rerotate(cache, err);
+    const double cache_ms = skv_time_ms() - t_apply;
     if (st) {
         free(kept), free(forced), free(by_score);
         skv_compress_plan_free(&plan);
@@ -424,6 +426,7 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
         info->forced = forced;
         info->by_score = by_score;
         info->selection_hash = hash;
+        info->cache_ms = cache_ms;
         info->bytes_before = bytes_before;
         info->bytes_after = skv_cache_bytes(cache, -1);
     }

@@ -93,7 +93,10 @@ static void test_refused(void **state) {
         {"eval --task lm --passkey-tokens 64", 2, "apply to --task passkey"},
         {"eval --compress-every 8", 2, "--compress-every only applies with --budget"},
         {"eval --budget 32 --samples 1 --policies knorm -q", 2,
-         "budget 32 is not larger than the window (32 tokens"},
+         "budget 32 is not larger than the window it keeps (32 tokens"},
+        /* the window a budget keeps is min(--window, --compress-every) */
+        {"eval --budget 16 --compress-every 16 --samples 1 --policies knorm -q", 2,
+         "budget 16 is not larger than the window it keeps (16 tokens"},
         {"bench --keep 0.5", 2, "--keep only applies with --policy"},
         {"logits --tokens 1,2 --no-bos -o /tmp/skv_unused.f32", 2, "--no-bos only applies with -p"},
         {"generate -n 2 -n 3", 2, "-n given twice"},

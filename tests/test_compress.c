@@ -597,6 +597,8 @@ static void test_topk_valid(void **state) {
             assert_true(info.bytes_after == skv_cache_bytes(c, -1));
             assert_true(info.bytes_after < info.bytes_before);
             assert_true(info.compress_ms >= info.window_ms && info.window_ms >= 0);
+            /* applying the selection is a share of the whole, apart from the window pass */
+            assert_true(info.cache_ms > 0 && info.compress_ms >= info.window_ms + info.cache_ms);
             skv_compress_info_free(&info);
             skv_context_free(ctx);
         }

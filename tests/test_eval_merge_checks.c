@@ -141,6 +141,27 @@ static void test_merge_checks(void **state) {
     snprintf(in, sizeof in, "'%s' '%s'", s0, d2);
     refused(in, d2, "kv_type");
 
+    /* shards run at different kernel levels (their results differ in the last bits): refused,
+     * naming both levels */
+    if (strcmp(skv_simd_level(), "scalar") != 0) {
+        const char *was = getenv("SKV_SIMD");
+        char *saved = was ? strdup(was) : NULL;
+        setenv("SKV_SIMD", "scalar", 1); /* the shard's CLI inherits it */
+        snprintf(d2, sizeof d2, "%s/s1_scalar", root);
+        shard(d2, m, 1, "");
+        if (saved)
+            setenv("SKV_SIMD", saved, 1);
+        else
+            unsetenv("SKV_SIMD");
+        free(saved);
+        snprintf(args, sizeof args, "eval-merge '%s' '%s' --out '%s/merged' -q", s0, d2, root);
+        st = test_cli_stderr(args, &err);
+        if (st != 2 || !strstr(err, "ran with the scalar kernels") || !strstr(err, d2) ||
+            !strstr(err, skv_simd_level()))
+            fail_msg("shards at two levels: exit %d (want 2), stderr:\n%s", st, err);
+        free(err);
+    }
+
     /* the other fields, by editing a copy's run.json */
     struct {
         const char *name, *from, *to, *field;

@@ -346,6 +346,29 @@ static void test_resume_elsewhere(void **state) {
     free(log);
     rj = file_in(p, "run.json");
     assert_non_null(strstr(rj, "\"cwd\":\""));
+    assert_non_null(strstr(rj, "\"simd\":\""));
+    free(rj);
+
+    /* at another kernel level (results differ in the last bits): refused, naming both */
+    if (strcmp(skv_simd_level(), "scalar") != 0) {
+        snprintf(cmd, sizeof cmd,
+                 "cd / && SKV_SIMD=scalar '%s' eval --resume '%s/run' 2>&1 >/dev/null", cli, root);
+        log = test_run(cmd, &st);
+        assert_int_equal(st, 2);
+        assert_non_null(strstr(log, "it ran with the"));
+        assert_non_null(strstr(log, "this process has scalar"));
+        free(log);
+    }
+    /* a run.json from before the field resumes at any level, and stays without it */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s/run' && sed -i 's|,\"simd\":\"[^\"]*\"||' run.json && cd / && "
+             "SKV_SIMD=scalar '%s' eval --resume '%s/run' 2>&1 >/dev/null",
+             root, cli, root);
+    log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval --resume of a run.json without simd failed (%d): %s", st, log);
+    free(log);
+    rj = file_in(p, "run.json");
+    assert_null(strstr(rj, "\"simd\""));
     free(rj);
     free(want);
     rm_rf(root);

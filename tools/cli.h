@@ -67,4 +67,14 @@ extern int cli_model_rc;
 /* Writes s as a JSON string literal (quotes and escapes; invalid UTF-8 bytes as \u00XX). */
 void cli_json_string(FILE *f, const char *s, size_t len);
 
+/* The kernels this process runs, as far as they change a result's last bits: the SIMD level,
+ * and at the avx512 level the VNNI, BF16 and AMX code where used ("avx512+vnni+bf16"). Runs
+ * that are to be compared bit for bit (eval's --resume and eval-merge) record it. */
+const char *cli_simd_kernels(void);
+
+/* A run.json config value for a message: each comma-separated number that %.17g wrote
+ * ("0.10000000000000001") in the shortest form that reads back the same ("0.1"); other text
+ * as it is. Returns buf. */
+const char *cli_config_shown(const char *value, char *buf, size_t size);
+
 #endif

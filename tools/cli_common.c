@@ -210,3 +210,49 @@ skv_model *cli_load_model_as(const char *cmd, const char *path, bool meta) {
 void cli_json_string(FILE *f, const char *s, size_t len) {
     skv_json_write_string(f, s, len); /* the eval writer's escaping, one implementation */
 }
+
+/* Whether the space-separated feature list has the word w. */
+static bool has_feature(const char *list, const char *w) {
+    const size_t n = strlen(w);
+    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+const char *cli_simd_kernels(void) {
+    static char buf[64];
+    const char *level = skv_simd_level(), *f = skv_simd_cpu_features();
+    const bool wide = !strcmp(level, "avx512");
+    snprintf(buf, sizeof buf, "%s%s%s%s", level,
+             wide && has_feature(f, "avx512vnni") ? "+vnni" : "",
+             wide && has_feature(f, "avx512bf16") ? "+bf16" : "", skv_simd_amx() ? "+amx" : "");
+    return buf;
+}
+
+const char *cli_config_shown(const char *value, char *buf, size_t size) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (const char *p = value; o + 1 < size;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char tok[64], num[32];
+        const char *shown = NULL;
+        if (len > 0 && len < sizeof tok) {
+            memcpy(tok, p, len);
+            tok[len] = '\0';
+            char *rest;
+            const double v = strtod(tok, &rest);
+            if (*rest == '\0' && !isspace((unsigned char)tok[0]))
+                for (int digits = 1; digits <= 17 && !shown; digits++) {
+                    snprintf(num, sizeof num, "%.*g", digits, v);
+                    if (strtod(num, NULL) == v) shown = num;
+                }
+        }
+        o += (size_t)snprintf(buf + o, size - o, "%s%.*s", p == value ? "" : ",",
+                              shown ? (int)strlen(shown) : (int)len, shown ? shown : p);
+        if (o >= size) o = size - 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    return buf;
+}

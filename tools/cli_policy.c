@@ -93,8 +93,9 @@ void cli_policy_usage(FILE *f, bool budget, bool own_seed) {
     fprintf(f, "                      (also --policies, --protocols, --pooling: eval's\n"
                "                      spellings)\n");
     fprintf(f,
-            "  --keep F            fraction of the T prefix positions to keep, in (0, 1]:\n"
-            "                      keep = max(1, round_half_even(F * T))\n"
+            "  --keep F            fraction of the T cached positions to keep, in (0, 1]:\n"
+            "                      keep = max(1, round_half_even(F * T)); T is the prompt\n"
+            "                      without the window (seed protocol) or with it (engine)\n"
             "  --window N          the last N prompt tokens are the observation window\n"
             "%s"
             "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"

@@ -32,11 +32,12 @@ static void usage(FILE *f) {
             "  --kv-type T         KV cache element type (default f32): what is kept and its\n"
             "                      bytes as decoding would hold them\n"
             "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
-            "                      compress_ms, window_ms, window_tokens, layer_budgets\n"
-            "                      (pyramid), bytes_before, bytes_after, protocol, positions,\n"
-            "                      prompt_tokens, kept [layer][head], forced and by_score\n"
-            "                      [layer] (entries forced in / chosen by score), and layers:\n"
-            "                      per layer and kv head, the retained positions\n"
+            "                      compress_ms, window_ms, cache_ms, window_tokens,\n"
+            "                      layer_budgets (pyramid), bytes_before, bytes_after,\n"
+            "                      protocol, positions, prompt_tokens, kept [layer][head],\n"
+            "                      forced and by_score [layer] (entries forced in / chosen\n"
+            "                      by score), and layers: per layer and kv head, the\n"
+            "                      retained positions\n"
             "  --plot FILE.png     draw a heat map of the kept positions (one row per layer x\n"
             "                      kv head, one column per position) with gnuplot\n"
             "  -h, --help          this help\n\n",
@@ -68,8 +69,10 @@ static void print_json(FILE *f, const skv_context *ctx, const skv_compress_info 
     fprintf(f, ", \"keep_frac\": ");
     skv_json_write_double(f, info->keep_frac); /* 0.3, not 0.29999999999999999 */
     fprintf(f, ", \"T\": %d, \"keep\": %d", info->T, info->keep);
-    fprintf(f, ", \"compress_ms\": %.6f, \"window_ms\": %.6f, \"window_tokens\": %d",
-            info->compress_ms, info->window_ms, info->window_tokens);
+    fprintf(f,
+            ", \"compress_ms\": %.6f, \"window_ms\": %.6f, \"cache_ms\": %.6f, "
+            "\"window_tokens\": %d",
+            info->compress_ms, info->window_ms, info->cache_ms, info->window_tokens);
     if (has_layer_budgets(info->policy)) {
         fprintf(f, ", \"layer_budgets\": ");
         print_int_array(f, info->layer_budgets, info->n_layer);
@@ -145,9 +148,9 @@ static void print_summary(FILE *f, const skv_compress_info *info, const cli_poli
     double pct = info->bytes_before ? 100.0 * (double)info->bytes_after / info->bytes_before : 0;
     fprintf(f, "KV bytes: %llu -> %llu (%.1f%%)\n", (unsigned long long)info->bytes_before,
             (unsigned long long)info->bytes_after, pct);
-    fprintf(f, "compress: %.3f ms", info->compress_ms);
-    if (info->window_ms > 0) fprintf(f, " (window pass %.3f ms)", info->window_ms);
-    fprintf(f, "\n");
+    fprintf(f, "compress: %.3f ms (", info->compress_ms);
+    if (info->window_ms > 0) fprintf(f, "window pass %.3f ms, ", info->window_ms);
+    fprintf(f, "applying the selection %.3f ms)\n", info->cache_ms);
 }
 
 /* --plot: the kept positions of every (layer, kv head) as a heat map, drawn by gnuplot from a

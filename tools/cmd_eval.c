@@ -73,10 +73,12 @@ static void usage(FILE *f) {
             "  --greedy G           greedy tokens decoded under both caches (default 32)\n"
             "  --budget LIST        decoding-time mode: teacher-force every sample with every\n"
             "                       kv head bounded at N entries (rerotate), compressing\n"
-            "                       every --compress-every K tokens (default 32);\n"
-            "                       decode-capable policies only; rows in results.jsonl\n"
-            "                       (\"mode\": \"decode\"), figures kl_vs_budget and\n"
-            "                       entries_vs_step\n\n"
+            "                       every --compress-every K tokens; decode-capable\n"
+            "                       policies only; rows in results.jsonl (\"mode\":\n"
+            "                       \"decode\"), figures kl_vs_budget and entries_vs_step\n"
+            "  --compress-every K   with --budget: a cut every K tokens (default 32), scored\n"
+            "                       with the last min(W, K) tokens' queries as the window,\n"
+            "                       always kept: each budget must be larger than min(W, K)\n\n"
             "run:\n"
             "  -t N                 threads (default: 1 for models under 32 MiB of weights,\n"
             "                       else all cores)\n"
@@ -1053,13 +1055,17 @@ static int eval_main(int argc, char **argv) {
             cli_error(CMD, "no decode-capable policy to run under --budget");
             return 2;
         }
+        /* the budget keeps the last min(W, K) tokens' queries as its window (the library's
+         * rule, skv_context_set_budget) */
+        const double kept_window =
+            split.window < (double)compress_every ? split.window : (double)compress_every;
         for (int i = 0; i < n_budgets; i++) {
-            if (split.window >= 1 && budgets[i] <= split.window) {
+            if (split.window >= 1 && budgets[i] <= kept_window) {
                 cli_error(CMD,
-                          "budget %d is not larger than the window (%g tokens, always kept): "
-                          "every policy would keep the same entries; raise --budget or lower "
-                          "--window",
-                          budgets[i], split.window);
+                          "budget %d is not larger than the window it keeps (%g tokens, the "
+                          "smaller of --window and --compress-every, always kept): every policy "
+                          "would keep the same entries; raise --budget or lower --window",
+                          budgets[i], kept_window);
                 return 2;
             }
         }
@@ -1343,6 +1349,11 @@ static int eval_main(int argc, char **argv) {
             skv_eval_runinfo_set(&cur, "passkey_tokens", &e2, "%ld", passkey_tokens) ||
             skv_eval_runinfo_set(&cur, "budget", &e2, "%s", budgets_l) ||
             skv_eval_runinfo_set(&cur, "compress_every", &e2, "%ld", compress_every) ||
+            /* results differ in their last bits between kernel levels: a resume or a merge of
+             * runs made at different ones is refused (a run from before this field resumes
+             * without it) */
+            (!(resume && !skv_eval_runinfo_get(&prev, "simd")) &&
+             skv_eval_runinfo_set(&cur, "simd", &e2, "%s", cli_simd_kernels())) ||
             (split.chat_template && /* only when given: older runs' run.json lack it */
              skv_eval_runinfo_set(&cur, "chat_template", &e2, "%s", split.chat_template))) {
             cli_error(CMD, "%s", e2.msg);
@@ -1387,6 +1398,7 @@ static int eval_main(int argc, char **argv) {
             snprintf(b, sizeof b, "%d/%d", cur.shard_k, cur.shard_n);
             const char *pv = strcmp(field, "shard") ? skv_eval_runinfo_get(&prev, field) : a;
             const char *cv = strcmp(field, "shard") ? skv_eval_runinfo_get(&cur, field) : b;
+            char sa[1024], sb[1024]; /* pv, cv as shown */
             /* every other field that differs, by name: the first is rarely the one changed */
             char others[512] = "";
             size_t ol = 0;
@@ -1401,11 +1413,20 @@ static int eval_main(int argc, char **argv) {
                                            ol ? ", " : "; these differ too: ", k);
                 }
             }
-            cli_error(CMD,
-                      "cannot resume %s: field '%s' differs: the run has '%s', these "
-                      "arguments give '%s'%s (resume with the run's arguments, or `--resume %s` "
-                      "alone to take them from its run.json)",
-                      resume, field, pv ? pv : "(none)", cv ? cv : "(none)", others, resume);
+            if (!strcmp(field, "simd"))
+                cli_error(CMD,
+                          "cannot resume %s: it ran with the %s kernels, this process has %s "
+                          "(results differ in their last bits between them; SKV_SIMD=avx2 or "
+                          "scalar, or SKV_NO_AMX=1, selects a narrower level, as `sparsekv info "
+                          "--system` shows)%s",
+                          resume, pv ? pv : "(none)", cv ? cv : "(none)", others);
+            else
+                cli_error(CMD,
+                          "cannot resume %s: field '%s' differs: the run has '%s', these "
+                          "arguments give '%s'%s (resume with the run's arguments, or `--resume "
+                          "%s` alone to take them from its run.json)",
+                          resume, field, pv ? cli_config_shown(pv, sa, sizeof sa) : "(none)",
+                          cv ? cli_config_shown(cv, sb, sizeof sb) : "(none)", others, resume);
             rc = 2;
             goto done;
         }

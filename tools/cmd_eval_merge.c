@@ -213,16 +213,26 @@ int cmd_eval_merge(int argc, char **argv) {
         if (!field && a->shard_n != b->shard_n) field = "shard";
         if (field) {
             const char *va = skv_eval_runinfo_get(a, field), *vb = skv_eval_runinfo_get(b, field);
-            char sa[32], sb2[32];
+            char sa[32], sb2[32], shown_a[1024], shown_b[1024];
             if (!strcmp(field, "shard")) {
                 snprintf(sa, sizeof sa, "%d/%d", a->shard_k, a->shard_n);
                 snprintf(sb2, sizeof sb2, "%d/%d", b->shard_k, b->shard_n);
                 va = sa, vb = sb2;
             }
-            cli_error(CMD,
-                      "shard %s: field '%s' differs from shard %s ('%s' there, '%s' here): "
-                      "the shards were not run with the same model, data and arguments",
-                      inputs[i], field, inputs[first], va ? va : "(none)", vb ? vb : "(none)");
+            if (!strcmp(field, "simd"))
+                cli_error(CMD,
+                          "shard %s ran with the %s kernels, shard %s with %s: their results "
+                          "differ in the last bits (run every shard at one level: SKV_SIMD=avx2 "
+                          "or scalar, or SKV_NO_AMX=1, lowers it)",
+                          inputs[i], vb ? vb : "(unrecorded)", inputs[first],
+                          va ? va : "(unrecorded)");
+            else
+                cli_error(CMD,
+                          "shard %s: field '%s' differs from shard %s ('%s' there, '%s' here): "
+                          "the shards were not run with the same model, data and arguments",
+                          inputs[i], field, inputs[first],
+                          va ? cli_config_shown(va, shown_a, sizeof shown_a) : "(none)",
+                          vb ? cli_config_shown(vb, shown_b, sizeof shown_b) : "(none)");
             rc = 2;
             goto done;
         }

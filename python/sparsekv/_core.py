@@ -427,6 +427,8 @@ _POLICY_PARAMS = [f for f, _ in L.skv_compress_params._fields_ if f not in _COMP
 _C_RANGES = {ctypes.c_int: (L.INT_MIN, L.INT_MAX), ctypes.c_uint64: (0, L.UINT64_MAX)}
 _PARAM_RANGES = {f: _C_RANGES[t] for f, t in L.skv_compress_params._fields_
                  if f in _POLICY_PARAMS and t in _C_RANGES}
+# the registry's ranges (sparsekv policies --params), so that the message gives the real one
+_PARAM_RANGES.update(sinks=(0, 1 << 30), kernel=(1, 65536), window_keep=(0, 1 << 30))
 
 
 def _compress_params(policy, positions, policy_params, call):
@@ -687,6 +689,7 @@ class Context:
                 "keep": info.keep,
                 "compress_ms": info.compress_ms,
                 "window_ms": info.window_ms,
+                "cache_ms": info.cache_ms,
                 "window_tokens": info.window_tokens,
                 "n_layer": nl,
                 "n_head_kv": nh,

@@ -14,7 +14,6 @@ import numpy as np
 from ._core import (_MAX_THREADS, _POLICY_PARAMS, Error, Model, _bad_arg, _compress_params, _int,
                     _policy_reads, _policy_row, _policy_rows)
 
-DEFAULT_POLICIES = ("sink_recent", "random", "attention", "pyramid")
 DEFAULT_KEEPS = (0.1, 0.25, 0.5, 1.0)
 
 
@@ -141,25 +140,29 @@ def _greedy(ctx, s, protocol, first, ref=None):
     return out
 
 
-def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protocols=("seed",),
+def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed", "engine"),
              positions=("original",), window=32, continuation=64, prefix=None, greedy=32,
-             seeds=1, threads=1, kv_type="f32", progress=None, **policy_params):
+             seeds=5, threads=1, kv_type="f32", progress=None, **policy_params):
     """Evaluates compression policies on data: a text, a list of texts (tokenized with BOS) or
     a list of token-id sequences. Each sample is cut into prefix (T; default: what is left of
     min(n, n_ctx - greedy) after window and continuation) | window (W) | continuation (C).
-    random runs seeds 0..seeds-1. keeps run as given (the CLI's eval adds keep 1.0, the control;
+    The defaults are `sparsekv eval`'s: policies None = every built-in policy of the registry,
+    protocols seed and engine, original positions, window 32, continuation 64, greedy 32, random
+    over seeds 0..4. random runs seeds 0..seeds-1. keeps run as given (the CLI's eval adds keep 1.0, the control;
     here only when it is among them). policy_params (sinks, kernel, pooling, window_keep) go to
     the compress calls of the policies that read them (one that none of them reads:
     InvalidArgumentError). Returns a list of dicts, one per sample x configuration: sample,
     policy, keep_frac, protocol, positions, seed, T, keep, n_prefix, n_window, n_continuation,
     kl_mean/median/p90/p99/max, top1, same_top, n_tokens, nll_ref, nll_cmp, ppl_ref, ppl_cmp,
-    ln_ppl_ratio, ppl_ratio, greedy_match, greedy, kv_bytes_before/after, kept, compress_ms.
+    ln_ppl_ratio, ppl_ratio, greedy_match, greedy, kv_bytes_before/after, kept, compress_ms, cache_ms.
     Samples that do not fit are skipped (listed in the `skipped` attribute of the result);
     when none fits, InvalidArgumentError."""
     if isinstance(model, str) or model is None:
         model = Model(model)
     if isinstance(policies, str):
         policies = [policies]
+    if policies is None:  # as the CLI: every built-in row of the registry
+        policies = [r["name"] for r in _policy_rows() if r.get("builtin", True)]
     if isinstance(keeps, (int, float)):
         keeps = [keeps]
     if isinstance(protocols, str):
@@ -176,6 +179,9 @@ def evaluate(model, data, policies=DEFAULT_POLICIES, keeps=DEFAULT_KEEPS, protoc
     for p in protocols:
         if p not in ("seed", "engine"):
             raise _bad_arg("protocol must be seed or engine, got %r" % (p,))
+    for pol in policies:  # before any sample runs (else: "every sample was skipped")
+        if _policy_row(pol) is None:
+            raise _bad_arg("unknown policy %r (sparsekv.policies() lists them)" % (pol,))
     reads = _check_params(policies, policy_params, "evaluate")
     # h2o scores with the attention summed during the prefill: the base context sums it when
     # a policy needs it (as the C harness), its clones stop once they no longer need it
@@ -250,7 +256,8 @@ def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_gre
          "n_prefix": s.T, "n_window": s.W, "n_continuation": s.C, "greedy": s.G,
          "greedy_match": gm, "kv_bytes_before": info["bytes_before"],
          "kv_bytes_after": info["bytes_after"], "kept": info["kept"].tolist(),
-         "layer_budgets": info["layer_budgets"].tolist(), "compress_ms": info["compress_ms"]}
+         "layer_budgets": info["layer_budgets"].tolist(), "compress_ms": info["compress_ms"],
+         "cache_ms": info["cache_ms"]}
     kl = m.pop("kl")
     r.update(m)
     r["kl_rows"] = kl
@@ -314,10 +321,12 @@ def evaluate_budget(model, data, budgets, policies=None, compress_every=32, wind
     blist = []
     for b in budgets:
         b = _int(b, "budget", 1, 1 << 24)
-        if b <= W:
-            raise _bad_arg("budget %d is not larger than the window (%d tokens, always kept): "
-                           "every policy would keep the same entries; raise the budget or "
-                           "lower window" % (b, W))
+        kw = min(W, every)  # the window the budget keeps: the last min(W, K) tokens
+        if b <= kw:
+            raise _bad_arg("budget %d is not larger than the window it keeps (%d tokens, the "
+                           "smaller of window and compress_every, always kept): every policy "
+                           "would keep the same entries; raise the budget or lower window"
+                           % (b, kw))
         if b + every > n_ctx:
             raise _bad_arg("budget %d + compress_every %d exceeds the model's context (%d): the "
                            "cache holds up to budget + every entries per head" % (b, every, n_ctx))

@@ -95,6 +95,7 @@ class skv_compress_info(Structure):
         ("forced", POINTER(c_int)),
         ("by_score", POINTER(c_int)),
         ("selection_hash", c_uint64),
+        ("cache_ms", c_double),
     ]
 
 

@@ -249,6 +249,7 @@ def test_compress_info_fields(model):
         assert info["n_layer"] == 5 and info["n_head_kv"] == 4
         assert info["kept"].shape == (5, 4) and info["layer_budgets"].shape == (5,)
         assert info["compress_ms"] >= info["window_ms"] > 0
+        assert info["cache_ms"] > 0 and info["compress_ms"] >= info["window_ms"] + info["cache_ms"]
         assert info["bytes_after"] < info["bytes_before"]
 
 
@@ -532,11 +533,23 @@ def test_refusals_as_the_cli(model):
         sparsekv.evaluate(model, [ids], policies=["sink_recent"], keeps=[0.5], sink=2)
     with pytest.raises(sparsekv.InvalidArgumentError, match="policies"):
         sparsekv.evaluate(model, [ids], policies=[], keeps=[0.5])
+    # an unknown name is named before any sample runs (it used to read "every sample was
+    # skipped", the name checked only at the first compress)
+    with pytest.raises(sparsekv.InvalidArgumentError, match="unknown policy 'foo'"):
+        sparsekv.evaluate(model, [model.tokenize("short")], policies=["foo"], keeps=[0.5])
     # any iterable of policies, a generator included (walked once per sample)
     long_ids = model.tokenize(PROMPT * 3)
     res = sparsekv.evaluate(model, [long_ids, long_ids], policies=(p for p in ["knorm"]),
                             keeps=[0.5], window=8, continuation=8, greedy=4)
-    assert len(res) == 2
+    assert len(res) == 4  # 2 samples x the 2 protocols
+    # the defaults are `sparsekv eval`'s: every built-in policy, both protocols, random over
+    # seeds 0..4
+    res = sparsekv.evaluate(model, [long_ids], keeps=[0.5], window=8, continuation=8, greedy=4)
+    builtin = {r["name"] for r in sparsekv.policies() if r.get("builtin", True)}
+    assert {r["policy"] for r in res} == builtin and len(builtin) >= 9
+    assert {r["protocol"] for r in res} == {"seed", "engine"}
+    assert sorted({r["seed"] for r in res if r["policy"] == "random"}) == [0, 1, 2, 3, 4]
+    assert len(res) == 2 * (len(builtin) - 1 + 5)
 
 
 # ---- integers ctypes would wrap, text that is not text (new-user trial) ------------------------
@@ -544,7 +557,10 @@ def test_refusals_as_the_cli(model):
 def test_integers_are_range_checked_not_wrapped(model):
     ids = model.tokenize(PROMPT)
     # ctypes used to keep the low bits: 2**32 + 2 sinks kept 2, seed -1 was 2**64 - 1, ...
-    bad = [("streaming", None, {"sinks": 2**32 + 2}, "sinks"),
+    # the message gives the parameter's own range (the registry's), not the C int's
+    bad = [("streaming", None, {"sinks": 2**32 + 2}, r"sinks must be an integer in \[0, 1073741824\]"),
+           ("streaming", None, {"sinks": -1}, r"sinks must be an integer in \[0, 1073741824\]"),
+           ("snapkv", ids[-4:], {"kernel": 0}, r"kernel must be an integer in \[1, 65536\]"),
            ("streaming", None, {"sinks": True}, "sinks"),
            ("streaming", None, {"sinks": 2.0}, "sinks"),
            ("snapkv", ids[-4:], {"kernel": 2**32 + 3}, "kernel"),

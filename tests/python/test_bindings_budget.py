@@ -178,6 +178,13 @@ def test_evaluate_budget_refusals(model):
     # as `eval --budget` refuses them
     with pytest.raises(sparsekv.InvalidArgumentError, match="not larger than the window"):
         sparsekv.evaluate_budget(model, [ids], budgets=[8], window=8, continuation=8)
+    # the window a budget keeps is the last min(window, compress_every) tokens
+    with pytest.raises(sparsekv.InvalidArgumentError, match=r"window it keeps \(4 tokens"):
+        sparsekv.evaluate_budget(model, [ids], budgets=[4], compress_every=4, window=8,
+                                 continuation=8)
+    rows = sparsekv.evaluate_budget(model, [ids], budgets=[6], policies=["knorm"],
+                                    compress_every=4, window=8, continuation=8)
+    assert rows and all(r["max_entries"] <= 6 + 4 for r in rows)
     with pytest.raises(sparsekv.InvalidArgumentError, match="does not run under a budget"):
         sparsekv.evaluate_budget(model, [ids], budgets=[16], policies=["random"], window=8,
                                  continuation=8)

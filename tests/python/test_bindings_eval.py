@@ -108,7 +108,7 @@ def test_evaluate_h2o_alone():
     # the new-user trial's call: h2o used to fail for want of the prefill's attention
     with sparsekv.Model(STORIES) as m:
         r = sparsekv.evaluate(m, [m.tokenize(TEXT)], policies=["h2o"], keeps=[0.5], greedy=4,
-                              window=8, continuation=8)
+                              window=8, continuation=8, protocols="seed")
     assert len(r) == 1 and r[0]["policy"] == "h2o" and r[0]["kl_mean"] > 0
 
 
@@ -128,5 +128,5 @@ def test_evaluate_refuses_bad_sizes():
 def test_evaluate_skips_short_samples():
     with sparsekv.Model(STORIES) as m:
         r = sparsekv.evaluate(m, ["Hi.", TEXT], policies="sink_recent", keeps=0.5, window=8,
-                              continuation=16, greedy=8)
+                              continuation=16, greedy=8, protocols="seed")
     assert r.skipped == [0] and len(r) == 1 and r[0]["sample"] == 1
