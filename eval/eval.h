@@ -354,6 +354,8 @@ typedef struct skv_eval_row {
     double correct, ref_correct;
     double compress_ms, window_ms, cache_ms, eval_ms;
     double bytes_before, bytes_after;
+    double by_score_share; /* sum of by_score / sum of (forced + by_score): the share of the
+                              kept entries chosen by score; NaN where the row lacks them */
     /* "mode": "decode" rows (eval --budget): keep_frac 0, protocol "engine", positions
      * "rerotate"; entries[n_entries] the most entries of any head after each fed token */
     bool decode;
@@ -449,6 +451,8 @@ void skv_eval_write_drawn_mark(FILE *f, const char *name);
 /* The name of a policy's fixed plot colour ("#rrggbb"): the same for a policy in every run
  * whatever the order of --policies; unknown names get one of a fallback set by a hash. */
 const char *skv_eval_policy_colour(const char *policy);
+/* Its fixed gnuplot point type (marker), chosen the same way. */
+int skv_eval_policy_pt(const char *policy);
 
 /* compress --plot: a heat map of kept positions, one row per (layer, kv head), one column per
  * position 0..n_pos-1. positions[l * n_head + h] lists the kept positions of that head (n of

@@ -406,6 +406,18 @@ static bool row_from_json(const skv_json *o, skv_eval_row *row, const char **fie
         NEED(get_bool01(o, "correct", &row->correct), "correct");
         NEED(get_bool01(o, "ref_correct", &row->ref_correct), "ref_correct");
     }
+    row->by_score_share = NAN; /* optional: rows from before these fields lack them */
+    const skv_json *fa = skv_json_get(o, "forced"), *ba = skv_json_get(o, "by_score");
+    if (fa && ba && fa->type == SKV_JSON_ARRAY && ba->type == SKV_JSON_ARRAY && fa->n == ba->n) {
+        double nf = 0, nb = 0;
+        bool ok = true;
+        for (int i = 0; i < fa->n && ok; i++) {
+            ok = fa->items[i].type == SKV_JSON_NUMBER && ba->items[i].type == SKV_JSON_NUMBER &&
+                 fa->items[i].number >= 0 && ba->items[i].number >= 0;
+            if (ok) nf += fa->items[i].number, nb += ba->items[i].number;
+        }
+        if (ok && nf + nb > 0) row->by_score_share = nb / (nf + nb);
+    }
     row->bytes_before = skv_json_get_number(o, "kv_bytes_before", &d) ? d : NAN;
     row->bytes_after = skv_json_get_number(o, "kv_bytes_after", &d) ? d : NAN;
     row->compress_ms = skv_json_get_number(o, "compress_ms", &d) ? d : NAN;
@@ -608,6 +620,7 @@ typedef struct gstats {
     double kl_mean_seed_sd, top1_seed_sd, ln_ppl_seed_sd, greedy_seed_sd, accuracy_seed_sd;
     double kl_max, same_top_p, same_top_unc, ppl_ref, ppl_cmp;
     double bytes_before, bytes_after, compress_ms, window_ms, cache_ms, eval_ms;
+    double by_score_share; /* mean over the rows */
     int greedy;
 } gstats;
 
@@ -728,6 +741,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
         o->window_ms += r->window_ms;
         o->cache_ms += r->cache_ms;
         o->eval_ms += r->eval_ms;
+        o->by_score_share += r->by_score_share;
     }
     o->n_seeds = n_seeds;
     o->bytes_before /= g->n;
@@ -736,6 +750,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
     o->window_ms /= g->n;
     o->cache_ms /= g->n;
     o->eval_ms /= g->n;
+    o->by_score_share /= g->n;
     if (p->task == SKV_EVAL_LM) {
         o->kl_mean = group_stat(rows, g, m_kl_mean, vals, &o->kl_mean_seed_sd);
         o->kl_median = group_stat(rows, g, m_kl_median, vals, NULL);
@@ -811,6 +826,7 @@ static void write_csv_row(FILE *f, const group *g, const gstats *s) {
     fprintf(f, ",%d", s->greedy);
     cnum(f, s->bytes_before);
     cnum(f, s->bytes_after);
+    cnum(f, s->by_score_share);
     fputc('\n', f);
 }
 
@@ -819,11 +835,11 @@ static const char csv_head_lm[] =
     "kl_mean_seed_sd,kl_median,kl_p90,kl_p99,kl_max,top1,top1_ci95,top1_seed_sd,same_top_p,"
     "same_top_p_unc,ppl_ref,ppl_cmp,ln_ppl_ratio,ln_ppl_ratio_ci95,ln_ppl_ratio_seed_sd,"
     "greedy_match,greedy_match_ci95,greedy_match_seed_sd,greedy,kv_bytes_before,"
-    "kv_bytes_after\n";
+    "kv_bytes_after,by_score_share\n";
 static const char csv_head_pk[] =
     "task,protocol,positions,policy,keep_frac,depth,n_samples,n_seeds,accuracy,accuracy_ci95,"
     "accuracy_seed_sd,ref_accuracy,greedy_match,greedy_match_ci95,greedy_match_seed_sd,greedy,"
-    "kv_bytes_before,kv_bytes_after\n";
+    "kv_bytes_before,kv_bytes_after,by_score_share\n";
 
 /* "1.23e-05 ± 4.5e-06" style cells; "—" for what does not exist */
 static void md_pm(FILE *f, const char *fmt, double v, double ci) {
@@ -869,6 +885,10 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
     fprintf(f, " %.1f / %d |", s->greedy_match.mean, s->greedy);
     if (s->bytes_before > 0)
         fprintf(f, " %.1f %% |", 100.0 * s->bytes_after / s->bytes_before);
+    else
+        fputs(" — |", f);
+    if (isfinite(s->by_score_share))
+        fprintf(f, " %.0f %% |", 100.0 * s->by_score_share);
     else
         fputs(" — |", f);
     if (lm) {
@@ -1073,9 +1093,10 @@ const char *skv_eval_policy_colour(const char *policy) {
                             (sizeof fallback_colours / sizeof fallback_colours[0])];
 }
 
-static int policy_pt(const char *policy) {
-    int k = policy_style(policy);
-    return k >= 0 ? policy_styles[k].pt : 2 + (int)(name_hash(policy) % 2) * 1; /* x or * */
+int skv_eval_policy_pt(const char *policy) {
+    int k = policy_style(policy ? policy : "");
+    return k >= 0 ? policy_styles[k].pt
+                  : 2 + (int)(name_hash(policy ? policy : "") % 2) * 1; /* x or * */
 }
 
 /* Dash per protocol and position mode: solid, dashed, dotted, dash-dot. */
@@ -1506,7 +1527,7 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
                             "%s  'plot_data.dat' index %d using %s with %s lc rgb '%s' dt 1 "
                             "pt %d lw 1",
                             any ? ", \\\n" : "", l, d->using, lm ? "yerrorbars" : "points", col,
-                            policy_pt(q->policy));
+                            skv_eval_policy_pt(q->policy));
                     fprintf(f,
                             ", \\\n  'plot_data.dat' index %d using 2:%d with lines lc rgb "
                             "'%s' dt %s lw 1.5",
@@ -1530,7 +1551,8 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
             for (int pi = 0; pi < n_pols; pi++) {
                 const char *lab = skv_eval_label_of(labels, pols[pi]);
                 fprintf(f, "%s  1/0 with linespoints lc rgb '%s' dt 1 pt %d lw 1.5 title ",
-                        any ? ", \\\n" : "", skv_eval_policy_colour(pols[pi]), policy_pt(pols[pi]));
+                        any ? ", \\\n" : "", skv_eval_policy_colour(pols[pi]),
+                        skv_eval_policy_pt(pols[pi]));
                 skv_eval_write_gnuplot_string(f, lab ? lab : pols[pi]);
                 any = true;
             }
@@ -1665,15 +1687,15 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
     }
     if (lm) {
         fprintf(mf, "| protocol | positions | policy | keep | n | KL mean | KL p99 | KL max | "
-                    "top-1 | same top p | ln(PPL/PPL_ref) | greedy match | KV kept | "
+                    "top-1 | same top p | ln(PPL/PPL_ref) | greedy match | KV kept | by score | "
                     "seed sd (KL / top-1) | compress ms | window ms | cache ms |\n"
                     "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-                    "---:|---:|\n");
+                    "---:|---:|---:|\n");
     } else {
         fprintf(mf, "| protocol | positions | policy | keep | depth | n | accuracy | "
-                    "dense accuracy | greedy match | KV kept | seed sd | compress ms | "
+                    "dense accuracy | greedy match | KV kept | by score | seed sd | compress ms | "
                     "window ms | cache ms |\n"
-                    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     for (int k = 0; k < n_groups; k++) write_md_row(mf, &groups[k], &stats[k]);
     if (lm)
@@ -1681,7 +1703,9 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
                     "in nats per continuation token; same top p pooled over all tokens "
                     "(± binomial standard error, as llama-perplexity prints it); random: every "
                     "sample is first averaged over its seeds, seed sd = standard deviation of "
-                    "the per-seed means; KV kept = bytes after / before compression; compress "
+                    "the per-seed means; KV kept = bytes after / before compression; by score = "
+                    "the share of the kept entries chosen by score (the rest forced: window, "
+                    "window_keep, sinks, recent; 0 %% compares no choices); compress "
                     "ms = all of it, of which window ms the seed protocol's window pass and "
                     "cache ms applying the selection (moving entries, freeing memory).\n");
     else
@@ -1690,7 +1714,8 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
                     "(then only the rule of three bounds the rate: at 95%%, within 3/n of 0 or "
                     "1); random: every sample is first averaged over its seeds, seed sd = "
                     "standard deviation of the per-seed means; KV kept = bytes after / before "
-                    "compression; compress ms = all of it, of which window ms the seed "
+                    "compression; by score = the share of the kept entries chosen by score; "
+                    "compress ms = all of it, of which window ms the seed "
                     "protocol's window pass and cache ms applying the selection (moving "
                     "entries, freeing memory).\n");
     if (fclose(mf) != 0) {

@@ -51,9 +51,13 @@ static skv_status collect(const skv_eval_rows *rows, dconfig **out, int *n_out, 
 }
 
 typedef struct dstats {
-    skv_eval_stat kl, top1;
-    double kl_p99, ln_ppl, cuts;
+    skv_eval_stat kl, top1, ln_ppl;
+    double kl_p99, cuts;
     int most; /* the most entries of any head in any row */
+    /* pooled over every token of every sample, as the prefill summary: the share of tokens
+     * whose top token is the full cache's (± binomial standard error), token-weighted PPLs */
+    long n_tokens;
+    double same_top_p, same_top_unc, ppl_ref, ppl_cmp;
 } dstats;
 
 static void stats_of(const skv_eval_rows *rows, const dconfig *c, double *vals, dstats *o) {
@@ -61,20 +65,34 @@ static void stats_of(const skv_eval_rows *rows, const dconfig *c, double *vals, 
     o->kl = skv_eval_stat_of(vals, c->n);
     for (int i = 0; i < c->n; i++) vals[i] = rows->rows[c->members[i]].top1;
     o->top1 = skv_eval_stat_of(vals, c->n);
-    o->kl_p99 = o->ln_ppl = o->cuts = 0;
+    for (int i = 0; i < c->n; i++) vals[i] = rows->rows[c->members[i]].ln_ppl_ratio;
+    o->ln_ppl = skv_eval_stat_of(vals, c->n);
+    o->kl_p99 = o->cuts = 0;
     o->most = 0;
+    o->n_tokens = 0;
+    long same = 0;
+    double nll_ref = 0, nll_cmp = 0;
     for (int i = 0; i < c->n; i++) {
         const skv_eval_row *r = &rows->rows[c->members[i]];
         o->kl_p99 += r->kl_p99 / c->n;
-        o->ln_ppl += r->ln_ppl_ratio / c->n;
         o->cuts += (double)r->cuts / c->n;
         if (r->max_entries > o->most) o->most = r->max_entries;
+        o->n_tokens += r->n_tokens;
+        same += r->n_same_top;
+        nll_ref += r->nll_ref * r->n_tokens;
+        nll_cmp += r->nll_cmp * r->n_tokens;
     }
+    const double nt = (double)o->n_tokens;
+    o->same_top_p = o->n_tokens > 0 ? (double)same / nt : NAN;
+    o->same_top_unc = o->n_tokens > 1 ? sqrt(o->same_top_p * (1 - o->same_top_p) / (nt - 1)) : NAN;
+    o->ppl_ref = o->n_tokens > 0 ? exp(nll_ref / nt) : NAN;
+    o->ppl_cmp = o->n_tokens > 0 ? exp(nll_cmp / nt) : NAN;
 }
 
-/* A CSV number; empty when undefined (a CI of one sample), as summary.csv of the other modes. */
+/* A CSV number; empty when undefined (a CI of one sample), with the precision of the other
+ * modes' summary.csv. */
 static void num(FILE *f, double x) {
-    if (isfinite(x)) fprintf(f, "%.6g", x);
+    if (isfinite(x)) fprintf(f, "%.9g", x);
 }
 
 /* A plot_data.dat number: never empty (gnuplot's columns are split by blanks). */
@@ -83,6 +101,25 @@ static void dnum(FILE *f, double x) {
         fprintf(f, "%.6g", x);
     else
         fputs("nan", f);
+}
+
+/* Labelled ticks of a log axis over [lo, hi]: 1, 2 and 5 times each power of ten (only the
+ * powers over more than three decades; every digit within one), where gnuplot's own would
+ * label one decade or none. */
+static void log_ticks(FILE *f, const char *axis, double lo, double hi) {
+    const int e0 = (int)floor(log10(lo)), e1 = (int)ceil(log10(hi));
+    static const int all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, some[] = {1, 2, 5}, one[] = {1};
+    const int *m = e1 - e0 > 3 ? one : e1 - e0 > 1 ? some : all;
+    const int nm = e1 - e0 > 3 ? 1 : e1 - e0 > 1 ? 3 : 9;
+    fprintf(f, "set %s (", axis);
+    int n = 0;
+    for (int e = e0; e <= e1; e++)
+        for (int i = 0; i < nm; i++) {
+            const double v = m[i] * pow(10.0, e);
+            if (v >= lo && v <= hi) fprintf(f, "%s'%g' %.9g", n++ ? ", " : "", v, v);
+        }
+    fputs(")\n", f);
+    if (n < 2) fprintf(f, "set %s autofreq\n", axis); /* a range inside one step: gnuplot's */
 }
 
 static const char *shown_policy(const skv_eval_labels *labels, const char *policy) {
@@ -114,7 +151,8 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
     /* summary.csv: no timings, so merged shards give the bytes one run gives */
     if (!(f = skv_eval_open_tmp(dir, "summary.csv", path, sizeof path, err))) goto io;
     fputs("mode,policy,budget,compress_every,bound,n,kl_mean,kl_mean_ci95,kl_p99,top1,"
-          "top1_ci95,ln_ppl_ratio,cuts,max_entries\n",
+          "top1_ci95,ln_ppl_ratio,cuts,max_entries,ln_ppl_ratio_ci95,n_tokens,same_top_p,"
+          "same_top_p_unc,ppl_ref,ppl_cmp\n",
           f);
     for (int k = 0; k < n_cf; k++) {
         const dstats *s = &ds[k];
@@ -123,9 +161,14 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
         fprintf(f, ",%d,%d,%d,%d,", cf[k].budget, cf[k].every, cf[k].budget + cf[k].every, s->kl.n);
         num(f, s->kl.mean), fputc(',', f), num(f, s->kl.ci95), fputc(',', f);
         num(f, s->kl_p99), fputc(',', f), num(f, s->top1.mean), fputc(',', f);
-        num(f, s->top1.ci95), fputc(',', f), num(f, s->ln_ppl), fputc(',', f);
+        num(f, s->top1.ci95), fputc(',', f), num(f, s->ln_ppl.mean), fputc(',', f);
         num(f, s->cuts);
-        fprintf(f, ",%d\n", s->most);
+        fprintf(f, ",%d,", s->most);
+        num(f, s->ln_ppl.ci95);
+        fprintf(f, ",%ld,", s->n_tokens);
+        num(f, s->same_top_p), fputc(',', f), num(f, s->same_top_unc), fputc(',', f);
+        num(f, s->ppl_ref), fputc(',', f), num(f, s->ppl_cmp);
+        fputc('\n', f);
     }
     if ((st = skv_eval_close_tmp(f, path, err))) {
         f = NULL;
@@ -159,8 +202,9 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
         if (isfinite(s->kl.ci95)) fprintf(m, " ± %.2g", s->kl.ci95);
         fprintf(m, " | %.4g | %.3f", s->kl_p99, s->top1.mean);
         if (isfinite(s->top1.ci95)) fprintf(m, " ± %.3f", s->top1.ci95);
-        fprintf(m, " | %.4g | %.1f | %d (%d) |\n", s->ln_ppl, s->cuts, s->most,
-                cf[k].budget + cf[k].every);
+        fprintf(m, " | %.4g", s->ln_ppl.mean);
+        if (isfinite(s->ln_ppl.ci95)) fprintf(m, " ± %.2g", s->ln_ppl.ci95);
+        fprintf(m, " | %.1f | %d (%d) |\n", s->cuts, s->most, cf[k].budget + cf[k].every);
     }
     if (fclose(m) != 0) {
         m = NULL;
@@ -248,8 +292,10 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
           "# sparsekv runs this with out_suffix='.tmp' and renames the figures into place\n"
           "if (!exists('out_suffix')) out_suffix = ''\n"
           "set encoding utf8\nset grid lc rgb '#dddddd'\nset border 3\nset xtics nomirror\n"
-          "set ytics nomirror\nset key outside right top vertical noenhanced\n",
+          "set ytics nomirror\n"
+          "set key outside bottom center horizontal Left reverse samplen 2.5 noenhanced\n",
           f);
+    double kl_lo = 0; /* the log KL axis's bottom */
     for (int fig = 0; fig < 2; fig++) {
         for (int term = 0; term < 2; term++) {
             const char *name = fig == 0 ? "kl_vs_budget" : "entries_vs_step";
@@ -278,22 +324,31 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
                     if (cf[k].budget > bmax) bmax = cf[k].budget;
                 }
                 fprintf(f, "set xrange [%g:%g]\n", bmin / 1.5, bmax * 1.5);
+                /* the means and their 95% CIs; a lower end at or below 0 is drawn from the
+                 * bottom of the log axis (kl_lo) */
                 double ylo = INFINITY, yhi = 0;
-                for (int k = 0; k < n_cf; k++)
-                    if (ds[k].kl.mean > 0)
-                        ylo = fmin(ylo, ds[k].kl.mean), yhi = fmax(yhi, ds[k].kl.mean);
-                if (any_positive) /* a budget that never cuts has KL 0: off the log axis */
-                    fprintf(
-                        f, "set ylabel 'mean KL, nats (log)'\nset logscale y\nset yrange [%g:%g]\n",
-                        ylo / 2, yhi * 2);
-                else
+                for (int k = 0; k < n_cf; k++) {
+                    const double mu = ds[k].kl.mean, ci = ds[k].kl.ci95;
+                    if (!(mu > 0)) continue;
+                    ylo = fmin(ylo, isfinite(ci) && mu - ci > 0 ? mu - ci : mu);
+                    yhi = fmax(yhi, isfinite(ci) ? mu + ci : mu);
+                }
+                kl_lo = ylo / 1.5;
+                if (any_positive) { /* a budget that never cuts has KL 0: off the log axis */
+                    fprintf(f,
+                            "set ylabel 'mean KL, nats (log; bars: 95%% CI)'\nset logscale y\n"
+                            "set yrange [%g:%g]\n",
+                            kl_lo, yhi * 1.5);
+                    log_ticks(f, "ytics", kl_lo, yhi * 1.5);
+                } else
                     fputs("set ylabel 'mean KL, nats'\nunset logscale y\nset yrange [0:0.001]\n",
                           f);
             } else {
                 fprintf(f,
                         "set title 'entries per kv head while decoding (budget %d, a cut every "
                         "%d tokens)'\nset xlabel 'tokens fed after the prefix'\n"
-                        "set xtics autofreq\nset xrange [*:*]\nset yrange [%d:%d]\nunset "
+                        "set xtics autofreq\nset ytics autofreq\nset xrange [*:*]\n"
+                        "set yrange [%d:%d]\nunset "
                         "logscale\nset ylabel 'most entries of any head "
                         "(mean over "
                         "samples)'\n",
@@ -301,12 +356,25 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
             }
             fputs("plot ", f);
             for (int p = 0; p < (fig == 1 && same_entries ? 1 : n_pols); p++) {
+                const char *col = skv_eval_policy_colour(pols[p]);
+                const int pt = fig == 1 && same_entries ? 7 : skv_eval_policy_pt(pols[p]);
+                /* KL: each policy's points moved a little along the (log) budget axis, so that
+                 * the CI bars of one budget stand side by side instead of over each other */
+                char x[64] = "1";
+                if (fig == 0)
+                    snprintf(x, sizeof x, "($1 * %.6f)", pow(1.04, p - (n_pols - 1) / 2.0));
+                if (fig == 0 && any_positive) /* the CI bars first, under the line */
+                    fprintf(f,
+                            "%s'plot_data.dat' index %d using %s:($2 > 0 ? $2 : 1/0):($2 - $3 > "
+                            "%.9g ? $2 - $3 : %.9g):($2 + $3) with yerrorbars lw 1 pt %d lc rgb "
+                            "'%s' notitle, \\\n     ",
+                            p ? ", \\\n     " : "", p, x, kl_lo, kl_lo, pt, col);
                 fprintf(f,
-                        "%s'plot_data.dat' index %d using 1:%s with linespoints lw 2 pt 7 "
+                        "%s'plot_data.dat' index %d using %s:%s with linespoints lw 2 pt %d "
                         "lc rgb '%s' title ",
-                        p ? ", \\\n     " : "", fig == 0 ? p : n_pols + p,
-                        fig == 0 ? (any_positive ? "($2 > 0 ? $2 : 1/0)" : "2") : "2",
-                        skv_eval_policy_colour(pols[p]));
+                        p && !(fig == 0 && any_positive) ? ", \\\n     " : "",
+                        fig == 0 ? p : n_pols + p, x,
+                        fig == 0 ? (any_positive ? "($2 > 0 ? $2 : 1/0)" : "2") : "2", pt, col);
                 skv_eval_write_gnuplot_string(f, fig == 1 && same_entries && n_pols > 1
                                                      ? "every policy (the same counts)"
                                                      : shown_policy(labels, pols[p]));

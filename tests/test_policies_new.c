@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "context.h"
+#include "eval/eval.h" /* skv_eval_policy_pt, skv_eval_policy_colour */
 #include "policies.h"
 #include "ref_forward.h"
 #include "sparsekv.h"
@@ -847,7 +848,46 @@ static void test_cli_eval_budget(void **state) {
     assert_int_equal(rows, 2 * 2 * 2); /* samples x budgets x policies */
     for (const char *m = strstr(j, "\"max_entries\":"); m; m = strstr(m + 1, "\"max_entries\":"))
         assert_true(atoi(m + 14) <= 96 + 32);
+    /* summary.csv pools same_top over the rows' tokens, as the prefill summary does */
+    long tokens = 0, same = 0;
+    for (char *line = j; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = '\0';
+        if (strstr(line, "\"policy\":\"tova\"") && strstr(line, "\"budget\":64,")) {
+            tokens += atol(strstr(line, "\"n_tokens\":") + 11);
+            same += atol(strstr(line, "\"same_top\":") + 11);
+        }
+        line = end ? end + 1 : NULL;
+    }
     free(j);
+    assert_true(tokens > 0);
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    char *csv = test_read_file(path, NULL);
+    assert_non_null(csv);
+    assert_non_null(strstr(csv, ",max_entries,ln_ppl_ratio_ci95,n_tokens,same_top_p,"
+                                "same_top_p_unc,ppl_ref,ppl_cmp\n"));
+    const char *row = strstr(csv, "\ndecode,tova,64,");
+    assert_non_null(row);
+    const char *f = row + 1;
+    for (int k = 0; k < 15; k++) f = strchr(f, ',') + 1; /* to n_tokens, the 16th field */
+    char *after = NULL;
+    assert_int_equal(strtol(f, &after, 10), tokens);
+    assert_true(fabs(strtod(after + 1, NULL) - (double)same / (double)tokens) < 1e-8);
+    free(csv);
+    /* the figure: each policy its own marker, and the CIs drawn */
+    snprintf(path, sizeof path, "%s/plots.gp", dir);
+    char *gp = test_read_file(path, NULL);
+    assert_non_null(gp);
+    assert_non_null(strstr(gp, "with yerrorbars"));
+    char want[128];
+    snprintf(want, sizeof want, "pt %d lc rgb '%s' title 'sink_recent'",
+             skv_eval_policy_pt("sink_recent"), skv_eval_policy_colour("sink_recent"));
+    assert_non_null(strstr(gp, want));
+    snprintf(want, sizeof want, "pt %d lc rgb '%s' title 'tova'", skv_eval_policy_pt("tova"),
+             skv_eval_policy_colour("tova"));
+    assert_non_null(strstr(gp, want));
+    assert_true(skv_eval_policy_pt("sink_recent") != skv_eval_policy_pt("tova"));
+    free(gp);
     /* the same run in two shards, merged: the same summary.csv, byte for byte */
     char sh[2][512], merged[512];
     for (int k = 0; k < 2; k++) {
