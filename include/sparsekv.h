@@ -171,8 +171,10 @@ SKV_API skv_vocab *skv_vocab_load(const char *path, skv_err *err);
 
 /* Loads a vocabulary from a llama2.c tokenizer.bin (e.g. tok512.bin, the 32000-token
  * llama2-tokenizer/tokenizer.bin). bos/eos default to 1/2, unk to 0. n_vocab: the tokens to
- * read (the checkpoint's vocabulary size: the file must hold at least that many), or 0 for every
- * token in the file; negative is SKV_ERR_INVALID_ARG. */
+ * read (the checkpoint's vocabulary size), or 0 for every token in the file; the file must hold
+ * exactly that many: fewer or more (a tokenizer of another vocabulary, which llama2.c's run.c
+ * would read the first n_vocab of) is SKV_ERR_FORMAT, naming the count; negative n_vocab is
+ * SKV_ERR_INVALID_ARG. */
 SKV_API skv_vocab *skv_vocab_load_llama2c(const char *path, int n_vocab, skv_err *err);
 /* Frees a vocabulary from skv_vocab_load or skv_vocab_load_llama2c (never the one owned by a
  * model). */
@@ -256,12 +258,12 @@ SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *t
  * (skv_vocab_find < 0) reads the formatted conversation's markers as plain text. */
 SKV_API const char *skv_chat_template_opener(const skv_vocab *vocab, const char *tmpl);
 
-/* Formats a conversation as the template (tmpl as above) does, ending with the assistant's
- * header when add_generation_prompt. The text holds the special tokens' text (BOS included where
- * the template writes it): encode it with skv_tokenize_ex(..., add_special = false,
- * parse_special = true). Returns bytes written (a NUL follows when room remains), -(bytes
- * needed) when buf_size is too small, INT_MIN on error (err filled: unknown or missing template,
- * a role other than system/user/assistant, NULL arguments). */
+/* Formats a conversation as the template (tmpl as above; vocab may be NULL when tmpl is given)
+ * does, ending with the assistant's header when add_generation_prompt. The text holds the special
+ * tokens' text (BOS included where the template writes it): encode it with skv_tokenize_ex(...,
+ * add_special = false, parse_special = true). Returns bytes written (a NUL follows when room
+ * remains), -(bytes needed) when buf_size is too small, INT_MIN on error (err filled: unknown or
+ * missing template, a role other than system/user/assistant, NULL arguments). */
 SKV_API int skv_chat_format(const skv_vocab *vocab, const char *tmpl,
                             const skv_chat_message *messages, int n_messages,
                             bool add_generation_prompt, char *buf, int buf_size, skv_err *err);
@@ -452,12 +454,15 @@ typedef struct skv_compress_info {
 SKV_API void skv_compress_info_free(skv_compress_info *info);
 
 /* Compresses ctx's cache in place under params (SPEC.md). The cache must be a fresh dense
- * prefill in original-position mode (else SKV_ERR_STATE). On error the cache is unchanged.
+ * prefill in original-position mode (else SKV_ERR_STATE). A policy that scores a position NaN
+ * (from NaN or infinite keys or queries, which skv_forward reported as SKV_ERR_NUMERIC) is
+ * SKV_ERR_NUMERIC: no ranking is made from them. On error the cache is unchanged.
  * info may be NULL; it is zeroed first, so skv_compress_info_free is safe after a failure. */
 SKV_API skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
                                 skv_compress_info *info, skv_err *err);
 
-/* Canonical policy name for a name or alias, or NULL if unknown. */
+/* Canonical policy name for a name or alias (exact, lower case, as the seed's), or NULL if
+ * unknown. */
 SKV_API const char *skv_policy_canonical(const char *name);
 /* Whether a policy needs window queries. */
 SKV_API bool skv_policy_needs_window(const char *name);
@@ -499,9 +504,10 @@ SKV_API const skv_policy_param_about *skv_policy_param_at(int i);
  * queries + i * query_head_stride + w * head_dim (NULL when the policy needs no window).
  * The score function is called once per (layer, kv head), from the context's worker threads,
  * several at once: it must be safe to call concurrently (user state shared between calls needs
- * atomics or a lock). Its status comes back from skv_compress (or skv_forward, under a budget);
- * a value that is no skv_status comes back as SKV_ERR_INVALID_ARG, a NaN score as
- * SKV_ERR_NUMERIC. */
+ * atomics or a lock). Its status comes back from skv_compress (or skv_forward, under a budget),
+ * with "policy 'NAME' failed on layer L kv head H: " and the sentence it wrote into err->msg
+ * (when it set err->status too, its message as it is); a value that is no skv_status comes back
+ * as SKV_ERR_INVALID_ARG, a NaN score as SKV_ERR_NUMERIC. */
 typedef struct skv_policy_head {
     int layer, kv_head, head_dim;
     int n; /* positions scored: score[0..n) */

@@ -17,6 +17,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cache.h" /* skv_cache_head_at: a NaN put into a key */
 #include "gguf.h"
 #include "policies.h"
 #include "sparsekv.h"
@@ -940,6 +941,38 @@ static void expect_error(skv_context *ctx, const skv_compress_params *p, skv_sta
     snap_check_free(&s, skv_context_cache_const(ctx));
 }
 
+/* A NaN key (what a NaN weight puts in the cache; skv_forward says SKV_ERR_NUMERIC then): every
+ * policy that scores from the keys refuses with SKV_ERR_NUMERIC, naming the head, and
+ * leaves the cache as it was; those that do not read them (sink_recent, random) compress, and
+ * keydiff, which takes such a key for one without a direction. */
+static void test_nan_keys(void **state) {
+    (void)state;
+    const int T = 40, W = 8;
+    const char *scorers[] = {"attention", "pyramid", "knorm", "tova", "adakv"};
+    for (int k = 0; k < 8; k++) {
+        skv_context *ctx = new_ctx(W, 0);
+        feed(ctx, toks, T, NULL);
+        const skv_cache_head *hd = skv_cache_head_at(skv_context_cache(ctx), 1, 0);
+        const float nan = NAN;
+        memcpy(hd->k + 3 * skv_context_cache(ctx)->row_bytes, &nan, sizeof nan); /* f32 row */
+        /* keydiff reads a key without a finite norm as one without a direction (cosine 0) */
+        const char *pol = k < 5    ? scorers[k]
+                          : k == 5 ? "keydiff"
+                          : k == 6 ? "sink_recent"
+                                   : "random";
+        skv_compress_params p = params_for(pol, 0.5, SKV_PROTOCOL_ENGINE, NULL, W);
+        p.window_keep = 0;
+        if (k < 5) {
+            expect_error(ctx, &p, SKV_ERR_NUMERIC, "of layer 1 kv head 0 NaN");
+        } else {
+            skv_compress_info info;
+            compress_ok(ctx, &p, &info);
+            skv_compress_info_free(&info);
+        }
+        skv_context_free(ctx);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     const int T = 20, W = 4;
@@ -1156,6 +1189,7 @@ int main(void) {
         cmocka_unit_test(test_shared_policies_exact),
         cmocka_unit_test(test_engine_edges),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_nan_keys),
         cmocka_unit_test(test_cli_compress),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

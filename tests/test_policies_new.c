@@ -495,11 +495,15 @@ static skv_status earliest(void *user, const skv_policy_head *hd, double *score,
 }
 
 /* An outside policy that misbehaves: user 0 returns a value that is no skv_status, user 1 scores
- * a NaN. */
+ * a NaN, user 2 fails on layer 1 with its own sentence in err->msg. */
 static skv_status misbehaving(void *user, const skv_policy_head *hd, double *score, skv_err *err) {
-    (void)err;
     for (int i = 0; i < hd->n; i++) score[i] = (double)i;
     if (*(const int *)user == 0) return (skv_status)42;
+    if (*(const int *)user == 2) {
+        if (hd->layer != 1) return SKV_OK;
+        snprintf(err->msg, sizeof err->msg, "custom failure at layer %d", hd->layer);
+        return SKV_ERR_UNSUPPORTED;
+    }
     score[hd->n / 2] = NAN;
     return SKV_OK;
 }
@@ -554,6 +558,7 @@ static void test_registry(void **state) {
     assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
     assert_int_equal(skv_policy_count(), n0 + 1);
     assert_string_equal(skv_policy_canonical("earliest_test"), "earliest_test");
+
     assert_non_null(strstr(skv_policy_list(), "earliest_test"));
     skv_context *ctx = new_ctx(0, false);
     test_feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
@@ -570,11 +575,11 @@ static void test_registry(void **state) {
     skv_compress_info_free(&info);
     skv_context_free(ctx);
     /* a scorer's bad status or NaN score: a status of the enum, the cache as it was */
-    static const int modes[2] = {0, 1};
-    const char *bad_names[2] = {"bad_status_test", "nan_score_test"};
-    const skv_status want[2] = {SKV_ERR_INVALID_ARG, SKV_ERR_NUMERIC};
-    const char *said[2] = {"which is no skv_status", "NaN"};
-    for (int k = 0; k < 2; k++) {
+    static const int modes[3] = {0, 1, 2};
+    const char *bad_names[3] = {"bad_status_test", "nan_score_test", "own_words_test"};
+    const skv_status want[3] = {SKV_ERR_INVALID_ARG, SKV_ERR_NUMERIC, SKV_ERR_UNSUPPORTED};
+    const char *said[3] = {"which is no skv_status", "NaN", ": custom failure at layer 1"};
+    for (int k = 0; k < 3; k++) {
         skv_policy_def d = {bad_names[k], NULL, false, misbehaving, (void *)&modes[k]};
         assert_int_equal(skv_policy_register(&d, &err), SKV_OK);
         ctx = new_ctx(0, false);
@@ -582,6 +587,7 @@ static void test_registry(void **state) {
         p = params_for(bad_names[k], 0.5, SKV_PROTOCOL_SEED, NULL, 0);
         assert_int_equal(skv_compress(ctx, &p, &info, &err), want[k]);
         assert_non_null(strstr(err.msg, said[k]));
+        if (k == 2) assert_non_null(strstr(err.msg, "policy 'own_words_test' failed on layer 1"));
         assert_int_equal(skv_cache_head_len(skv_context_cache_const(ctx), 0, 0), 30);
         skv_context_free(ctx);
     }

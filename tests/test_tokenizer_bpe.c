@@ -616,7 +616,17 @@ static void test_chat_templates(void **state) {
     assert_int_equal(skv_chat_format(q, NULL, bad_role, 1, true, NULL, 0, &err), INT_MIN);
     assert_non_null(strstr(err.msg, "role 'tool'"));
     assert_int_equal(skv_chat_format(NULL, NULL, m, 1, true, NULL, 0, &err), INT_MIN);
+    assert_non_null(strstr(err.msg, "no vocabulary and no template"));
     assert_int_equal(skv_chat_format(q, NULL, NULL, 1, true, NULL, 0, &err), INT_MIN);
+    assert_non_null(strstr(err.msg, "messages is NULL"));
+    char small[8];
+    assert_int_equal(skv_chat_format(q, NULL, m, 1, true, small, -5, &err), INT_MIN);
+    assert_non_null(strstr(err.msg, "a negative buffer size"));
+    /* a named template formats without a vocabulary, as with one */
+    char *with = chat(l, "chatml", m, 2, true), *without = chat(NULL, "chatml", m, 2, true);
+    assert_string_equal(without, with);
+    free(without);
+    free(with);
     skv_vocab_free(l);
     skv_vocab_free(p);
     skv_vocab_free(q);

@@ -686,10 +686,17 @@ static skv_model *load(const char *path, bool with_vocab, load_mode mode, skv_er
     ld.used = NULL;
     if (!with_vocab) return m;
     m->vocab = skv_vocab_from_gguf(m->gguf, err);
-    if (!m->vocab) goto fail;
+    if (!m->vocab) { /* the reader's words, with the file they are about (as skv_vocab_load) */
+        if (err) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            skv_err_set(err, err->status, "'%s': %s", path, msg);
+        }
+        goto fail;
+    }
     if (skv_vocab_n_tokens(m->vocab) != m->hp.n_vocab) {
         skv_err_set(err, SKV_ERR_FORMAT,
-                    "the vocabulary has %d tokens but token_embd.weight has %d rows",
+                    "'%s': the vocabulary has %d tokens but token_embd.weight has %d rows", path,
                     skv_vocab_n_tokens(m->vocab), m->hp.n_vocab);
         goto fail;
     }

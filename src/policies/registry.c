@@ -146,14 +146,20 @@ static skv_status ext_head(const skv_score_job *job, int l, int h, const float *
         in.n_window = job->W;
         in.query_head_stride = (size_t)job->q_n * d;
     }
+    if (err) err->msg[0] = '\0'; /* what the scorer writes there, and only that, is its own */
     skv_status st = def->score(def->user, &in, row, err);
     if ((unsigned)st > SKV_ERR_NUMERIC) /* not a status: the scorer's mistake, said as one */
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "policy '%s' returned %d on layer %d kv head %d, which is no skv_status",
                            def->name, (int)st, l, h);
     if (st) {
-        if (err && err->status == SKV_OK)
-            skv_err_set(err, st, "policy '%s' failed on layer %d kv head %d", def->name, l, h);
+        if (err && err->status == SKV_OK) { /* the scorer's own words, if it wrote any */
+            char why[sizeof err->msg];
+            memcpy(why, err->msg, sizeof why);
+            why[sizeof why - 1] = '\0';
+            skv_err_set(err, st, "policy '%s' failed on layer %d kv head %d%s%.400s", def->name, l,
+                        h, why[0] ? ": " : "", why);
+        }
         return st;
     }
     for (int i = 0; i < job->T; i++) /* NaN has no place in a ranking */

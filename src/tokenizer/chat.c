@@ -116,8 +116,15 @@ static bool known_role(const char *r) {
 
 int skv_chat_format(const skv_vocab *v, const char *tmpl, const skv_chat_message *msg, int n,
                     bool add_gen, char *buf, int buf_size, skv_err *err) {
-    if (!v || n < 0 || (!msg && n > 0) || buf_size < 0 || (!buf && buf_size > 0)) {
-        skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_chat_format: invalid arguments");
+    const char *bad = !v && !tmpl            ? "no vocabulary and no template given"
+                      : n < 0                ? "a negative message count"
+                      : !msg && n > 0        ? "messages is NULL"
+                      : buf_size < 0         ? "a negative buffer size"
+                      : !buf && buf_size > 0 ? "buf is NULL with a buffer size above 0"
+                                             : NULL;
+    if (bad) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_chat_format: %s (n_messages %d, buf_size %d)",
+                    bad, n, buf_size);
         return INT_MIN;
     }
     chat_kind kind = resolve(v, tmpl, err);
