@@ -83,8 +83,8 @@ skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample 
             return skv_err_set(err, SKV_ERR_INVALID_ARG,
                                "budget %d is not larger than the window it keeps (%d tokens, the "
                                "smaller of --window and --compress-every, always kept): every "
-                               "policy would keep the same entries; raise --budget or lower "
-                               "--window",
+                               "policy would keep the same entries; raise --budget, or lower the "
+                               "smaller of the two",
                                cfgs[k].budget, kw);
     }
     if (first == n_cfgs) return SKV_OK;

@@ -723,6 +723,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
     uint64_t seeds_seen[256];
     int n_seeds = 0;
     double sum_nll_ref = 0, sum_nll_cmp = 0;
+    int n_cache = 0;
     o->kl_max = -INFINITY;
     for (int i = 0; i < g->n; i++) {
         const skv_eval_row *r = &rows->rows[g->members[i]];
@@ -739,7 +740,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
         o->bytes_after += r->bytes_after;
         o->compress_ms += r->compress_ms;
         o->window_ms += r->window_ms;
-        o->cache_ms += r->cache_ms;
+        if (isfinite(r->cache_ms)) o->cache_ms += r->cache_ms, n_cache++; /* older rows lack it */
         o->eval_ms += r->eval_ms;
         o->by_score_share += r->by_score_share;
     }
@@ -748,7 +749,7 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
     o->bytes_after /= g->n;
     o->compress_ms /= g->n;
     o->window_ms /= g->n;
-    o->cache_ms /= g->n;
+    o->cache_ms = n_cache ? o->cache_ms / n_cache : NAN;
     o->eval_ms /= g->n;
     o->by_score_share /= g->n;
     if (p->task == SKV_EVAL_LM) {
@@ -887,8 +888,9 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
         fprintf(f, " %.1f %% |", 100.0 * s->bytes_after / s->bytes_before);
     else
         fputs(" — |", f);
-    if (isfinite(s->by_score_share))
-        fprintf(f, " %.0f %% |", 100.0 * s->by_score_share);
+    /* nothing dropped (the keep-1.0 control): no choice was made, whatever the scores said */
+    if (isfinite(s->by_score_share) && s->bytes_after < s->bytes_before)
+        fprintf(f, " %.1f %% |", 100.0 * s->by_score_share);
     else
         fputs(" — |", f);
     if (lm) {
@@ -902,7 +904,11 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
         else
             fputs(" |", f);
     }
-    fprintf(f, " %.2f | %.2f | %.2f |\n", s->compress_ms, s->window_ms, s->cache_ms);
+    fprintf(f, " %.2f | %.2f |", s->compress_ms, s->window_ms);
+    if (isfinite(s->cache_ms))
+        fprintf(f, " %.2f |\n", s->cache_ms);
+    else
+        fputs(" — |\n", f); /* rows written before cache_ms */
 }
 
 /* Report files are written to NAME.tmp and renamed into place by close_file, so an interrupted
@@ -1675,8 +1681,9 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
         skv_eval_write_csv_field(f, p->policy);
         fprintf(f, ",%.9g", p->keep_frac);
         if (!lm) fprintf(f, ",%.9g", p->depth);
-        fprintf(f, ",%d,%.4f,%.4f,%.4f,%.4f\n", stats[k].n_rows, stats[k].compress_ms,
-                stats[k].window_ms, stats[k].cache_ms, stats[k].eval_ms);
+        fprintf(f, ",%d,%.4f,%.4f,", stats[k].n_rows, stats[k].compress_ms, stats[k].window_ms);
+        if (isfinite(stats[k].cache_ms)) fprintf(f, "%.4f", stats[k].cache_ms); /* else empty */
+        fprintf(f, ",%.4f\n", stats[k].eval_ms);
     }
     if ((st = skv_eval_close_tmp(f, path, err))) goto done;
 
@@ -1705,7 +1712,8 @@ skv_status skv_eval_write_reports_labeled(const skv_eval_rows *rows, const char 
                     "sample is first averaged over its seeds, seed sd = standard deviation of "
                     "the per-seed means; KV kept = bytes after / before compression; by score = "
                     "the share of the kept entries chosen by score (the rest forced: window, "
-                    "window_keep, sinks, recent; 0 %% compares no choices); compress "
+                    "window_keep, sinks, recent; 0 %% compares no choices; — where nothing was "
+                    "dropped); compress "
                     "ms = all of it, of which window ms the seed protocol's window pass and "
                     "cache ms applying the selection (moving entries, freeing memory).\n");
     else

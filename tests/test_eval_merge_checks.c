@@ -162,6 +162,35 @@ static void test_merge_checks(void **state) {
         free(err);
     }
 
+    /* a shard whose run.json predates "simd" (begun by an older build, resumed since) is not
+     * checked for it: merged, as --resume takes it */
+    {
+        const char *d = edited("e_nosimd", "\"complete\":true", "\"complete\":true");
+        sh("sed -i 's/,\"simd\":\"[^\"]*\"//' '%s/run.json' && ! grep -q simd '%s/run.json'", d, d);
+        snprintf(args, sizeof args, "eval-merge '%s' '%s' --out '%s/merged_nosimd' -q", s0, d,
+                 root);
+        st = test_cli_stderr(args, &err);
+        if (st != 0) fail_msg("merge with a shard without simd: exit %d: %s", st, err);
+        free(err);
+        /* ... and rows from before cache_ms: the mean of those that have it, never "nan" */
+        sh("sed -i 's/,\"cache_ms\":[^,}]*//' '%s/results.jsonl' && ! grep -q cache_ms "
+           "'%s/results.jsonl'",
+           d, d);
+        snprintf(args, sizeof args, "eval-merge '%s' '%s' --out '%s/merged_nocache' -q", s0, d,
+                 root);
+        st = test_cli_stderr(args, &err);
+        if (st != 0) fail_msg("merge with rows without cache_ms: exit %d: %s", st, err);
+        free(err);
+        const char *files[] = {"timing.csv", "summary.md"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(p, sizeof p, "%s/merged_nocache/%s", root, files[i]);
+            char *t = test_read_file(p, NULL);
+            assert_non_null(t);
+            if (strstr(t, "nan")) fail_msg("%s holds nan:\n%s", p, t);
+            free(t);
+        }
+    }
+
     /* the other fields, by editing a copy's run.json */
     struct {
         const char *name, *from, *to, *field;

@@ -305,6 +305,25 @@ static void test_resume_elsewhere(void **state) {
     assert_non_null(strstr(rj, "\"-m\",\"m/model.gguf\"")); /* the command as typed */
     free(rj);
 
+    /* other arguments: refused, the values shown as typed (0.1, not 0.10000000000000001; 10,
+     * not 1e+01) */
+    const struct {
+        const char *args, *run_has, *given;
+    } differ[] = {{"--keep 0.1", "the run has '0.5,1'", "give '0.1,1'"},
+                  {"--keep 0.5 --greedy 10", "the run has '2'", "give '10'"}};
+    for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "cd '%s' && '%s' eval -m m/model.gguf --data d/data.jsonl -t 1 -q --policies "
+                 "sink_recent,knorm --protocols seed --window 4 --continuation 8 %s --resume run "
+                 "2>&1 >/dev/null",
+                 root, cli, differ[i].args);
+        log = test_run(cmd, &st);
+        if (st != 2 || !strstr(log, differ[i].run_has) || !strstr(log, differ[i].given))
+            fail_msg("resume with %s: exit %d, want '%s' and '%s':\n%s", differ[i].args, st,
+                     differ[i].run_has, differ[i].given, log);
+        free(log);
+    }
+
     /* cut to 2 of 12 rows, resumed from / */
     char rows_path[4200];
     snprintf(rows_path, sizeof rows_path, "%s/results.jsonl", p);

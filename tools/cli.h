@@ -72,9 +72,9 @@ void cli_json_string(FILE *f, const char *s, size_t len);
  * that are to be compared bit for bit (eval's --resume and eval-merge) record it. */
 const char *cli_simd_kernels(void);
 
-/* A run.json config value for a message: each comma-separated number that %.17g wrote
- * ("0.10000000000000001") in the shortest form that reads back the same ("0.1"); other text
- * as it is. Returns buf. */
+/* A run.json config value for a message: each comma-separated decimal fraction that %.17g
+ * wrote ("0.10000000000000001") in the shortest form without an exponent that reads back the
+ * same ("0.1"); integers, hashes and other text as they are. Returns buf. */
 const char *cli_config_shown(const char *value, char *buf, size_t size);
 
 #endif

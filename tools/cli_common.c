@@ -237,16 +237,18 @@ const char *cli_config_shown(const char *value, char *buf, size_t size) {
         const size_t len = end ? (size_t)(end - p) : strlen(p);
         char tok[64], num[32];
         const char *shown = NULL;
-        if (len > 0 && len < sizeof tok) {
+        /* only a decimal fraction as %.17g writes one (digits, one point, no exponent): counts,
+         * hashes and names are shown as they are */
+        if (len > 0 && len < sizeof tok && memchr(p, '.', len) &&
+            strspn(p, "-0123456789.") >= len) {
             memcpy(tok, p, len);
             tok[len] = '\0';
             char *rest;
             const double v = strtod(tok, &rest);
-            if (*rest == '\0' && !isspace((unsigned char)tok[0]))
-                for (int digits = 1; digits <= 17 && !shown; digits++) {
-                    snprintf(num, sizeof num, "%.*g", digits, v);
-                    if (strtod(num, NULL) == v) shown = num;
-                }
+            for (int digits = 1; *rest == '\0' && digits <= 17 && !shown; digits++) {
+                snprintf(num, sizeof num, "%.*g", digits, v);
+                if (!strchr(num, 'e') && strtod(num, NULL) == v) shown = num;
+            }
         }
         o += (size_t)snprintf(buf + o, size - o, "%s%.*s", p == value ? "" : ",",
                               shown ? (int)strlen(shown) : (int)len, shown ? shown : p);

@@ -1064,7 +1064,8 @@ static int eval_main(int argc, char **argv) {
                 cli_error(CMD,
                           "budget %d is not larger than the window it keeps (%g tokens, the "
                           "smaller of --window and --compress-every, always kept): every policy "
-                          "would keep the same entries; raise --budget or lower --window",
+                          "would keep the same entries; raise --budget, or lower the smaller "
+                          "of the two",
                           budgets[i], kept_window);
                 return 2;
             }

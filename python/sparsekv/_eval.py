@@ -147,8 +147,8 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
     a list of token-id sequences. Each sample is cut into prefix (T; default: what is left of
     min(n, n_ctx - greedy) after window and continuation) | window (W) | continuation (C).
     The defaults are `sparsekv eval`'s: policies None = every built-in policy of the registry,
-    protocols seed and engine, original positions, window 32, continuation 64, greedy 32, random
-    over seeds 0..4. random runs seeds 0..seeds-1. keeps run as given (the CLI's eval adds keep 1.0, the control;
+    protocols seed and engine, original positions, window 32, continuation 64, greedy 32, seeds 5
+    (random runs seeds 0..seeds-1). keeps run as given (the CLI's eval adds keep 1.0, the control;
     here only when it is among them). policy_params (sinks, kernel, pooling, window_keep) go to
     the compress calls of the policies that read them (one that none of them reads:
     InvalidArgumentError). Returns a list of dicts, one per sample x configuration: sample,
@@ -325,7 +325,7 @@ def evaluate_budget(model, data, budgets, policies=None, compress_every=32, wind
         if b <= kw:
             raise _bad_arg("budget %d is not larger than the window it keeps (%d tokens, the "
                            "smaller of window and compress_every, always kept): every policy "
-                           "would keep the same entries; raise the budget or lower window"
+                           "would keep the same entries; raise the budget, or lower the smaller of the two"
                            % (b, kw))
         if b + every > n_ctx:
             raise _bad_arg("budget %d + compress_every %d exceeds the model's context (%d): the "

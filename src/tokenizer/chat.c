@@ -180,8 +180,8 @@ int skv_chat_format(const skv_vocab *v, const char *tmpl, const skv_chat_message
         break;
     }
     case CHAT_PHI3:
-        if (strstr(t, "bos_token")) {
-            const char *bos = skv_vocab_piece(v, v->bos);
+        if (strstr(t, "bos_token")) { /* without a vocabulary, Phi-3's own BOS */
+            const char *bos = v ? skv_vocab_piece(v, v->bos) : "<s>";
             if (bos) puts_(&o, bos);
         }
         for (int i = 0; i < n; i++) {
