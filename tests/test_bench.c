@@ -77,6 +77,13 @@ static void test_prefill_and_decode_records(void **state) {
     assert_true(fabs(field(tg, "bytes_per_token") - (w + kv)) <= 1);
     assert_true(field(tg, "tps_median") > 0);
     assert_true(isnan(field(tg, "pct_bw"))); /* no --roofline, no percentage */
+    /* the settings that change the numbers are in every record */
+    assert_non_null(strstr(pp, "\"kv_type\":\"f32\",\"batch\":512,"));
+    assert_non_null(strstr(tg, "\"kv_type\":\"f32\",\"batch\":512,"));
+    free(out);
+    out = bench("-p 16 -n 0 -t 1 -r 1 --kv-type f16 --batch 8 --json", &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "\"kv_type\":\"f16\",\"batch\":8,"));
     free(out);
 }
 

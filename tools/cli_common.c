@@ -121,8 +121,20 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+void cli_warn_threads(const char *cmd, long n) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && n > cores) /* allowed (a test of it, say), but never silently */
+        fprintf(stderr,
+                "sparsekv %s: warning: -t %ld is more than the %ld online cores: the threads "
+                "take turns on them, slower than -t %ld\n",
+                cmd, n, cores, cores);
+}
+
 bool cli_parse_threads(const char *cmd, const char *s, long *out) {
-    if (cli_parse_int(s, 1, SKV_MAX_THREADS, out)) return true;
+    if (cli_parse_int(s, 1, SKV_MAX_THREADS, out)) {
+        cli_warn_threads(cmd, *out);
+        return true;
+    }
     cli_error(cmd, "-t must be a thread count in [1, %d] (without -t: all cores), got '%s'",
               SKV_MAX_THREADS, s);
     return false;

@@ -54,9 +54,11 @@ static void usage(FILE *f) {
             "                 too; reports the compression time as %% of the prefill time and\n"
             "                 the measured decode speedup next to the one the bytes predict:\n"
             "                 (weights + dense KV) / (weights + kept KV), for decode bound by\n"
-            "                 memory bandwidth (with -n 0: the compression alone, its decode\n"
-            "                 figures null in --json, - in the table). With h2o the depth\n"
-            "                 prefill also sums its attention (h2o's scores): in its time\n"
+            "                 memory bandwidth; usually a lower bound, as the attention reads\n"
+            "                 the cache slower than the matrices read their weights (with\n"
+            "                 -n 0: the compression alone, its decode figures null in\n"
+            "                 --json, - in the table). With h2o the depth prefill also\n"
+            "                 sums its attention (h2o's scores): in its time\n"
             "  --keep F       fraction of the cache kept (default 0.1)\n"
             "  --window W     observation window W (default 32)\n"
             "  --sinks N --pool max|avg --kernel N --window-keep N\n"
@@ -214,9 +216,11 @@ static void pct(char *buf, size_t n, double v, double peak) {
 
 static void print_header(const opts *o) {
     if (o->json) return;
-    printf("SIMD level: %s (CPU: %s)%s\n\n", skv_simd_level(), skv_simd_cpu_level(),
+    printf("SIMD level: %s (CPU: %s)%s\n", skv_simd_level(), skv_simd_cpu_level(),
            skv_simd_amx() ? "; F16/BF16 prefill on AMX tiles, which the FMA peak does not bound"
                           : "");
+    printf("KV cache: %s (--kv-type); prefill in batches of %d tokens (--batch)\n\n",
+           skv_type_name(o->kv_type), o->batch);
     printf("| model | type | size | params | threads | test | t/s | min..max | GFLOP/s | %% FMA "
            "peak | GB/s | %% read BW |\n");
     printf("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
@@ -239,11 +243,12 @@ static void print_row(const opts *o, const model_facts *f, int threads, const ch
                skv_simd_level(), skv_simd_amx() ? "true" : "false",
                skv_simd_k16_prefetch() ? "true" : "false", skv_simd_k16_ahead());
         cli_json_string(stdout, f->name, strlen(f->name));
-        printf(",\"type\":\"%s\",\"weight_bytes\":%llu,\"params\":%llu,\"threads\":%d,"
-               "\"test\":\"%s\",\"tokens\":%d,\"reps\":%d,\"tps_median\":%.4f,\"tps_min\":%.4f,"
-               "\"tps_max\":%.4f,\"tps_mad\":%.4f",
-               f->type, (unsigned long long)f->weight_bytes, (unsigned long long)f->params, threads,
-               test, tokens, n, s.median, s.min, s.max, s.mad);
+        printf(",\"type\":\"%s\",\"kv_type\":\"%s\",\"batch\":%d,\"weight_bytes\":%llu,"
+               "\"params\":%llu,\"threads\":%d,\"test\":\"%s\",\"tokens\":%d,\"reps\":%d,"
+               "\"tps_median\":%.4f,\"tps_min\":%.4f,\"tps_max\":%.4f,\"tps_mad\":%.4f",
+               f->type, skv_type_name(o->kv_type), o->batch, (unsigned long long)f->weight_bytes,
+               (unsigned long long)f->params, threads, test, tokens, n, s.median, s.min, s.max,
+               s.mad);
         if (flops > 0) {
             printf(",\"gflops\":%.3f", gflops);
             if (pk->fma > 0)
@@ -457,11 +462,12 @@ static void report_compress(bench *b, int threads, double prefill_ms, const doub
     if (o->json) {
         printf("{\"record\":\"compress\",\"simd\":\"%s\",\"model\":", skv_simd_level());
         cli_json_string(stdout, b->f.name, strlen(b->f.name));
-        printf(",\"type\":\"%s\",\"threads\":%d,\"depth\":%d,\"policy\":\"%s\",\"keep\":%.4f,"
+        printf(",\"type\":\"%s\",\"kv_type\":\"%s\",\"threads\":%d,\"depth\":%d,\"policy\":\"%s\","
+               "\"keep\":%.4f,"
                "\"window\":%d,\"keep_tokens\":%d,\"kv_bytes_before\":%llu,"
                "\"kv_bytes_after\":%llu,\"prefill_ms\":%.6f,\"compress_ms\":%.6f,"
                "\"compress_ms_min\":%.6f,\"compress_ms_max\":%.6f,\"pct_prefill\":%.6f",
-               b->f.type, threads, D, pol, o->keep, o->window, cr->keep,
+               b->f.type, skv_type_name(o->kv_type), threads, D, pol, o->keep, o->window, cr->keep,
                (unsigned long long)cr->bytes_before, (unsigned long long)cr->bytes_after,
                prefill_ms, cm.median, cm.min, cm.max, pct_prefill);
         /* the parameters the policy reads, and the positions mode */
@@ -487,7 +493,7 @@ static void report_compress(bench *b, int threads, double prefill_ms, const doub
         fmt_bytes(ka, sizeof ka, cr->bytes_after);
         if (!b->n_notes++)
             fprintf(b->notes,
-                    "| model | type | threads | depth | policy | keep | kept/head | KV "
+                    "| model | weights | threads | depth | policy | keep | kept/head | KV "
                     "before -> after | prefill s | compress ms | %% of prefill | test | "
                     "dense t/s | compressed t/s | speedup | predicted | %% of predicted "
                     "|\n|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:"
@@ -741,6 +747,7 @@ int cmd_bench(int argc, char **argv) {
                           SKV_MAX_THREADS, v);
                 return 2;
             }
+            for (int i = 0; i < o.n_th; i++) cli_warn_threads(CMD, o.th[i]);
             break;
         case 'r':
             if (!cli_parse_int(v, 1, 64, &x)) goto bad_value;
