@@ -105,6 +105,16 @@ typedef struct skv_eval_stat {
 /* Summation runs in index order, so equal inputs give equal bits. */
 skv_eval_stat skv_eval_stat_of(const double *x, int n);
 
+/* Figures pooled over every compared token of a configuration's rows, as llama-perplexity
+ * prints them: the share of tokens whose top token is the full cache's (± its binomial standard
+ * error) and the token-weighted PPLs, from the counts and the NLLs summed over tokens. NaN where
+ * undefined (no token; the error of one). */
+typedef struct skv_eval_pooled {
+    double same_top_p, same_top_unc, ppl_ref, ppl_cmp;
+} skv_eval_pooled;
+skv_eval_pooled skv_eval_pool(long long n_tokens, long long n_same_top, double sum_nll_ref,
+                              double sum_nll_cmp);
+
 /* ---------------------------------------------------------------------------------------------
  * Samples
  * ------------------------------------------------------------------------------------------- */
@@ -504,8 +514,8 @@ void skv_eval_runinfo_free(skv_eval_runinfo *r);
 skv_status skv_eval_runinfo_set(skv_eval_runinfo *r, const char *key, skv_err *err, const char *fmt,
                                 ...) __attribute__((format(printf, 4, 5)));
 const char *skv_eval_runinfo_get(const skv_eval_runinfo *r, const char *key);
-/* The first config key whose value differs between a and b (or is in one only); NULL when
- * equal. */
+/* The first config key whose value differs between a and b (or is in one only, except "simd",
+ * which a run.json from before it lacks: compared only where both have it); NULL when equal. */
 const char *skv_eval_runinfo_diff(const skv_eval_runinfo *a, const skv_eval_runinfo *b);
 /* Writes dir/run.json (through run.json.tmp, renamed into place). */
 skv_status skv_eval_runinfo_write(const char *dir, const skv_eval_runinfo *r, skv_err *err);

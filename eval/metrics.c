@@ -143,6 +143,18 @@ double skv_eval_t975(int df) {
     return z + g1 / v + g2 / (v * v) + g3 / (v * v * v) + g4 / (v * v * v * v);
 }
 
+skv_eval_pooled skv_eval_pool(long long n_tokens, long long n_same_top, double sum_nll_ref,
+                              double sum_nll_cmp) {
+    skv_eval_pooled o = {NAN, NAN, NAN, NAN};
+    if (n_tokens < 1) return o;
+    const double n = (double)n_tokens;
+    o.same_top_p = (double)n_same_top / n;
+    if (n_tokens > 1) o.same_top_unc = sqrt(o.same_top_p * (1 - o.same_top_p) / (n - 1));
+    o.ppl_ref = exp(sum_nll_ref / n);
+    o.ppl_cmp = exp(sum_nll_cmp / n);
+    return o;
+}
+
 skv_eval_stat skv_eval_stat_of(const double *x, int n) {
     skv_eval_stat s = {.n = n, .mean = NAN, .sd = NAN, .ci95 = NAN};
     if (n < 1) return s;

@@ -760,12 +760,12 @@ static void compute_stats(const skv_eval_rows *rows, const group *g, double *val
         o->top1 = group_stat(rows, g, m_top1, vals, &o->top1_seed_sd);
         o->ln_ppl = group_stat(rows, g, m_ln_ppl, vals, &o->ln_ppl_seed_sd);
         /* llama-perplexity's "same top p": pooled over every compared token */
-        o->same_top_p = (double)o->n_same_top / (double)o->n_tokens;
-        o->same_top_unc =
-            o->n_tokens > 1 ? sqrt(o->same_top_p * (1 - o->same_top_p) / (double)(o->n_tokens - 1))
-                            : NAN;
-        o->ppl_ref = exp(sum_nll_ref / (double)o->n_tokens);
-        o->ppl_cmp = exp(sum_nll_cmp / (double)o->n_tokens);
+        const skv_eval_pooled pl =
+            skv_eval_pool(o->n_tokens, o->n_same_top, sum_nll_ref, sum_nll_cmp);
+        o->same_top_p = pl.same_top_p;
+        o->same_top_unc = pl.same_top_unc;
+        o->ppl_ref = pl.ppl_ref;
+        o->ppl_cmp = pl.ppl_cmp;
     } else {
         o->accuracy = group_stat(rows, g, m_correct, vals, &o->accuracy_seed_sd);
         o->ref_accuracy = group_stat(rows, g, m_ref_correct, vals, NULL);

@@ -54,10 +54,8 @@ typedef struct dstats {
     skv_eval_stat kl, top1, ln_ppl;
     double kl_p99, cuts;
     int most; /* the most entries of any head in any row */
-    /* pooled over every token of every sample, as the prefill summary: the share of tokens
-     * whose top token is the full cache's (± binomial standard error), token-weighted PPLs */
-    long n_tokens;
-    double same_top_p, same_top_unc, ppl_ref, ppl_cmp;
+    long long n_tokens;
+    skv_eval_pooled pooled; /* over every token of every sample, as the prefill summary's */
 } dstats;
 
 static void stats_of(const skv_eval_rows *rows, const dconfig *c, double *vals, dstats *o) {
@@ -70,7 +68,7 @@ static void stats_of(const skv_eval_rows *rows, const dconfig *c, double *vals, 
     o->kl_p99 = o->cuts = 0;
     o->most = 0;
     o->n_tokens = 0;
-    long same = 0;
+    long long same = 0;
     double nll_ref = 0, nll_cmp = 0;
     for (int i = 0; i < c->n; i++) {
         const skv_eval_row *r = &rows->rows[c->members[i]];
@@ -82,11 +80,7 @@ static void stats_of(const skv_eval_rows *rows, const dconfig *c, double *vals, 
         nll_ref += r->nll_ref * r->n_tokens;
         nll_cmp += r->nll_cmp * r->n_tokens;
     }
-    const double nt = (double)o->n_tokens;
-    o->same_top_p = o->n_tokens > 0 ? (double)same / nt : NAN;
-    o->same_top_unc = o->n_tokens > 1 ? sqrt(o->same_top_p * (1 - o->same_top_p) / (nt - 1)) : NAN;
-    o->ppl_ref = o->n_tokens > 0 ? exp(nll_ref / nt) : NAN;
-    o->ppl_cmp = o->n_tokens > 0 ? exp(nll_cmp / nt) : NAN;
+    o->pooled = skv_eval_pool(o->n_tokens, same, nll_ref, nll_cmp);
 }
 
 /* A CSV number; empty when undefined (a CI of one sample), with the precision of the other
@@ -165,9 +159,9 @@ skv_status skv_eval_write_decode_reports(const skv_eval_rows *rows, const char *
         num(f, s->cuts);
         fprintf(f, ",%d,", s->most);
         num(f, s->ln_ppl.ci95);
-        fprintf(f, ",%ld,", s->n_tokens);
-        num(f, s->same_top_p), fputc(',', f), num(f, s->same_top_unc), fputc(',', f);
-        num(f, s->ppl_ref), fputc(',', f), num(f, s->ppl_cmp);
+        fprintf(f, ",%lld,", s->n_tokens);
+        num(f, s->pooled.same_top_p), fputc(',', f), num(f, s->pooled.same_top_unc);
+        fputc(',', f), num(f, s->pooled.ppl_ref), fputc(',', f), num(f, s->pooled.ppl_cmp);
         fputc('\n', f);
     }
     if ((st = skv_eval_close_tmp(f, path, err))) {

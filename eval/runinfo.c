@@ -80,13 +80,21 @@ const char *skv_eval_runinfo_get(const skv_eval_runinfo *r, const char *key) {
     return NULL;
 }
 
+/* Fields recorded since a run.json may lack them, where their absence says nothing: compared
+ * only where both runs have them ("simd": the kernel level, recorded since 2026-12-05). */
+static bool optional_key(const char *k) {
+    return !strcmp(k, "simd");
+}
+
 const char *skv_eval_runinfo_diff(const skv_eval_runinfo *a, const skv_eval_runinfo *b) {
     for (int i = 0; i < a->n_config; i++) {
         const char *v = skv_eval_runinfo_get(b, a->config[i].key);
+        if (!v && optional_key(a->config[i].key)) continue;
         if (!v || strcmp(v, a->config[i].value)) return a->config[i].key;
     }
     for (int i = 0; i < b->n_config; i++)
-        if (!skv_eval_runinfo_get(a, b->config[i].key)) return b->config[i].key;
+        if (!skv_eval_runinfo_get(a, b->config[i].key) && !optional_key(b->config[i].key))
+            return b->config[i].key;
     return NULL;
 }
 

@@ -161,16 +161,16 @@ skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_s
         job.attn_sum = sums;
     }
     if (!st) st = pol->score(&job, scores, job.T_total, err);
-    /* NaN has no place in a ranking (a registered scorer's are refused per head already): scores
-     * computed from NaN or infinite keys or queries, after skv_forward said SKV_ERR_NUMERIC */
+    /* NaN has no place in a ranking, whichever policy (built-in or registered) scored it: from
+     * NaN or infinite keys or queries (skv_forward said SKV_ERR_NUMERIC then), or a scorer's bug */
     const size_t n_rows = pol->shared ? 1 : (size_t)job.n_layer * (size_t)job.n_head_kv;
     for (size_t r = 0; r < n_rows && !st; r++)
         for (int i = 0; i < job.T; i++)
             if (isnan(scores[r * (size_t)job.T_total + (size_t)i])) {
                 st = skv_err_set(err, SKV_ERR_NUMERIC,
-                                 "policy '%s' scored position %d of layer %d kv head %d NaN: the "
-                                 "cache holds NaN or infinite values (skv_forward returned "
-                                 "SKV_ERR_NUMERIC when they entered it)",
+                                 "policy '%s' scored position %d of layer %d kv head %d NaN (NaN "
+                                 "or infinite keys or queries, which skv_forward reports as "
+                                 "SKV_ERR_NUMERIC, give such scores)",
                                  pol->name, i, (int)(r / (size_t)job.n_head_kv),
                                  (int)(r % (size_t)job.n_head_kv));
                 break;

@@ -281,33 +281,23 @@ static void test_logits_tokens_file(void **state) {
     char ids[512], lg[512];
     snprintf(ids, sizeof ids, "%s", test_tmp_path(".json"));
     snprintf(lg, sizeof lg, "%s", test_tmp_path(".f32"));
-    FILE *f = fopen(ids, "w");
-    assert_non_null(f);
-    fputs("{\"n_vocab\": 512, \"dtype\": \"float32\",\n \"tokens\": [\n  1,\n  385, 328\n ],\n"
-          " \"shape\": [3, 512]}\n",
-          f);
-    fclose(f);
+    assert_true(test_write_text(
+        ids, "{\"n_vocab\": 512, \"dtype\": \"float32\",\n \"tokens\": [\n  1,\n  385, 328\n ],\n"
+             " \"shape\": [3, 512]}\n"));
     char *out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[1,385,328]\n");
     free(out);
-    f = fopen(ids, "w");
-    assert_non_null(f);
-    fputs("[1, 385,\n328]", f);
-    fclose(f);
+    assert_true(test_write_text(ids, "[1, 385,\n328]"));
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[1,385,328]\n");
     free(out);
-    f = fopen(ids, "w"); /* blanks around the colon */
-    assert_non_null(f);
-    fputs("{\"v\": 9, \"tokens\" :\n [5, 6]}", f);
-    fclose(f);
+    /* blanks around the colon */
+    assert_true(test_write_text(ids, "{\"v\": 9, \"tokens\" :\n [5, 6]}"));
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[5,6]\n");
     free(out);
-    f = fopen(ids, "w"); /* a "tokens" that is no array: refused, not read as every number */
-    assert_non_null(f);
-    fputs("{\"n\": 7, \"tokens\": \"1 2\"}", f);
-    fclose(f);
+    /* a "tokens" that is no array: refused, not read as every number */
+    assert_true(test_write_text(ids, "{\"n\": 7, \"tokens\": \"1 2\"}"));
     free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, lg));
     /* a number that is no id is refused, named, not read as digits apart ("2.5" was 2 and 5);
      * a word of text is skipped; a missing file says so */
@@ -315,23 +305,17 @@ static void test_logits_tokens_file(void **state) {
     const char *named[] = {"'2.5' is not a token id", "'-2' is not", "'1e3' is not",
                            "'4294967296' is not",     "'v2' is not", "holds no token ids"};
     for (int i = 0; i < 6; i++) {
-        f = fopen(ids, "w");
-        assert_non_null(f);
-        fputs(bad[i], f);
-        fclose(f);
+        assert_true(test_write_text(ids, bad[i]));
         out = test_cli_expect(2, "logits --tokens-file %s -o %s 2>&1", ids, lg);
         assert_non_null(strstr(out, named[i]));
         free(out);
     }
-    f = fopen(ids, "w");
-    assert_non_null(f);
-    fputs("ids: 7 8", f);
-    fclose(f);
+    assert_true(test_write_text(ids, "ids: 7 8"));
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[7,8]\n");
     free(out);
     /* a UTF-8 BOM, CRLF line ends and a NUL separate ids as any other byte does */
-    f = fopen(ids, "wb");
+    FILE *f = fopen(ids, "wb");
     assert_non_null(f);
     fwrite("\xef\xbb\xbf"
            "1\r\n2\0"
@@ -344,10 +328,7 @@ static void test_logits_tokens_file(void **state) {
     out = test_cli_expect(2, "logits --tokens-file %s.missing -o %s 2>&1", ids, lg);
     assert_non_null(strstr(out, "cannot open it: No such file"));
     free(out);
-    f = fopen(ids, "w");
-    assert_non_null(f);
-    fputs("{\"n\": 7, \"tokens\": \"1 2\"}", f);
-    fclose(f);
+    assert_true(test_write_text(ids, "{\"n\": 7, \"tokens\": \"1 2\"}"));
     /* FILE is never the model or the ids file (the model would be replaced by logits) */
     free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, ids));
     size_t n_ids;

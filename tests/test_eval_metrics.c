@@ -155,12 +155,25 @@ static void test_stat(void **state) {
     assert_true(z.sd == 0.0 && z.ci95 == 0.0);
 }
 
+/* Pooled figures, by hand: 3 of 4 tokens agree, p = 0.75, its error sqrt(0.75 * 0.25 / 3) =
+ * 0.25; PPL = exp(summed NLL / tokens); nothing defined without a token, no error with one. */
+static void test_pool(void **state) {
+    (void)state;
+    skv_eval_pooled p = skv_eval_pool(4, 3, 4 * log(2.0), 4 * log(3.0));
+    assert_true(fabs(p.same_top_p - 0.75) < 1e-15 && fabs(p.same_top_unc - 0.25) < 1e-15);
+    assert_true(fabs(p.ppl_ref - 2.0) < 1e-14 && fabs(p.ppl_cmp - 3.0) < 1e-14);
+    p = skv_eval_pool(1, 1, 0, 0);
+    assert_true(p.same_top_p == 1.0 && isnan(p.same_top_unc) && p.ppl_ref == 1.0);
+    p = skv_eval_pool(0, 0, 0, 0);
+    assert_true(isnan(p.same_top_p) && isnan(p.ppl_ref) && isnan(p.ppl_cmp));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_softmax), cmocka_unit_test(test_kl),
         cmocka_unit_test(test_argmax),      cmocka_unit_test(test_percentile),
         cmocka_unit_test(test_compare),     cmocka_unit_test(test_t975),
-        cmocka_unit_test(test_stat),
+        cmocka_unit_test(test_stat),        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

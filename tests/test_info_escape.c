@@ -118,10 +118,7 @@ static void test_info_unrunnable(void **state) {
     assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
     skv_gguf_writer_free(w);
     skv_gguf_close(g);
-    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
-    int st = -1;
-    char *out = test_run(cmd, &st);
-    assert_int_equal(st, 0);
+    char *out = test_cli_expect(0, "info '%s' 2>&1", path);
     assert_non_null(strstr(out, "(GGUF v3, gemma)"));
     assert_non_null(strstr(out, "runnable     no: architecture 'gemma' is not supported"));
     assert_non_null(strstr(out, "llama.block_count"));
@@ -136,6 +133,7 @@ static void test_info_unrunnable(void **state) {
              "d[\"metadata\"][\"llama.block_count\"], d[\"metadata\"][\"tokenizer.ggml.tokens\"], "
              "len(d[\"tensors\"]))'",
              test_cli(), path);
+    int st = -1;
     out = test_run(cmd, &st);
     assert_int_equal(st, 0);
     assert_string_equal(out, "False gemma 5 {'array': 'string', 'n': 512} 47\n");
@@ -148,9 +146,7 @@ static void test_info_unrunnable(void **state) {
     assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
     skv_gguf_writer_free(w);
     skv_gguf_close(g);
-    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 0);
+    out = test_cli_expect(0, "info '%s' 2>&1", path);
     assert_non_null(strstr(out, "runnable     no: "));
     assert_non_null(strstr(out, "a vocabulary-only GGUF"));
     assert_non_null(strstr(out, "tokenizer.ggml.model                         string   \"llama\""));
@@ -165,19 +161,13 @@ static void test_info_unrunnable(void **state) {
                      SKV_OK);
     assert_int_equal(skv_gguf_writer_write(w, path, &err), SKV_OK);
     skv_gguf_writer_free(w);
-    out = test_run(cmd, &st);
-    assert_int_equal(st, 2);
+    out = test_cli_expect(2, "info '%s' 2>&1", path);
     assert_non_null(strstr(out, "missing hyperparameter"));
     assert_null(strstr(out, "runnable"));
     free(out);
     /* not a GGUF: refused */
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("not a model", f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' info '%s' 2>&1", test_cli(), path);
-    free(test_run(cmd, &st));
-    assert_int_equal(st, 2);
+    assert_true(test_write_text(path, "not a model"));
+    free(test_cli_expect(2, "info '%s' 2>&1", path));
     unlink(path);
 }
 

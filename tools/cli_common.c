@@ -1,7 +1,8 @@
 /* cli_common.c — option parsing and error helpers shared by the subcommands. */
 #include "cli.h"
 #include "eval/eval.h"
-#include "model/model.h" /* skv_model_load_meta */
+#include "kernels/kernels.h" /* skv_simd_has_vnni, skv_simd_has_bf16 */
+#include "model/model.h"     /* skv_model_load_meta */
 
 #include <ctype.h>
 #include <errno.h>
@@ -223,21 +224,12 @@ void cli_json_string(FILE *f, const char *s, size_t len) {
     skv_json_write_string(f, s, len); /* the eval writer's escaping, one implementation */
 }
 
-/* Whether the space-separated feature list has the word w. */
-static bool has_feature(const char *list, const char *w) {
-    const size_t n = strlen(w);
-    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
-    return false;
-}
-
 const char *cli_simd_kernels(void) {
     static char buf[64];
-    const char *level = skv_simd_level(), *f = skv_simd_cpu_features();
-    const bool wide = !strcmp(level, "avx512");
-    snprintf(buf, sizeof buf, "%s%s%s%s", level,
-             wide && has_feature(f, "avx512vnni") ? "+vnni" : "",
-             wide && has_feature(f, "avx512bf16") ? "+bf16" : "", skv_simd_amx() ? "+amx" : "");
+    const char *level = skv_simd_level();
+    const bool wide = !strcmp(level, "avx512"); /* the two extensions are used at that level */
+    snprintf(buf, sizeof buf, "%s%s%s%s", level, wide && skv_simd_has_vnni() ? "+vnni" : "",
+             wide && skv_simd_has_bf16() ? "+bf16" : "", skv_simd_amx() ? "+amx" : "");
     return buf;
 }
 

@@ -66,21 +66,6 @@ static bool missing_add(missing_list *m, const char *fmt, ...) {
     return false;
 }
 
-/* The first config field that differs between two shards (skv_eval_runinfo_diff), except that
- * "simd" is compared only where both recorded it: a run.json from before the field (a run that
- * began before it, resumed since) says nothing of its level, as --resume takes it. */
-static const char *config_diff(const skv_eval_runinfo *a, const skv_eval_runinfo *b) {
-    for (int pass = 0; pass < 2; pass++) {
-        const skv_eval_runinfo *x = pass ? b : a, *y = pass ? a : b;
-        for (int i = 0; i < x->n_config; i++) {
-            const char *k = x->config[i].key, *v = skv_eval_runinfo_get(y, k);
-            if (!strcmp(k, "simd") && !v) continue;
-            if (!v || strcmp(v, x->config[i].value)) return k;
-        }
-    }
-    return NULL;
-}
-
 int cmd_eval_merge(int argc, char **argv) {
     const char *out = NULL;
     bool quiet = false, allow_partial = false, overwrite = false;
@@ -224,7 +209,7 @@ int cmd_eval_merge(int argc, char **argv) {
         }
         if (first < 0) first = i;
         const skv_eval_runinfo *a = &info[first], *b = &info[i];
-        const char *field = config_diff(a, b);
+        const char *field = skv_eval_runinfo_diff(a, b);
         if (!field && a->shard_n != b->shard_n) field = "shard";
         if (field) {
             const char *va = skv_eval_runinfo_get(a, field), *vb = skv_eval_runinfo_get(b, field);
