@@ -12,6 +12,9 @@ CSTD     := -std=c11 -D_GNU_SOURCE
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 # Only the SKV_API declarations of include/sparsekv.h are exported from the shared library.
 CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -fPIC -fvisibility=hidden -Iinclude -Isrc -I. $(SAN) -pthread
+# Each object's header dependencies, written by the compiler beside it (X.d) and read below; an
+# object also depends on this Makefile, whose flags it was built with.
+DEPFLAGS := -MMD -MP
 LDFLAGS  += $(SAN) -pthread
 LDLIBS   += -lpcre2-8 -lm
 # The *_avx2.c files alone are built for AVX2/FMA/F16C; the dispatcher picks it only when the CPU has
@@ -55,36 +58,36 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 all: $(STATIC) $(SHARED) $(CLI) $(EXAMPLES) $(BUILD)/bench_decode_ab $(BUILD)/bench_lib_ab
 lib: $(STATIC) $(SHARED)
 
-$(BUILD)/%.o: %.c $(wildcard include/*.h src/*.h src/*/*.h eval/*.h tools/*.h tests/*.h)
+$(BUILD)/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 # The tests' float64 reference forward is test arithmetic, not the product: built at -O2 without
 # the sanitizers in the sanitizer builds too (in make asan it was a tenth of the suite's time);
 # the plain build and its -Werror still check it, and the library it calls stays instrumented.
-$(BUILD)/tests/ref_forward.o: tests/ref_forward.c $(wildcard include/*.h src/*.h src/*/*.h tests/*.h)
+$(BUILD)/tests/ref_forward.o: tests/ref_forward.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out $(SAN) $(OPT),$(CFLAGS)) -O2 -c $< -o $@
+	$(CC) $(filter-out $(SAN) $(OPT),$(CFLAGS)) -O2 $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx2.o: src/%_avx2.c $(wildcard include/*.h src/*.h src/*/*.h)
+$(BUILD)/src/%_avx2.o: src/%_avx2.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(SIMD_FLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx512.o: src/%_avx512.c $(wildcard include/*.h src/*.h src/*/*.h)
+$(BUILD)/src/%_avx512.o: src/%_avx512.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx512vnni.o: src/%_avx512vnni.c $(wildcard include/*.h src/*.h src/*/*.h)
+$(BUILD)/src/%_avx512vnni.o: src/%_avx512vnni.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(VNNI_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(VNNI_FLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/src/%_avx512bf16.o: src/%_avx512bf16.c $(wildcard include/*.h src/*.h src/*/*.h)
+$(BUILD)/src/%_avx512bf16.o: src/%_avx512bf16.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(BF16_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(BF16_FLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/src/%_amx.o: src/%_amx.c $(wildcard include/*.h src/*.h src/*/*.h)
+$(BUILD)/src/%_amx.o: src/%_amx.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(AMX_FLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(AMX_FLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
@@ -233,3 +236,6 @@ format:
 
 clean:
 	rm -rf build build-asan build-tsan build-clang
+
+# the header dependencies the compiler wrote (none before the first build)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -383,7 +383,7 @@ SKV_API uint64_t skv_cache_bytes(const skv_cache *cache, int layer);
 SKV_API uint64_t skv_cache_bytes_allocated(const skv_cache *cache);
 
 /* ---------------------------------------------------------------------------------------------
- * Compression: score -> allocate -> select (SPEC.md)
+ * Compression: score -> allocate -> select (docs/SPEC.md)
  * ------------------------------------------------------------------------------------------- */
 
 typedef enum skv_protocol {
@@ -453,7 +453,7 @@ typedef struct skv_compress_info {
 
 SKV_API void skv_compress_info_free(skv_compress_info *info);
 
-/* Compresses ctx's cache in place under params (SPEC.md). The cache must be a fresh dense
+/* Compresses ctx's cache in place under params (docs/SPEC.md). The cache must be a fresh dense
  * prefill in original-position mode (else SKV_ERR_STATE). A policy that scores a position NaN
  * (from NaN or infinite keys or queries, which skv_forward reported as SKV_ERR_NUMERIC) is
  * SKV_ERR_NUMERIC: no ranking is made from them. On error the cache is unchanged.
@@ -535,7 +535,7 @@ SKV_API skv_status skv_policy_register(const skv_policy_def *def, skv_err *err);
  * when turned on over a non-empty cache. */
 SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, skv_err *err);
 
-/* Decoding-time compression (SPEC.md): after every forward call that brings the tokens since
+/* Decoding-time compression (docs/SPEC.md): after every forward call that brings the tokens since
  * the last cut to >= interval (or leaves a head above max_entries + interval), every head
  * holding more than max_entries entries is cut back to max_entries by params->policy, scored
  * with the last min(params->n_window, interval) tokens' queries as the window (kept);

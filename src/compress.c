@@ -102,7 +102,7 @@ static skv_status check_params(const skv_compress_params *p, const skv_policy **
     if (p->n_window < 0)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "the window size must be >= 0, got %d",
                            p->n_window);
-    if ((*policy)->needs_window) {
+    if (skv_policy_row_needs_window(*policy)) {
         if (p->n_window < 1 || (p->protocol == SKV_PROTOCOL_SEED && p->window_tokens == NULL))
             return skv_err_set(err, SKV_ERR_INVALID_ARG,
                                "policy '%s' needs a window (the observation window whose "
@@ -160,7 +160,16 @@ skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_s
         st = skv_h2o_rows(ctx, sums, err);
         job.attn_sum = sums;
     }
-    if (!st) st = pol->score(&job, scores, job.T_total, err);
+    if (!st) {
+        st = pol->score(&job, scores, job.T_total, err);
+        /* a built-in scorer's words name the policy (registered rows say it in ext_head) */
+        if (st && !pol->ext && err && strncmp(err->msg, pol->name, strlen(pol->name))) {
+            char why[sizeof err->msg];
+            memcpy(why, err->msg, sizeof why);
+            why[sizeof why - 1] = '\0';
+            skv_err_set(err, st, "policy '%s': %.400s", pol->name, why);
+        }
+    }
     /* NaN has no place in a ranking, whichever policy (built-in or registered) scored it: from
      * NaN or infinite keys or queries (skv_forward said SKV_ERR_NUMERIC then), or a scorer's bug */
     const size_t n_rows = pol->shared ? 1 : (size_t)job.n_layer * (size_t)job.n_head_kv;
@@ -207,7 +216,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
                                "(%d positions)",
                                W, T);
         n_score = T - W;
-    } else if (policy->needs_window) {
+    } else if (skv_policy_row_needs_window(policy)) {
         W = params->n_window;
         const int n_ctx = skv_context_n_ctx(ctx);
         if (W > n_ctx - T)
@@ -221,7 +230,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     const float **queries = NULL;
     int q_n = 0, q_off = 0;
     skv_context *clone = NULL;
-    if (policy->needs_window) {
+    if (skv_policy_row_needs_window(policy)) {
         queries = calloc((size_t)L, sizeof *queries);
         if (!queries) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         if (engine) {

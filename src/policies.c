@@ -35,7 +35,7 @@ skv_status skv_pyramid_budgets_clamped(int keep, int T, int n_layer, int window,
     long long base = SKV_MAX((long long)keep - window, 1LL);
     long long mn = SKV_MAX(base / beta, 1LL);
     long long mx = 2 * base - mn;
-    /* KVCache-Factory's clamp (SPEC.md): layer 0 never asks for more than the cache holds */
+    /* KVCache-Factory's clamp (docs/SPEC.md): layer 0 never asks for more than the cache holds */
     if ((long long)T > window && mx >= (long long)T - window) {
         mx = (long long)T - window;
         mn = 2 * base - mx;

@@ -1,4 +1,4 @@
-/* policies.h — compression as score -> allocate -> select (DESIGN.md, SPEC.md).
+/* policies.h — compression as score -> allocate -> select (docs/SPEC.md, docs/POLICIES.md).
  *
  * A policy is one row of a registry: a scorer that fills score[layer][kv head][position] and an
  * allocator that gives every (layer, kv head) a budget. Selection is shared by all of them:
@@ -68,8 +68,7 @@ typedef struct skv_policy {
     const char *rule;   /* the score in one line */
     const char *cost;   /* what it costs beyond the prefill */
     const char *params; /* the skv_compress_params fields it reads: "sinks,seed,..." or "" */
-    unsigned needs;     /* SKV_POLICY_NEEDS_* */
-    bool needs_window;  /* needs & SKV_POLICY_NEEDS_WINDOW */
+    unsigned needs;     /* SKV_POLICY_NEEDS_*: the one place a row says what it reads */
     bool shared;        /* one score row for every layer and head */
     bool decode;        /* usable under a decoding budget (every head cut to one count) */
     bool sinks_forced;  /* sink_recent: scores above T are its forced sinks */
@@ -78,6 +77,12 @@ typedef struct skv_policy {
     skv_select_fn select; /* NULL: each head its own top-budget */
     const void *ext;      /* registered rows: their skv_policy_def (skv_score_job.ext) */
 } skv_policy;
+
+/* Whether the row scores with window queries (derived from needs: a second flag could
+ * disagree with it). */
+static inline bool skv_policy_row_needs_window(const skv_policy *p) {
+    return (p->needs & SKV_POLICY_NEEDS_WINDOW) != 0;
+}
 
 /* The registry (src/policies/registry.c): the built-in rows in order, then the rows registered
  * through skv_policy_register. */
@@ -114,11 +119,11 @@ const char *skv_policy_list(void);
 /* keep = max(1, round_half_even(keep_frac * T)) clamped to [1, T]; T >= 1. */
 int skv_policy_keep(double keep_frac, int T);
 
-/* PyramidKV budgets (SPEC.md), beta = 20 in the policy; out[n_layer]. Values are the rule's,
+/* PyramidKV budgets (docs/SPEC.md), beta = 20 in the policy; out[n_layer]. Values are the rule's,
  * not clamped to T (the selection clamps). INVALID_ARG when keep < 1, n_layer < 1, window < 0
  * or beta < 1. */
 skv_status skv_pyramid_budgets(int keep, int n_layer, int window, int beta, int *out, skv_err *err);
-/* The same with KVCache-Factory's clamp (SPEC.md) for a cache of T positions: when
+/* The same with KVCache-Factory's clamp (docs/SPEC.md) for a cache of T positions: when
  * T > window and mx >= T - window, mx = T - window and mn = 2 * base - mx. */
 skv_status skv_pyramid_budgets_clamped(int keep, int T, int n_layer, int window, int beta, int *out,
                                        skv_err *err);

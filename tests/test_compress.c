@@ -347,7 +347,7 @@ static void compress_ok(skv_context *ctx, const skv_compress_params *p, skv_comp
 
 /* ---- reference window scores ----------------------------------------------------------------- */
 
-/* Naive pooled score of one row, exactly as SPEC.md words it (explicit padded array). */
+/* Naive pooled score of one row, exactly as docs/SPEC.md words it (explicit padded array). */
 static void naive_pool(double *s, int T, int kernel, skv_pooling pool) {
     if (kernel <= 1) return;
     int pad = kernel / 2, np = T + 2 * pad;

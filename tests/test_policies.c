@@ -1,6 +1,6 @@
 /* test_policies.c — the pure parts of compression (policies.h): keep, PyramidKV budgets, the
  * sink_recent / random / window scorers, pooling, top-k selection, the registry and the RNG.
- * Every expectation is derived by hand from SPEC.md (the derivation sits next to it). */
+ * Every expectation is derived by hand from docs/SPEC.md (the derivation sits next to it). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* test_policies_new.c — the policies beyond the seed (knorm, keydiff, tova, h2o, adakv), the
  * registry, PyramidKV's clamp and decoding-time compression, on real stories260K caches.
  *
- * Selections are checked against an independent float64 implementation of SPEC.md's rules
+ * Selections are checked against an independent float64 implementation of docs/SPEC.md's rules
  * (its own loops over the engine's cached keys and captured queries; any valid top-k passes,
  * ties aside). Masking equivalence: the compressed engine's logits equal the float64 reference
  * forward pass (tests/ref_forward.c) that sees the dense sequence with the dropped entries
@@ -39,8 +39,11 @@ static int32_t toks[256];
 static int n_toks;
 static int L, HQ, HKV, HD, V;
 
-static const char *NEW_POLICIES[] = {"knorm", "keydiff", "tova", "h2o", "adakv"};
-#define N_NEW 5
+/* The built-in policies beyond the four founding ones (those: test_policies.c), taken from the
+ * registry in setup so that a policy added to it is checked here without a list to extend: its
+ * rule must be written into ref_scores. */
+static const char *NEW_POLICIES[32];
+static int N_NEW;
 
 static int n_threads = 2; /* 1 for the long decoding loops (a token is too small to split) */
 
@@ -69,7 +72,8 @@ static void compress_ok(skv_context *ctx, const skv_compress_params *p, skv_comp
     if (st) fail_msg("compress %s: %s", p->policy, err.msg);
 }
 
-/* ---- the float64 reference of SPEC.md's rules --------------------------------------------- */
+/* ---- the float64 reference of docs/SPEC.md's rules ---------------------------------------------
+ */
 
 /* The inputs: keys [L, HKV, n_keys, HD] of the dense cache, queries [L, HQ, n_q, HD] with
  * their positions q_pos0.. (post-RoPE, as cached / captured), all in double. */
@@ -132,8 +136,8 @@ static void add_softmax(const inputs *in, int l, int h, const double *qv, int nk
 }
 
 /* Scores of one (layer, kv head) over the P scored positions; forced = +inf. T_total: entries
- * of the head (P + the engine window W). */
-static void ref_scores(const char *pol, const inputs *in, int l, int h, int P, int T_total, int W,
+ * of the head (P + the engine window W). False: no reference for pol. */
+static bool ref_scores(const char *pol, const inputs *in, int l, int h, int P, int T_total, int W,
                        int keep, const skv_compress_params *p, double *s) {
     const int g = HQ / HKV;
     for (int t = 0; t < P; t++) s[t] = 0;
@@ -173,7 +177,7 @@ static void ref_scores(const char *pol, const inputs *in, int l, int h, int P, i
         }
         for (int t = T_total - keep / 2; t < P; t++)
             if (t >= 0) s[t] = INFINITY;
-    } else { /* adakv: SnapKV's pooled window score, window_keep forced */
+    } else if (!strcmp(pol, "adakv")) { /* SnapKV's pooled window score, window_keep forced */
         double raw[256] = {0};
         for (int qh = h * g; qh < (h + 1) * g; qh++)
             for (int w = in->n_q - W; w < in->n_q; w++)
@@ -187,7 +191,10 @@ static void ref_scores(const char *pol, const inputs *in, int l, int h, int P, i
         }
         for (int t = P - p->window_keep; t < P; t++)
             if (t >= 0) s[t] = INFINITY;
+    } else {
+        return false;
     }
+    return true;
 }
 
 /* The kept flags of (l, h) in the compressed cache. */
@@ -243,7 +250,10 @@ static void check_selection(const char *pol, skv_protocol proto, double keep_fra
         int layer_total = 0, forced_l = 0;
         double shared_min = INFINITY, drop_max = -INFINITY;
         for (int h = 0; h < HKV; h++) {
-            ref_scores(pol, &in, l, h, P, T_total, W, keep, &p, s);
+            if (!ref_scores(pol, &in, l, h, P, T_total, W, keep, &p, s))
+                fail_msg("no reference scores for policy '%s': write its rule into ref_scores "
+                         "(tests/test_policies_new.c)",
+                         pol);
             for (int t = P; t < T_total; t++) s[t] = INFINITY; /* the engine window */
             const int len = kept_of(ctx, l, h, kept, T_total);
             layer_total += len;
@@ -508,21 +518,84 @@ static skv_status misbehaving(void *user, const skv_policy_head *hd, double *sco
     return SKV_OK;
 }
 
+/* Row index of a policy in the registry, -1 when absent. */
+static int row_of(const char *name) {
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (!skv_policy_describe(i, &a, NULL) && !strcmp(a.name, name)) return i;
+    }
+    return -1;
+}
+
+/* The hand-written docs keep up with the registry: a section per built-in policy in
+ * docs/POLICIES.md and its name in the README's list. */
+static void test_docs_name_every_policy(void **state) {
+    (void)state;
+    size_t n = 0;
+    char *pol = test_read_file("docs/POLICIES.md", &n), *readme = test_read_file("README.md", &n);
+    assert_non_null(pol);
+    assert_non_null(readme);
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        assert_int_equal(skv_policy_describe(i, &a, NULL), SKV_OK);
+        if (!a.builtin) continue;
+        char want[96];
+        snprintf(want, sizeof want, "\n## %s", a.name);
+        if (!strstr(pol, want)) fail_msg("docs/POLICIES.md has no section \"## %s\"", a.name);
+        snprintf(want, sizeof want, "`%s`", a.name);
+        if (!strstr(readme, want)) fail_msg("README.md does not name the policy %s", a.name);
+    }
+    free(pol);
+    free(readme);
+}
+
+/* A built-in-style row (no ext) whose scorer fails in its own words, which do not name it. */
+static skv_status failing_builtin(const skv_score_job *job, double *scores, int T_stride,
+                                  skv_err *err) {
+    (void)job, (void)scores, (void)T_stride;
+    return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the test");
+}
+
+/* A built-in scorer's failure is said with the policy's name, as a registered one's is. */
+static void test_builtin_error_named(void **state) {
+    (void)state;
+    const skv_policy row = {
+        .name = "fake_builtin", .score = failing_builtin, .allocate = skv_alloc_uniform};
+    skv_context *ctx = new_ctx(0, false);
+    test_feed(ctx, toks, 20, SKV_LOGITS_NONE, NULL);
+    skv_compress_params p = skv_compress_default_params();
+    double *scores = calloc((size_t)L * HKV * 20, sizeof *scores);
+    skv_err err = {0};
+    skv_score_job job = {
+        .T = 20, .T_total = 20, .keep = 10, .params = &p, .cache = skv_context_cache_const(ctx)};
+    assert_int_equal(skv_policy_score_cache(ctx, &row, job, scores, &err), SKV_ERR_NOMEM);
+    assert_string_equal(err.msg, "policy 'fake_builtin': out of memory for the test");
+    free(scores);
+    skv_context_free(ctx);
+}
+
 static void test_registry(void **state) {
     (void)state;
+    /* the founding four first, in SPEC's order; the others anywhere among the built-ins */
     const char *names[] = {"sink_recent", "random", "attention", "pyramid", "knorm",
                            "keydiff",     "tova",   "h2o",       "adakv"};
     const int n0 = skv_policy_count();
     assert_true(n0 >= 9);
     for (int i = 0; i < 9; i++) {
         skv_policy_about a;
-        assert_int_equal(skv_policy_describe(i, &a, NULL), SKV_OK);
-        assert_string_equal(a.name, names[i]);
+        const int row = row_of(names[i]);
+        assert_true(i < 4 ? row == i : row >= 4);
+        assert_int_equal(skv_policy_describe(row, &a, NULL), SKV_OK);
         assert_true(a.builtin);
         assert_true(strlen(a.paper) > 0 && strlen(a.rule) > 0);
         assert_non_null(strstr(skv_policy_list(), names[i]));
         assert_true(a.needs_window == skv_policy_needs_window(names[i]));
     }
+    /* needs_window is what the rules read: the window policies are the ones SPEC names */
+    for (int i = 0; i < 9; i++)
+        assert_true(skv_policy_needs_window(names[i]) ==
+                    (!strcmp(names[i], "attention") || !strcmp(names[i], "pyramid") ||
+                     !strcmp(names[i], "tova") || !strcmp(names[i], "adakv")));
     skv_policy_about a;
     assert_int_equal(skv_policy_describe(n0, &a, NULL), SKV_ERR_INVALID_ARG);
     skv_err e2 = {0};
@@ -530,10 +603,10 @@ static void test_registry(void **state) {
     assert_non_null(strstr(e2.msg, "no place"));
     assert_int_equal(skv_forward(NULL, toks, 1, SKV_LOGITS_NONE, NULL, &e2), SKV_ERR_INVALID_ARG);
     assert_non_null(strstr(e2.msg, "no context"));
-    skv_policy_describe(7, &a, NULL);
-    assert_true(a.needs_prefill_attention && !a.needs_window); /* h2o */
-    skv_policy_describe(8, &a, NULL);
-    assert_true(a.needs_window && !a.decode); /* adakv */
+    skv_policy_describe(row_of("h2o"), &a, NULL);
+    assert_true(a.needs_prefill_attention && !a.needs_window);
+    skv_policy_describe(row_of("adakv"), &a, NULL);
+    assert_true(a.needs_window && !a.decode);
     /* every parameter a row names is in the parameter table */
     for (int i = 0; i < n0; i++) {
         skv_policy_describe(i, &a, NULL);
@@ -556,6 +629,10 @@ static void test_registry(void **state) {
     assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
     bad.name = "knorm";
     assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "policy 'knorm' is already registered"));
+    bad.name = "snapkv"; /* an alias: said as one */
+    assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "'snapkv' is already the alias of policy 'attention'"));
     assert_int_equal(skv_policy_count(), n0 + 1);
     assert_string_equal(skv_policy_canonical("earliest_test"), "earliest_test");
 
@@ -613,13 +690,17 @@ static int longest(const skv_context *ctx) {
 static void test_budget_bound(void **state) {
     (void)state;
     n_threads = 1;
-    const char *pols[] = {"sink_recent", "tova", "h2o", "snapkv", "knorm", "keydiff"};
     float *lg = malloc((size_t)V * sizeof *lg);
-    for (size_t pi = 0; pi < sizeof pols / sizeof pols[0]; pi++) {
+    int n_tried = 0;
+    for (int pi = 0; pi < skv_policy_count(); pi++) { /* every built-in that decodes */
+        skv_policy_about a;
+        assert_int_equal(skv_policy_describe(pi, &a, NULL), SKV_OK);
+        if (!a.builtin || !a.decode) continue;
+        n_tried++;
         skv_context *ctx = new_ctx(0, false);
         assert_int_equal(skv_context_n_ctx(ctx), 512);
         skv_compress_params p = skv_compress_default_params();
-        p.policy = pols[pi];
+        p.policy = a.name;
         p.n_window = 8;
         p.window_keep = 4;
         p.positions = SKV_POSITIONS_REROTATE;
@@ -635,6 +716,7 @@ static void test_budget_bound(void **state) {
         assert_true(skv_context_budget_cuts(ctx) >= (920 - 128) / 32);
         skv_context_free(ctx);
     }
+    assert_true(n_tried >= 6);
     free(lg);
 }
 
@@ -943,7 +1025,16 @@ static int setup(void **state) {
     L = hp->n_layer, HQ = hp->n_head, HKV = hp->n_head_kv, HD = hp->head_dim, V = hp->n_vocab;
     if (HD > 64) return -1;
     n_toks = skv_tokenize(skv_model_vocab(model), TEXT, strlen(TEXT), true, toks, 256);
-    return n_toks >= 64 ? 0 : -1;
+    static const char *const founding[] = {"sink_recent", "random", "attention", "pyramid"};
+    N_NEW = 0;
+    for (int i = 0; i < skv_policy_count(); i++) {
+        skv_policy_about a;
+        if (skv_policy_describe(i, &a, NULL) || !a.builtin) continue;
+        bool old = false;
+        for (int k = 0; k < 4; k++) old |= !strcmp(a.name, founding[k]);
+        if (!old && N_NEW < 32) NEW_POLICIES[N_NEW++] = a.name;
+    }
+    return n_toks >= 64 && N_NEW >= 5 ? 0 : -1;
 }
 
 static int teardown(void **state) {
@@ -955,13 +1046,22 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_selection_seed),         cmocka_unit_test(test_selection_engine),
-        cmocka_unit_test(test_mask_equivalence),       cmocka_unit_test(test_kv_types),
-        cmocka_unit_test(test_h2o_needs_accumulation), cmocka_unit_test(test_h2o_many_threads),
-        cmocka_unit_test(test_pyramid_clamp),          cmocka_unit_test(test_registry),
-        cmocka_unit_test(test_budget_bound),           cmocka_unit_test(test_budget_streaming),
-        cmocka_unit_test(test_budget_dense_identity),  cmocka_unit_test(test_budget_unequal_heads),
-        cmocka_unit_test(test_cli_policies),           cmocka_unit_test(test_cli_eval_budget),
+        cmocka_unit_test(test_selection_seed),
+        cmocka_unit_test(test_selection_engine),
+        cmocka_unit_test(test_mask_equivalence),
+        cmocka_unit_test(test_kv_types),
+        cmocka_unit_test(test_h2o_needs_accumulation),
+        cmocka_unit_test(test_h2o_many_threads),
+        cmocka_unit_test(test_pyramid_clamp),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_builtin_error_named),
+        cmocka_unit_test(test_docs_name_every_policy),
+        cmocka_unit_test(test_budget_bound),
+        cmocka_unit_test(test_budget_streaming),
+        cmocka_unit_test(test_budget_dense_identity),
+        cmocka_unit_test(test_budget_unequal_heads),
+        cmocka_unit_test(test_cli_policies),
+        cmocka_unit_test(test_cli_eval_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -20,20 +20,42 @@ const char *cli_policy_names(void) {
     return buf;
 }
 
-/* "attention, pyramid, ..." : the policies that need a window */
-static const char *window_policy_names(void) {
+static void print_wrapped(FILE *f, const char *s);
+
+/* Whether the comma-separated field list `params` names `field`. */
+static bool reads_param(const char *params, const char *field) {
+    size_t n = strlen(field);
+    for (const char *s = params; *s;) {
+        size_t len = strcspn(s, ",");
+        if (len == n && !strncmp(s, field, n)) return true;
+        s += len + (s[len] == ',');
+    }
+    return false;
+}
+
+/* "attention, pyramid, ...": the registry's policies that read param, or (param NULL) that
+ * need a window; the help says who reads what from the registry, so a new row shows there. */
+static const char *policy_names_using(const char *param) {
     static char buf[512];
     size_t off = 0;
     buf[0] = '\0';
     for (int i = 0; i < skv_policy_count(); i++) {
         skv_policy_about a;
         if (skv_policy_describe(i, &a, NULL)) break;
-        if (!a.needs_window) continue;
+        if (param ? !reads_param(a.params, param) : !a.needs_window) continue;
         int n = snprintf(buf + off, sizeof buf - off, "%s%s", off ? ", " : "", a.name);
         if (n < 0 || (size_t)n >= sizeof buf - off) break;
         off += (size_t)n;
     }
     return buf;
+}
+
+/* "(read by X, Y)" for a parameter's help, wrapped from column 22 */
+static void print_readers(FILE *f, const char *param) {
+    char line[600];
+    snprintf(line, sizeof line, "(read by %s)", policy_names_using(param));
+    fprintf(f, "%22s", "");
+    print_wrapped(f, line);
 }
 
 void cli_policy_init(cli_policy_opts *o) {
@@ -103,26 +125,30 @@ void cli_policy_usage(FILE *f, bool budget, bool own_seed) {
             budget ? "                      (under --max-cache: the last N tokens fed)\n" : "");
     /* the policies that need a window: a list that grows with the registry, wrapped */
     char need[600];
-    snprintf(need, sizeof need, "(%s need one of the two)", window_policy_names());
+    snprintf(need, sizeof need, "(%s need one of the two)", policy_names_using(NULL));
     print_wrapped(f, need);
-    fprintf(f,
-            "  --protocol seed|engine\n"
-            "                      seed (default): prefill the prompt without the window,\n"
-            "                      score it with the window run on a copy; the window is\n"
-            "                      not kept.\n"
-            "                      engine: prefill the whole prompt once, capturing the\n"
-            "                      window's queries; the window stays in the cache and\n"
-            "                      counts toward keep\n"
-            "%s"
-            "  --sinks N           sink_recent: first positions always kept (default 4)\n"
-            "  --pool max|avg      attention/pyramid/adakv score pooling (default max)\n"
-            "  --kernel N          pooling width, 1..65536 (default 7; 1 = no pooling)\n"
-            "  --window-keep N     attention/pyramid/adakv: last N prefix positions forced in\n"
-            "                      (default 32)\n"
-            "  --positions original|rerotate\n"
-            "                      keep retained keys at their positions (default) or\n"
-            "                      re-rotate them to their index in the cache (StreamingLLM)\n",
-            own_seed ? "" : "  --seed S            random policy seed (default 0)\n");
+    fprintf(f, "  --protocol seed|engine\n"
+               "                      seed (default): prefill the prompt without the window,\n"
+               "                      score it with the window run on a copy; the window is\n"
+               "                      not kept.\n"
+               "                      engine: prefill the whole prompt once, capturing the\n"
+               "                      window's queries; the window stays in the cache and\n"
+               "                      counts toward keep\n");
+    if (!own_seed) {
+        fprintf(f, "  --seed S            the random choice's seed (default 0)\n");
+        print_readers(f, "seed");
+    }
+    fprintf(f, "  --sinks N           first positions always kept (default 4)\n");
+    print_readers(f, "sinks");
+    fprintf(f, "  --pool max|avg      pooling of the window score (default max)\n");
+    print_readers(f, "pooling");
+    fprintf(f, "  --kernel N          pooling width, 1..65536 (default 7; 1 = no pooling)\n");
+    print_readers(f, "kernel");
+    fprintf(f, "  --window-keep N     last N prefix positions forced in (default 32)\n");
+    print_readers(f, "window_keep");
+    fprintf(f, "  --positions original|rerotate\n"
+               "                      keep retained keys at their positions (default) or\n"
+               "                      re-rotate them to their index in the cache (StreamingLLM)\n");
 }
 
 const cli_opt cli_policy_options[] = {
@@ -252,17 +278,6 @@ static bool policy_row(const char *name, skv_policy_about *out) {
     const char *c = skv_policy_canonical(name);
     for (int i = 0; c && i < skv_policy_count(); i++)
         if (skv_policy_describe(i, out, NULL) == SKV_OK && !strcmp(out->name, c)) return true;
-    return false;
-}
-
-/* Whether the comma-separated field list `params` names `field`. */
-static bool reads_param(const char *params, const char *field) {
-    size_t n = strlen(field);
-    for (const char *s = params; *s;) {
-        size_t len = strcspn(s, ",");
-        if (len == n && !strncmp(s, field, n)) return true;
-        s += len + (s[len] == ',');
-    }
     return false;
 }
 

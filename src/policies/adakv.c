@@ -72,7 +72,6 @@ const skv_policy skv_policy_adakv = {
     .cost = "as attention",
     .params = "pooling,kernel,window_keep",
     .needs = SKV_POLICY_NEEDS_WINDOW,
-    .needs_window = true,
     .score = skv_score_attention,
     .allocate = skv_alloc_uniform,
     .select = select_layer,

@@ -1,4 +1,4 @@
-/* decode.c — the per-context policy state and decoding-time compression (SPEC.md, kvpress
+/* decode.c — the per-context policy state and decoding-time compression (docs/SPEC.md, kvpress
  * DecodingPress; StreamingLLM's real use): a context with a budget cuts every head back to
  * max_entries after every `interval` new tokens, scoring its entries as at prefill time with
  * the last min(W, interval) tokens' queries as the (kept) window. */

@@ -23,7 +23,6 @@ const skv_policy skv_policy_pyramid = {
     .cost = "as attention",
     .params = "pooling,kernel,window_keep",
     .needs = SKV_POLICY_NEEDS_WINDOW,
-    .needs_window = true,
     .score = skv_score_attention,
     .allocate = allocate,
 };

@@ -1,7 +1,9 @@
 /* registry.c — the policy registry: the single source of truth for names, aliases, papers,
- * needs and parameters. Adding a policy = one file in src/policies/ defining its skv_policy
- * row, plus one line in `builtin` below. Policies written outside the library join through
- * skv_policy_register (a scorer callback). */
+ * needs and parameters. Adding a policy: its file in src/policies/ defining its skv_policy row,
+ * its extern in policies.h, its line in `builtin` below, its reference rule in
+ * tests/test_policies_new.c and its docs (the checklist: docs/POLICIES.md, "Adding a built-in
+ * policy"). Policies written outside the library join through skv_policy_register (a scorer
+ * callback). */
 #include "policies.h"
 
 #include <stdio.h>
@@ -18,12 +20,11 @@ static const skv_policy *const builtin[] = {
 /* ---- the parameters (fields of skv_compress_params) ----------------------------------------- */
 
 static const skv_policy_param_about params[] = {
-    {"sinks", "--sinks", "4", "[0, 2^30]", "first positions always kept (sink_recent)"},
+    {"sinks", "--sinks", "4", "[0, 2^30]", "first positions always kept"},
     {"seed", "--seed", "0", "[0, 2^64)", "random policy seed"},
     {"pooling", "--pool", "max", "max|avg", "pooling of the window score"},
     {"kernel", "--kernel", "7", "[1, 65536]", "pooling width (1 = no pooling)"},
-    {"window_keep", "--window-keep", "32", "[0, 2^30]",
-     "last scored positions forced in (attention, pyramid, adakv)"},
+    {"window_keep", "--window-keep", "32", "[0, 2^30]", "last scored positions forced in"},
 };
 
 int skv_policy_param_count(void) {
@@ -102,7 +103,7 @@ const char *skv_policy_canonical(const char *name) {
 
 bool skv_policy_needs_window(const char *name) {
     const skv_policy *p = skv_policy_find(name);
-    return p && p->needs_window;
+    return p && skv_policy_row_needs_window(p);
 }
 
 int skv_policy_count(void) {
@@ -124,7 +125,7 @@ skv_status skv_policy_describe(int i, skv_policy_about *out, skv_err *err) {
     out->rule = p->rule ? p->rule : "";
     out->cost = p->cost ? p->cost : "";
     out->params = p->params ? p->params : "";
-    out->needs_window = p->needs_window;
+    out->needs_window = skv_policy_row_needs_window(p);
     out->needs_prefill_attention = (p->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) != 0;
     out->decode = p->decode;
     out->layer_budgets = p->allocate != skv_alloc_uniform;
@@ -181,9 +182,13 @@ skv_status skv_policy_register(const skv_policy_def *def, skv_err *err) {
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "policy names are 1 to 31 characters of [a-z0-9_], got '%.40s'",
                            def->name);
-    if (skv_policy_find(def->name))
-        return skv_err_set(err, SKV_ERR_INVALID_ARG, "policy '%s' is already registered",
-                           def->name);
+    const skv_policy *taken = skv_policy_find(def->name);
+    if (taken)
+        return strcmp(taken->name, def->name)
+                   ? skv_err_set(err, SKV_ERR_INVALID_ARG,
+                                 "'%s' is already the alias of policy '%s'", def->name, taken->name)
+                   : skv_err_set(err, SKV_ERR_INVALID_ARG, "policy '%s' is already registered",
+                                 def->name);
     if (n_ext >= MAX_EXT)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "at most %d policies can be registered",
                            MAX_EXT);
@@ -200,7 +205,6 @@ skv_status skv_policy_register(const skv_policy_def *def, skv_err *err) {
         .cost = "the callback's",
         .params = "",
         .needs = def->needs_window ? SKV_POLICY_NEEDS_WINDOW : 0,
-        .needs_window = def->needs_window,
         .decode = true,
         .score = ext_score,
         .allocate = skv_alloc_uniform,

@@ -11,7 +11,6 @@ const skv_policy skv_policy_attention = {
     .cost = "window scores (W*H_q*T dot products per layer); seed: a window pass on a copy",
     .params = "pooling,kernel,window_keep",
     .needs = SKV_POLICY_NEEDS_WINDOW,
-    .needs_window = true,
     .decode = true,
     .score = skv_score_attention,
     .allocate = skv_alloc_uniform,

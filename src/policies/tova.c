@@ -16,7 +16,6 @@ const skv_policy skv_policy_tova = {
     .cost = "one query's scores (H_q*T dot products per layer); seed: a window pass on a copy",
     .params = "",
     .needs = SKV_POLICY_NEEDS_WINDOW,
-    .needs_window = true,
     .decode = true,
     .score = score,
     .allocate = skv_alloc_uniform,
