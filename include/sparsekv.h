@@ -540,7 +540,13 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
  * holding more than max_entries entries is cut back to max_entries by params->policy, scored
  * with the last min(params->n_window, interval) tokens' queries as the window (kept);
  * params->positions = rerotate re-rotates after every cut, and then the logical length may run
- * past n_ctx (each head never holds more than max_entries + interval). keep_frac, protocol and
+ * past n_ctx. A head holds at most max_entries + interval entries after a call of at most
+ * interval tokens; a longer call holds all of its tokens until its end (feed a long prompt in
+ * pieces of interval to keep the bound: the CLI's and Python's generate do), except that under
+ * rerotate a call for which the heads lack room is taken in pieces up to each cut (a prompt
+ * longer than n_ctx streams). An error in a later piece leaves the earlier ones in the cache.
+ * A context whose heads already hold n_ctx entries cannot take a budget (SKV_ERR_STATE: a cut
+ * needs new tokens' queries, and none fit). keep_frac, protocol and
  * window_tokens are ignored. max_entries = 0 removes the budget; otherwise it must be larger
  * than the window, min(max(n_window, 1), interval) (SKV_ERR_INVALID_ARG). The policy must allow
  * decode (skv_policy_about.decode). Every head must hold the same number of entries (not after

@@ -148,6 +148,14 @@ void skv_cache_clear(skv_cache *c) {
     c->mode = SKV_POSITIONS_ORIGINAL;
 }
 
+void skv_cache_drop_from(skv_cache *c, int n_past) {
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) {
+        skv_cache_head *h = &c->heads[i];
+        while (h->n > 0 && h->pos[h->n - 1] >= n_past) h->n--;
+    }
+    if (c->n_past > n_past) c->n_past = n_past;
+}
+
 skv_cache *skv_cache_clone(const skv_cache *src, skv_err *err) {
     skv_cache *c = skv_cache_new(src->n_layer, src->n_head_kv, src->head_dim, src->rope.n_rot,
                                  (float)src->rope.theta, src->type, src->n_ctx, err);
@@ -164,9 +172,11 @@ skv_cache *skv_cache_clone(const skv_cache *src, skv_err *err) {
             skv_err_set(err, SKV_ERR_NOMEM, "out of memory copying the kv cache");
             return NULL;
         }
-        memcpy(d->pos, s->pos, (size_t)s->n * sizeof(int32_t));
-        memcpy(d->k, s->k, (size_t)s->n * c->row_bytes);
-        memcpy(d->v, s->v, (size_t)s->n * c->row_bytes);
+        if (s->n > 0) { /* an empty head has no arrays (memcpy of NULL is undefined) */
+            memcpy(d->pos, s->pos, (size_t)s->n * sizeof(int32_t));
+            memcpy(d->k, s->k, (size_t)s->n * c->row_bytes);
+            memcpy(d->v, s->v, (size_t)s->n * c->row_bytes);
+        }
         d->n = s->n;
         d->rope_shift = s->rope_shift;
     }

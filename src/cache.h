@@ -50,6 +50,9 @@ skv_cache *skv_cache_clone(const skv_cache *c, skv_err *err);
 /* Empties every head (n_past 0, original positions) and keeps the arrays for the next appends;
  * skv_cache_free gives them back. */
 void skv_cache_clear(skv_cache *c);
+/* Drops every entry at a position >= n_past (the tail of each head) and sets n_past: undoes
+ * appends, keeping the arrays. Original positions only (the positions are the tokens'). */
+void skv_cache_drop_from(skv_cache *c, int n_past);
 /* Makes room for n more entries in every head (grows geometrically, up to n_ctx). */
 skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err);
 /* Appends one entry (already rotated key, value, given as float rows [head_dim]) to a head.

@@ -1,9 +1,10 @@
-/* compress.c — skv_compress: validate, plan (window pass, score, allocate, select) without
- * touching the cache, then compact every head and report what was done.
+/* compress.c — skv_compress: validate, plan (window pass, score, allocate, select) leaving the
+ * cache's entries as they were, then compact every head and report what was done.
  *
  * The two protocols differ only in where the window queries come from and what is scored:
- *   seed:   the window tokens run on a clone of ctx (queries captured there, clone freed); the
- *           T positions of the cache are scored; the window is not in the cache.
+ *   seed:   the window tokens run on ctx (their entries dropped again; on a clone when ctx
+ *           has attention sums or a budget), queries captured; the T positions of the cache
+ *           are scored; the window is not in the cache.
  *   engine: the window is the last W positions of the cache, its queries were captured by the
  *           prefill; positions [0, T-W) are scored over the T-W prefix keys; the W window
  *           positions are forced (+inf), so they stay and count toward keep.
@@ -20,6 +21,9 @@
 #include "policies.h"
 
 #include <math.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +197,32 @@ skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_s
     return st;
 }
 
+/* The seed protocol's window pass on c: the W window tokens run through the model with their
+ * queries captured into *wq (the caller frees it; [n_layer][n_head][W][head_dim]), c's own
+ * capture left as it was; then the W entries they added are dropped again, so that c's cache is
+ * the prefix it was (the window pass reads it, and only appends). */
+static skv_status window_pass(skv_context *c, const int32_t *tokens, int W, float **wq,
+                              skv_err *err) {
+    const int T = skv_cache_n_past(c->cache);
+    float *own = c->qcap;
+    const int own_w = c->params.capture_window, own_n = c->qcap_n, own_first = c->qcap_first_pos;
+    c->qcap = NULL;
+    skv_status st = skv_context_set_capture(c, W, err); /* a fresh buffer for the window */
+    if (!st) st = skv_forward(c, tokens, W, SKV_LOGITS_NONE, NULL, err);
+    if (!st && (c->qcap_n != W || c->qcap_first_pos != T))
+        st = skv_err_set(err, SKV_ERR_STATE,
+                         "the window pass captured %d queries at %d, expected %d at %d", c->qcap_n,
+                         c->qcap_first_pos, W, T);
+    *wq = st ? NULL : c->qcap;
+    if (st) free(c->qcap);
+    c->qcap = own;
+    c->params.capture_window = own_w;
+    c->qcap_n = own_n;
+    c->qcap_first_pos = own_first;
+    skv_cache_drop_from(c->cache, T); /* also after a failure: whatever entered goes */
+    return st;
+}
+
 skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *params,
                                   skv_compress_plan *plan, skv_err *err) {
     memset(plan, 0, sizeof *plan);
@@ -200,6 +230,12 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     const skv_policy *policy = NULL;
     skv_status st = check_params(params, &policy, err);
     if (st) return st;
+    if (!policy->decode && ctx->pstate && ctx->pstate->max_entries > 0)
+        return skv_err_set(err, SKV_ERR_STATE,
+                           "policy '%s' does not run under a decoding budget, and this context "
+                           "has one (its next cut could fail): remove the budget first "
+                           "(skv_context_set_budget with max_entries = 0)",
+                           policy->name);
     const skv_cache *cache = ctx->cache;
     st = check_dense(cache, err);
     if (st) return st;
@@ -230,6 +266,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
     const float **queries = NULL;
     int q_n = 0, q_off = 0;
     skv_context *clone = NULL;
+    float *wq = NULL; /* the seed window's queries [n_layer][n_head][W][head_dim] */
     if (skv_policy_row_needs_window(policy)) {
         queries = calloc((size_t)L, sizeof *queries);
         if (!queries) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
@@ -242,36 +279,37 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
                     err, SKV_ERR_STATE,
                     "the engine protocol needs the queries of the last %d positions (%d..%d), but "
                     "the last forward call captured %d ending at position %d: create the context "
-                    "with capture_window >= %d and prefill the whole prompt in one call",
-                    W, T - W, T - 1, q0 ? n : 0, q0 ? first + n - 1 : -1, W);
+                    "with capture_window >= %d and feed at least the prompt's last %d tokens in "
+                    "its last "
+                    "forward call (a call captures its own last tokens)",
+                    W, T - W, T - 1, q0 ? n : 0, q0 ? first + n - 1 : -1, W, W);
             }
             for (int l = 0; l < L; l++)
                 queries[l] = skv_context_captured_queries(ctx, l, &n, &first);
             q_n = n;
             q_off = n - W;
         } else {
-            /* The seed protocol's window pass: on a clone, so the prefix cache never moves. */
+            /* The seed protocol's window pass. Without attention sums or a budget to disturb,
+             * on ctx itself, whose W window entries are dropped again (the prefix's entries
+             * never move, and the cache is not copied: a clone cost its size again); else on a
+             * clone. Either way the window queries are captured in a buffer of our own. */
             double t0 = skv_time_ms();
-            clone = skv_context_clone(ctx, err);
-            if (!clone) {
-                free(queries);
-                return err ? err->status : SKV_ERR_NOMEM;
+            if (ctx->pstate) {
+                clone = skv_context_clone(ctx, err);
+                if (!clone) {
+                    free(queries);
+                    return err ? err->status : SKV_ERR_NOMEM;
+                }
             }
-            st = skv_context_set_capture(clone, W, err);
-            if (!st) st = skv_forward(clone, params->window_tokens, W, SKV_LOGITS_NONE, NULL, err);
-            int n = 0, first = 0;
-            for (int l = 0; !st && l < L; l++) {
-                queries[l] = skv_context_captured_queries(clone, l, &n, &first);
-                if (!queries[l] || n != W || first != T)
-                    st = skv_err_set(err, SKV_ERR_STATE,
-                                     "the window pass captured %d queries at %d, expected %d at %d",
-                                     n, first, W, T);
-            }
+            st = window_pass(clone ? clone : ctx, params->window_tokens, W, &wq, err);
             if (st) {
                 skv_context_free(clone);
                 free(queries);
                 return st;
             }
+            const skv_hparams *hp = skv_model_hparams(ctx->model);
+            const size_t per_layer = (size_t)hp->n_head * (size_t)W * (size_t)hp->head_dim;
+            for (int l = 0; l < L; l++) queries[l] = wq + (size_t)l * per_layer;
             q_n = W;
             q_off = 0;
             plan->window_ms = skv_time_ms() - t0;
@@ -346,6 +384,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
 done:
     free(rank);
     free(queries);
+    free(wq);
     skv_context_free(clone);
     if (st) skv_compress_plan_free(plan);
     return st;
@@ -424,6 +463,12 @@ skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
         }
     }
     if (!st && params->positions == SKV_POSITIONS_REROTATE) st = skv_cache_rerotate(cache, err);
+#ifdef __GLIBC__
+    /* heads small enough to live on the heap (cache.c) shrank in place: hand the freed pages
+     * to the OS too, or compressing many short caches would not lower the process's memory
+     * (a trim costs ~0.4 ms: not for the odd kilobyte) */
+    if (!st && bytes_before - skv_cache_bytes(cache, -1) >= ((uint64_t)1 << 20)) malloc_trim(0);
+#endif
     const double cache_ms = skv_time_ms() - t_apply;
     if (st) {
         free(kept), free(forced), free(by_score);

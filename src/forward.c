@@ -344,6 +344,9 @@ static void forward_logits(skv_context *ctx, int n, int rows, float *logits) {
     mm_w(ctx, logits, ctx->xb + (size_t)(n - rows) * d, rows, &m->output, m->hp.n_vocab, d);
 }
 
+static skv_status forward_call(skv_context *ctx, const int32_t *tokens, int n_tokens,
+                               skv_logits_mode mode, float *logits, skv_err *err);
+
 skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
                        float *logits, skv_err *err) {
     if (!ctx) return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward: no context given");
@@ -361,6 +364,29 @@ skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, sk
             return skv_err_set(err, SKV_ERR_INVALID_ARG,
                                "token %d (id %d) is outside the vocabulary [0, %d)", i, tokens[i],
                                hp->n_vocab);
+    /* A re-rotating budget whose heads have no room for the whole call takes it in pieces,
+     * each ending where a cut is due, as if it had been fed that way (a long prompt streams). */
+    int piece = skv_pstate_piece(ctx, n_tokens);
+    if (piece == 0) return forward_call(ctx, tokens, n_tokens, mode, logits, err);
+    const size_t V = (size_t)hp->n_vocab;
+    for (int done = 0; done < n_tokens; done += piece) {
+        if (done)
+            piece = SKV_MIN(n_tokens - done, SKV_MAX(skv_pstate_piece(ctx, n_tokens - done), 1));
+        const bool last = done + piece == n_tokens;
+        const skv_logits_mode m = mode == SKV_LOGITS_ALL ? mode : last ? mode : SKV_LOGITS_NONE;
+        skv_status st =
+            forward_call(ctx, tokens + done, piece, m,
+                         mode == SKV_LOGITS_ALL ? logits + (size_t)done * V : logits, err);
+        if (st) return st;
+    }
+    return SKV_OK;
+}
+
+/* One forward call on validated arguments: the tokens enter the cache (and a budget's cut
+ * follows). */
+static skv_status forward_call(skv_context *ctx, const int32_t *tokens, int n_tokens,
+                               skv_logits_mode mode, float *logits, skv_err *err) {
+    const skv_hparams *hp = &ctx->model->hp;
     skv_cache *cache = ctx->cache;
     if ((int64_t)cache->n_past + n_tokens > ctx->params.n_ctx &&
         !skv_pstate_unbounded(ctx, n_tokens)) /* a budget with rerotate may run past n_ctx */
@@ -379,6 +405,7 @@ skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, sk
     skv_status st = skv_context_reserve_batch(ctx, batch, err);
     if (st) return st;
     st = skv_cache_reserve(cache, n_tokens, err);
+    if (!st) st = skv_h2o_reserve(ctx, n_tokens, err);
     if (st) return st;
 
     int W = ctx->params.capture_window;

@@ -198,10 +198,16 @@ void skv_pstate_reset(skv_policy_state *ps, const skv_context *ctx);
  * n_ctx (a budget with rerotate, room in every head); after every forward call. */
 void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0);
 bool skv_pstate_unbounded(const skv_context *ctx, int n);
+/* 0 when a call of n tokens goes in whole; else (a re-rotating budget whose heads lack room for
+ * n more) the tokens to feed first: up to the next cut, within the room left (>= 1). */
+int skv_pstate_piece(const skv_context *ctx, int n);
 skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err);
 /* Before a forward call changes the cache: SKV_ERR_STATE when a budget is set and the heads
  * hold different numbers of entries (its next cut could not run). */
 skv_status skv_pstate_before_forward(const skv_context *ctx, skv_err *err);
+/* h2o: grows the attention sums (when accumulating) so that every head may take n_more
+ * entries; called by skv_forward before the tokens enter the cache. */
+skv_status skv_h2o_reserve(skv_context *ctx, int n_more, skv_err *err);
 /* h2o: accumulate the attention of one layer (called by skv_pstate_layer). */
 void skv_h2o_accumulate(skv_context *ctx, int layer, int n, int pos0);
 /* Follows a head's compaction to the kept entry indices keep[n_keep] (ascending). */

@@ -15,6 +15,7 @@
 #include "common.h"
 #include "context.h"
 #include "eval/eval.h" /* skv_eval_policy_pt, skv_eval_policy_colour */
+#include "model/synth.h"
 #include "policies.h"
 #include "ref_forward.h"
 #include "sparsekv.h"
@@ -720,6 +721,224 @@ static void test_budget_bound(void **state) {
     free(lg);
 }
 
+/* h2o's sums grow with the heads, not with n_ctx, and growing keeps them: fed in chunks (each
+ * growth copies the rows) they equal the sums of one call. */
+static void test_h2o_sums_grow(void **state) {
+    (void)state;
+    const int n = 150;
+    skv_context *a = test_context(model, SKV_TYPE_F32, 4096, 1, 0);
+    skv_context *b = test_context(model, SKV_TYPE_F32, 4096, 1, 0);
+    skv_err err = {0};
+    assert_int_equal(skv_context_accumulate_attention(a, true, &err), SKV_OK);
+    assert_int_equal(skv_context_accumulate_attention(b, true, &err), SKV_OK);
+    for (int i = 0; i < n; i += 37)
+        test_feed(a, toks + i, SKV_MIN(37, n - i), SKV_LOGITS_NONE, NULL);
+    test_feed(b, toks, n, SKV_LOGITS_NONE, NULL);
+    assert_true(a->pstate->acc_cap >= n && a->pstate->acc_cap < 4 * n);
+    const double **ra = calloc((size_t)L * HKV, sizeof *ra),
+                 **rb = calloc((size_t)L * HKV, sizeof *rb);
+    assert_int_equal(skv_h2o_rows(a, ra, &err), SKV_OK);
+    assert_int_equal(skv_h2o_rows(b, rb, &err), SKV_OK);
+    double worst = 0, total = 0;
+    for (int i = 0; i < L * HKV; i++)
+        for (int e = 0; e < n; e++) {
+            worst = fmax(worst, fabs(ra[i][e] - rb[i][e]) / fmax(1e-12, fabs(rb[i][e])));
+            total += ra[i][e];
+        }
+    assert_true(worst < 1e-5);
+    /* every query's softmax sums to 1 per query head, and a kv head's row sums its group */
+    assert_true(fabs(total - (double)n * HQ * L) < 1e-6 * n * HQ * L);
+    free(ra), free(rb);
+    skv_context_free(a);
+    skv_context_free(b);
+}
+
+/* A re-rotating budget takes a call longer than its heads' room in pieces that end where cuts
+ * are due: the same logits as feeding those pieces one call each. A context already full
+ * cannot take a budget; compress with a policy that does not decode is refused under one. */
+static void test_budget_pieces(void **state) {
+    (void)state;
+    const int n = 250;
+    skv_compress_params p = skv_compress_default_params();
+    p.policy = "tova";
+    p.n_window = 4;
+    p.positions = SKV_POSITIONS_REROTATE;
+    skv_err err = {0};
+    skv_context *a = test_context(model, SKV_TYPE_F32, 64, 1, 0);
+    skv_context *b = test_context(model, SKV_TYPE_F32, 64, 1, 0);
+    assert_int_equal(skv_context_set_budget(a, &p, 40, 16, &err), SKV_OK);
+    assert_int_equal(skv_context_set_budget(b, &p, 40, 16, &err), SKV_OK);
+    float *la = malloc((size_t)n * V * sizeof *la), *lb = malloc((size_t)n * V * sizeof *lb);
+    assert_int_equal(skv_forward(a, toks, n, SKV_LOGITS_ALL, la, &err), SKV_OK);
+    /* b: what the pieces are: 16 (the interval) up to each cut */
+    for (int i = 0; i < n; i += 16)
+        test_feed(b, toks + i, SKV_MIN(16, n - i), SKV_LOGITS_ALL, lb + (size_t)i * V);
+    assert_int_equal(skv_context_n_past(a), n);
+    assert_int_equal(skv_context_budget_cuts(a), skv_context_budget_cuts(b));
+    assert_true(skv_context_budget_cuts(a) >= 10);
+    assert_memory_equal(la, lb, (size_t)n * V * sizeof *la);
+    assert_true(longest(a) <= 40 + 16);
+    skv_context_free(a);
+    skv_context_free(b);
+    free(la), free(lb);
+    /* full: no room for the tokens a cut needs */
+    skv_context *c = test_context(model, SKV_TYPE_F32, 64, 1, 0);
+    test_feed(c, toks, 64, SKV_LOGITS_NONE, NULL);
+    assert_int_equal(skv_context_set_budget(c, &p, 40, 16, &err), SKV_ERR_STATE);
+    assert_non_null(strstr(err.msg, "set the budget before the context fills"));
+    skv_context_free(c);
+    /* compress with a policy that leaves heads unequal, under a budget */
+    c = test_context(model, SKV_TYPE_F32, 128, 1, 0);
+    assert_int_equal(skv_context_set_budget(c, &p, 40, 16, &err), SKV_OK);
+    test_feed(c, toks, 30, SKV_LOGITS_NONE, NULL);
+    skv_compress_params cp = params_for("adakv", 0.5, SKV_PROTOCOL_ENGINE, NULL, 4);
+    skv_compress_info info;
+    assert_int_equal(skv_compress(c, &cp, &info, &err), SKV_ERR_STATE);
+    assert_non_null(strstr(err.msg, "does not run under a decoding budget"));
+    assert_int_equal(skv_cache_head_len(skv_context_cache_const(c), 0, 0), 30);
+    skv_context_free(c);
+}
+
+/* The seed window pass runs on the context itself: afterwards its cache holds the prefix only,
+ * its own captured queries are the prefill's still, and the selection is the one a context
+ * with a budget (whose pass runs on a clone) makes. */
+static void test_seed_pass_in_place(void **state) {
+    (void)state;
+    const int T = 40, W = 8;
+    skv_err err = {0};
+    skv_context *a = test_context(model, SKV_TYPE_F32, 128, 1, 6);
+    skv_context *b = test_context(model, SKV_TYPE_F32, 128, 1, 6);
+    test_feed(a, toks, T, SKV_LOGITS_NONE, NULL);
+    test_feed(b, toks, T, SKV_LOGITS_NONE, NULL);
+    skv_compress_params bp = skv_compress_default_params();
+    bp.policy = "tova";
+    bp.n_window = 4;
+    assert_int_equal(skv_context_set_budget(b, &bp, 100, 16, &err), SKV_OK); /* b: a clone */
+    int n0 = 0, f0 = 0, n1 = 0, f1 = 0;
+    const float *q0 = skv_context_captured_queries(a, 1, &n0, &f0);
+    const size_t nq = (size_t)HQ * 6 * HD;
+    float *before = malloc(nq * sizeof *before);
+    memcpy(before, q0, nq * sizeof *before);
+    skv_compress_params p = params_for("attention", 0.4, SKV_PROTOCOL_SEED, toks + T, W);
+    skv_compress_info ia, ib;
+    compress_ok(a, &p, &ia);
+    compress_ok(b, &p, &ib);
+    assert_int_equal(skv_context_n_past(a), T);
+    const float *q1 = skv_context_captured_queries(a, 1, &n1, &f1);
+    assert_int_equal(n1, n0);
+    assert_int_equal(f1, f0);
+    assert_memory_equal(q1, before, nq * sizeof *before);
+    const skv_cache *ca = skv_context_cache_const(a), *cb = skv_context_cache_const(b);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++) {
+            const int n = skv_cache_head_len(ca, l, h);
+            assert_int_equal(n, skv_cache_head_len(cb, l, h));
+            assert_memory_equal(skv_cache_head_positions(ca, l, h),
+                                skv_cache_head_positions(cb, l, h), (size_t)n * sizeof(int32_t));
+            assert_true(skv_cache_head_positions(ca, l, h)[n - 1] < T);
+        }
+    skv_compress_info_free(&ia);
+    skv_compress_info_free(&ib);
+    free(before);
+    skv_context_free(a);
+    skv_context_free(b);
+}
+
+static long rss_kb(void) {
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = -1;
+    fclose(f);
+    return rss < 0 ? -1 : rss * 4;
+}
+
+/* Compressing short caches (each head's arrays on the heap, under cache.c's 64 KB) lowers the
+ * process's memory too, not only the cache's count. */
+static void test_compress_returns_heap_memory(void **state) {
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* the sanitizers' allocators keep freed memory on purpose */
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    skip();
+#endif
+#endif
+    skv_synth_shape shape = {.name = "heap-test",
+                             .note = "test",
+                             .n_vocab = 300,
+                             .n_ctx_train = 512,
+                             .n_ctx = 512,
+                             .n_embd = 256,
+                             .n_layer = 16,
+                             .n_head = 4,
+                             .n_head_kv = 4,
+                             .n_ff = 256,
+                             .rope_theta = 10000.0f,
+                             .norm_eps = 1e-5f};
+    skv_synth_params sp = {.type = SKV_TYPE_F32, .seed = 3, .n_threads = 1};
+    const char *path = test_tmp_path(".gguf");
+    skv_err err = {0};
+    assert_int_equal(skv_synth_write(&shape, &sp, path, &err), SKV_OK);
+    skv_model *m = skv_model_load(path, &err);
+    assert_non_null(m);
+    enum { NC = 6, T = 200 }; /* 64 heads x 200 x 256 B: 50 KB arrays, 6.5 MB a context */
+    skv_context *cs[NC];
+    int32_t ids[T];
+    for (int i = 0; i < T; i++) ids[i] = 1 + (i * 37) % 299;
+    for (int c = 0; c < NC; c++) {
+        cs[c] = test_context(m, SKV_TYPE_F32, 512, 1, 0);
+        test_feed(cs[c], ids, T, SKV_LOGITS_NONE, NULL);
+    }
+    const long r0 = rss_kb();
+    uint64_t freed = 0;
+    for (int c = 0; c < NC; c++) {
+        skv_compress_params p = params_for("streaming", 0.1, SKV_PROTOCOL_SEED, NULL, 0);
+        skv_compress_info info;
+        compress_ok(cs[c], &p, &info);
+        freed += info.bytes_before - info.bytes_after;
+        skv_compress_info_free(&info);
+    }
+    const long r1 = rss_kb();
+    print_message("freed %llu KB of cache, RSS dropped %ld KB\n", (unsigned long long)(freed >> 10),
+                  r0 - r1);
+    assert_true(r0 > 0 && (double)(r0 - r1) >= 0.5 * (double)(freed >> 10));
+    for (int c = 0; c < NC; c++) skv_context_free(cs[c]);
+    skv_model_free(m);
+    remove(path);
+}
+
+/* Clones of an empty context and of one with an empty head (adakv at a tiny keep) copy nothing
+ * from arrays that do not exist. */
+static void test_clone_empty_heads(void **state) {
+    (void)state;
+    skv_err err = {0};
+    skv_context *c = test_context(model, SKV_TYPE_F32, 64, 1, 8);
+    skv_context *d = skv_context_clone(c, &err);
+    assert_non_null(d);
+    skv_context_free(d);
+    test_feed(c, toks, 20, SKV_LOGITS_NONE, NULL);
+    skv_compress_params cp = params_for("adakv", 0.1, SKV_PROTOCOL_SEED, toks + 20, 1);
+    cp.window_keep = 0;
+    skv_compress_info info;
+    assert_int_equal(skv_compress(c, &cp, &info, &err), SKV_OK);
+    skv_compress_info_free(&info);
+    int empty = 0;
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++)
+            empty += skv_cache_head_len(skv_context_cache_const(c), l, h) == 0;
+    d = skv_context_clone(c, &err);
+    assert_non_null(d);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < HKV; h++)
+            assert_int_equal(skv_cache_head_len(skv_context_cache_const(d), l, h),
+                             skv_cache_head_len(skv_context_cache_const(c), l, h));
+    print_message("adakv keep 0.1 of 20 left %d of %d heads empty\n", empty, L * HKV);
+    skv_context_free(d);
+    skv_context_free(c);
+}
+
 /* StreamingLLM under a budget in original positions: after a cut every head holds the sinks
  * and the most recent entries; and a budget without rerotate refuses to pass n_ctx. */
 static void test_budget_streaming(void **state) {
@@ -800,13 +1019,16 @@ static void test_budget_unequal_heads(void **state) {
     assert_non_null(strstr(err.msg, "same number of entries"));
     test_feed(ctx, toks, 1, SKV_LOGITS_NONE, NULL); /* no budget: decoding goes on */
     skv_context_free(ctx);
-    /* budget first, then a compression that leaves the heads unequal */
+    /* budget first: a compression that would leave the heads unequal is refused up front;
+     * a selection of one head (skv_cache_select_head) then stops the decoding */
     ctx = new_ctx(8, false);
     assert_int_equal(skv_context_set_budget(ctx, &bp, 100, 8, &err), SKV_OK);
     test_feed(ctx, toks, 60, SKV_LOGITS_NONE, NULL);
-    assert_int_equal(skv_compress(ctx, &p, &info, &err), SKV_OK);
-    skv_compress_info_free(&info);
+    assert_int_equal(skv_compress(ctx, &p, &info, &err), SKV_ERR_STATE);
     c = skv_context_cache_const(ctx);
+    assert_int_equal(skv_cache_head_len(c, 0, 0), 60);
+    const int32_t first[3] = {0, 1, 2};
+    assert_int_equal(skv_cache_select_head(skv_context_cache(ctx), 0, 0, first, 3, &err), SKV_OK);
     const int len0 = skv_cache_head_len(c, 0, 0);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(skv_forward(ctx, toks, 1, SKV_LOGITS_NONE, NULL, &err), SKV_ERR_STATE);
@@ -856,7 +1078,7 @@ static void test_budget_dense_identity(void **state) {
 
 static void test_cli_policies(void **state) {
     (void)state;
-    char cmd[1024];
+    char cmd[4096];
     int status;
     snprintf(cmd, sizeof cmd, "%s policies", test_cli());
     char *out = test_run(cmd, &status);
@@ -887,6 +1109,23 @@ static void test_cli_policies(void **state) {
     assert_non_null(b);
     assert_true(atoi(b + 8) <= 96 + 32);
     free(out);
+    /* a long prompt goes in pieces: the bound holds during it, and with rerotate a prompt
+     * longer than the context (512) streams through */
+    char prompt[8192] = "";
+    for (int i = 0; i < 60; i++) strcat(prompt, "Lily and Ben went to the park. They saw a dog. ");
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s -t 1 -n 4 --policy sink_recent --max-cache 64%s -p '%.*s' "
+                 "2>&1 >/dev/null",
+                 test_cli(), M, k ? " --positions rerotate" : "", k ? 2900 : 580, prompt);
+        out = test_run(cmd, &status);
+        assert_int_equal(status, 0);
+        b = strstr(out, "at most ");
+        assert_non_null(b);
+        assert_true(atoi(b + 8) <= 64 + 32);
+        assert_non_null(strstr(out, k ? "logical length 10" : "logical length 2"));
+        free(out);
+    }
     /* past the context without rerotate: refused */
     snprintf(cmd, sizeof cmd,
              "%s generate -m %s -t 1 -p 'Once' -n 900 --policy tova --max-cache 96 2>&1 "
@@ -1057,6 +1296,11 @@ int main(void) {
         cmocka_unit_test(test_builtin_error_named),
         cmocka_unit_test(test_docs_name_every_policy),
         cmocka_unit_test(test_budget_bound),
+        cmocka_unit_test(test_h2o_sums_grow),
+        cmocka_unit_test(test_budget_pieces),
+        cmocka_unit_test(test_clone_empty_heads),
+        cmocka_unit_test(test_seed_pass_in_place),
+        cmocka_unit_test(test_compress_returns_heap_memory),
         cmocka_unit_test(test_budget_streaming),
         cmocka_unit_test(test_budget_dense_identity),
         cmocka_unit_test(test_budget_unequal_heads),

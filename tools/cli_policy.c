@@ -82,7 +82,9 @@ void cli_policy_budget_usage(FILE *f) {
                "                      prompt's) are each cut's window, always kept (--window\n"
                "                      defaults to --compress-every here), so N must be\n"
                "                      larger; --protocol and --window-text do not apply.\n"
-               "                      With --positions rerotate generation (not the prompt)\n"
+               "                      The prompt goes in pieces of K tokens, each followed\n"
+               "                      by its cut, so the bound holds during the prompt too.\n"
+               "                      With --positions rerotate the prompt and generation\n"
                "                      may run past the model's context length\n"
                "  --compress-every K  tokens between cuts (default 32): at most N + K entries\n");
 }
@@ -429,8 +431,9 @@ bool cli_policy_check(const cli_policy_opts *o, const cli_args *args, bool polic
         if (o->max_cache <= qw) {
             cli_error(cmd,
                       "--max-cache %d is not larger than each cut's window (the last %d tokens "
-                      "fed, which every policy keeps under a budget): raise --max-cache or "
-                      "lower %s",
+                      "fed, which every policy keeps under a budget): lower %s or raise "
+                      "--max-cache (--max-cache + --compress-every must fit the model's "
+                      "context)",
                       o->max_cache, qw,
                       o->window_n > 0 ? "--window / --compress-every" : "--compress-every");
             return false;
@@ -559,7 +562,8 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
     skv_context_params cp = *cparams;
     if (compress && engine && W > cp.capture_window) cp.capture_window = W;
     const int n_ctx = cp.n_ctx > 0 ? cp.n_ctx : skv_model_hparams(model)->n_ctx_train;
-    if (p->n_tokens > n_ctx) {
+    const bool streams = budget && o->params.positions == SKV_POSITIONS_REROTATE;
+    if (p->n_tokens > n_ctx && !streams) {
         cli_error(cmd, "the prompt has %d tokens, more than the context holds (%d)", p->n_tokens,
                   n_ctx);
         return 2;
@@ -588,9 +592,16 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
     /* seed: the window waits until after compression */
     const int n_first = compress && !engine ? p->n_tokens - W : p->n_tokens;
     const bool logits_now = last_logits && n_first == p->n_tokens;
-    skv_status st =
-        skv_forward(ctx, p->tokens, n_first, logits_now ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
-                    logits_now ? last_logits : NULL, &err);
+    /* under a budget the prompt goes in pieces of --compress-every tokens, each followed by
+     * its cut, so that no head holds more than N + K entries during the prompt either */
+    const int piece = budget ? o->compress_every : n_first;
+    skv_status st = SKV_OK;
+    for (int i = 0; !st && i < n_first; i += piece) {
+        const int n = n_first - i < piece ? n_first - i : piece;
+        const bool last = logits_now && i + n == n_first;
+        st = skv_forward(ctx, p->tokens + i, n, last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
+                         last ? last_logits : NULL, &err);
+    }
     if (!st && compress) {
         skv_compress_params cparams2 = o->params;
         cparams2.window_tokens = W > 0 ? p->tokens + n_first : NULL;

@@ -19,7 +19,8 @@ static void usage(FILE *f) {
             "Prints the prompt followed by up to N generated tokens (stops early at an\n"
             "end-of-generation token: EOS, EOT, <|eot_id|>, <|im_end|>, <|end|> ...).\n"
             "With no prompt, generation starts from BOS alone. With --policy, the prompt's KV\n"
-            "cache is compressed after the prefill and generation continues on it.\n\n"
+            "cache is compressed after the prefill (with --max-cache: every K tokens from\n"
+            "the first) and generation continues on it.\n\n"
             "  -m MODEL      GGUF model (default %s)\n"
             "  -p, --prompt PROMPT\n"
             "                prompt text (BOS is prepended)\n"
@@ -311,7 +312,11 @@ int cmd_generate(int argc, char **argv) {
     if (po.window_text) fputs(po.window_text, stdout);
     fflush(stdout);
     int32_t prev = toks[n_prompt - 1];
-    int n_done = 0, most = 0; /* most entries any kv head held after a step */
+    int n_done = 0, most = 0; /* most entries any kv head held after the prompt or a step */
+    const skv_cache *kc = skv_context_cache_const(ctx);
+    for (int l = 0; po.max_cache > 0 && l < skv_cache_n_layer(kc); l++)
+        for (int h = 0; h < skv_cache_n_head_kv(kc); h++)
+            if (skv_cache_head_len(kc, l, h) > most) most = skv_cache_head_len(kc, l, h);
     char piece[256];
     for (; n_done < n_gen; n_done++) {
         int32_t tok = skv_sampler_sample(smp, logits, hp->n_vocab);
@@ -324,7 +329,6 @@ int cmd_generate(int argc, char **argv) {
             cli_error("generate", "%s", err.msg);
             goto done;
         }
-        const skv_cache *kc = skv_context_cache_const(ctx);
         for (int l = 0; po.max_cache > 0 && l < skv_cache_n_layer(kc); l++)
             for (int h = 0; h < skv_cache_n_head_kv(kc); h++)
                 if (skv_cache_head_len(kc, l, h) > most) most = skv_cache_head_len(kc, l, h);

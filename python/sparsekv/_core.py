@@ -511,6 +511,7 @@ class Context:
         self._ptr = _ptr
         # a budget that re-rotates lets n_past run past n_ctx (generate's up-front check)
         self._unbounded = False
+        self._budget_interval = 0  # set_budget's interval (0: no budget)
         model._n_contexts += 1
         # The finalizer holds the model, so the model outlives every context made from it.
         self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
@@ -740,6 +741,7 @@ class Context:
                                          max_entries, interval, byref(err))
         _check(st, err)
         self._unbounded = max_entries > 0 and p.positions == L.POSITIONS_REROTATE
+        self._budget_interval = interval if max_entries > 0 else 0
 
     @property
     def budget_cuts(self):
@@ -816,6 +818,7 @@ class Context:
         c = Context(self.model, _ptr=ptr)
         c.capture_window = getattr(self, "capture_window", 0)
         c._unbounded = self._unbounded  # the clone has the budget too
+        c._budget_interval = self._budget_interval
         c._last_logits = None if self._last_logits is None else self._last_logits.copy()
         return c
 
@@ -828,7 +831,9 @@ class Context:
         Each new token is fed to the cache, so n_past grows by the prompt and the new tokens and
         another generate() without a prompt continues the text (it starts from the logits of
         the last forward call). on_token(id, piece_bytes) is called for each new
-        token (streaming). Returns a Generation (.tokens, .text)."""
+        token (streaming). Under a budget (set_budget) the prompt goes in pieces of its
+        interval, each followed by its cut (the CLI's generate does the same). Returns a
+        Generation (.tokens, .text)."""
         model = self.model
         n = _int(n, "n", 0, 1 << 30)  # the CLI's -n range
         top_k = _int(top_k, "top_k", 0, 1 << 30)
@@ -846,7 +851,12 @@ class Context:
                            "= %d (lower n, make the context larger, or set a budget with "
                            "positions='rerotate')" % (self.n_past, len(ids), n, self.n_ctx))
         if len(ids):
-            logits = self.forward(ids, logits="last")
+            # under a budget the prompt goes in pieces of its interval, each followed by its
+            # cut, so that no head holds more than max_entries + interval during it either
+            step = self._budget_interval or len(ids)
+            for i in range(0, len(ids), step):
+                logits = self.forward(ids[i:i + step],
+                                      logits="last" if i + step >= len(ids) else "none")
             prev = int(ids[-1])
         elif self._last_logits is not None:
             logits = self._last_logits.copy()

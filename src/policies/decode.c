@@ -103,6 +103,20 @@ void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0) {
     if (ps->qring) ring_push(ctx, layer, n);
 }
 
+int skv_pstate_piece(const skv_context *ctx, int n) {
+    const skv_policy_state *ps = ctx->pstate;
+    if (!ps || ps->max_entries < 1 || ps->params.positions != SKV_POSITIONS_REROTATE || n < 2)
+        return 0;
+    const skv_cache *c = ctx->cache;
+    int longest = 0;
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) longest = SKV_MAX(longest, c->heads[i].n);
+    if ((int64_t)longest + n <= ctx->params.n_ctx) return 0; /* room for all of it */
+    /* up to the next cut (a full interval when one is due as soon as a head passes
+     * max_entries), within the room left */
+    const int to_cut = ps->since < ps->interval ? ps->interval - ps->since : ps->interval;
+    return SKV_MAX(1, SKV_MIN(SKV_MIN(n, to_cut), ctx->params.n_ctx - longest));
+}
+
 bool skv_pstate_unbounded(const skv_context *ctx, int n) {
     const skv_policy_state *ps = ctx->pstate;
     if (!ps || ps->max_entries < 1 || ps->params.positions != SKV_POSITIONS_REROTATE) return false;
@@ -182,6 +196,13 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
                            "the cache is re-rotated: a budget over it must re-rotate too");
     skv_status eq = heads_equal(ctx, err);
     if (eq) return eq;
+    /* a cut comes after new tokens (its window is their queries): they need room */
+    if (ctx->cache->heads[0].n >= n_ctx)
+        return skv_err_set(err, SKV_ERR_STATE,
+                           "the heads hold %d entries, the whole context: a budget cuts only "
+                           "after new tokens enter, and none fit; set the budget before the "
+                           "context fills",
+                           ctx->cache->heads[0].n);
     if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
         skv_status st = skv_context_accumulate_attention(ctx, true, err);
         if (st) return st;

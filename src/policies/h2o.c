@@ -81,6 +81,30 @@ void skv_h2o_accumulate(skv_context *ctx, int layer, int n, int pos0) {
     for (int h = 0; h < H; h++) ps->acc_n[(size_t)layer * H + h] += n;
 }
 
+skv_status skv_h2o_reserve(skv_context *ctx, int n_more, skv_err *err) {
+    skv_policy_state *ps = ctx->pstate;
+    if (!ps || !ps->acc) return SKV_OK;
+    const skv_cache *c = ctx->cache;
+    const size_t heads = (size_t)c->n_layer * c->n_head_kv;
+    int longest = 0;
+    for (size_t i = 0; i < heads; i++) longest = SKV_MAX(longest, c->heads[i].n);
+    const int64_t need = (int64_t)longest + n_more;
+    if (need <= ps->acc_cap) return SKV_OK;
+    int64_t cap = SKV_MAX(need, (int64_t)ps->acc_cap + ps->acc_cap / 2);
+    if (cap > INT32_MAX / 2) cap = need;
+    double *acc = calloc(heads * (size_t)cap, sizeof *acc);
+    if (!acc)
+        return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for %zu x %lld attention sums", heads,
+                           (long long)cap);
+    for (size_t i = 0; i < heads; i++) /* each row's entries; zeros beyond them */
+        memcpy(acc + i * (size_t)cap, ps->acc + i * (size_t)ps->acc_cap,
+               (size_t)ps->acc_n[i] * sizeof *acc);
+    free(ps->acc);
+    ps->acc = acc;
+    ps->acc_cap = (int)cap;
+    return SKV_OK;
+}
+
 static skv_policy_state *pstate_get(skv_context *ctx, skv_err *err) {
     if (!ctx->pstate) {
         ctx->pstate = calloc(1, sizeof *ctx->pstate);
@@ -111,7 +135,9 @@ skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, skv_err *
     if (!ps) return SKV_ERR_NOMEM;
     const skv_hparams *hp = &ctx->model->hp;
     const size_t heads = (size_t)hp->n_layer * hp->n_head_kv;
-    const int cap = ctx->params.n_ctx;
+    /* grown with the heads (skv_h2o_reserve), not sized to n_ctx: under a budget the heads stay
+     * small however long the context may run */
+    const int cap = SKV_MIN(ctx->params.n_ctx, 64);
     ps->acc = calloc(heads * (size_t)cap, sizeof *ps->acc);
     ps->acc_n = calloc(heads, sizeof *ps->acc_n);
     if (!ps->acc || !ps->acc_n) {
