@@ -179,7 +179,7 @@ void skv_rope_apply_avx512(float *x, int n_rot, int neox, const float *cs) {
  * puts key j in lane j at the end. The weighted values accumulate into out with up to 16
  * accumulators in registers per 16 keys. */
 
-enum { TILE = 16, GCHUNK = 64, HB = 4 /* heads per register block */, PF_TILES = 1 };
+enum { TILE = 16, GCHUNK = 64, HB = 4 /* heads per register block */, PF_TILES = 2 };
 
 /* Scale of the Q8_0 block holding value c0 (1 for the float types). */
 AI __m512 kv_scale(skv_type t, const uint8_t *row, int c0) {
@@ -243,15 +243,24 @@ AI void qk_tile(skv_type t, int d, int h, int ng, const float *q, const uint8_t 
 }
 
 /* acc[i] += sum_r p[i][r] v_r for h heads (rows of acc, stride d), cw vectors of a row at a
- * time (h * cw <= 16 accumulators; d % (16 cw) == 0). */
+ * time (h * cw <= 16 accumulators; d % (16 cw) == 0). With pk (and pv) non-NULL, row r of a
+ * later tile's keys and values (rows of rb bytes) is prefetched with row r's products: spread
+ * over the tile, the prefetches never outnumber the core's miss buffers at once (a burst of a
+ * whole tile's lines, 128 for f32 rows of 64, stalled the loads; measured 6-45% slower from
+ * DRAM, bench/attn_decode_bench.c). */
 AI void pv_tile(skv_type t, int d, int h, int cw, float *acc, const float *p,
-                const uint8_t *const *vr) {
+                const uint8_t *const *vr, const char *pk, const char *pv, size_t rb) {
     for (int c0 = 0; c0 < d; c0 += 16 * cw) {
         __m512 a[HB][4];
         UNROLL for (int i = 0; i < h; i++) UNROLL for (int w = 0; w < cw; w++) a[i][w] =
             _mm512_loadu_ps(acc + (size_t)i * d + c0 + 16 * w);
         /* not unrolled: 12 instances of this loop (3 types x 4 head counts) stay small */
         for (int r = 0; r < TILE; r++) {
+            if (pk && c0 == 0)
+                for (size_t o = 0; o < rb; o += 64) {
+                    _mm_prefetch(pk + r * rb + o, _MM_HINT_T0);
+                    _mm_prefetch(pv + r * rb + o, _MM_HINT_T0);
+                }
             __m512 pb[HB];
             UNROLL for (int i = 0; i < h; i++) pb[i] = _mm512_set1_ps(p[i * TILE + r]);
             UNROLL for (int w = 0; w < cw; w++) {
@@ -291,10 +300,11 @@ static int pv_width(int d) {
     return nv % 4 == 0 ? 4 : nv % 2 == 0 ? 2 : 1;
 }
 
-/* One tile for a block of h heads: scores, online softmax, weighted values. */
+/* One tile for a block of h heads: scores, online softmax, weighted values (prefetching a
+ * later tile's rows when pk is non-NULL: pv_tile). */
 AI void tile_block(skv_type t, int d, int h, const float *q, float *out, float *mx, float *sum,
-                   const uint8_t *const *kr, const uint8_t *const *vr, float scale,
-                   __mmask16 valid) {
+                   const uint8_t *const *kr, const uint8_t *const *vr, float scale, __mmask16 valid,
+                   const char *pk, const char *pv, size_t rb) {
     __m512 s[HB];
     float p[HB * TILE] __attribute__((aligned(64)));
     qk_tile(t, d, h, h == 1 ? 4 : h == 2 ? 2 : 1, q, kr, s);
@@ -304,13 +314,13 @@ AI void tile_block(skv_type t, int d, int h, const float *q, float *out, float *
                     out + (size_t)i * d, d, p + i * TILE);
     switch (pv_width(d)) {
     case 4:
-        pv_tile(t, d, h, 4, out, p, vr);
+        pv_tile(t, d, h, 4, out, p, vr, pk, pv, rb);
         break;
     case 2:
-        pv_tile(t, d, h, 2, out, p, vr);
+        pv_tile(t, d, h, 2, out, p, vr, pk, pv, rb);
         break;
     default:
-        pv_tile(t, d, h, 1, out, p, vr);
+        pv_tile(t, d, h, 1, out, p, vr, pk, pv, rb);
         break;
     }
 }
@@ -336,13 +346,10 @@ AI void attn_typed(skv_type t, float *out, float *lse, const float *q, int g, in
                 kr[k] = kb + row * rb, vr[k] = vb + row * rb;
                 if (k >= nt && rb <= sizeof skv_zero_row) vr[k] = skv_zero_row;
             }
+            const char *pk = NULL, *pv = NULL; /* rows to prefetch, PF_TILES tiles ahead */
             if (j + (PF_TILES + 1) * TILE <= n) {
-                const char *pk = (const char *)(kb + (size_t)(j + PF_TILES * TILE) * rb);
-                const char *pv = (const char *)(vb + (size_t)(j + PF_TILES * TILE) * rb);
-                for (size_t o = 0; o < TILE * rb; o += 64) {
-                    _mm_prefetch(pk + o, _MM_HINT_T0);
-                    _mm_prefetch(pv + o, _MM_HINT_T0);
-                }
+                pk = (const char *)(kb + (size_t)(j + PF_TILES * TILE) * rb);
+                pv = (const char *)(vb + (size_t)(j + PF_TILES * TILE) * rb);
             }
             __mmask16 valid = lanes(nt);
             for (int i = 0; i < gn; i += HB) {
@@ -350,13 +357,17 @@ AI void attn_typed(skv_type t, float *out, float *lse, const float *q, int g, in
                 const float *qi = qc + (size_t)i * d;
                 float *oi = oc + (size_t)i * d;
                 if (h == 4)
-                    tile_block(t, d, 4, qi, oi, mx + i, sum + i, kr, vr, scale, valid);
+                    tile_block(t, d, 4, qi, oi, mx + i, sum + i, kr, vr, scale, valid,
+                               i ? NULL : pk, pv, rb);
                 else if (h == 3)
-                    tile_block(t, d, 3, qi, oi, mx + i, sum + i, kr, vr, scale, valid);
+                    tile_block(t, d, 3, qi, oi, mx + i, sum + i, kr, vr, scale, valid,
+                               i ? NULL : pk, pv, rb);
                 else if (h == 2)
-                    tile_block(t, d, 2, qi, oi, mx + i, sum + i, kr, vr, scale, valid);
+                    tile_block(t, d, 2, qi, oi, mx + i, sum + i, kr, vr, scale, valid,
+                               i ? NULL : pk, pv, rb);
                 else
-                    tile_block(t, d, 1, qi, oi, mx + i, sum + i, kr, vr, scale, valid);
+                    tile_block(t, d, 1, qi, oi, mx + i, sum + i, kr, vr, scale, valid,
+                               i ? NULL : pk, pv, rb);
             }
         }
         for (int i = 0; i < gn; i++) {
