@@ -355,7 +355,8 @@ SKV_API skv_position_mode skv_cache_position_mode(const skv_cache *cache);
 /* Number of entries retained in (layer, kv head). */
 SKV_API int skv_cache_head_len(const skv_cache *cache, int layer, int head);
 /* Retained positions of (layer, kv head): [len], ascending. Borrowed; valid until the cache
- * changes. */
+ * changes (skv_forward, skv_compress, a selection, a cut, reset: each may move the arrays,
+ * a failed skv_compress included). */
 SKV_API const int32_t *skv_cache_head_positions(const skv_cache *cache, int layer, int head);
 
 /* Dense float copies of a head's keys and values (the seed's dense_kv). k and v (either may be
@@ -456,7 +457,8 @@ SKV_API void skv_compress_info_free(skv_compress_info *info);
 /* Compresses ctx's cache in place under params (docs/SPEC.md). The cache must be a fresh dense
  * prefill in original-position mode (else SKV_ERR_STATE). A policy that scores a position NaN
  * (from NaN or infinite keys or queries, which skv_forward reported as SKV_ERR_NUMERIC) is
- * SKV_ERR_NUMERIC: no ranking is made from them. On error the cache is unchanged.
+ * SKV_ERR_NUMERIC: no ranking is made from them. On error the cache holds what it held (its
+ * entries and room; its arrays may have moved: the seed window pass appends to them).
  * info may be NULL; it is zeroed first, so skv_compress_info_free is safe after a failure. */
 SKV_API skv_status skv_compress(skv_context *ctx, const skv_compress_params *params,
                                 skv_compress_info *info, skv_err *err);
@@ -540,13 +542,14 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
  * holding more than max_entries entries is cut back to max_entries by params->policy, scored
  * with the last min(params->n_window, interval) tokens' queries as the window (kept);
  * params->positions = rerotate re-rotates after every cut, and then the logical length may run
- * past n_ctx. A head holds at most max_entries + interval entries after a call of at most
- * interval tokens; a longer call holds all of its tokens until its end (feed a long prompt in
- * pieces of interval to keep the bound: the CLI's and Python's generate do), except that under
- * rerotate a call for which the heads lack room is taken in pieces up to each cut (a prompt
- * longer than n_ctx streams). An error in a later piece leaves the earlier ones in the cache.
- * A context whose heads already hold n_ctx entries cannot take a budget (SKV_ERR_STATE: a cut
- * needs new tokens' queries, and none fit). keep_frac, protocol and
+ * past n_ctx. A head holds at most max_entries + interval entries when calls end where cuts
+ * are due (skv_context_budget_since; the CLI's and Python's generate feed their prompts so); a
+ * longer call holds all of its tokens until its end, except that under rerotate a call for
+ * which the heads lack room is taken in pieces, each ending where a cut is due (a prompt longer
+ * than n_ctx streams; captured queries are then the last piece's). An error in a later piece
+ * leaves the earlier ones in the cache. Heads left with no room for another token are cut at
+ * once. A context whose heads already hold n_ctx entries cannot take a budget (SKV_ERR_STATE: a
+ * cut needs new tokens' queries, and none fit). keep_frac, protocol and
  * window_tokens are ignored. max_entries = 0 removes the budget; otherwise it must be larger
  * than the window, min(max(n_window, 1), interval) (SKV_ERR_INVALID_ARG). The policy must allow
  * decode (skv_policy_about.decode). Every head must hold the same number of entries (not after
@@ -559,6 +562,10 @@ SKV_API skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_p
                                           int max_entries, int interval, skv_err *err);
 /* Cuts made under the budget so far. */
 SKV_API int skv_context_budget_cuts(const skv_context *ctx);
+/* Tokens fed since the budget's last cut (or since it was set; 0 without a budget). A caller
+ * keeping the bound over a long input feeds interval - since tokens next (interval when since
+ * >= interval), then interval at a time: each call then ends where a cut is due. */
+SKV_API int skv_context_budget_since(const skv_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling

@@ -156,6 +156,16 @@ void skv_cache_drop_from(skv_cache *c, int n_past) {
     if (c->n_past > n_past) c->n_past = n_past;
 }
 
+void skv_cache_caps(const skv_cache *c, int *caps) {
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) caps[i] = c->heads[i].cap;
+}
+
+void skv_cache_restore_caps(skv_cache *c, const int *caps) {
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++)
+        if (c->heads[i].cap > caps[i] && c->heads[i].n <= caps[i])
+            head_set_cap(&c->heads[i], c->row_bytes, caps[i]); /* failure keeps more room */
+}
+
 skv_cache *skv_cache_clone(const skv_cache *src, skv_err *err) {
     skv_cache *c = skv_cache_new(src->n_layer, src->n_head_kv, src->head_dim, src->rope.n_rot,
                                  (float)src->rope.theta, src->type, src->n_ctx, err);
@@ -163,6 +173,7 @@ skv_cache *skv_cache_clone(const skv_cache *src, skv_err *err) {
     c->rope = src->rope;
     c->n_past = src->n_past;
     c->mode = src->mode;
+    c->cap_hint = src->cap_hint;
     for (int i = 0; i < src->n_layer * src->n_head_kv; i++) {
         const skv_cache_head *s = &src->heads[i];
         skv_cache_head *d = &c->heads[i];
@@ -191,6 +202,7 @@ skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err) {
         int cap = h->cap + h->cap / 2; /* grow by 1.5x, at least to need, at most n_ctx */
         if (cap < need) cap = need;
         if (cap < 16) cap = 16;
+        if (c->cap_hint >= need && cap > c->cap_hint) cap = c->cap_hint; /* a budget's bound */
         if (cap > c->n_ctx) cap = c->n_ctx > need ? c->n_ctx : need;
         if (!head_set_cap(h, c->row_bytes, cap))
             return skv_err_set(err, SKV_ERR_NOMEM,
@@ -391,7 +403,9 @@ static void head_select(skv_cache *c, skv_cache_head *h, const int32_t *p, int n
     }
     h->n = n;
     if (c->mode == SKV_POSITIONS_REROTATE) h->rope_shift = c->n_past - n;
-    head_set_cap(h, c->row_bytes, n); /* a failed shrink keeps the larger block: still valid */
+    /* shrink so the memory goes back (a budget's heads keep the room it will refill); a failed
+     * shrink keeps the larger block: still valid */
+    head_set_cap(h, c->row_bytes, c->cap_hint > n ? SKV_MIN(c->cap_hint, h->cap) : n);
 }
 
 skv_status skv_cache_select_head(skv_cache *c, int layer, int head, const int32_t *positions,

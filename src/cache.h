@@ -30,6 +30,10 @@ struct skv_cache {
     int n_ctx;        /* maximum logical length */
     skv_position_mode mode;
     skv_cache_head *heads; /* [n_layer * n_head_kv] */
+    /* > 0 under a decoding budget: max_entries + interval, the most a head will hold. Growth
+     * stops there and a cut keeps that room, instead of shrinking to the cut and growing by
+     * half again before the next (2 remaps per array and head per cut, and 1.5x reported). */
+    int cap_hint;
 };
 
 static inline skv_cache_head *skv_cache_head_at(skv_cache *c, int layer, int head) {
@@ -53,6 +57,10 @@ void skv_cache_clear(skv_cache *c);
 /* Drops every entry at a position >= n_past (the tail of each head) and sets n_past: undoes
  * appends, keeping the arrays. Original positions only (the positions are the tokens'). */
 void skv_cache_drop_from(skv_cache *c, int n_past);
+/* Each head's capacity, caps[n_layer * n_head_kv] (skv_cache_caps), and back to it: heads that
+ * grew since shrink again (their entries must fit). */
+void skv_cache_caps(const skv_cache *c, int *caps);
+void skv_cache_restore_caps(skv_cache *c, const int *caps);
 /* Makes room for n more entries in every head (grows geometrically, up to n_ctx). */
 skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err);
 /* Appends one entry (already rotated key, value, given as float rows [head_dim]) to a head.

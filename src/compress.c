@@ -204,6 +204,10 @@ skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_s
 static skv_status window_pass(skv_context *c, const int32_t *tokens, int W, float **wq,
                               skv_err *err) {
     const int T = skv_cache_n_past(c->cache);
+    /* the heads' room before: what the W entries' growth takes is given back afterwards */
+    int *caps = malloc((size_t)c->cache->n_layer * c->cache->n_head_kv * sizeof *caps);
+    if (!caps) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+    skv_cache_caps(c->cache, caps);
     float *own = c->qcap;
     const int own_w = c->params.capture_window, own_n = c->qcap_n, own_first = c->qcap_first_pos;
     c->qcap = NULL;
@@ -220,6 +224,8 @@ static skv_status window_pass(skv_context *c, const int32_t *tokens, int W, floa
     c->qcap_n = own_n;
     c->qcap_first_pos = own_first;
     skv_cache_drop_from(c->cache, T); /* also after a failure: whatever entered goes */
+    skv_cache_restore_caps(c->cache, caps);
+    free(caps);
     return st;
 }
 
@@ -294,7 +300,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
              * never move, and the cache is not copied: a clone cost its size again); else on a
              * clone. Either way the window queries are captured in a buffer of our own. */
             double t0 = skv_time_ms();
-            if (ctx->pstate) {
+            if (ctx->pstate && (ctx->pstate->acc || ctx->pstate->max_entries > 0)) {
                 clone = skv_context_clone(ctx, err);
                 if (!clone) {
                     free(queries);

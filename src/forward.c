@@ -366,12 +366,11 @@ skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, sk
                                hp->n_vocab);
     /* A re-rotating budget whose heads have no room for the whole call takes it in pieces,
      * each ending where a cut is due, as if it had been fed that way (a long prompt streams). */
-    int piece = skv_pstate_piece(ctx, n_tokens);
-    if (piece == 0) return forward_call(ctx, tokens, n_tokens, mode, logits, err);
+    if (!skv_pstate_must_split(ctx, n_tokens))
+        return forward_call(ctx, tokens, n_tokens, mode, logits, err);
     const size_t V = (size_t)hp->n_vocab;
-    for (int done = 0; done < n_tokens; done += piece) {
-        if (done)
-            piece = SKV_MIN(n_tokens - done, SKV_MAX(skv_pstate_piece(ctx, n_tokens - done), 1));
+    for (int done = 0, piece; done < n_tokens; done += piece) {
+        piece = skv_pstate_next_piece(ctx, n_tokens - done);
         const bool last = done + piece == n_tokens;
         const skv_logits_mode m = mode == SKV_LOGITS_ALL ? mode : last ? mode : SKV_LOGITS_NONE;
         skv_status st =

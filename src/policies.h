@@ -198,9 +198,11 @@ void skv_pstate_reset(skv_policy_state *ps, const skv_context *ctx);
  * n_ctx (a budget with rerotate, room in every head); after every forward call. */
 void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0);
 bool skv_pstate_unbounded(const skv_context *ctx, int n);
-/* 0 when a call of n tokens goes in whole; else (a re-rotating budget whose heads lack room for
- * n more) the tokens to feed first: up to the next cut, within the room left (>= 1). */
-int skv_pstate_piece(const skv_context *ctx, int n);
+/* Whether a call of n tokens goes in pieces: a re-rotating budget whose heads lack room for n
+ * more. Then skv_pstate_next_piece says how many of the n to feed next: up to the next cut,
+ * within the room left (>= 1). */
+bool skv_pstate_must_split(const skv_context *ctx, int n);
+int skv_pstate_next_piece(const skv_context *ctx, int n);
 skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err);
 /* Before a forward call changes the cache: SKV_ERR_STATE when a budget is set and the heads
  * hold different numbers of entries (its next cut could not run). */
@@ -240,8 +242,9 @@ typedef struct skv_compress_plan {
     double window_ms;
 } skv_compress_plan;
 
-/* Validates params against ctx, runs the window pass when needed (seed: on a clone), scores,
- * allocates and selects. ctx is not modified. */
+/* Validates params against ctx, runs the window pass when needed (seed: on ctx, its window
+ * entries dropped again and the heads' room given back; on a clone when ctx has attention sums
+ * or a budget), scores, allocates and selects. ctx's entries are as they were. */
 skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *params,
                                   skv_compress_plan *plan, skv_err *err);
 void skv_compress_plan_free(skv_compress_plan *plan);

@@ -592,12 +592,14 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
     /* seed: the window waits until after compression */
     const int n_first = compress && !engine ? p->n_tokens - W : p->n_tokens;
     const bool logits_now = last_logits && n_first == p->n_tokens;
-    /* under a budget the prompt goes in pieces of --compress-every tokens, each followed by
-     * its cut, so that no head holds more than N + K entries during the prompt either */
-    const int piece = budget ? o->compress_every : n_first;
+    /* under a budget the prompt goes in pieces that end where cuts are due (every
+     * --compress-every tokens), so that no head holds more than N + K entries during the
+     * prompt either */
     skv_status st = SKV_OK;
-    for (int i = 0; !st && i < n_first; i += piece) {
-        const int n = n_first - i < piece ? n_first - i : piece;
+    for (int i = 0, n; !st && i < n_first; i += n) {
+        const int K = o->compress_every, since = skv_context_budget_since(ctx);
+        n = !budget ? n_first - i : since < K ? K - since : K;
+        if (n > n_first - i) n = n_first - i;
         const bool last = logits_now && i + n == n_first;
         st = skv_forward(ctx, p->tokens + i, n, last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
                          last ? last_logits : NULL, &err);

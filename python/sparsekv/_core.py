@@ -594,8 +594,9 @@ class Context:
         self._last_logits = None
 
     def forward(self, ids, logits="last"):
-        """Runs token ids through the model at positions n_past.. (one batched call), appending
-        to the cache. logits="all" -> float32 [n, n_vocab], "last" -> [n_vocab], "none" -> None."""
+        """Runs token ids through the model at positions n_past.. (one batched call; under a
+        re-rotating budget without room for them all, pieces up to each cut), appending to
+        the cache. logits="all" -> float32 [n, n_vocab], "last" -> [n_vocab], "none" -> None."""
         mode = _enum(_LOGITS, logits, "logits")
         a = self.model._check_ids(ids)
         if a.size == 0:
@@ -748,6 +749,12 @@ class Context:
         """Cuts made under the budget (set_budget) so far."""
         return int(_lib.skv_context_budget_cuts(self._p()))
 
+    @property
+    def budget_since(self):
+        """Tokens fed since the budget's last cut (0 without a budget): feeding interval -
+        budget_since next (then interval at a time) ends each call where a cut is due."""
+        return int(_lib.skv_context_budget_since(self._p()))
+
     def _check_layer(self, layer, head=None):
         """(layer, head) as ints in range (head stays None when not given)."""
         nl, nh = self.n_layer, self.n_head_kv
@@ -851,12 +858,15 @@ class Context:
                            "= %d (lower n, make the context larger, or set a budget with "
                            "positions='rerotate')" % (self.n_past, len(ids), n, self.n_ctx))
         if len(ids):
-            # under a budget the prompt goes in pieces of its interval, each followed by its
-            # cut, so that no head holds more than max_entries + interval during it either
-            step = self._budget_interval or len(ids)
-            for i in range(0, len(ids), step):
+            # under a budget the prompt goes in pieces that end where cuts are due, so that no
+            # head holds more than max_entries + interval during it either
+            k, i = self._budget_interval, 0
+            while i < len(ids):
+                since = self.budget_since
+                step = len(ids) - i if not k else k - since if since < k else k
                 logits = self.forward(ids[i:i + step],
                                       logits="last" if i + step >= len(ids) else "none")
+                i += step
             prev = int(ids[-1])
         elif self._last_logits is not None:
             logits = self._last_logits.copy()

@@ -103,18 +103,26 @@ void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0) {
     if (ps->qring) ring_push(ctx, layer, n);
 }
 
-int skv_pstate_piece(const skv_context *ctx, int n) {
+/* The longest head's entries. */
+static int longest_head(const skv_cache *c) {
+    int m = 0;
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) m = SKV_MAX(m, c->heads[i].n);
+    return m;
+}
+
+bool skv_pstate_must_split(const skv_context *ctx, int n) {
     const skv_policy_state *ps = ctx->pstate;
-    if (!ps || ps->max_entries < 1 || ps->params.positions != SKV_POSITIONS_REROTATE || n < 2)
-        return 0;
-    const skv_cache *c = ctx->cache;
-    int longest = 0;
-    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) longest = SKV_MAX(longest, c->heads[i].n);
-    if ((int64_t)longest + n <= ctx->params.n_ctx) return 0; /* room for all of it */
+    return ps && ps->max_entries >= 1 && ps->params.positions == SKV_POSITIONS_REROTATE && n >= 2 &&
+           (int64_t)longest_head(ctx->cache) + n > ctx->params.n_ctx;
+}
+
+int skv_pstate_next_piece(const skv_context *ctx, int n) {
+    const skv_policy_state *ps = ctx->pstate;
     /* up to the next cut (a full interval when one is due as soon as a head passes
      * max_entries), within the room left */
     const int to_cut = ps->since < ps->interval ? ps->interval - ps->since : ps->interval;
-    return SKV_MAX(1, SKV_MIN(SKV_MIN(n, to_cut), ctx->params.n_ctx - longest));
+    const int room = ctx->params.n_ctx - longest_head(ctx->cache);
+    return SKV_MAX(1, SKV_MIN(n, SKV_MIN(to_cut, room)));
 }
 
 bool skv_pstate_unbounded(const skv_context *ctx, int n) {
@@ -152,6 +160,7 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
                                   int max_entries, int interval, skv_err *err) {
     if (!ctx) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no context given");
     if (max_entries == 0) {
+        ctx->cache->cap_hint = 0;
         if (ctx->pstate) {
             free(ctx->pstate->qring);
             ctx->pstate->qring = NULL;
@@ -225,11 +234,16 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
     ps->max_entries = max_entries;
     ps->interval = interval;
     ps->since = 0;
+    ctx->cache->cap_hint = max_entries + interval;
     return SKV_OK;
 }
 
 int skv_context_budget_cuts(const skv_context *ctx) {
     return ctx && ctx->pstate ? ctx->pstate->cuts : 0;
+}
+
+int skv_context_budget_since(const skv_context *ctx) {
+    return ctx && ctx->pstate && ctx->pstate->max_entries > 0 ? ctx->pstate->since : 0;
 }
 
 /* One cut: every head (all of equal length n) back to max_entries entries. */
@@ -300,11 +314,13 @@ skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err) {
     skv_policy_state *ps = ctx->pstate;
     if (ps->max_entries < 1) return SKV_OK;
     ps->since += n;
-    int longest = 0;
-    for (int i = 0; i < ctx->cache->n_layer * ctx->cache->n_head_kv; i++)
-        if (ctx->cache->heads[i].n > longest) longest = ctx->cache->heads[i].n;
+    const int longest = longest_head(ctx->cache);
     if (longest <= ps->max_entries) return SKV_OK;
-    if (ps->since < ps->interval && longest <= ps->max_entries + ps->interval) return SKV_OK;
+    /* not yet due, unless the heads have no room left for one more token (with max_entries +
+     * interval = n_ctx they would fill up before the interval and lock the context) */
+    if (ps->since < ps->interval && longest <= ps->max_entries + ps->interval &&
+        longest < ctx->params.n_ctx)
+        return SKV_OK;
     ps->since = 0;
     return cut(ctx, err);
 }

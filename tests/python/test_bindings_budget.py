@@ -218,3 +218,24 @@ def test_budget_long_prompt_streams(model):
         ids = model.tokenize(prompt)
         ctx.forward(ids, logits="none")
         assert ctx.n_past == len(ids) and ctx.head_lengths().max() <= BUDGET + EVERY
+
+
+def test_budget_prompt_pieces_keep_the_bound(model):
+    # generate's prompt pieces end where cuts are due, counting the tokens fed since the last
+    # cut (3 here): a cut every EVERY tokens through the prompt, not one after it all (the
+    # prompt fits the context: the library itself would take it in one call)
+    prompt = " ".join([PROMPT] * 3)
+    n = len(model.tokenize(prompt))
+    with model.new_context(threads=1, n_ctx=512) as ctx:
+        ctx.set_budget("streaming", BUDGET, interval=EVERY)
+        ctx.forward(model.tokenize(PROMPT)[:3], logits="none")
+        assert ctx.budget_since == 3
+        lengths = []
+        ctx.generate(prompt, n=1, on_token=lambda t, p: lengths.append(ctx.head_lengths()))
+        # cuts from the first time a head passed BUDGET, one per EVERY tokens fed
+        assert ctx.budget_cuts == (3 + n - BUDGET - 1) // EVERY
+        assert lengths[0].max() <= BUDGET + EVERY
+    with model.new_context(threads=1, n_ctx=512) as ctx:  # one call: one cut, after it all
+        ctx.set_budget("streaming", BUDGET, interval=EVERY)
+        ctx.forward(model.tokenize(prompt), logits="none")
+        assert ctx.budget_since == 0 and ctx.budget_cuts == 1
