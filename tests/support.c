@@ -161,16 +161,17 @@ double test_max_abs_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads) {
-    skv_synth_shape shape = {.name = "gqa-64",
+const char *test_synth_llama(int n_layer, int n_head, int n_head_kv, int n_embd, int n_ctx,
+                             uint64_t seed, int threads) {
+    skv_synth_shape shape = {.name = "test",
                              .note = "test",
                              .n_vocab = 300,
                              .n_ctx_train = n_ctx,
                              .n_ctx = n_ctx,
-                             .n_embd = 192,
-                             .n_layer = 2,
-                             .n_head = 3,
-                             .n_head_kv = 1,
+                             .n_embd = n_embd,
+                             .n_layer = n_layer,
+                             .n_head = n_head,
+                             .n_head_kv = n_head_kv,
                              .n_ff = 256,
                              .rope_theta = 10000.0f,
                              .norm_eps = 1e-5f,
@@ -182,6 +183,10 @@ const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads) {
     if (st) fprintf(stderr, "synth: %s\n", err.msg);
     assert_int_equal(st, SKV_OK);
     return path;
+}
+
+const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads) {
+    return test_synth_llama(2, 3, 1, 192, n_ctx, seed, threads);
 }
 
 /* What a compression kept, as the masked reference needs it. */

@@ -64,6 +64,10 @@ double test_max_abs_diff(const float *a, const float *b, size_t n);
 /* Writes a random-weights f32 model with real head shapes (vocab 300, 2 layers, 3 query heads
  * per kv head of head_dim 64, so q8_0 caches work) to a fresh temporary path (static buffer,
  * as test_tmp_path) and returns the path. */
+/* A random-weight llama of that shape (head_dim n_embd / n_head, 300 tokens, F32) written to a
+ * temporary file; its path (static buffer of test_tmp_path). */
+const char *test_synth_llama(int n_layer, int n_head, int n_head_kv, int n_embd, int n_ctx,
+                             uint64_t seed, int threads);
 const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads);
 
 /* After a compression of ctx's cache, whose prefill held ids[0, n_prefill) with n_prefill =

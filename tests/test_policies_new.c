@@ -15,7 +15,6 @@
 #include "common.h"
 #include "context.h"
 #include "eval/eval.h" /* skv_eval_policy_pt, skv_eval_policy_colour */
-#include "model/synth.h"
 #include "policies.h"
 #include "ref_forward.h"
 #include "sparsekv.h"
@@ -905,22 +904,8 @@ static void test_compress_returns_heap_memory(void **state) {
     skip();
 #endif
 #endif
-    skv_synth_shape shape = {.name = "heap-test",
-                             .note = "test",
-                             .n_vocab = 300,
-                             .n_ctx_train = 512,
-                             .n_ctx = 512,
-                             .n_embd = 256,
-                             .n_layer = 16,
-                             .n_head = 4,
-                             .n_head_kv = 4,
-                             .n_ff = 256,
-                             .rope_theta = 10000.0f,
-                             .norm_eps = 1e-5f};
-    skv_synth_params sp = {.type = SKV_TYPE_F32, .seed = 3, .n_threads = 1};
-    const char *path = test_tmp_path(".gguf");
+    const char *path = test_synth_llama(16, 4, 4, 256, 512, 3, 1);
     skv_err err = {0};
-    assert_int_equal(skv_synth_write(&shape, &sp, path, &err), SKV_OK);
     skv_model *m = skv_model_load(path, &err);
     assert_non_null(m);
     enum { NC = 6, T = 200 }; /* 64 heads x 200 x 256 B: 50 KB arrays, 6.5 MB a context */
