@@ -540,7 +540,8 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
 /* Decoding-time compression (docs/SPEC.md): after every forward call that brings the tokens since
  * the last cut to >= interval (or leaves a head above max_entries + interval), every head
  * holding more than max_entries entries is cut back to max_entries by params->policy, scored
- * with the last min(params->n_window, interval) tokens' queries as the window (kept);
+ * with the last min(params->n_window, interval) tokens' queries as the window (kept; n_window 0:
+ * interval);
  * params->positions = rerotate re-rotates after every cut, and then the logical length may run
  * past n_ctx. A head holds at most max_entries + interval entries when calls end where cuts
  * are due (skv_context_budget_since; the CLI's and Python's generate feed their prompts so); a
@@ -551,7 +552,8 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
  * once. A context whose heads already hold n_ctx entries cannot take a budget (SKV_ERR_STATE: a
  * cut needs new tokens' queries, and none fit). keep_frac, protocol and
  * window_tokens are ignored. max_entries = 0 removes the budget; otherwise it must be larger
- * than the window, min(max(n_window, 1), interval) (SKV_ERR_INVALID_ARG). The policy must allow
+ * than the window, min(n_window, interval) with n_window 0 meaning interval (the CLI's and
+ * Python's default) (SKV_ERR_INVALID_ARG). The policy must allow
  * decode (skv_policy_about.decode). Every head must hold the same number of entries (not after
  * pyramid or adakv, or skv_cache_select_head): else SKV_ERR_STATE, here and from skv_forward
  * (before any token enters the cache) while the budget is set. A cut runs after the forward

@@ -803,6 +803,15 @@ static void test_budget_pieces(void **state) {
     assert_int_equal(skv_context_n_past(f), 70);
     assert_true(skv_context_budget_cuts(f) >= 1 && longest(f) <= 64);
     skv_context_free(f);
+    /* n_window 0 is the interval (the CLI's and Python's default), not a window of 1 */
+    skv_compress_params dp = skv_compress_default_params();
+    dp.policy = "tova";
+    assert_int_equal(dp.n_window, 0);
+    f = test_context(model, SKV_TYPE_F32, 64, 1, 0);
+    assert_int_equal(skv_context_set_budget(f, &dp, 16, 16, &err), SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "window of 16"));
+    assert_int_equal(skv_context_set_budget(f, &dp, 17, 16, &err), SKV_OK);
+    skv_context_free(f);
     /* full: no room for the tokens a cut needs */
     skv_context *c = test_context(model, SKV_TYPE_F32, 64, 1, 0);
     test_feed(c, toks, 64, SKV_LOGITS_NONE, NULL);

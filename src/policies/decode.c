@@ -190,7 +190,7 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
         (params->positions != SKV_POSITIONS_ORIGINAL &&
          params->positions != SKV_POSITIONS_REROTATE))
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "invalid compression parameters");
-    int qw = params->n_window > 0 ? params->n_window : 1;
+    int qw = params->n_window > 0 ? params->n_window : interval; /* 0: the CLI's default */
     if (qw > interval) qw = interval;
     /* the window is always kept: a budget no larger leaves the policy nothing to choose, and
      * a cut right after a prompt shorter than the window could not keep it at all */
