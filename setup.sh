@@ -3,13 +3,31 @@
 # every compression policy on the embedded stories260K model, ending with its summary table.
 #   ./setup.sh [--test-deps] [EVAL OPTIONS...]
 # --test-deps also installs what `make check` needs (clang, valgrind, pytest, NumPy, PyTorch).
-# Other options go to `sparsekv eval` (its results go to eval-out/, replaced on each run).
+# Other options go to `sparsekv eval`; its results go to eval-out/, replaced on each run,
+# unless --out DIR (or --resume DIR) is given.
 set -euo pipefail
 cd "$(dirname "$0")"
 
+usage() {
+    sed -n '2,7s/^# \{0,1\}//p' "$0"
+    echo "(sparsekv eval --help lists the eval options, once built.)"
+}
 pkgs=(build-essential libcmocka-dev libpcre2-dev gnuplot-nox)
-if [ "${1:-}" = "--test-deps" ]; then
-    shift
+test_deps=0 own_out=1 own_overwrite=1
+args=()
+for a in "$@"; do
+    case "$a" in
+    --test-deps) test_deps=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *)
+        # the caller's own output directory replaces eval-out/ (and is not overwritten unasked)
+        case "$a" in --out | --out=* | --resume | --resume=*) own_out=0 own_overwrite=0 ;; esac
+        [ "$a" = --overwrite ] && own_overwrite=0
+        args+=("$a")
+        ;;
+    esac
+done
+if [ "$test_deps" = 1 ]; then
     pkgs+=(clang libclang-rt-14-dev valgrind pkg-config python3 python3-numpy python3-pytest
            python3-torch)
 fi
@@ -30,4 +48,7 @@ if [ ! -f models/stories260K.gguf ]; then
     echo "setup.sh: the embedded default model models/stories260K.gguf is missing from this checkout" >&2
     exit 1
 fi
-exec build/sparsekv eval --out eval-out --overwrite "$@"
+own=()
+[ "$own_out" = 1 ] && own+=(--out eval-out)
+[ "$own_overwrite" = 1 ] && own+=(--overwrite)
+exec build/sparsekv eval "${own[@]}" "${args[@]}"

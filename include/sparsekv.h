@@ -88,7 +88,8 @@ typedef enum skv_type {
     SKV_TYPE_Q5_1 = 7,
     SKV_TYPE_Q8_0 = 8,
     SKV_TYPE_Q2_K = 10, /* weights only: 2-bit codes, a 4-bit scale and min per 16 values */
-    SKV_TYPE_Q3_K = 11, /* weights only; held and computed as Q6_K (the same values) */
+    SKV_TYPE_Q3_K = 11, /* weights only; computed as Q6_K of the same values (held in k16
+                         * records at the SIMD levels, as Q6_K rows without AVX2) */
     SKV_TYPE_Q4_K = 12,
     SKV_TYPE_Q5_K = 13,
     SKV_TYPE_Q6_K = 14,
@@ -139,15 +140,19 @@ typedef struct skv_hparams {
 
 /* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
  * The file is mapped; float matrices (F32/F16/BF16) are copied once into the layout the kernels
- * stream (16-row panels), and quantized ones of 2 MB and more are copied as stored. Copies of
- * 2 MB and more go into 2 MB-aligned memory with transparent huge pages advised (decode reads
- * every matrix once per token: with the mapping's 4 KB pages the TLB misses cost up to a third
- * of the decode speed); smaller quantized matrices are used from the mapping. A copied matrix
- * leaves the mapping, so a model takes about its file size in memory, in each process: the
- * environment variable SKV_NO_HUGE=1 (any value but "" or "0") keeps quantized matrices in the
- * mapping, which processes share, and panels in plain malloc memory (the results are the same
- * bits). The copies are written by a pool of one thread per online core, gone when the call
- * returns. Returns NULL and fills err on failure. */
+ * stream (16-row panels); at the AVX2 and AVX-512 levels Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1,
+ * IQ4_NL, IQ4_XS, Q2_K and Q3_K matrices (and Q6_K ones on AVX2 without AVX-512 VNNI) are
+ * rewritten into k16 records (sixteen rows interleaved), q/k/v and gate/up fused into one matrix
+ * each where they share a type; other quantized matrices of 2 MB and more are copied as stored.
+ * Copies of 2 MB and more go into 2 MB-aligned memory with transparent huge pages advised
+ * (decode reads every matrix once per token: with the mapping's 4 KB pages the TLB misses cost
+ * up to a third of the decode speed). A copied matrix leaves the mapping, so a model takes about
+ * its file size in memory, in each process: the environment variable SKV_NO_HUGE=1 (any value
+ * but "" or "0") keeps quantized matrices in the mapping as stored (no records, no fusion),
+ * which processes share, except Q2_K, Q3_K and IQ4_XS ones (the SIMD kernels read those from
+ * records only), and panels in plain malloc memory (the results are the same bits). The copies
+ * are written by a pool of one thread per online core, gone when the call returns. Returns NULL
+ * and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 
@@ -364,9 +369,9 @@ SKV_API const int32_t *skv_cache_head_positions(const skv_cache *cache, int laye
 SKV_API skv_status skv_cache_head_read(const skv_cache *cache, int layer, int head, float *k,
                                        float *v, int32_t *pos, skv_err *err);
 
-/* Keeps, in every kv head of one layer, only the listed positions (positions are logical
- * positions, not indices). idx: n_idx ascending unique positions each present in every head
- * (else SKV_ERR_INVALID_ARG, cache unchanged). head_idx variant: per kv head its own list. */
+/* Keeps, in every kv head of one layer, only the listed positions (logical positions, not
+ * indices): positions[n_positions], ascending, unique, each present in every head (else
+ * SKV_ERR_INVALID_ARG, cache unchanged). skv_cache_select_head: one kv head, its own list. */
 SKV_API skv_status skv_cache_select_layer(skv_cache *cache, int layer, const int32_t *positions,
                                           int n_positions, skv_err *err);
 SKV_API skv_status skv_cache_select_head(skv_cache *cache, int layer, int head,
@@ -401,8 +406,8 @@ typedef struct skv_compress_params {
                            pyramid|pyramidkv, knorm, keydiff, tova, h2o, adakv, ... */
     double keep_frac;   /* in (0, 1] */
     skv_protocol protocol;
-    /* seed protocol: window tokens fed on a copy (attention, pyramid); ignored by sink_recent
-     * and random */
+    /* seed protocol: window tokens scored as if on a copy of the cache (not kept), read by the
+     * policies that need a window (attention, pyramid, tova, adakv); ignored by the others */
     const int32_t *window_tokens;
     int n_window;        /* seed: number of window_tokens; engine: window size W, whose
                             positions [T-W, T) are always kept and count toward keep (when
@@ -410,7 +415,7 @@ typedef struct skv_compress_params {
                             random keep the window too */
     uint64_t seed;       /* random */
     int sinks;           /* sink_recent, default 4 */
-    skv_pooling pooling; /* attention/pyramid, default max */
+    skv_pooling pooling; /* attention, pyramid, adakv; default max */
     int kernel;          /* pooling kernel, default 7, in [1, 65536]; even kernels: position i
                             takes the padded window starting at i (the seed's mapping) */
     int window_keep;     /* last prefix positions forced in, default 32 (engine pyramid: the
@@ -649,9 +654,9 @@ SKV_API const char *skv_simd_level(void);
  * smaller batch (decode) runs the FMA code, within float rounding of it. The attention's scores
  * and weighted values are exact bf16 partial products summed in float as well. */
 SKV_API bool skv_simd_amx(void);
-/* Whether Q4_K, Q8_0 and Q4_0 decode read their weights as several prefetched streams per thread
- * (else one stream): true at a SIMD level; SKV_K16_PREFETCH=0|1 (read once) overrides that. The
- * results are the same bits either way; only the speed differs. */
+/* Whether decode reads Q4_K, Q5_K, Q8_0, Q4_0/1 and Q5_0/1 weights (k16 records) as several
+ * prefetched streams per thread (else one stream): true at a SIMD level; SKV_K16_PREFETCH=0|1
+ * (read once) overrides that. The results are the same bits either way; only the speed differs. */
 SKV_API bool skv_simd_k16_prefetch(void);
 /* How many bytes ahead of its loads that decode asks for its weights, as measured per CPU: 3072
  * on AMD and Hygon up to family 0x18 (a Zen 1), 2048 on later AMD (a Zen 5; Zen 3 and 4 not

@@ -69,8 +69,23 @@ static void test_did_you_mean(void **state) {
         {"evl", 2, "unknown command 'evl'; did you mean 'eval'?"},
         {"gen", 2, "did you mean 'generate'?"},
         {"frobnicate", 2, "unknown command 'frobnicate'"},
+        /* a newcomer's guesses: an option's value given bare, help as a command */
+        {"generate models/stories260K.gguf", 2, "a model goes after -m"},
+        {"compress 'Once upon'", 2, "a prompt goes after -p"},
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
+    char *out = test_cli_expect(0, "help generate");
+    assert_non_null(strstr(out, "usage: sparsekv generate"));
+    free(out);
+    /* the window is printed as the model read it: SentencePiece put a space before it */
+    out = test_cli_expect(0, "generate -q -n 1 --temp 0 -p 'Once upon a time.' --policy tova "
+                             "--keep 0.5 --window-text 'Lily ran.'");
+    assert_non_null(strstr(out, "Once upon a time. Lily ran."));
+    free(out);
+    out = test_cli_expect(0, "generate -q -n 2 -p Once 2>&1"); /* -q: no statistics */
+    assert_non_null(strstr(out, "Once"));
+    assert_null(strstr(out, "prompt:"));
+    free(out);
 }
 
 /* Options that would be ignored, given twice, or without their value. */

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool add_long(cli_args *a, int *nl, const char *name, const cli_opt *o, int idx) {
     for (int i = 0; i < *nl; i++) {
@@ -241,7 +242,20 @@ bool cli_args_exclusive(const cli_args *a, int key, int other) {
     return false;
 }
 
+/* Whether the command has the long option name. */
+static bool has_opt(const cli_args *a, const char *name) {
+    for (int i = 0; i < a->n_opts; i++)
+        if (a->opts[i]->name && !strcmp(a->opts[i]->name, name)) return true;
+    return false;
+}
+
 int cli_args_extra(const cli_args *a, const char *operand) {
-    cli_error(a->cmd, "unexpected argument '%s' (see sparsekv %s --help)", operand, a->cmd);
+    /* a newcomer's likely meaning: a model file or a prompt given without its option */
+    const size_t n = strlen(operand);
+    const bool file = access(operand, F_OK) == 0 || (n > 5 && !strcmp(operand + n - 5, ".gguf"));
+    const char *hint = file && has_opt(a, "model")     ? "; a model goes after -m"
+                       : !file && has_opt(a, "prompt") ? "; a prompt goes after -p"
+                                                       : "";
+    cli_error(a->cmd, "unexpected argument '%s'%s (see sparsekv %s --help)", operand, hint, a->cmd);
     return CLI_FAIL;
 }

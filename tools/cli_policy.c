@@ -122,7 +122,9 @@ void cli_policy_usage(FILE *f, bool budget, bool own_seed) {
             "                      without the window (seed protocol) or with it (engine)\n"
             "  --window N          the last N prompt tokens are the observation window\n"
             "%s"
-            "  --window-text TEXT  a window appended after the prompt (tokenized without BOS)\n"
+            "  --window-text TEXT  a window appended after the prompt, tokenized on its own\n"
+            "                      without BOS (SentencePiece puts a space before its first\n"
+            "                      word itself; byte-level BPE wants it written: ' word')\n"
             "                      ",
             budget ? "                      (under --max-cache: the last N tokens fed)\n" : "");
     /* the policies that need a window: a list that grows with the registry, wrapped */

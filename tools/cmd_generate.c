@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
             "                         [--top-p P] [--seed S] [-t THREADS]\n"
-            "                         [--kv-type f32|f16|q8_0] [--quiet] [--special]\n"
+            "                         [--kv-type f32|f16|q8_0] [-q] [--special]\n"
             "                         [--chat [--system TEXT] [--chat-template NAME]]\n"
             "                         [--policy P --keep F [compression options]]\n"
             "                         [--policy P --max-cache N [--compress-every K]]\n\n"
@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "  --seed S      random seed of the sampler and of the random policy (default 0)\n"
             "  -t THREADS    worker threads (default: all cores)\n"
             "  --kv-type T   KV cache element type (default f32)\n"
-            "  --quiet       no statistics on stderr\n"
+            "  -q, --quiet   no statistics on stderr\n"
             "  --special     the text of special tokens in PROMPT (<|im_start|>,\n"
             "                <|eot_id|> ...) becomes those tokens; BOS is then added only\n"
             "                if the vocabulary asks\n"
@@ -116,24 +116,14 @@ int cmd_generate(int argc, char **argv) {
     cli_policy_opts po;
     cli_policy_init(&po);
     po.seed_shared = true; /* --seed seeds the sampler with or without a policy */
-    enum {
-        O_QUIET = CLI_LONG,
-        O_SPECIAL,
-        O_CHAT,
-        O_SYSTEM,
-        O_TEMPLATE,
-        O_TEMP,
-        O_TOPK,
-        O_TOPP,
-        O_KV_TYPE
-    };
+    enum { O_SPECIAL = CLI_LONG, O_CHAT, O_SYSTEM, O_TEMPLATE, O_TEMP, O_TOPK, O_TOPP, O_KV_TYPE };
     static const cli_opt opts[] = {
         {"help", 'h', false, NULL, false},
         {"model", 'm', true, NULL, false},
         {"prompt", 'p', true, NULL, false},
         {"n-predict", 'n', true, NULL, false},
         {"threads", 't', true, NULL, false},
-        {"quiet", O_QUIET, false, NULL, false},
+        {"quiet", 'q', false, NULL, false},
         {"special", O_SPECIAL, false, NULL, false},
         {"chat", O_CHAT, false, NULL, false},
         {"system", O_SYSTEM, true, NULL, false},
@@ -164,7 +154,7 @@ int cmd_generate(int argc, char **argv) {
         case 'h':
             usage(stdout);
             return 0;
-        case O_QUIET:
+        case 'q':
             quiet = true;
             break;
         case O_SPECIAL:
@@ -309,7 +299,13 @@ int cmd_generate(int argc, char **argv) {
     /* after the context exists and the prompt ran: an error (a cache type the model cannot
      * hold, a budget) leaves stdout empty */
     fwrite(prompt, 1, strlen(prompt), stdout);
-    if (po.window_text) fputs(po.window_text, stdout);
+    if (po.window_text) /* as the model saw it: its tokens' text after the prompt's last */
+        for (int i = n_prompt - prompt_toks.n_window; i < n_prompt; i++) {
+            char wp[256];
+            const int len =
+                skv_token_to_piece(vocab, i > 0 ? toks[i - 1] : -1, toks[i], wp, sizeof wp);
+            if (len > 0) fwrite(wp, 1, (size_t)len, stdout);
+        }
     fflush(stdout);
     int32_t prev = toks[n_prompt - 1];
     int n_done = 0, most = 0; /* most entries any kv head held after the prompt or a step */

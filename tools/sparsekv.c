@@ -36,7 +36,10 @@ static void usage(FILE *f) {
             skv_version());
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nWith no -m, commands use %s.\nsparsekv --version prints the version.\n",
+    fprintf(f,
+            "\nWith no -m, commands use $SKV_DEFAULT_MODEL when it is set, else\n%s"
+            " (the default model of every command's help).\n"
+            "sparsekv --version prints the version.\n",
             SKV_DEFAULT_MODEL);
 }
 
@@ -57,6 +60,12 @@ static int run(int argc, char **argv) {
         return 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        /* `sparsekv help generate` is `sparsekv generate --help` */
+        for (size_t i = 0; argc > 2 && i < sizeof commands / sizeof commands[0]; i++)
+            if (!strcmp(argv[2], commands[i].name)) {
+                char *args[] = {argv[2], (char *)"--help", NULL};
+                return commands[i].fn(2, args);
+            }
         usage(stdout);
         return 0;
     }

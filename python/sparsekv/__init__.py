@@ -10,9 +10,19 @@
 try:
     import numpy  # noqa: F401 (every array in and out is a NumPy array)
 except ImportError as _e:
-    raise ImportError("sparsekv needs NumPy, which this Python (%s) does not have: "
-                      "apt-get install python3-numpy for the system Python, or pip install "
-                      "numpy" % (__import__("sys").executable,)) from _e
+    import glob as _glob
+    import os as _os
+    import sys as _sys
+    # Debian's python3-numpy serves /usr/bin/python3 only: say so when it is there and this is
+    # another Python (a pyenv or venv one)
+    _sys_has = bool(_glob.glob("/usr/lib/python3/dist-packages/numpy/__init__.py"))
+    _is_sys = _os.path.realpath(_sys.executable).startswith("/usr/bin/")
+    raise ImportError(
+        "sparsekv needs NumPy, which this Python (%s) does not have: %s" %
+        (_sys.executable,
+         "the system's /usr/bin/python3 has it (python3-numpy): run with /usr/bin/python3, "
+         "or make a venv with --system-site-packages from it" if _sys_has and not _is_sys else
+         "apt-get install python3-numpy for the system Python, or pip install numpy")) from _e
 
 from . import _lib
 from ._core import (Context, Error, FormatError, Generation, InvalidArgumentError, Model,

@@ -69,8 +69,14 @@ _BY_STATUS = {c.status: c for c in (InvalidArgumentError, IOError_, FormatError,
                                     UnsupportedError, OutOfMemoryError, StateError)}
 
 
+# The library's words name its C calls; from Python, the method that does the same.
+_PY_NAMES = (("skv_context_accumulate_attention(ctx, true)", "ctx.accumulate_attention(True)"),)
+
+
 def _raise(err, fallback="libsparsekv call failed"):
     msg = err.msg.decode("utf-8", "replace") or fallback
+    for c_name, py_name in _PY_NAMES:
+        msg = msg.replace(c_name, py_name)
     cls = _BY_STATUS.get(err.status, Error)
     raise cls(msg, err.status)
 
@@ -212,9 +218,12 @@ def default_model_path():
     """The embedded default model: stories260K.gguf shipped with the package (pip install) or
     models/stories260K.gguf in the source tree. $SKV_DEFAULT_MODEL (as for the CLI; $SKV_MODEL,
     its older name, too) overrides both."""
-    env = os.environ.get("SKV_DEFAULT_MODEL") or os.environ.get("SKV_MODEL")
-    if env:
-        return env
+    for var in ("SKV_DEFAULT_MODEL", "SKV_MODEL"):
+        env = os.environ.get(var)
+        if env:
+            if not os.path.isfile(env):  # say where the path came from, as the CLI does
+                raise Error("%s=%s cannot be read (unset it for the embedded model)" % (var, env))
+            return env
     here = os.path.dirname(os.path.abspath(__file__))
     cands = [os.path.join(here, "data", "stories260K.gguf"),
              os.path.join(os.path.dirname(os.path.dirname(here)), "models", "stories260K.gguf")]

@@ -618,3 +618,16 @@ def test_text_must_be_str_or_bytes(model):
     with model.new_context(n_ctx=64) as a, model.new_context(n_ctx=64) as b:
         assert a.generate(b"Lily saw", n=8).tokens.tolist() == \
             b.generate("Lily saw", n=8).tokens.tolist()
+
+
+def test_errors_speak_python(model, monkeypatch):
+    # a bad $SKV_DEFAULT_MODEL is named as the CLI names it; the library's C call names become
+    # the Python method that does the same
+    monkeypatch.setenv("SKV_DEFAULT_MODEL", "/nonexistent.gguf")
+    with pytest.raises(sparsekv.Error, match="SKV_DEFAULT_MODEL=/nonexistent.gguf cannot be read"):
+        sparsekv.Model()
+    monkeypatch.delenv("SKV_DEFAULT_MODEL")
+    with model.new_context(threads=1) as ctx:
+        ctx.forward(model.tokenize(PROMPT), logits="none")
+        with pytest.raises(sparsekv.StateError, match=r"ctx\.accumulate_attention\(True\)"):
+            ctx.compress("h2o", 0.5)
