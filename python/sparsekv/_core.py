@@ -718,6 +718,14 @@ class Context:
             }
         finally:
             _lib.skv_compress_info_free(byref(info))
+        # the CLI's note: entries were dropped but every kept one was forced, so the policy
+        # chose nothing and policies that differ only in their scores give the same cache
+        if d["bytes_after"] < d["bytes_before"] and d["by_score"].size and \
+                not d["by_score"].any():
+            warnings.warn("%s at keep %g: nothing was chosen by score, every kept entry was "
+                          "forced (the engine window, window_keep, sinks or h2o's recent); "
+                          "raise keep or lower those" % (d["policy"], d["keep_frac"]),
+                          stacklevel=2)
         return d
 
     def accumulate_attention(self, on=True):

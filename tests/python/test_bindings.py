@@ -631,3 +631,19 @@ def test_errors_speak_python(model, monkeypatch):
         ctx.forward(model.tokenize(PROMPT), logits="none")
         with pytest.raises(sparsekv.StateError, match=r"ctx\.accumulate_attention\(True\)"):
             ctx.compress("h2o", 0.5)
+
+
+def test_compress_warns_when_nothing_chosen(model):
+    # as the CLI notes it: at keep 0.25 of 48 positions attention's default window_keep (32)
+    # forces every kept entry; with window_keep 0 the scores choose
+    ids = model.tokenize(PROMPT)
+    with model.new_context(threads=1, capture_window=8) as ctx:
+        ctx.forward(ids, logits="none")
+        with pytest.warns(UserWarning, match="nothing was chosen by score"):
+            ctx.compress("attention", 0.25, protocol="engine", window=8)
+    import warnings
+    with model.new_context(threads=1, capture_window=8) as ctx, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ctx.forward(ids, logits="none")
+        info = ctx.compress("attention", 0.25, protocol="engine", window=8, window_keep=0)
+        assert info["by_score"].sum() > 0
