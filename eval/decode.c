@@ -11,12 +11,7 @@
 #include <string.h>
 
 static int most_entries(const skv_context *ctx) {
-    const skv_cache *c = skv_context_cache_const(ctx);
-    int m = 0;
-    for (int l = 0; l < skv_cache_n_layer(c); l++)
-        for (int h = 0; h < skv_cache_n_head_kv(c); h++)
-            if (skv_cache_head_len(c, l, h) > m) m = skv_cache_head_len(c, l, h);
-    return m;
+    return skv_cache_longest(skv_context_cache_const(ctx));
 }
 
 /* Feeds the sample (prefix in one call, then one token per call) and keeps the C continuation

@@ -359,6 +359,8 @@ SKV_API skv_position_mode skv_cache_position_mode(const skv_cache *cache);
 
 /* Number of entries retained in (layer, kv head). */
 SKV_API int skv_cache_head_len(const skv_cache *cache, int layer, int head);
+/* Entries of the longest kv head (what a decoding budget bounds); 0 for NULL. */
+SKV_API int skv_cache_longest(const skv_cache *cache);
 /* Retained positions of (layer, kv head): [len], ascending. Borrowed; valid until the cache
  * changes (skv_forward, skv_compress, a selection, a cut, reset: each may move the arrays,
  * a failed skv_compress included). */
@@ -549,7 +551,7 @@ SKV_API skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, s
  * interval);
  * params->positions = rerotate re-rotates after every cut, and then the logical length may run
  * past n_ctx. A head holds at most max_entries + interval entries when calls end where cuts
- * are due (skv_context_budget_since; the CLI's and Python's generate feed their prompts so); a
+ * are due (skv_context_budget_piece; the CLI's and Python's generate feed their prompts so); a
  * longer call holds all of its tokens until its end, except that under rerotate a call for
  * which the heads lack room is taken in pieces, each ending where a cut is due (a prompt longer
  * than n_ctx streams; captured queries are then the last piece's). An error in a later piece
@@ -569,10 +571,10 @@ SKV_API skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_p
                                           int max_entries, int interval, skv_err *err);
 /* Cuts made under the budget so far. */
 SKV_API int skv_context_budget_cuts(const skv_context *ctx);
-/* Tokens fed since the budget's last cut (or since it was set; 0 without a budget). A caller
- * keeping the bound over a long input feeds interval - since tokens next (interval when since
- * >= interval), then interval at a time: each call then ends where a cut is due. */
-SKV_API int skv_context_budget_since(const skv_context *ctx);
+/* How many tokens the next call should bring so that it ends where a cut is due: interval less
+ * the tokens fed since the last cut (the whole interval once that much has come); 0 without a
+ * budget. A caller keeping the bound over a long input feeds it pieces of this size. */
+SKV_API int skv_context_budget_piece(const skv_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling

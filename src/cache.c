@@ -148,6 +148,13 @@ void skv_cache_clear(skv_cache *c) {
     c->mode = SKV_POSITIONS_ORIGINAL;
 }
 
+int skv_cache_longest(const skv_cache *c) {
+    if (!c) return 0;
+    int m = 0;
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) m = SKV_MAX(m, c->heads[i].n);
+    return m;
+}
+
 void skv_cache_drop_from(skv_cache *c, int n_past) {
     for (int i = 0; i < c->n_layer * c->n_head_kv; i++) {
         skv_cache_head *h = &c->heads[i];

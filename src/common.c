@@ -17,6 +17,31 @@ skv_status skv_err_set(skv_err *err, skv_status status, const char *fmt, ...) {
     return status;
 }
 
+skv_status skv_err_prefix(skv_err *err, skv_status status, const char *fmt, ...) {
+    if (err) {
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        why[sizeof why - 1] = '\0';
+        char head[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(head, sizeof head, fmt, ap);
+        va_end(ap);
+        /* head, then ": " and as much of the callee's words as fit (cut, not overflowed) */
+        size_t n = strlen(head);
+        memcpy(err->msg, head, n + 1);
+        if (why[0] && n + 2 < sizeof err->msg) {
+            memcpy(err->msg + n, ": ", 2);
+            n += 2;
+            const size_t w = SKV_MIN(strlen(why), sizeof err->msg - 1 - n);
+            memcpy(err->msg + n, why, w);
+            err->msg[n + w] = '\0';
+        }
+        err->status = status;
+    }
+    return status;
+}
+
 const char *skv_status_str(skv_status s) {
     switch (s) {
     case SKV_OK:

@@ -12,6 +12,12 @@
 skv_status skv_err_set(skv_err *err, skv_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Puts a printf-style prefix before err's present message ("prefix: message", or the prefix
+ * alone when there is none) and sets status; returns status. For a caller that names what
+ * failed around a callee's own words. */
+skv_status skv_err_prefix(skv_err *err, skv_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Overflow-checked arithmetic for sizes read from files: false on overflow. */
 static inline int skv_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_mul_overflow(a, b, out);

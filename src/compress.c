@@ -167,12 +167,8 @@ skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_s
     if (!st) {
         st = pol->score(&job, scores, job.T_total, err);
         /* a built-in scorer's words name the policy (registered rows say it in ext_head) */
-        if (st && !pol->ext && err && strncmp(err->msg, pol->name, strlen(pol->name))) {
-            char why[sizeof err->msg];
-            memcpy(why, err->msg, sizeof why);
-            why[sizeof why - 1] = '\0';
-            skv_err_set(err, st, "policy '%s': %.400s", pol->name, why);
-        }
+        if (st && !pol->ext && err && strncmp(err->msg, pol->name, strlen(pol->name)))
+            skv_err_prefix(err, st, "policy '%s'", pol->name);
     }
     /* NaN has no place in a ranking, whichever policy (built-in or registered) scored it: from
      * NaN or infinite keys or queries (skv_forward said SKV_ERR_NUMERIC then), or a scorer's bug */
@@ -286,8 +282,7 @@ skv_status skv_compress_plan_make(skv_context *ctx, const skv_compress_params *p
                     "the engine protocol needs the queries of the last %d positions (%d..%d), but "
                     "the last forward call captured %d ending at position %d: create the context "
                     "with capture_window >= %d and feed at least the prompt's last %d tokens in "
-                    "its last "
-                    "forward call (a call captures its own last tokens)",
+                    "its last forward call (a call captures its own last tokens)",
                     W, T - W, T - 1, q0 ? n : 0, q0 ? first + n - 1 : -1, W, W);
             }
             for (int l = 0; l < L; l++)

@@ -199,8 +199,8 @@ void skv_pstate_reset(skv_policy_state *ps, const skv_context *ctx);
 void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0);
 bool skv_pstate_unbounded(const skv_context *ctx, int n);
 /* Whether a call of n tokens goes in pieces: a re-rotating budget whose heads lack room for n
- * more. Then skv_pstate_next_piece says how many of the n to feed next: up to the next cut,
- * within the room left (>= 1). */
+ * more. Then skv_pstate_next_piece says how many of the n to feed next: up to the next cut
+ * (skv_context_budget_piece), within the room left (>= 1). */
 bool skv_pstate_must_split(const skv_context *ctx, int n);
 int skv_pstate_next_piece(const skv_context *ctx, int n);
 skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err);

@@ -712,6 +712,7 @@ static void test_budget_bound(void **state) {
             int32_t t = argmax(lg);
             test_feed(ctx, &t, 1, SKV_LOGITS_LAST, lg);
             assert_true(longest(ctx) <= 96 + 32);
+            assert_int_equal(skv_cache_longest(skv_context_cache_const(ctx)), longest(ctx));
         }
         assert_int_equal(skv_context_n_past(ctx), 920);
         assert_true(skv_context_budget_cuts(ctx) >= (920 - 128) / 32);

@@ -599,8 +599,7 @@ int cli_policy_run(const char *cmd, const skv_model *model, const skv_context_pa
      * prompt either */
     skv_status st = SKV_OK;
     for (int i = 0, n; !st && i < n_first; i += n) {
-        const int K = o->compress_every, since = skv_context_budget_since(ctx);
-        n = !budget ? n_first - i : since < K ? K - since : K;
+        n = budget ? skv_context_budget_piece(ctx) : n_first - i;
         if (n > n_first - i) n = n_first - i;
         const bool last = logits_now && i + n == n_first;
         st = skv_forward(ctx, p->tokens + i, n, last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,

@@ -308,11 +308,9 @@ int cmd_generate(int argc, char **argv) {
         }
     fflush(stdout);
     int32_t prev = toks[n_prompt - 1];
-    int n_done = 0, most = 0; /* most entries any kv head held after the prompt or a step */
-    const skv_cache *kc = skv_context_cache_const(ctx);
-    for (int l = 0; po.max_cache > 0 && l < skv_cache_n_layer(kc); l++)
-        for (int h = 0; h < skv_cache_n_head_kv(kc); h++)
-            if (skv_cache_head_len(kc, l, h) > most) most = skv_cache_head_len(kc, l, h);
+    int n_done = 0;
+    int most = skv_cache_longest(skv_context_cache_const(
+        ctx)); /* most entries any kv head held after the prompt or a step */
     char piece[256];
     for (; n_done < n_gen; n_done++) {
         int32_t tok = skv_sampler_sample(smp, logits, hp->n_vocab);
@@ -325,9 +323,10 @@ int cmd_generate(int argc, char **argv) {
             cli_error("generate", "%s", err.msg);
             goto done;
         }
-        for (int l = 0; po.max_cache > 0 && l < skv_cache_n_layer(kc); l++)
-            for (int h = 0; h < skv_cache_n_head_kv(kc); h++)
-                if (skv_cache_head_len(kc, l, h) > most) most = skv_cache_head_len(kc, l, h);
+        if (po.max_cache > 0) { /* only a budget reports it */
+            const int m = skv_cache_longest(skv_context_cache_const(ctx));
+            if (m > most) most = m;
+        }
     }
     fputc('\n', stdout);
     double t2 = skv_time_ms();

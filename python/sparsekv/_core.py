@@ -520,7 +520,6 @@ class Context:
         self._ptr = _ptr
         # a budget that re-rotates lets n_past run past n_ctx (generate's up-front check)
         self._unbounded = False
-        self._budget_interval = 0  # set_budget's interval (0: no budget)
         model._n_contexts += 1
         # The finalizer holds the model, so the model outlives every context made from it.
         self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
@@ -759,7 +758,6 @@ class Context:
                                          max_entries, interval, byref(err))
         _check(st, err)
         self._unbounded = max_entries > 0 and p.positions == L.POSITIONS_REROTATE
-        self._budget_interval = interval if max_entries > 0 else 0
 
     @property
     def budget_cuts(self):
@@ -767,10 +765,11 @@ class Context:
         return int(_lib.skv_context_budget_cuts(self._p()))
 
     @property
-    def budget_since(self):
-        """Tokens fed since the budget's last cut (0 without a budget): feeding interval -
-        budget_since next (then interval at a time) ends each call where a cut is due."""
-        return int(_lib.skv_context_budget_since(self._p()))
+    def budget_piece(self):
+        """How many tokens the next forward should bring so that it ends where a cut is due
+        (interval less those fed since the last cut; 0 without a budget): feeding a long input
+        in pieces of this size keeps the bound."""
+        return int(_lib.skv_context_budget_piece(self._p()))
 
     def _check_layer(self, layer, head=None):
         """(layer, head) as ints in range (head stays None when not given)."""
@@ -842,7 +841,6 @@ class Context:
         c = Context(self.model, _ptr=ptr)
         c.capture_window = getattr(self, "capture_window", 0)
         c._unbounded = self._unbounded  # the clone has the budget too
-        c._budget_interval = self._budget_interval
         c._last_logits = None if self._last_logits is None else self._last_logits.copy()
         return c
 
@@ -877,10 +875,9 @@ class Context:
         if len(ids):
             # under a budget the prompt goes in pieces that end where cuts are due, so that no
             # head holds more than max_entries + interval during it either
-            k, i = self._budget_interval, 0
+            i = 0
             while i < len(ids):
-                since = self.budget_since
-                step = len(ids) - i if not k else k - since if since < k else k
+                step = self.budget_piece or len(ids) - i
                 logits = self.forward(ids[i:i + step],
                                       logits="last" if i + step >= len(ids) else "none")
                 i += step

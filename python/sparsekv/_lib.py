@@ -199,7 +199,7 @@ _PROTOTYPES = {
     "skv_context_set_budget": (c_int, [c_void_p, POINTER(skv_compress_params), c_int, c_int,
                                        P_err]),
     "skv_context_budget_cuts": (c_int, [c_void_p]),
-    "skv_context_budget_since": (c_int, [c_void_p]),
+    "skv_context_budget_piece": (c_int, [c_void_p]),
     "skv_sampler_default_params": (skv_sampler_params, []),
     "skv_sampler_new": (c_void_p, [POINTER(skv_sampler_params), P_err]),
     "skv_sampler_free": (None, [c_void_p]),

@@ -103,34 +103,22 @@ void skv_pstate_layer(skv_context *ctx, int layer, int n, int pos0) {
     if (ps->qring) ring_push(ctx, layer, n);
 }
 
-/* The longest head's entries. */
-static int longest_head(const skv_cache *c) {
-    int m = 0;
-    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) m = SKV_MAX(m, c->heads[i].n);
-    return m;
-}
-
 bool skv_pstate_must_split(const skv_context *ctx, int n) {
     const skv_policy_state *ps = ctx->pstate;
     return ps && ps->max_entries >= 1 && ps->params.positions == SKV_POSITIONS_REROTATE && n >= 2 &&
-           (int64_t)longest_head(ctx->cache) + n > ctx->params.n_ctx;
+           (int64_t)skv_cache_longest(ctx->cache) + n > ctx->params.n_ctx;
 }
 
 int skv_pstate_next_piece(const skv_context *ctx, int n) {
-    const skv_policy_state *ps = ctx->pstate;
-    /* up to the next cut (a full interval when one is due as soon as a head passes
-     * max_entries), within the room left */
-    const int to_cut = ps->since < ps->interval ? ps->interval - ps->since : ps->interval;
-    const int room = ctx->params.n_ctx - longest_head(ctx->cache);
-    return SKV_MAX(1, SKV_MIN(n, SKV_MIN(to_cut, room)));
+    const int room = ctx->params.n_ctx - skv_cache_longest(ctx->cache);
+    return SKV_MAX(1, SKV_MIN(n, SKV_MIN(skv_context_budget_piece(ctx), room)));
 }
 
 bool skv_pstate_unbounded(const skv_context *ctx, int n) {
     const skv_policy_state *ps = ctx->pstate;
     if (!ps || ps->max_entries < 1 || ps->params.positions != SKV_POSITIONS_REROTATE) return false;
     const skv_cache *c = ctx->cache;
-    for (int i = 0; i < c->n_layer * c->n_head_kv; i++)
-        if ((int64_t)c->heads[i].n + n > ctx->params.n_ctx) return false;
+    if ((int64_t)skv_cache_longest(c) + n > ctx->params.n_ctx) return false;
     return (int64_t)c->n_past + n < INT32_MAX / 2;
 }
 
@@ -242,8 +230,12 @@ int skv_context_budget_cuts(const skv_context *ctx) {
     return ctx && ctx->pstate ? ctx->pstate->cuts : 0;
 }
 
-int skv_context_budget_since(const skv_context *ctx) {
-    return ctx && ctx->pstate && ctx->pstate->max_entries > 0 ? ctx->pstate->since : 0;
+int skv_context_budget_piece(const skv_context *ctx) {
+    const skv_policy_state *ps = ctx ? ctx->pstate : NULL;
+    if (!ps || ps->max_entries < 1) return 0;
+    /* once a whole interval has come (the heads stayed within max_entries), the next cut is due
+     * as soon as they pass it: a whole interval keeps the bound */
+    return ps->since < ps->interval ? ps->interval - ps->since : ps->interval;
 }
 
 /* One cut: every head (all of equal length n) back to max_entries entries. */
@@ -314,7 +306,7 @@ skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err) {
     skv_policy_state *ps = ctx->pstate;
     if (ps->max_entries < 1) return SKV_OK;
     ps->since += n;
-    const int longest = longest_head(ctx->cache);
+    const int longest = skv_cache_longest(ctx->cache);
     if (longest <= ps->max_entries) return SKV_OK;
     /* not yet due, unless the heads have no room left for one more token (with max_entries +
      * interval = n_ctx they would fill up before the interval and lock the context) */

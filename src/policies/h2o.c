@@ -86,9 +86,7 @@ skv_status skv_h2o_reserve(skv_context *ctx, int n_more, skv_err *err) {
     if (!ps || !ps->acc) return SKV_OK;
     const skv_cache *c = ctx->cache;
     const size_t heads = (size_t)c->n_layer * c->n_head_kv;
-    int longest = 0;
-    for (size_t i = 0; i < heads; i++) longest = SKV_MAX(longest, c->heads[i].n);
-    const int64_t need = (int64_t)longest + n_more;
+    const int64_t need = (int64_t)skv_cache_longest(c) + n_more;
     if (need <= ps->acc_cap) return SKV_OK;
     int64_t cap = SKV_MAX(need, (int64_t)ps->acc_cap + ps->acc_cap / 2);
     if (cap > INT32_MAX / 2) cap = need;

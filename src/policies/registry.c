@@ -153,13 +153,8 @@ static skv_status ext_head(const skv_score_job *job, int l, int h, const float *
                            "policy '%s' returned %d on layer %d kv head %d, which is no skv_status",
                            def->name, (int)st, l, h);
     if (st) {
-        if (err && err->status == SKV_OK) { /* the scorer's own words, if it wrote any */
-            char why[sizeof err->msg];
-            memcpy(why, err->msg, sizeof why);
-            why[sizeof why - 1] = '\0';
-            skv_err_set(err, st, "policy '%s' failed on layer %d kv head %d%s%.400s", def->name, l,
-                        h, why[0] ? ": " : "", why);
-        }
+        if (err && err->status == SKV_OK) /* the scorer's own words, if it wrote any */
+            skv_err_prefix(err, st, "policy '%s' failed on layer %d kv head %d", def->name, l, h);
         return st;
     }
     return SKV_OK; /* a NaN score is refused for every policy: skv_policy_score_cache */

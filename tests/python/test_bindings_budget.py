@@ -229,7 +229,7 @@ def test_budget_prompt_pieces_keep_the_bound(model):
     with model.new_context(threads=1, n_ctx=512) as ctx:
         ctx.set_budget("streaming", BUDGET, interval=EVERY)
         ctx.forward(model.tokenize(PROMPT)[:3], logits="none")
-        assert ctx.budget_since == 3
+        assert ctx.budget_piece == EVERY - 3  # 3 fed since the budget was set
         lengths = []
         ctx.generate(prompt, n=1, on_token=lambda t, p: lengths.append(ctx.head_lengths()))
         # cuts from the first time a head passed BUDGET, one per EVERY tokens fed
@@ -238,4 +238,4 @@ def test_budget_prompt_pieces_keep_the_bound(model):
     with model.new_context(threads=1, n_ctx=512) as ctx:  # one call: one cut, after it all
         ctx.set_budget("streaming", BUDGET, interval=EVERY)
         ctx.forward(model.tokenize(prompt), logits="none")
-        assert ctx.budget_since == 0 and ctx.budget_cuts == 1
+        assert ctx.budget_piece == EVERY and ctx.budget_cuts == 1  # 0 fed since the cut
