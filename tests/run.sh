@@ -1,17 +1,50 @@
 #!/usr/bin/env bash
 # Runs every test binary given, counts cmocka's per-test results, and ends with one line
 # "N passed, N failed" over all of them. Exit status 1 when anything failed or crashed.
+#
+#   tests/run.sh [VAR=VALUE] BIN [[VAR=VALUE] BIN]...
+#
+# VAR=VALUE sets that variable for the one binary after it (the Makefile's second pass of the
+# kernel tests with SKV_SIMD=avx2; its line says so). SKV_TEST_JOBS binaries run at once
+# (default: the online cores): CI's time is mostly the sanitizer run's single-threaded tests, so
+# give the slowest first. Each binary has its own TMPDIR; results are printed in the order given,
+# each with its own wall time.
 set -u
 # Tests write their temporary files under TMPDIR: give them one that is removed afterwards.
 TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/skv_tests.XXXXXX")
 export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
+jobs=${SKV_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SKV_TEST_JOBS must be a positive count" >&2; exit 2; }
+
+bins=() envs=() env=""
+for a in "$@"; do
+    if [[ $a == *=* ]]; then env=$a; else bins+=("$a"); envs+=("$env"); env=""; fi
+done
+
+# Binary i: its output in $TMPDIR/i.out, then "exit-status milliseconds" in $TMPDIR/i.done.
+start() {
+    local i=$1 dir=$TMPDIR/$1
+    mkdir -p "$dir"
+    (
+        t0=$(date +%s%N)
+        if [ -n "${envs[$i]}" ]; then
+            TMPDIR=$dir env "${envs[$i]}" "${bins[$i]}" >"$TMPDIR/$i.out" 2>&1
+        else
+            TMPDIR=$dir "${bins[$i]}" >"$TMPDIR/$i.out" 2>&1
+        fi
+        rc=$?
+        echo "$rc $((($(date +%s%N) - t0) / 1000000))" >"$TMPDIR/$i.tmp"
+        mv "$TMPDIR/$i.tmp" "$TMPDIR/$i.done"
+    ) &
+}
+
 passed=0; failed=0; skipped=0; crashed=()
-for t in "$@"; do
-    name=$(basename "$t")
-    t0=$(date +%s%N)
-    out=$("$t" 2>&1); rc=$?
-    ms=$((($(date +%s%N) - t0) / 1000000))
+report() {
+    local i=$1 name out rc ms p f k
+    name=$(basename "${bins[$i]}")${envs[$i]:+ (${envs[$i]})}
+    read -r rc ms <"$TMPDIR/$i.done"
+    out=$(cat "$TMPDIR/$i.out")
     printf '%s\n' "$out" | grep -E '^\[  (FAILED|  ERROR  )|^\[ +(ERROR|FAILED) +\]' | sed "s/^/$name: /"
     # why tests were skipped (support.c's "fixture ... not found"), each reason once
     printf '%s\n' "$out" | grep -E '^\[  SKIP    \] .' | sort -u | sed "s/^/$name: /"
@@ -24,9 +57,21 @@ for t in "$@"; do
         printf '%s\n' "$out" | tail -20 | sed "s/^/$name: /"
     fi
     # with the wall time: CI must stay under 15 minutes, this says where they go
-    printf '%-28s %3s passed %3s failed %5d.%d s%s\n' "$name" "${p:-0}" "${f:-0}" \
+    printf '%-36s %3s passed %3s failed %5d.%d s%s\n' "$name" "${p:-0}" "${f:-0}" \
         $((ms / 1000)) $((ms % 1000 / 100)) "$([ "${k:-0}" -gt 0 ] && echo " ${k} skipped")"
+}
+
+n=${#bins[@]} next=0 shown=0 running=0
+while [ "$shown" -lt "$n" ]; do
+    while [ "$running" -lt "$jobs" ] && [ "$next" -lt "$n" ]; do
+        start "$next"; next=$((next + 1)); running=$((running + 1))
+    done
+    [ "$running" -gt 0 ] && { wait -n; running=$((running - 1)); }
+    while [ "$shown" -lt "$n" ] && [ -e "$TMPDIR/$shown.done" ]; do
+        report "$shown"; shown=$((shown + 1))
+    done
 done
+wait
 [ ${#crashed[@]} -gt 0 ] && echo "crashed: ${crashed[*]}"
 if [ "$skipped" -gt 0 ]; then
     echo "$passed passed, $failed failed, $skipped skipped (absent fixtures or CPU features)"

@@ -101,20 +101,25 @@ static void test_nan_weights_are_reported(void **state) {
     skv_model_free(m);
 
     /* Every command that computes logits exits 1 with that sentence. */
-    const char *cmds[] = {
-        "generate -n 4 --temp 0", "logits -p 'Once upon' -o /tmp/skv_nan.f32",
-        "eval --policies sink_recent --keep 0.5 --samples 1 --out /tmp/skv_nan_ev",
-        "bench -p 16 -n 4 -t 1"};
+    char f32[600], ev[600];
+    snprintf(f32, sizeof f32, "%s", test_tmp_path(".f32"));
+    snprintf(ev, sizeof ev, "%s", test_tmp_path(".ev"));
+    const char *cmds[] = {"generate -n 4 --temp 0", "logits -p 'Once upon' -o",
+                          "eval --policies sink_recent --keep 0.5 --samples 1 --out",
+                          "bench -p 16 -n 4 -t 1"};
+    const char *outs[] = {"", f32, ev, ""}; /* each command's output path, if any */
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd, "%s %s -m %s 2>&1", test_cli(), cmds[i], path);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "%s %s %s -m %s 2>&1", test_cli(), cmds[i], outs[i], path);
         int status = -1;
         char *out = test_run(cmd, &status);
         if (status != 1 || !strstr(out, "non-finite logits at position"))
             fail_msg("'%s' gave exit %d and:\n%s", cmds[i], status, out);
         free(out);
     }
-    assert_int_equal(system("rm -rf /tmp/skv_nan.f32 /tmp/skv_nan_ev"), 0);
+    char rm[1300];
+    snprintf(rm, sizeof rm, "rm -rf '%s' '%s'", f32, ev);
+    assert_int_equal(system(rm), 0);
     unlink(path);
 }
 
