@@ -182,7 +182,7 @@ fuzz-run-model: $(BUILD)/fuzz_model
 
 # Everything CI runs: the suite, the suite again under ASan+UBSan, bounded fuzz runs of the
 # readers, and valgrind on generate. Builds, test binaries and fuzzers all use every core: on 2
-# cores the whole took 11-14 minutes one test at a time (limit 15), ~8 now.
+# cores the whole took 11-14 minutes one test at a time (limit 15), 9 now (Zen 5).
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 check:
 	$(MAKE) -j$(NPROC) all
