@@ -491,6 +491,7 @@ typedef struct skv_policy_about {
     bool decode;                  /* usable under a decoding budget (skv_context_set_budget) */
     bool layer_budgets;           /* its own layer budgets (info.layer_budgets differ from keep) */
     bool builtin;                 /* false: registered through skv_policy_register */
+    bool needs_values;            /* value vectors (a registered policy that asked for them) */
 } skv_policy_about;
 
 /* Rows in the registry (built-in first, then registered ones, in order). */
@@ -508,9 +509,11 @@ SKV_API const skv_policy_param_about *skv_policy_param_at(int i);
 
 /* A policy written outside the library scores one (layer, kv head) at a time; selection,
  * the engine window and budgets are the library's (top-keep, ties toward the higher position).
- * keys: [n, head_dim] post-RoPE keys of the n scored positions (float copies); queries: the
+ * keys: [n, head_dim] post-RoPE keys of the n scored positions (float copies); values: their
+ * values, [n, head_dim] float copies (NULL unless the policy set needs_values); queries: the
  * window's post-RoPE queries of the group's query heads, row (i, w) at
  * queries + i * query_head_stride + w * head_dim (NULL when the policy needs no window).
+ * Every pointer is valid during the call only.
  * The score function is called once per (layer, kv head), from the context's worker threads,
  * several at once: it must be safe to call concurrently (user state shared between calls needs
  * atomics or a lock). Its status comes back from skv_compress (or skv_forward, under a budget),
@@ -524,6 +527,7 @@ typedef struct skv_policy_head {
     const float *queries;
     int group, n_window;
     size_t query_head_stride;
+    const float *values;
 } skv_policy_head;
 typedef skv_status (*skv_policy_score_fn)(void *user, const skv_policy_head *head, double *score,
                                           skv_err *err);
@@ -533,6 +537,7 @@ typedef struct skv_policy_def {
     bool needs_window;
     skv_policy_score_fn score;
     void *user;
+    bool needs_values; /* head->values filled (a float copy of each head's values per call) */
 } skv_policy_def;
 /* Adds a row to the registry (at most 16 registered rows). Not safe while another thread
  * compresses or registers. */

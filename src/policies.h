@@ -59,6 +59,7 @@ typedef skv_status (*skv_select_fn)(const double *scores, int T, int T_stride, i
 enum {
     SKV_POLICY_NEEDS_WINDOW = 1,       /* window queries (seed: a window pass on a copy) */
     SKV_POLICY_NEEDS_PREFILL_ATTN = 2, /* attention accumulated during the prefill */
+    SKV_POLICY_NEEDS_VALUES = 4,       /* value vectors (registered rows that ask for them) */
 };
 
 typedef struct skv_policy {

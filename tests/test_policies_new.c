@@ -500,8 +500,25 @@ static skv_status earliest(void *user, const skv_policy_head *hd, double *score,
     int *calls = user; /* called from several worker threads at once */
     __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED);
     assert_non_null(hd->keys);
+    assert_null(hd->values); /* it did not ask for them */
     assert_true(hd->head_dim == HD);
     for (int i = 0; i < hd->n; i++) score[i] = -(double)i;
+    return SKV_OK;
+}
+
+/* An outside policy over values: the norm of each value vector, after checking that the values
+ * it was given are the cache's (user: [L * HKV] float copies read before the compression). */
+static skv_status value_norm(void *user, const skv_policy_head *hd, double *score, skv_err *err) {
+    (void)err;
+    float *const *ref = user;
+    assert_non_null(hd->values);
+    assert_memory_equal(hd->values, ref[hd->layer * HKV + hd->kv_head],
+                        (size_t)hd->n * HD * sizeof(float));
+    for (int i = 0; i < hd->n; i++) {
+        double s = 0;
+        for (int j = 0; j < HD; j++) s += (double)hd->values[i * HD + j] * hd->values[i * HD + j];
+        score[i] = sqrt(s);
+    }
     return SKV_OK;
 }
 
@@ -622,11 +639,12 @@ static void test_registry(void **state) {
     }
     /* registering an outside scorer */
     int calls = 0;
-    skv_policy_def def = {"earliest_test", "a test", false, earliest, &calls};
+    skv_policy_def def = {
+        .name = "earliest_test", .paper = "a test", .score = earliest, .user = &calls};
     skv_err err = {0};
     assert_int_equal(skv_policy_register(&def, &err), SKV_OK);
     assert_int_equal(skv_policy_register(&def, &err), SKV_ERR_INVALID_ARG); /* duplicate */
-    skv_policy_def bad = {"Bad Name", NULL, false, earliest, &calls};
+    skv_policy_def bad = {.name = "Bad Name", .score = earliest, .user = &calls};
     assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
     bad.name = "knorm";
     assert_int_equal(skv_policy_register(&bad, &err), SKV_ERR_INVALID_ARG);
@@ -652,13 +670,53 @@ static void test_registry(void **state) {
         }
     skv_compress_info_free(&info);
     skv_context_free(ctx);
+    /* a scorer over values: it gets the cache's values, and the heads keep its top half */
+    float *vref[64];
+    assert_true(L * HKV <= 64);
+    skv_policy_def dv = {
+        .name = "value_norm_test", .score = value_norm, .user = vref, .needs_values = true};
+    assert_int_equal(skv_policy_register(&dv, &err), SKV_OK);
+    skv_policy_describe(row_of("value_norm_test"), &a, NULL);
+    assert_true(a.needs_values && !a.needs_window && !a.builtin);
+    ctx = new_ctx(0, false);
+    test_feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
+    for (int i = 0; i < L * HKV; i++) {
+        vref[i] = malloc((size_t)30 * HD * sizeof(float));
+        assert_int_equal(skv_cache_head_read(skv_context_cache_const(ctx), i / HKV, i % HKV, NULL,
+                                             vref[i], NULL, &err),
+                         SKV_OK);
+    }
+    p = params_for("value_norm_test", 0.5, SKV_PROTOCOL_SEED, NULL, 0);
+    compress_ok(ctx, &p, &info);
+    c = skv_context_cache_const(ctx);
+    for (int i = 0; i < L * HKV; i++) { /* kept: exactly the 15 largest norms */
+        double norm[30];
+        for (int t = 0; t < 30; t++) {
+            double s2 = 0;
+            for (int j = 0; j < HD; j++) s2 += (double)vref[i][t * HD + j] * vref[i][t * HD + j];
+            norm[t] = sqrt(s2);
+        }
+        const int32_t *pos = skv_cache_head_positions(c, i / HKV, i % HKV);
+        assert_int_equal(skv_cache_head_len(c, i / HKV, i % HKV), 15);
+        for (int t = 0; t < 30; t++) {
+            int above = 0; /* positions with a larger norm (ties: the higher position wins) */
+            for (int u = 0; u < 30; u++)
+                above += norm[u] > norm[t] || (norm[u] == norm[t] && u > t);
+            bool kept = false;
+            for (int k = 0; k < 15; k++) kept |= pos[k] == t;
+            assert_true(kept == (above < 15));
+        }
+        free(vref[i]);
+    }
+    skv_compress_info_free(&info);
+    skv_context_free(ctx);
     /* a scorer's bad status or NaN score: a status of the enum, the cache as it was */
     static const int modes[3] = {0, 1, 2};
     const char *bad_names[3] = {"bad_status_test", "nan_score_test", "own_words_test"};
     const skv_status want[3] = {SKV_ERR_INVALID_ARG, SKV_ERR_NUMERIC, SKV_ERR_UNSUPPORTED};
     const char *said[3] = {"which is no skv_status", "NaN", ": custom failure at layer 1"};
     for (int k = 0; k < 3; k++) {
-        skv_policy_def d = {bad_names[k], NULL, false, misbehaving, (void *)&modes[k]};
+        skv_policy_def d = {.name = bad_names[k], .score = misbehaving, .user = (void *)&modes[k]};
         assert_int_equal(skv_policy_register(&d, &err), SKV_OK);
         ctx = new_ctx(0, false);
         test_feed(ctx, toks, 30, SKV_LOGITS_NONE, NULL);
@@ -881,7 +939,10 @@ static void test_seed_pass_in_place(void **state) {
     skv_compress_info_free(&ia);
     assert_int_equal(skv_cache_bytes_allocated(skv_context_cache_const(c)), room);
     static const int fail_mode = 2;
-    skv_policy_def d = {"window_fail_test", NULL, true, misbehaving, (void *)&fail_mode};
+    skv_policy_def d = {.name = "window_fail_test",
+                        .needs_window = true,
+                        .score = misbehaving,
+                        .user = (void *)&fail_mode};
     assert_int_equal(skv_policy_register(&d, &err), SKV_OK);
     p = params_for("window_fail_test", 0.5, SKV_PROTOCOL_SEED, toks + T, W);
     assert_int_equal(skv_compress(c, &p, &ia, &err), SKV_ERR_UNSUPPORTED);

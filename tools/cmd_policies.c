@@ -23,6 +23,7 @@ static const skv_policy_param_about *param(const char *name, size_t len) {
 }
 
 static const char *needs(const skv_policy_about *a) {
+    if (a->needs_values) return a->needs_window ? "window, values" : "keys, values";
     return a->needs_window ? "window" : a->needs_prefill_attention ? "prefill attention" : "keys";
 }
 

@@ -30,6 +30,7 @@ from ._core import (Context, Error, FormatError, Generation, InvalidArgumentErro
 from ._core import _policy_rows, _text
 from ._core import IOError_ as IOError  # noqa: A001 (sparsekv.IOError, also an OSError)
 from ._eval import EvalResults, compare_logits, evaluate, evaluate_budget, log_softmax
+from ._policy import PolicyHead, register_policy
 
 __version__ = _lib.lib.skv_version().decode()
 library_path = _lib.path
@@ -49,7 +50,8 @@ def simd_level():
 
 def policies():
     """The library's policy registry: one dict per policy (name, alias, paper, rule, cost,
-    params, needs_window, needs_prefill_attention, decode, builtin)."""
+    params, needs_window, needs_prefill_attention, decode, layer_budgets, builtin,
+    needs_values), the ones register_policy added included."""
     return _policy_rows()
 
 
@@ -67,4 +69,5 @@ __all__ = ["Model", "Context", "Generation", "Error", "InvalidArgumentError", "I
            "FormatError", "UnsupportedError", "OutOfMemoryError", "StateError", "evaluate",
            "evaluate_budget",
            "EvalResults", "compare_logits", "log_softmax", "default_model_path", "version",
-           "policy_canonical", "policy_needs_window", "library_path", "simd_level", "policies"]
+           "policy_canonical", "policy_needs_window", "library_path", "simd_level", "policies",
+           "register_policy", "PolicyHead"]

@@ -73,11 +73,25 @@ _BY_STATUS = {c.status: c for c in (InvalidArgumentError, IOError_, FormatError,
 _PY_NAMES = (("skv_context_accumulate_attention(ctx, true)", "ctx.accumulate_attention(True)"),)
 
 
+# What the score functions of Python policies raised inside a library call (name -> exception;
+# sparsekv/_policy.py): the error that call returns is raised from it.
+_policy_raised = {}
+
+
 def _raise(err, fallback="libsparsekv call failed"):
     msg = err.msg.decode("utf-8", "replace") or fallback
     for c_name, py_name in _PY_NAMES:
         msg = msg.replace(c_name, py_name)
     cls = _BY_STATUS.get(err.status, Error)
+    cause = None
+    for name in list(_policy_raised):
+        e = _policy_raised.pop(name, None)
+        if e is not None and ("policy '%s' failed" % name) in msg:
+            cause = e
+    if cause is not None and not isinstance(cause, Exception):
+        raise cause  # KeyboardInterrupt, SystemExit: as they were, not as a library error
+    if cause is not None:
+        raise cls(msg, err.status) from cause
     raise cls(msg, err.status)
 
 

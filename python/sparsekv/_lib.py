@@ -112,6 +112,38 @@ class skv_policy_about(Structure):
         ("decode", c_bool),
         ("layer_budgets", c_bool),
         ("builtin", c_bool),
+        ("needs_values", c_bool),
+    ]
+
+
+class skv_policy_head(Structure):
+    _fields_ = [
+        ("layer", c_int),
+        ("kv_head", c_int),
+        ("head_dim", c_int),
+        ("n", c_int),
+        ("keys", POINTER(c_float)),
+        ("queries", POINTER(c_float)),
+        ("group", c_int),
+        ("n_window", c_int),
+        ("query_head_stride", c_size_t),
+        ("values", POINTER(c_float)),
+    ]
+
+
+# skv_policy_score_fn
+POLICY_SCORE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(skv_policy_head), POINTER(c_double),
+                                   POINTER(skv_err))
+
+
+class skv_policy_def(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("paper", c_char_p),
+        ("needs_window", c_bool),
+        ("score", POLICY_SCORE_FN),
+        ("user", c_void_p),
+        ("needs_values", c_bool),
     ]
 
 
@@ -133,6 +165,8 @@ STRUCTS = {
     "skv_compress_info": skv_compress_info,
     "skv_sampler_params": skv_sampler_params,
     "skv_policy_about": skv_policy_about,
+    "skv_policy_head": skv_policy_head,
+    "skv_policy_def": skv_policy_def,
 }
 
 P_err = POINTER(skv_err)
@@ -195,6 +229,7 @@ _PROTOTYPES = {
     "skv_policy_needs_window": (c_bool, [c_char_p]),
     "skv_policy_count": (c_int, []),
     "skv_policy_describe": (c_int, [c_int, POINTER(skv_policy_about), P_err]),
+    "skv_policy_register": (c_int, [POINTER(skv_policy_def), P_err]),
     "skv_context_accumulate_attention": (c_int, [c_void_p, c_bool, P_err]),
     "skv_context_set_budget": (c_int, [c_void_p, POINTER(skv_compress_params), c_int, c_int,
                                        P_err]),

@@ -130,10 +130,12 @@ skv_status skv_policy_describe(int i, skv_policy_about *out, skv_err *err) {
     out->decode = p->decode;
     out->layer_budgets = p->allocate != skv_alloc_uniform;
     out->builtin = i < N_BUILTIN;
+    out->needs_values = (p->needs & SKV_POLICY_NEEDS_VALUES) != 0;
     return SKV_OK;
 }
 
-/* The scorer of an external row: one callback per (layer, kv head) over float keys. */
+/* The scorer of an external row: one callback per (layer, kv head) over float keys (and
+ * values, read here per head: the head may hold more entries than the n scored). */
 static skv_status ext_head(const skv_score_job *job, int l, int h, const float *k, double *row,
                            void *scratch, skv_err *err) {
     (void)scratch;
@@ -146,8 +148,23 @@ static skv_status ext_head(const skv_score_job *job, int l, int h, const float *
         in.n_window = job->W;
         in.query_head_stride = (size_t)job->q_n * d;
     }
+    float *v = NULL; /* [len, d] */
+    if (def->needs_values) {
+        const int len = skv_cache_head_len(job->cache, l, h);
+        v = malloc(((size_t)len * (size_t)d + 1) * sizeof *v);
+        if (!v)
+            return skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the values of %d positions",
+                               len);
+        const skv_status rs = skv_cache_head_read(job->cache, l, h, NULL, v, NULL, err);
+        if (rs) {
+            free(v);
+            return rs;
+        }
+        in.values = v;
+    }
     if (err) err->msg[0] = '\0'; /* what the scorer writes there, and only that, is its own */
     skv_status st = def->score(def->user, &in, row, err);
+    free(v);
     if ((unsigned)st > SKV_ERR_NUMERIC) /* not a status: the scorer's mistake, said as one */
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
                            "policy '%s' returned %d on layer %d kv head %d, which is no skv_status",
@@ -199,7 +216,8 @@ skv_status skv_policy_register(const skv_policy_def *def, skv_err *err) {
         .rule = "a scorer callback (skv_policy_register)",
         .cost = "the callback's",
         .params = "",
-        .needs = def->needs_window ? SKV_POLICY_NEEDS_WINDOW : 0,
+        .needs = (def->needs_window ? SKV_POLICY_NEEDS_WINDOW : 0u) |
+                 (def->needs_values ? SKV_POLICY_NEEDS_VALUES : 0u),
         .decode = true,
         .score = ext_score,
         .allocate = skv_alloc_uniform,

@@ -1,0 +1,101 @@
+"""Policies written in Python: a score function registered in libsparsekv's policy registry
+(skv_policy_register), called by the library once per (layer, kv head) wherever it compresses:
+Context.compress, Context.set_budget's cuts, evaluate and evaluate_budget."""
+
+import ctypes
+import threading
+
+import numpy as np
+
+from . import _lib as L
+from ._core import _check, _policy_raised, _text
+
+# The ctypes callbacks and definitions stay alive as long as the process: the registry keeps a
+# registered row to the end (it has no removal).
+_alive = []
+_lock = threading.Lock()
+
+
+class PolicyHead:
+    """One (layer, kv head) as a Python policy's score function sees it. Arrays are copies:
+
+    keys     [n, head_dim] float32, post-RoPE keys of the n positions to score
+    values   [n, head_dim] float32, their values (None unless registered with needs_values)
+    queries  [group, n_window, head_dim] float32, the window's post-RoPE queries of the group's
+             query heads (None unless registered with needs_window)
+    layer, kv_head, n, head_dim: ints
+    """
+
+    __slots__ = ("layer", "kv_head", "n", "head_dim", "keys", "values", "queries")
+
+    def __repr__(self):
+        return "PolicyHead(layer=%d, kv_head=%d, n=%d, head_dim=%d%s%s)" % (
+            self.layer, self.kv_head, self.n, self.head_dim,
+            ", values" if self.values is not None else "",
+            ", queries %s" % (self.queries.shape,) if self.queries is not None else "")
+
+
+def _rows(ptr, n, d):
+    if n == 0:
+        return np.zeros((0, d), np.float32)
+    return np.ctypeslib.as_array(ptr, shape=(n, d)).copy()
+
+
+def _head(h):
+    n, d = h.n, h.head_dim
+    out = PolicyHead()
+    out.layer, out.kv_head, out.n, out.head_dim = h.layer, h.kv_head, n, d
+    out.keys = _rows(h.keys, n, d)
+    out.values = _rows(h.values, n, d) if h.values else None
+    out.queries = None
+    if h.queries and h.n_window > 0 and h.group > 0:
+        g, w, stride = h.group, h.n_window, h.query_head_stride
+        flat = np.ctypeslib.as_array(h.queries, shape=((g - 1) * stride + w * d,))
+        out.queries = np.lib.stride_tricks.as_strided(
+            flat, shape=(g, w, d), strides=(stride * 4, d * 4, 4)).copy()
+    return out
+
+
+def register_policy(name, score, needs_window=False, needs_values=False, paper=None):
+    """Adds a policy written in Python to the library's registry, under name ([a-z0-9_], 1 to 31
+    characters, not a policy or alias already there). score(head) gets a PolicyHead and returns
+    n scores (array-like of floats, higher = more worth keeping); each head keeps its top scores
+    (ties toward the higher position), with the library's budgets, engine window and sinks as
+    for every policy. The name then works wherever a policy name does in this process:
+    Context.compress, Context.set_budget, evaluate, evaluate_budget, policies(). Registration
+    lasts as long as the process (at most 16 registered policies).
+
+    score is called from the library's worker threads, one call at a time (the GIL). An
+    exception in it fails the call that compressed with InvalidArgumentError "policy 'NAME'
+    failed on layer L kv head H: ...", raised from that exception; the cache stays as it was.
+    NaN scores are refused (sparsekv.Error, status SKV_ERR_NUMERIC)."""
+    if not callable(score):
+        raise TypeError("score must be callable, got %s" % type(score).__name__)
+    bname = _text(name, "name")
+    key = bname.decode("utf-8", "replace")
+    bpaper = None if paper is None else _text(paper, "paper")
+
+    def trampoline(user, head_p, score_p, err_p):
+        try:
+            head = _head(head_p.contents)
+            out = np.asarray(score(head), dtype=np.float64)
+            if out.shape != (head.n,):
+                raise ValueError("the score function returned shape %s for %d positions"
+                                 % (out.shape, head.n))
+            if head.n:
+                np.ctypeslib.as_array(score_p, shape=(head.n,))[:] = out
+            return L.OK
+        except BaseException as e:  # nothing may unwind through the library's frames
+            with _lock:
+                _policy_raised.setdefault(key, e)
+            text = ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")
+            err_p.contents.msg = text[:500]
+            return 1  # SKV_ERR_INVALID_ARG
+
+    cb = L.POLICY_SCORE_FN(trampoline)
+    d = L.skv_policy_def(name=bname, paper=bpaper, needs_window=bool(needs_window), score=cb,
+                         user=None, needs_values=bool(needs_values))
+    err = L.skv_err()
+    _check(L.lib.skv_policy_register(ctypes.byref(d), ctypes.byref(err)), err)
+    _alive.append((cb, d, trampoline))
+    return key

@@ -1,0 +1,156 @@
+"""Policies written in Python (sparsekv.register_policy): the library calls the score function
+once per (layer, kv head) with that head's keys, values and window queries, and keeps each
+head's top scores. References: the C knorm (the same rule in NumPy selects the same positions),
+the cache's own values (read_head before compressing), the queries the prefill captured (engine
+protocol). The registry is the process's: every test registers its own names."""
+
+import numpy as np
+import pytest
+
+import sparsekv
+
+PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+          "the park with her friends. One day, she saw a big red ball under a tree.")
+
+
+@pytest.fixture(scope="module")
+def model():
+    with sparsekv.Model() as m:  # the embedded stories260K: no fixture needed
+        yield m
+
+
+def _ctx(model, **kw):
+    c = model.new_context(n_ctx=256, threads=2, **kw)  # two workers call the scorer
+    c.forward(model.tokenize(PROMPT), logits="none")
+    return c
+
+
+def _top(scores, k):
+    """The positions a head keeps: its k best scores, ties toward the higher position."""
+    order = sorted(range(len(scores)), key=lambda i: (scores[i], i), reverse=True)
+    return sorted(order[:k])
+
+
+def test_knorm_in_numpy_selects_as_the_builtin(model):
+    seen = []
+
+    def py_knorm(h):
+        seen.append((h.layer, h.kv_head, h.keys.shape, h.values, h.queries))
+        return -np.linalg.norm(h.keys.astype(np.float64), axis=1)
+
+    assert sparsekv.register_policy("py_knorm_t", py_knorm) == "py_knorm_t"
+    for keep in (0.5, 0.25):
+        with _ctx(model) as a, _ctx(model) as b:
+            ia = a.compress("knorm", keep)
+            ib = b.compress("py_knorm_t", keep)
+            assert ib["policy"] == "py_knorm_t"
+            assert ia["selection_hash"] == ib["selection_hash"]
+            for la, lb in zip(a.all_kept_positions(), b.all_kept_positions()):
+                for ha, hb in zip(la, lb):
+                    np.testing.assert_array_equal(ha, hb)
+    L, H = model.hparams["n_layer"], model.hparams["n_head_kv"]
+    assert sorted(s[:2] for s in seen) == sorted([(l, h) for l in range(L) for h in range(H)] * 2)
+    d = model.hparams["head_dim"]
+    assert all(s[2][1] == d and s[3] is None and s[4] is None for s in seen)
+
+
+def test_values_are_the_caches(model):
+    def py_vnorm(h):
+        return np.linalg.norm(h.values.astype(np.float64), axis=1)
+
+    sparsekv.register_policy("py_vnorm_t", py_vnorm, needs_values=True, paper="value norm")
+    row = [r for r in sparsekv.policies() if r["name"] == "py_vnorm_t"][0]
+    assert row["needs_values"] and not row["needs_window"] and not row["builtin"]
+    assert row["paper"] == "value norm" and row["decode"]
+    with _ctx(model) as c:
+        L, H = c.n_layer, c.n_head_kv
+        norms = {(l, h): np.linalg.norm(c.read_head(l, h)[1].astype(np.float64), axis=1)
+                 for l in range(L) for h in range(H)}
+        info = c.compress("py_vnorm_t", 0.5)
+        for (l, h), nv in norms.items():
+            assert list(c.kept_positions(l, h)) == _top(list(nv), info["keep"])
+
+
+def test_window_queries_are_the_captured_ones(model):
+    W = 6
+    got = {}
+
+    def py_window(h):
+        got[(h.layer, h.kv_head)] = (h.n, h.queries)
+        return h.keys @ h.queries.sum(axis=(0, 1))
+
+    sparsekv.register_policy("py_window_t", py_window, needs_window=True)
+    with _ctx(model, capture_window=W + 4) as c:  # rows of W + 4 queries, the last W used
+        n_past = c.n_past
+        hp = model.hparams
+        g = hp["n_head"] // hp["n_head_kv"]
+        captured = [c.captured_queries(l)[0] for l in range(c.n_layer)]
+        c.compress("py_window_t", 0.5, protocol="engine", window=W)
+    assert len(got) == hp["n_layer"] * hp["n_head_kv"]
+    for (l, h), (n, q) in got.items():
+        assert n == n_past - W  # the window is not scored: the engine keeps it
+        np.testing.assert_array_equal(q, captured[l][h * g:(h + 1) * g, -W:, :])
+
+
+def test_errors_leave_the_cache_as_it_was(model):
+    def raises(h):
+        raise KeyError("no such thing")
+
+    def wrong_length(h):
+        return np.zeros(h.n + 1)
+
+    def nan(h):
+        s = np.arange(h.n, dtype=float)
+        s[0] = np.nan
+        return s
+
+    def interrupted(h):
+        raise KeyboardInterrupt
+
+    for name, fn in (("py_raises_t", raises), ("py_length_t", wrong_length), ("py_nan_t", nan),
+                     ("py_interrupt_t", interrupted)):
+        sparsekv.register_policy(name, fn)
+    with _ctx(model) as c:
+        before = c.head_lengths().copy()
+        with pytest.raises(sparsekv.InvalidArgumentError,
+                           match=r"policy 'py_raises_t' failed on layer \d+ kv head \d+: "
+                                 r"KeyError: 'no such thing'") as e:
+            c.compress("py_raises_t", 0.5)
+        assert isinstance(e.value.__cause__, KeyError)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="returned shape") as e:
+            c.compress("py_length_t", 0.5)
+        assert isinstance(e.value.__cause__, ValueError)
+        with pytest.raises(sparsekv.Error, match="NaN") as e:
+            c.compress("py_nan_t", 0.5)
+        assert e.value.status == 7  # SKV_ERR_NUMERIC
+        with pytest.raises(KeyboardInterrupt):  # a Ctrl-C stays one
+            c.compress("py_interrupt_t", 0.5)
+        np.testing.assert_array_equal(c.head_lengths(), before)
+        c.compress("knorm", 0.5)  # and it still compresses
+    with pytest.raises(TypeError):
+        sparsekv.register_policy("py_not_callable_t", 3)
+    with pytest.raises(sparsekv.InvalidArgumentError, match="already registered"):
+        sparsekv.register_policy("py_raises_t", raises)
+    with pytest.raises(sparsekv.InvalidArgumentError, match="is already the alias"):
+        sparsekv.register_policy("snapkv", raises)
+    with pytest.raises(sparsekv.InvalidArgumentError, match=r"\[a-z0-9_\]"):
+        sparsekv.register_policy("Has Space", raises)
+
+
+def test_budget_and_evaluate(model):
+    def py_knorm(h):
+        return -np.linalg.norm(h.keys.astype(np.float64), axis=1)
+
+    sparsekv.register_policy("py_knorm_b", py_knorm)
+    ids = model.tokenize(PROMPT)
+    with model.new_context(n_ctx=256) as c:  # under a decoding budget
+        c.set_budget("py_knorm_b", 16, interval=8)
+        for i in range(0, len(ids), 8):
+            c.forward(ids[i:i + 8], logits="none")
+            assert c.head_lengths().max() <= 16 + 8
+        assert c.budget_cuts > 0
+    sample = np.concatenate([ids, ids[1:], ids[1:]])
+    r = sparsekv.evaluate(model, [sample], policies=["py_knorm_b", "knorm"], keeps=[0.5],
+                          protocols=["seed"], greedy=4)
+    rows = {x["policy"]: x for x in r.summary()}
+    assert rows["py_knorm_b"]["kl_mean"] == rows["knorm"]["kl_mean"]
