@@ -61,12 +61,21 @@ report() {
         $((ms / 1000)) $((ms % 1000 / 100)) "$([ "${k:-0}" -gt 0 ] && echo " ${k} skipped")"
 }
 
-n=${#bins[@]} next=0 shown=0 running=0
+# Running jobs are counted with `jobs -r`, not by wait's returns: bash reaps a job that ended
+# before `wait -n`, which then returns 127 at once without one.
+n=${#bins[@]} next=0 shown=0
 while [ "$shown" -lt "$n" ]; do
-    while [ "$running" -lt "$jobs" ] && [ "$next" -lt "$n" ]; do
-        start "$next"; next=$((next + 1)); running=$((running + 1))
+    while [ "$next" -lt "$n" ] && [ "$(jobs -rp | wc -l)" -lt "$jobs" ]; do
+        start "$next"; next=$((next + 1))
     done
-    [ "$running" -gt 0 ] && { wait -n; running=$((running - 1)); }
+    if [ ! -e "$TMPDIR/$shown.done" ]; then
+        if [ -n "$(jobs -rp)" ]; then
+            wait -n 2>/dev/null
+        elif [ "$next" -ge "$n" ] || [ "$shown" -lt "$next" ]; then
+            # nothing runs and its result never came: its subshell was killed
+            echo "137 0" >"$TMPDIR/$shown.done"
+        fi
+    fi
     while [ "$shown" -lt "$n" ] && [ -e "$TMPDIR/$shown.done" ]; do
         report "$shown"; shown=$((shown + 1))
     done
