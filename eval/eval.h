@@ -509,6 +509,11 @@ typedef struct skv_eval_runinfo {
     double wall_ms;
 } skv_eval_runinfo;
 
+/* A new file at path, open for writing: whatever was there (a stale temporary, a link someone
+ * planted) is removed first and the file is created with O_EXCL, so no link is followed. NULL
+ * with errno on failure. Temporaries renamed into place are made with it. */
+FILE *skv_eval_create(const char *path);
+
 void skv_eval_runinfo_free(skv_eval_runinfo *r);
 /* Sets config[key] to the formatted value (replacing it when present). */
 skv_status skv_eval_runinfo_set(skv_eval_runinfo *r, const char *key, skv_err *err, const char *fmt,

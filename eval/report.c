@@ -918,7 +918,7 @@ FILE *skv_eval_open_tmp(const char *dir, const char *name, char *path, size_t pa
     snprintf(path, path_size, "%s/%s", dir, name);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = skv_eval_create(tmp);
     if (!f) skv_err_set(err, SKV_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     return f;
 }

@@ -7,6 +7,7 @@
 #include "eval/eval.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,11 +112,25 @@ static void write_strs(FILE *f, const char *name, char *const *s, int n) {
     fputc(']', f);
 }
 
+FILE *skv_eval_create(const char *path) {
+    if (unlink(path) != 0 && errno != ENOENT) return NULL;
+    const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        unlink(path);
+        errno = e;
+    }
+    return f;
+}
+
 skv_status skv_eval_runinfo_write(const char *dir, const skv_eval_runinfo *r, skv_err *err) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/run.json", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = skv_eval_create(tmp);
     if (!f) return skv_err_set(err, SKV_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     fprintf(f, "{\"complete\":%s", r->complete ? "true" : "false");
     if (r->n_missing || r->partial) {

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,38 @@ static void test_synth_refuses_symlink(void **state) {
     unlink(link), unlink(target), rmdir(dir);
 }
 
+/* A link planted at the name of a temporary (logits' FILE.tmp.PID, eval's run.json.tmp) is
+ * removed, not written through: logits wrote its floats into the link's target. */
+static void test_temporaries_follow_no_link(void **state) {
+    (void)state;
+    const char *dir = tmp_dir();
+    char victim[600], cmd[PATH_MAX + 1024];
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("precious", f);
+    fclose(f);
+    /* exec keeps the shell's pid, which names the temporary */
+    char cli[PATH_MAX];
+    assert_non_null(realpath(test_cli(), cli));
+    snprintf(cmd, sizeof cmd,
+             "cd %s && sh -c 'ln -s victim out.f32.tmp.$$ && exec %s logits --tokens 1,2 -t 1 -o "
+             "out.f32' 2>&1",
+             dir, cli);
+    int status = -1;
+    char *msg = test_run(cmd, &status);
+    if (status != 0) fail_msg("%s gave exit %d and:\n%s", cmd, status, msg);
+    free(msg);
+    char *v = test_read_file(victim, NULL);
+    assert_string_equal(v, "precious");
+    free(v);
+    char out[700];
+    snprintf(out, sizeof out, "%s/out.f32", dir);
+    assert_true(S_ISREG(lmode(out)));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* `sparsekv info > /dev/full` used to exit 0. */
 static void test_stdout_write_errors_fail(void **state) {
     (void)state;
@@ -224,6 +257,7 @@ int main(void) {
         cmocka_unit_test(test_convert_refuses_its_input),
         cmocka_unit_test(test_synth_refuses_symlink),
         cmocka_unit_test(test_stdout_write_errors_fail),
+        cmocka_unit_test(test_temporaries_follow_no_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

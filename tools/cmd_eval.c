@@ -359,6 +359,12 @@ static void gnuplot_line(gnuplot_run *g, const char *line, size_t len) {
  * them after a clean run, the ones marked finished after a failed one. */
 static bool run_gnuplot(const char *dir, gnuplot_run *g) {
     memset(g, 0, sizeof *g);
+    for (int i = 0; FIGURES[i]; i++) /* gnuplot follows links: none stays where it writes */
+        for (int k = 0; k < 2; k++) {
+            char tmp[4300];
+            snprintf(tmp, sizeof tmp, "%s/%s.%s.tmp", dir, FIGURES[i], k ? "svg" : "png");
+            unlink(tmp);
+        }
     fflush(stdout);
     fflush(stderr);
     int fd[2];

@@ -339,7 +339,7 @@ int cmd_eval_merge(int argc, char **argv) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/results.jsonl", out);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = skv_eval_create(tmp);
     if (!f) {
         cli_error(CMD, "cannot write %s: %s", path, strerror(errno));
         goto done;

@@ -2,6 +2,7 @@
  * engines. The file holds row-major [n_tokens, n_vocab] floats and nothing else. */
 #include "cli.h"
 #include "cli_args.h"
+#include "eval/eval.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -289,7 +290,7 @@ int cmd_logits(int argc, char **argv) {
         snprintf(tmp, sizeof tmp, "%s", out_path);
     else
         snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid());
-    f = fopen(tmp, "wb");
+    f = direct ? fopen(tmp, "wb") : skv_eval_create(tmp); /* the temporary follows no link */
     int e = f ? 0 : errno;
     const size_t count = (size_t)n * hp->n_vocab;
     if (f && fwrite(logits, sizeof *logits, count, f) != count) e = errno ? errno : EIO;
