@@ -1,8 +1,11 @@
 /* compress_and_decode.c — the C API end to end: load, prefill a prompt, compress the cache to
  * half with StreamingLLM's pattern, and decode greedily on the compressed cache.
  *
- *   cc compress_and_decode.c $(pkg-config --cflags --libs --static sparsekv)
+ *   cc compress_and_decode.c $(pkg-config --cflags --libs sparsekv)
  *   ./a.out [MODEL.gguf] [PROMPT]
+ *
+ * (that links libsparsekv.so; a program without it: cc -static ... $(pkg-config --cflags --libs
+ * --static sparsekv), where pkg-config's --static only adds the private dependencies.)
  *
  * MODEL defaults to $SKV_DEFAULT_MODEL, else models/stories260K.gguf (the source tree's root).
  */
@@ -16,7 +19,7 @@ int main(int argc, char **argv) {
     const char *env = getenv("SKV_DEFAULT_MODEL");
     const char *path = argc > 1 ? argv[1] : env && *env ? env : "models/stories260K.gguf";
     const char *text = argc > 2 ? argv[2] : "Once upon a time, there was a little girl named";
-    skv_err err;
+    skv_err err = {0}; /* written on failure only */
     skv_model *m = skv_model_load(path, &err);
     if (!m) {
         fprintf(stderr, "%s\n", err.msg);
@@ -24,12 +27,21 @@ int main(int argc, char **argv) {
     }
     const skv_vocab *vocab = skv_model_vocab(m);
     const int n_vocab = skv_model_hparams(m)->n_vocab;
-    skv_context *ctx = skv_context_new(m, NULL, &err);
+    skv_context *ctx = skv_context_new(m, NULL, &err); /* NULL: the default parameters */
+    if (!ctx) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
     int32_t toks[256];
-    int n = ctx ? skv_tokenize(vocab, text, strlen(text), true, toks, 256) : -1;
+    /* the token count, or minus the room it needs (skv_tokenize has no skv_err) */
+    int n = skv_tokenize(vocab, text, strlen(text), true, toks, 256);
+    if (n <= 0) {
+        fprintf(stderr, "the prompt is %d tokens: at most 256 here\n", -n);
+        return 1;
+    }
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    if (n <= 0 || !logits || skv_forward(ctx, toks, n, SKV_LOGITS_LAST, logits, &err)) {
-        fprintf(stderr, "prefill failed: %s\n", ctx ? err.msg : "no context");
+    if (!logits || skv_forward(ctx, toks, n, SKV_LOGITS_LAST, logits, &err)) {
+        fprintf(stderr, "prefill failed: %s\n", logits ? err.msg : "out of memory");
         return 1;
     }
     skv_compress_params p = skv_compress_default_params();

@@ -9,9 +9,15 @@
  *   - Every name starts with skv_ (types, functions) or SKV_ (constants).
  *   - Objects are opaque. Each *_new / *_load has a *_free that accepts NULL.
  *   - Fallible functions return enum skv_status and fill an optional skv_err (may be NULL);
- *     constructors return NULL on failure and fill the skv_err. Given a NULL object, fallible
- *     functions return SKV_ERR_INVALID_ARG (constructors NULL), accessors 0 or NULL (a token
- *     id: -1), and skv_context_reset does nothing.
+ *     constructors return NULL on failure and fill the skv_err. The skv_err is written on
+ *     failure only: test the returned value, not err.status (C: skv_err err = {0}; C++:
+ *     skv_err err{}). Given a NULL object, fallible functions return SKV_ERR_INVALID_ARG
+ *     (constructors NULL), accessors 0 or NULL (a token id: -1), and skv_context_reset does
+ *     nothing. A NULL params pointer (skv_context_new, skv_sampler_new) means the defaults.
+ *   - Lifetimes: a model must outlive every context (clones too) and vocabulary made from it,
+ *     and its file must not change while it is loaded (the model maps it: write a new file and
+ *     rename it over the old one; truncating or rewriting it in place is a SIGBUS in every
+ *     process that has it loaded).
  *   - The library never prints to stdout and never calls exit().
  *   - Shapes are written row-major, outermost first: float *k; // [n_pos, head_dim]
  */
@@ -151,8 +157,8 @@ typedef struct skv_hparams {
  * but "" or "0") keeps quantized matrices in the mapping as stored (no records, no fusion),
  * which processes share, except Q2_K, Q3_K and IQ4_XS ones (the SIMD kernels read those from
  * records only), and panels in plain malloc memory (the results are the same bits). The copies
- * are written by a pool of one thread per online core, gone when the call returns. Returns NULL
- * and fills err on failure. */
+ * are written by a pool of one thread per core the process may run on, gone when the call
+ * returns. Returns NULL and fills err on failure. */
 SKV_API skv_model *skv_model_load(const char *path, skv_err *err);
 SKV_API void skv_model_free(skv_model *model);
 
@@ -289,9 +295,11 @@ typedef enum skv_position_mode {
 } skv_position_mode;
 
 typedef struct skv_context_params {
-    int n_ctx;          /* maximum logical length; 0 = the model's n_ctx_train */
-    int n_threads;      /* worker threads, at most SKV_MAX_THREADS; 0 = all online cores (as many
-                           of them) */
+    int n_ctx;          /* maximum logical length; 0 = the model's n_ctx_train (more is
+                           allowed: memory grows with the tokens, not with n_ctx, and quality
+                           past the training length is the model's) */
+    int n_threads;      /* worker threads, at most SKV_MAX_THREADS; 0 = one per core this process
+                           may run on (sched_getaffinity: a cpuset or taskset counts) */
     skv_type kv_type;   /* SKV_TYPE_F32 (default), SKV_TYPE_F16 or SKV_TYPE_Q8_0 */
     int capture_window; /* when > 0, every forward call keeps the post-RoPE queries of its last
                            capture_window tokens (all layers), for the engine protocol; 0 costs
@@ -327,7 +335,12 @@ typedef enum skv_logits_mode {
 
 /* Runs n_tokens through the model at positions n_past .. n_past+n_tokens-1 (one batched pass),
  * appending their keys and values to the cache. Attention is causal by position. logits must
- * hold the rows mode asks for (may be NULL for SKV_LOGITS_NONE). */
+ * hold the rows mode asks for (may be NULL for SKV_LOGITS_NONE). SKV_ERR_NUMERIC when NaN or
+ * Inf reached the logits asked for ("non-finite logits at position P") or, with
+ * SKV_LOGITS_NONE, the last layer's hidden state of a token ("non-finite hidden state at
+ * position P"); the tokens are in the cache then, as after a success (reset or drop the
+ * context). SKV_ERR_INVALID_ARG for tokens NULL, n_tokens < 1 or a token outside the
+ * vocabulary; SKV_ERR_STATE when the tokens do not fit in n_ctx. */
 SKV_API skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
                                skv_logits_mode mode, float *logits, skv_err *err);
 
@@ -519,7 +532,7 @@ SKV_API const skv_policy_param_about *skv_policy_param_at(int i);
  * atomics or a lock). Its status comes back from skv_compress (or skv_forward, under a budget),
  * with "policy 'NAME' failed on layer L kv head H: " and the sentence it wrote into err->msg
  * (when it set err->status too, its message as it is); a value that is no skv_status comes back
- * as SKV_ERR_INVALID_ARG, a NaN score as SKV_ERR_NUMERIC. */
+ * as SKV_ERR_INVALID_ARG, a NaN score (or one left unwritten) as SKV_ERR_NUMERIC. */
 typedef struct skv_policy_head {
     int layer, kv_head, head_dim;
     int n; /* positions scored: score[0..n) */

@@ -177,11 +177,12 @@ skv_status skv_policy_score_cache(skv_context *ctx, const skv_policy *pol, skv_s
         for (int i = 0; i < job.T; i++)
             if (isnan(scores[r * (size_t)job.T_total + (size_t)i])) {
                 st = skv_err_set(err, SKV_ERR_NUMERIC,
-                                 "policy '%s' scored position %d of layer %d kv head %d NaN (NaN "
-                                 "or infinite keys or queries, which skv_forward reports as "
-                                 "SKV_ERR_NUMERIC, give such scores)",
+                                 "policy '%s' scored position %d of layer %d kv head %d NaN (%s)",
                                  pol->name, i, (int)(r / (size_t)job.n_head_kv),
-                                 (int)(r % (size_t)job.n_head_kv));
+                                 (int)(r % (size_t)job.n_head_kv),
+                                 pol->ext ? "or left it unscored: its scorer must write all n"
+                                          : "NaN or infinite keys or queries, which skv_forward "
+                                            "reports as SKV_ERR_NUMERIC, give such scores");
                 break;
             }
     if (!st && job.T < job.T_total) {

@@ -132,7 +132,10 @@ skv_context *skv_context_new(const skv_model *model, const skv_context_params *p
     skv_context_params p = params ? *params : skv_context_default_params();
     const skv_hparams *hp = &model->hp;
     if (p.n_ctx < 0 || p.n_threads < 0 || p.capture_window < 0) {
-        skv_err_set(err, SKV_ERR_INVALID_ARG, "context parameters must not be negative");
+        const char *name = p.n_ctx < 0 ? "n_ctx" : p.n_threads < 0 ? "n_threads" : "capture_window";
+        const int v = p.n_ctx < 0 ? p.n_ctx : p.n_threads < 0 ? p.n_threads : p.capture_window;
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "context parameter %s is %d: it must not be negative",
+                    name, v);
         return NULL;
     }
     if (p.n_threads > SKV_MAX_THREADS) {

@@ -350,8 +350,12 @@ static skv_status forward_call(skv_context *ctx, const int32_t *tokens, int n_to
 skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens, skv_logits_mode mode,
                        float *logits, skv_err *err) {
     if (!ctx) return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward: no context given");
-    if (!tokens || n_tokens <= 0)
-        return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward needs at least one token");
+    if (n_tokens <= 0)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "skv_forward needs at least one token (n_tokens = %d)", n_tokens);
+    if (!tokens)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_forward: tokens is NULL (n_tokens = %d)",
+                           n_tokens);
     if (mode != SKV_LOGITS_NONE && mode != SKV_LOGITS_LAST && mode != SKV_LOGITS_ALL)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "unknown logits mode %d", (int)mode);
     if (mode != SKV_LOGITS_NONE && !logits)
@@ -415,6 +419,8 @@ static skv_status forward_call(skv_context *ctx, const int32_t *tokens, int n_to
         ctx->qcap_first_pos = cache->n_past + cap_first;
     }
 
+    const int pos0 = cache->n_past;
+    int bad_state = -1; /* LOGITS_NONE: the first position whose hidden state is not finite */
     for (int b0 = 0; b0 < n_tokens; b0 += batch) {
         int n = n_tokens - b0 < batch ? n_tokens - b0 : batch;
         int skip = n, slot0 = 0;
@@ -427,7 +433,14 @@ static skv_status forward_call(skv_context *ctx, const int32_t *tokens, int n_to
             forward_logits(ctx, n, n, logits + (size_t)b0 * hp->n_vocab);
         else if (mode == SKV_LOGITS_LAST && b0 + n == n_tokens)
             forward_logits(ctx, n, 1, logits);
+        else if (mode == SKV_LOGITS_NONE && bad_state < 0) /* no logits to show it: the state */
+            for (size_t i = 0; i < (size_t)n * hp->n_embd && bad_state < 0; i++)
+                if (!isfinite(ctx->x[i])) bad_state = pos0 + b0 + (int)(i / hp->n_embd);
     }
+    if (bad_state >= 0)
+        return skv_err_set(err, SKV_ERR_NUMERIC,
+                           "the model produced a non-finite hidden state at position %d",
+                           bad_state);
     /* NaN/Inf weights (or an overflow) show up here first: say where, rather than let a caller
      * sample garbage or report a meaningless metric. */
     int rows = mode == SKV_LOGITS_ALL ? n_tokens : mode == SKV_LOGITS_LAST ? 1 : 0;

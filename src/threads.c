@@ -126,6 +126,12 @@ static void *worker_main(void *p) {
 
 int skv_n_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    cpu_set_t set; /* a container's cpuset or a taskset: threads past it would take turns */
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1 &&
+        (n < 1 || CPU_COUNT(&set) < n))
+        n = CPU_COUNT(&set);
+#endif
     return n < 1 ? 1 : n > SKV_MAX_THREADS ? SKV_MAX_THREADS : (int)n;
 }
 

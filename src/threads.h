@@ -8,14 +8,14 @@
 typedef struct skv_pool skv_pool;
 typedef void (*skv_task_fn)(void *arg, int ith, int nth);
 
-/* n_threads <= 0 means the number of online cores. Returns NULL on failure. */
+/* n_threads <= 0 means skv_n_cores(). Returns NULL on failure. */
 skv_pool *skv_pool_new(int n_threads);
 void skv_pool_free(skv_pool *pool);
 int skv_pool_size(const skv_pool *pool);
 /* Runs fn on every thread (the caller is thread 0) and returns when all have finished.
  * pool may be NULL: then fn(arg, 0, 1) runs on the caller. Not reentrant. */
 void skv_pool_run(skv_pool *pool, skv_task_fn fn, void *arg);
-/* Number of online cores. */
+/* The cores this process may run on: online ones in its affinity mask. */
 int skv_n_cores(void);
 
 /* Work (multiply-adds) below which a task runs on the caller alone: waking the workers costs

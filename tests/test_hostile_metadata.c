@@ -96,6 +96,10 @@ static void test_nan_weights_are_reported(void **state) {
     assert_non_null(logits);
     assert_int_equal(skv_forward(ctx, toks, 3, SKV_LOGITS_ALL, logits, &err), SKV_ERR_NUMERIC);
     assert_non_null(strstr(err.msg, "non-finite logits at position 0"));
+    /* a prefill without logits says it too, from the hidden state (it said SKV_OK) */
+    skv_context_reset(ctx);
+    assert_int_equal(skv_forward(ctx, toks, 3, SKV_LOGITS_NONE, NULL, &err), SKV_ERR_NUMERIC);
+    assert_non_null(strstr(err.msg, "non-finite hidden state at position 0"));
     free(logits);
     skv_context_free(ctx);
     skv_model_free(m);

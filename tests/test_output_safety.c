@@ -234,6 +234,52 @@ static void test_temporaries_follow_no_link(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* An input that is also an output is refused before anything is written: eval's --data named
+ * like one of its results in --out (with --overwrite it was replaced by them), compress's --plot
+ * onto its model. */
+static void test_inputs_are_not_outputs(void **state) {
+    (void)state;
+    const char *dir = tmp_dir();
+    char data[600], model[600], cmd[4096];
+    snprintf(data, sizeof data, "%s/results.jsonl", dir);
+    FILE *f = fopen(data, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 2; i++)
+        fputs("{\"text\": \"Once upon a time there was a girl named Lily who loved the park. "
+              "Once upon a time there was a girl named Lily who loved the park.\"}\n",
+              f);
+    fclose(f);
+    char *before = test_read_file(data, NULL);
+    snprintf(cmd, sizeof cmd,
+             "%s eval --data %s --out %s --overwrite --policies knorm --keep 0.5 --greedy 0 -q "
+             "2>&1",
+             test_cli(), data, dir);
+    int status = -1;
+    char *msg = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(msg, "which this run writes"));
+    free(msg);
+    char *after = test_read_file(data, NULL);
+    assert_string_equal(before, after);
+    free(before), free(after);
+    snprintf(model, sizeof model, "%s/m.png", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s", test_model_path("stories260K/stories260K.gguf"), model);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s compress -m %s -p 'hello there' --policy knorm --keep 0.5 --plot %s 2>&1",
+             test_cli(), model, model);
+    msg = test_run(cmd, &status);
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(msg, "is the model"));
+    free(msg);
+    skv_err err = {0};
+    skv_model *m = skv_model_load(model, &err); /* still the model */
+    assert_non_null(m);
+    skv_model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* `sparsekv info > /dev/full` used to exit 0. */
 static void test_stdout_write_errors_fail(void **state) {
     (void)state;
@@ -258,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_synth_refuses_symlink),
         cmocka_unit_test(test_stdout_write_errors_fail),
         cmocka_unit_test(test_temporaries_follow_no_link),
+        cmocka_unit_test(test_inputs_are_not_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -523,8 +523,9 @@ static skv_status value_norm(void *user, const skv_policy_head *hd, double *scor
 }
 
 /* An outside policy that misbehaves: user 0 returns a value that is no skv_status, user 1 scores
- * a NaN, user 2 fails on layer 1 with its own sentence in err->msg. */
+ * a NaN, user 2 fails on layer 1 with its own sentence in err->msg, user 3 writes no score. */
 static skv_status misbehaving(void *user, const skv_policy_head *hd, double *score, skv_err *err) {
+    if (*(const int *)user == 3) return SKV_OK; /* writes no score */
     for (int i = 0; i < hd->n; i++) score[i] = (double)i;
     if (*(const int *)user == 0) return (skv_status)42;
     if (*(const int *)user == 2) {
@@ -711,11 +712,14 @@ static void test_registry(void **state) {
     skv_compress_info_free(&info);
     skv_context_free(ctx);
     /* a scorer's bad status or NaN score: a status of the enum, the cache as it was */
-    static const int modes[3] = {0, 1, 2};
-    const char *bad_names[3] = {"bad_status_test", "nan_score_test", "own_words_test"};
-    const skv_status want[3] = {SKV_ERR_INVALID_ARG, SKV_ERR_NUMERIC, SKV_ERR_UNSUPPORTED};
-    const char *said[3] = {"which is no skv_status", "NaN", ": custom failure at layer 1"};
-    for (int k = 0; k < 3; k++) {
+    static const int modes[4] = {0, 1, 2, 3};
+    const char *bad_names[4] = {"bad_status_test", "nan_score_test", "own_words_test",
+                                "no_score_test"};
+    const skv_status want[4] = {SKV_ERR_INVALID_ARG, SKV_ERR_NUMERIC, SKV_ERR_UNSUPPORTED,
+                                SKV_ERR_NUMERIC};
+    const char *said[4] = {"which is no skv_status", "NaN", ": custom failure at layer 1",
+                           "left it unscored"};
+    for (int k = 0; k < 4; k++) {
         skv_policy_def d = {.name = bad_names[k], .score = misbehaving, .user = (void *)&modes[k]};
         assert_int_equal(skv_policy_register(&d, &err), SKV_OK);
         ctx = new_ctx(0, false);

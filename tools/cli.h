@@ -47,7 +47,8 @@ bool cli_output_ok(const char *cmd, const char *path, bool overwrite);
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_u64(const char *s, uint64_t *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
-/* A warning on stderr when n threads are more than the online cores (allowed, never silent). */
+/* A warning on stderr when n threads are more than the cores this process may run on (allowed,
+ * never silent). */
 void cli_warn_threads(const char *cmd, long n);
 /* -t's value: a thread count in [1, SKV_MAX_THREADS]; false after the one message every command
  * gives for a bad one. */

@@ -3,6 +3,7 @@
 #include "eval/eval.h"
 #include "kernels/kernels.h" /* skv_simd_has_vnni, skv_simd_has_bf16 */
 #include "model/model.h"     /* skv_model_load_meta */
+#include "threads.h"         /* skv_n_cores */
 
 #include <ctype.h>
 #include <errno.h>
@@ -123,12 +124,12 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 void cli_warn_threads(const char *cmd, long n) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const long cores = skv_n_cores();
     if (cores > 0 && n > cores) /* allowed (a test of it, say), but never silently */
         fprintf(stderr,
-                "sparsekv %s: warning: -t %ld is more than the %ld online cores: the threads "
-                "take turns on them, slower than -t %ld\n",
-                cmd, n, cores, cores);
+                "sparsekv %s: warning: -t %ld is more than the %ld core%s this process may run "
+                "on: the threads take turns on %s, slower than -t %ld\n",
+                cmd, n, cores, cores == 1 ? "" : "s", cores == 1 ? "it" : "them", cores);
 }
 
 bool cli_parse_threads(const char *cmd, const char *s, long *out) {

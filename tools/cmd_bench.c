@@ -638,8 +638,7 @@ static bool measure_peaks(const opts *o, peaks *pk) {
         return false;
     }
     if (!o->json) {
-        printf("Machine ceilings (%s loops; %d online cores):\n\n", skv_roofline_impl(),
-               skv_n_cores());
+        printf("Machine ceilings (%s loops; %d cores):\n\n", skv_roofline_impl(), skv_n_cores());
         printf("| threads | FMA peak GFLOP/s | read bandwidth GB/s |\n|---:|---:|---:|\n");
     }
     for (int i = 0; i < o->n_th; i++) {

@@ -313,6 +313,10 @@ int cmd_compress(int argc, char **argv) {
     }
     const char *path = cli_model_path(CMD, model_path);
     if (!path) return 2;
+    if (plot_path && cli_same_file(plot_path, path)) {
+        cli_error(CMD, "--plot %s is the model: the figure would replace it", plot_path);
+        return 2;
+    }
     skv_model *model = cli_load_model(CMD, path);
     if (!model) return cli_model_rc;
 

@@ -566,6 +566,21 @@ bool cmd_eval_remove_outputs(const char *dir) {
     return true;
 }
 
+/* The name of the output in dir that path is (the same file), or NULL: a --data file there
+ * would be replaced by the run's results. Shared with eval-merge. */
+const char *cmd_eval_output_named(const char *dir, const char *path);
+const char *cmd_eval_output_named(const char *dir, const char *path) {
+    static const char *const files[] = {
+        "results.jsonl", "summary.csv", "summary.md",   "timing.csv",     "plot_data.dat",
+        "plots.gp",      "run.json",    "decode.jsonl", "depth_data.dat", NULL};
+    char p[4200];
+    for (int i = 0; files[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        if (cli_same_file(p, path)) return files[i];
+    }
+    return NULL;
+}
+
 /* Cuts a partial last line (no newline: the run was killed while writing it) off path.
  * *dropped = bytes removed. False with errno on an I/O error; a missing file is empty. */
 static bool truncate_partial(const char *path, long long *dropped) {
@@ -955,6 +970,12 @@ static int eval_main(int argc, char **argv) {
     const char *model_typed = model_arg; /* the rows' "model": the same in a resumed run's */
     model_arg = replayed_path(model_arg, model_buf, sizeof model_buf);
     data = replayed_path(data, data_buf, sizeof data_buf);
+    const char *clash = data && out ? cmd_eval_output_named(out, data) : NULL;
+    if (clash) {
+        cli_error(CMD, "--data %s is %s/%s, which this run writes: copy it elsewhere first", data,
+                  out, clash);
+        return 2;
+    }
     /* options that would be ignored are refused */
     if (!cli_args_requires(&args, O_COMPRESS_EVERY, O_BUDGET, NULL) ||
         !cli_args_requires(&args, O_CHAT_TEMPLATE, O_DATA, "it formats the data's \"messages\""))

@@ -60,7 +60,7 @@ typedef struct skv_synth_params {
     skv_type type; /* type of the 2-D matrices (norms are always F32) */
     uint64_t seed;
     int n_ctx;     /* llama.context_length to write; 0 = shape->n_ctx */
-    int n_threads; /* 0 = all online cores */
+    int n_threads; /* 0 = skv_n_cores() */
 } skv_synth_params;
 
 /* Writes a GGUF of the shape's architecture with random weights: every matrix element

@@ -6,6 +6,7 @@
  * callback). */
 #include "policies.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,7 @@ static skv_status ext_head(const skv_score_job *job, int l, int h, const float *
         in.values = v;
     }
     if (err) err->msg[0] = '\0'; /* what the scorer writes there, and only that, is its own */
+    for (int i = 0; i < job->T; i++) row[i] = NAN; /* a score it leaves out is refused as NaN */
     skv_status st = def->score(def->user, &in, row, err);
     free(v);
     if ((unsigned)st > SKV_ERR_NUMERIC) /* not a status: the scorer's mistake, said as one */
