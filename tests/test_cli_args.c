@@ -311,6 +311,17 @@ static void test_logits_tokens_file(void **state) {
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[5,6]\n");
     free(out);
+    /* the object's own "tokens", parsed: not a string that says tokens, not a nested key, and
+     * every element an id (strstr took the first "tokens" anywhere and skipped non-numbers) */
+    assert_true(test_write_text(ids, "{\"note\": \"tokens\", \"meta\": {\"tokens\": [7]}, "
+                                     "\"tokens\": [1, 2]}"));
+    out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[1,2]\n");
+    free(out);
+    assert_true(test_write_text(ids, "{\"tokens\": [1, true, null, \"2\"]}"));
+    out = test_cli_expect(2, "logits --tokens-file %s -o %s 2>&1", ids, lg);
+    assert_non_null(strstr(out, "\"tokens\"[1] is not a token id"));
+    free(out);
     /* a "tokens" that is no array: refused, not read as every number */
     assert_true(test_write_text(ids, "{\"n\": 7, \"tokens\": \"1 2\"}"));
     free(test_cli_expect(2, "logits --tokens-file %s -o %s 2>/dev/null", ids, lg));

@@ -20,19 +20,55 @@ static void usage(FILE *f) {
                "row-major [n_tokens, n_vocab], to FILE (native little-endian, no header).\n"
                "Prints the token ids as a JSON array on stdout. --tokens-file reads the ids\n"
                "from a file: decimal numbers separated by anything else (a JSON array such as\n"
-               "the fixtures' <name>.ids.json works), or, where the file has a \"tokens\" key\n"
-               "(a JSON object such as reference_logits.json), that key's array; a number that\n"
-               "is no token id (2.5, -2, 1e3) is an error. Token ids are used as given (no\n"
-               "BOS). FILE is replaced if it exists.\n");
+               "the fixtures' <name>.ids.json works), or, where the file is a JSON object\n"
+               "(such as reference_logits.json), its \"tokens\" array; a number that is no\n"
+               "token id (2.5, -2, 1e3) is an error. Token ids are used as given (no BOS).\n"
+               "FILE is replaced if it exists.\n");
 }
 
-/* The ids a file holds: the array after its "tokens" key where it has one (a JSON object such
- * as the fixtures' reference_logits.json, whose other numbers are not ids), else every number in
+/* The ids a file holds: where it is a JSON object (the fixtures' reference_logits.json, whose
+ * other numbers are not ids), its top-level "tokens" array, parsed as JSON; else every number in
  * it ("[1, 2,\n3]" -> 1 2 3). A word holding a digit (a run of letters, digits, '.', '_', '+' and
  * '-') must be a plain decimal id: "2.5", "-2", "1e3" or "v2" is an error, not ids read apart.
  * Returns the count, or -1 with why (a message naming what was wrong) when the file does not
  * read, holds such a word or a number above INT32_MAX, holds no number, or has a "tokens" key
  * that no flat array follows. */
+/* The "tokens" array of a JSON object, every element an integer id from 0 to INT32_MAX. */
+static int read_ids_json(const char *text, size_t len, int32_t **out, char *why, size_t why_size) {
+    skv_err err = {0};
+    skv_json *j = skv_json_parse(text, len, &err);
+    if (!j) {
+        snprintf(why, why_size, "not JSON: %.120s", err.msg);
+        return -1;
+    }
+    const skv_json *a = skv_json_get(j, "tokens");
+    int n = -1;
+    if (!a || a->type != SKV_JSON_ARRAY || a->n == 0) {
+        snprintf(why, why_size, "a JSON object needs a \"tokens\" array of ids");
+    } else {
+        int32_t *ids = malloc((size_t)a->n * sizeof *ids);
+        n = ids ? a->n : -1;
+        if (!ids) snprintf(why, why_size, "out of memory");
+        for (int i = 0; ids && i < a->n; i++) {
+            const skv_json *e = &a->items[i];
+            if (e->type != SKV_JSON_NUMBER || e->number < 0 || e->number > INT32_MAX ||
+                e->number != (double)(int64_t)e->number) {
+                snprintf(why, why_size,
+                         "\"tokens\"[%d] is not a token id (an integer from 0 to %d)", i,
+                         INT32_MAX);
+                free(ids);
+                ids = NULL;
+                n = -1;
+                break;
+            }
+            ids[i] = (int32_t)e->number;
+        }
+        if (ids) *out = ids;
+    }
+    skv_json_free(j);
+    return n;
+}
+
 static int read_ids_file(const char *path, int32_t **out, char *why, size_t why_size) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -62,19 +98,12 @@ static int read_ids_file(const char *path, int32_t **out, char *why, size_t why_
     }
     buf[len] = 0;
     const char *p = buf, *end = buf + len;
-    const char *key = strstr(buf, "\"tokens\"");
-    if (key) { /* "tokens" : [ ... ] */
-        const char *q = key + 8;
-        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-        if (*q == ':') q++;
-        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-        const char *close = *q == '[' ? strchr(q, ']') : NULL;
-        if (!close) { /* a "tokens" that is no flat array: not the ids */
-            snprintf(why, why_size, "its \"tokens\" key holds no array of ids");
-            free(buf);
-            return -1;
-        }
-        p = q + 1, end = close;
+    const char *first = buf + (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0);
+    while (*first == ' ' || *first == '\t' || *first == '\n' || *first == '\r') first++;
+    if (*first == '{') { /* a JSON object: its "tokens" array, read as JSON */
+        const int n = read_ids_json(buf, len, out, why, why_size);
+        free(buf);
+        return n;
     }
     int n = 0, idcap = 64;
     int32_t *ids = malloc((size_t)idcap * sizeof *ids);
