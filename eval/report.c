@@ -1420,11 +1420,13 @@ static skv_status write_plots(const skv_eval_rows *rows, const group *groups, co
         yrange r = {0, 1};
         switch (d->kind) {
         case 0:
-            fprintf(f, "set logscale y\nset format y '%%g'\n");
-            if (isfinite(yr_kl.hi))
-                fprintf(f, "set yrange [%.9g:%.9g]\n", kl_bottom, yr_kl.hi * 2);
-            else
-                fprintf(f, "set yrange [*:*]\n");
+            if (isfinite(yr_kl.hi) && yr_kl.hi > 0)
+                fprintf(f, "set logscale y\nset format y '%%g'\nset yrange [%.9g:%.9g]\n",
+                        kl_bottom, yr_kl.hi * 2);
+            else /* every KL 0 (keep 1.0 only, or a cache nothing was dropped from): off a log
+                  * axis, where gnuplot refused to draw */
+                fprintf(f, "set ylabel 'KL(full || compressed), nats per token'\n"
+                           "set format y '%%g'\nset yrange [0:0.001]\n");
             fprintf(f, "set label 1 'full cache (keep 1.0): KL = 0' at graph 0.02, graph 0.04 "
                        "left textcolor rgb '#444444'\n");
             break;

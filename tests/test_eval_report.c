@@ -460,7 +460,8 @@ static bool file_exists(const char *dir, const char *name) {
 }
 
 /* --greedy 0 measures no greedy tokens: the other figures are drawn and greedy_vs_keep is left
- * out (its empty 0..0 axis used to stop gnuplot before any figure). A gnuplot that fails keeps
+ * out (its empty 0..0 axis used to stop gnuplot before any figure); keep 1.0 alone draws KL 0 on
+ * a linear axis. A gnuplot that fails keeps
  * the figures it finished and is a warning that labels gnuplot's words; the run exits 0. */
 static void test_plots_cli(void **state) {
     (void)state;
@@ -485,6 +486,18 @@ static void test_plots_cli(void **state) {
         assert_false(file_exists(dir, "greedy_vs_keep.png"));
         assert_non_null(strstr(log, "plots in"));
         assert_null(strstr(log, "greedy_vs_keep"));
+    }
+    free(log);
+    /* keep 1.0 only: every KL is 0, which a log axis cannot show (gnuplot refused to draw) */
+    snprintf(cmd, sizeof cmd,
+             "'%s' eval -m '%s' -t 1 --samples 1 --policies knorm --keep 1.0 --protocols seed "
+             "--greedy 2 --overwrite --out '%s' 2>&1 >/dev/null",
+             test_cli(), model, dir);
+    log = test_run(cmd, &st);
+    if (st != 0) fail_msg("eval --keep 1.0 exited %d:\n%s", st, log);
+    if (gnuplot) {
+        if (strstr(log, "gnuplot")) fail_msg("gnuplot complained:\n%s", log);
+        assert_true(file_is_png(dir, "kl_vs_keep.png"));
     }
     free(log);
 
