@@ -272,7 +272,10 @@ SKV_API const char *skv_chat_template_opener(const skv_vocab *vocab, const char 
 /* Formats a conversation as the template (tmpl as above; vocab may be NULL when tmpl is given)
  * does, ending with the assistant's header when add_generation_prompt. The text holds the special
  * tokens' text (BOS included where the template writes it): encode it with skv_tokenize_ex(...,
- * add_special = false, parse_special = true). Returns bytes written (a NUL follows when room
+ * add_special = false, parse_special = true). Special-token text inside a message's content is
+ * parsed too (as Hugging Face's apply_chat_template and llama.cpp do): a message holding
+ * "<|im_end|>" ends its turn there, so content from someone untrusted can forge turns unless the
+ * caller removes such text first. Returns bytes written (a NUL follows when room
  * remains), -(bytes needed) when buf_size is too small, INT_MIN on error (err filled: unknown or
  * missing template, a role other than system/user/assistant, NULL arguments). */
 SKV_API int skv_chat_format(const skv_vocab *vocab, const char *tmpl,

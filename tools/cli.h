@@ -47,6 +47,11 @@ bool cli_output_ok(const char *cmd, const char *path, bool overwrite);
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_u64(const char *s, uint64_t *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
+/* Removes the temporaries a GGUF writer makes beside path when SIGINT, SIGTERM or SIGHUP ends
+ * the process (quantize, synth-model, convert-llama2c: an interrupted write left hundreds of MB
+ * behind). */
+void cli_remove_temporaries_on_signal(const char *path);
+
 /* A warning on stderr when n threads are more than the cores this process may run on (allowed,
  * never silent). */
 void cli_warn_threads(const char *cmd, long n);

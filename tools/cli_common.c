@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -262,4 +263,38 @@ const char *cli_config_shown(const char *value, char *buf, size_t size) {
         p = end + 1;
     }
     return buf;
+}
+
+/* The temporaries the library's writers make beside path (gguf.c: PATH.tmp.PID.N, N counting
+ * this process's writes from 0; synth.c: PATH.partPID, written through PATH.partPID.tmp.PID.N),
+ * removed when SIGINT, SIGTERM or SIGHUP ends the process, which then ends as the signal
+ * would. Only names holding this process's id: never another's files. */
+#define CLEANUP_NAMES 4
+static char cleanup_names[CLEANUP_NAMES][4200];
+static volatile sig_atomic_t n_cleanup;
+
+static void cleanup_and_die(int sig) {
+    for (int i = 0; i < n_cleanup; i++) unlink(cleanup_names[i]); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void cli_remove_temporaries_on_signal(const char *path) {
+    const long pid = (long)getpid();
+    snprintf(cleanup_names[0], sizeof cleanup_names[0], "%s.tmp.%ld.0", path, pid);
+    snprintf(cleanup_names[1], sizeof cleanup_names[1], "%s.tmp.%ld.1", path, pid);
+    snprintf(cleanup_names[2], sizeof cleanup_names[2], "%s.part%ld", path, pid);
+    snprintf(cleanup_names[3], sizeof cleanup_names[3], "%s.part%ld.tmp.%ld.0", path, pid, pid);
+    n_cleanup = CLEANUP_NAMES;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cleanup_and_die;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        /* a signal the shell ignores (nohup, a background job's SIGINT) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
 }

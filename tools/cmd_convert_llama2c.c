@@ -82,6 +82,7 @@ int cmd_convert_llama2c(int argc, char **argv) {
             return 2;
         }
     if (!cli_output_ok(CMD, pos[2], overwrite)) return 2;
+    cli_remove_temporaries_on_signal(pos[2]);
     skv_err err = {0};
     bool bad_input = false;
     if (skv_llama2c_convert(pos[0], pos[1], pos[2], &params, &bad_input, &err) != SKV_OK) {

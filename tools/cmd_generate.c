@@ -37,7 +37,9 @@ static void usage(FILE *f) {
             "                if the vocabulary asks\n"
             "  --chat        PROMPT is one user message: format it with the model's chat\n"
             "                template (built in: Llama 3, ChatML/Qwen, Phi-3; chosen from\n"
-            "                tokenizer.chat_template) and generate the assistant's reply\n"
+            "                tokenizer.chat_template) and generate the assistant's reply;\n"
+            "                special-token text in PROMPT and --system is parsed as with\n"
+            "                --special (as Hugging Face's chat templates do)\n"
             "  --system TEXT a system message before the user message (with --chat)\n"
             "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
             "                has no tokenizer.chat_template (or to override it)\n\n",

@@ -143,6 +143,7 @@ int cmd_quantize(int argc, char **argv) {
     /* IN and OUT naming one file (OUT = IN, a hard link): the library refuses that itself,
      * whatever --overwrite says, with the message that fits */
     if (!cli_same_file(pos[0], pos[1]) && !cli_output_ok(CMD, pos[1], overwrite)) return 2;
+    cli_remove_temporaries_on_signal(pos[1]);
     skv_quantize_report rep;
     skv_err err = {0};
     if (skv_quantize_model_opts(pos[0], pos[1], &qo, &rep, &err) != SKV_OK) {

@@ -169,6 +169,7 @@ int cmd_synth_model(int argc, char **argv) {
         return 2;
     }
     if (!cli_output_ok(CMD, out, overwrite)) return 2;
+    cli_remove_temporaries_on_signal(out);
     /* Say which matrices cannot take the type (their rows are not whole blocks). */
     const skv_synth_arch *sa = skv_synth_arch_of(shape);
     int hd = sa->head_dim > 0 ? sa->head_dim : shape->n_embd / shape->n_head;
