@@ -275,6 +275,8 @@ class Model:
         if path is None:
             path = default_model_path()
         self.path = os.fspath(path)
+        if "\0" in (self.path if isinstance(self.path, str) else self.path.decode("latin-1")):
+            raise _bad_arg("a model path cannot hold a NUL character: %r" % (self.path,))
         err = L.skv_err()
         ptr = _lib.skv_model_load(os.fsencode(self.path), byref(err))
         if not ptr:

@@ -340,6 +340,10 @@ def test_model_errors_carry_library_message(tmp_path):
     assert str(back) == str(e.value) and back.status == 2
     p = cli("generate", "-m", missing, "-n", "1", check=False)
     assert p.returncode != 0 and str(e.value) in p.stderr
+    # a NUL in the path is refused, not cut there (ctypes passed "a" for "a\0b")
+    for nul in (str(tmp_path / "a\0b"), os.fsencode(str(tmp_path / "a\0b"))):
+        with pytest.raises(sparsekv.InvalidArgumentError, match="NUL"):
+            sparsekv.Model(nul)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\xff" * 60)
     with pytest.raises(sparsekv.Error) as e:
