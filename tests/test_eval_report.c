@@ -489,12 +489,10 @@ static void test_plots_cli(void **state) {
     }
     free(log);
     /* keep 1.0 only: every KL is 0, which a log axis cannot show (gnuplot refused to draw) */
-    snprintf(cmd, sizeof cmd,
-             "'%s' eval -m '%s' -t 1 --samples 1 --policies knorm --keep 1.0 --protocols seed "
-             "--greedy 2 --overwrite --out '%s' 2>&1 >/dev/null",
-             test_cli(), model, dir);
-    log = test_run(cmd, &st);
-    if (st != 0) fail_msg("eval --keep 1.0 exited %d:\n%s", st, log);
+    log = test_cli_expect(0,
+                          "eval -m '%s' -t 1 --samples 1 --policies knorm --keep 1.0 --protocols "
+                          "seed --greedy 2 --overwrite --out '%s' 2>&1 >/dev/null",
+                          model, dir);
     if (gnuplot) {
         if (strstr(log, "gnuplot")) fail_msg("gnuplot complained:\n%s", log);
         assert_true(file_is_png(dir, "kl_vs_keep.png"));

@@ -250,13 +250,9 @@ static void test_inputs_are_not_outputs(void **state) {
               f);
     fclose(f);
     char *before = test_read_file(data, NULL);
-    snprintf(cmd, sizeof cmd,
-             "%s eval --data %s --out %s --overwrite --policies knorm --keep 0.5 --greedy 0 -q "
-             "2>&1",
-             test_cli(), data, dir);
-    int status = -1;
-    char *msg = test_run(cmd, &status);
-    assert_int_equal(status, 2);
+    char *msg = test_cli_expect(
+        2, "eval --data %s --out %s --overwrite --policies knorm --keep 0.5 --greedy 0 -q 2>&1",
+        data, dir);
     assert_non_null(strstr(msg, "which this run writes"));
     free(msg);
     char *after = test_read_file(data, NULL);
@@ -265,11 +261,9 @@ static void test_inputs_are_not_outputs(void **state) {
     snprintf(model, sizeof model, "%s/m.png", dir);
     snprintf(cmd, sizeof cmd, "cp %s %s", test_model_path("stories260K/stories260K.gguf"), model);
     assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd,
-             "%s compress -m %s -p 'hello there' --policy knorm --keep 0.5 --plot %s 2>&1",
-             test_cli(), model, model);
-    msg = test_run(cmd, &status);
-    assert_int_equal(status, 2);
+    msg = test_cli_expect(
+        2, "compress -m %s -p 'hello there' --policy knorm --keep 0.5 --plot %s 2>&1", model,
+        model);
     assert_non_null(strstr(msg, "is the model"));
     free(msg);
     skv_err err = {0};
