@@ -551,9 +551,10 @@ typedef struct skv_policy_def {
     const char *name;  /* [a-z0-9_]{1,31}, not a registered name or alias (copied) */
     const char *paper; /* shown by `sparsekv policies` (copied; may be NULL) */
     bool needs_window;
+    bool needs_values; /* head->values filled (a float copy of each head's values per call); in
+                          what was needs_window's padding, so the struct kept its 40 bytes */
     skv_policy_score_fn score;
     void *user;
-    bool needs_values; /* head->values filled (a float copy of each head's values per call) */
 } skv_policy_def;
 /* Adds a row to the registry (at most 16 registered rows). Not safe while another thread
  * compresses or registers. */

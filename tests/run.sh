@@ -18,9 +18,11 @@ jobs=${SKV_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SKV_TEST_JOBS must be a positive count" >&2; exit 2; }
 
 bins=() envs=() env=""
-for a in "$@"; do
-    if [[ $a == *=* ]]; then env=$a; else bins+=("$a"); envs+=("$env"); env=""; fi
+for a in "$@"; do # a binary's path may hold '=': only NAME=VALUE is an assignment
+    if [[ $a =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then env=$a; else bins+=("$a"); envs+=("$env"); env=""; fi
 done
+[ ${#bins[@]} -gt 0 ] || { echo "run.sh: no test binaries given" >&2; exit 2; }
+[ -z "$env" ] || { echo "run.sh: $env is followed by no binary" >&2; exit 2; }
 
 # Binary i: its output in $TMPDIR/i.out, then "exit-status milliseconds" in $TMPDIR/i.done.
 start() {

@@ -318,6 +318,10 @@ static void test_logits_tokens_file(void **state) {
     out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
     assert_string_equal(out, "[1,2]\n");
     free(out);
+    assert_true(test_write_text(ids, "\xef\xbb\xbf {\"tokens\": [5, 6]}")); /* a BOM first */
+    out = test_cli_expect(0, "logits --tokens-file %s -o %s", ids, lg);
+    assert_string_equal(out, "[5,6]\n");
+    free(out);
     assert_true(test_write_text(ids, "{\"tokens\": [1, true, null, \"2\"]}"));
     out = test_cli_expect(2, "logits --tokens-file %s -o %s 2>&1", ids, lg);
     assert_non_null(strstr(out, "\"tokens\"[1] is not a token id"));

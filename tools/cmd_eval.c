@@ -567,7 +567,7 @@ bool cmd_eval_remove_outputs(const char *dir) {
 }
 
 /* The name of the output in dir that path is (the same file), or NULL: a --data file there
- * would be replaced by the run's results. Shared with eval-merge. */
+ * would be replaced by the run's results (the figures are no JSONL: not looked at). */
 const char *cmd_eval_output_named(const char *dir, const char *path);
 const char *cmd_eval_output_named(const char *dir, const char *path) {
     static const char *const files[] = {

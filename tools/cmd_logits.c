@@ -21,9 +21,10 @@ static void usage(FILE *f) {
                "Prints the token ids as a JSON array on stdout. --tokens-file reads the ids\n"
                "from a file: decimal numbers separated by anything else (a JSON array such as\n"
                "the fixtures' <name>.ids.json works), or, where the file is a JSON object\n"
-               "(such as reference_logits.json), its \"tokens\" array; a number that is no\n"
-               "token id (2.5, -2, 1e3) is an error. Token ids are used as given (no BOS).\n"
-               "FILE is replaced if it exists.\n");
+               "(such as reference_logits.json), its \"tokens\" array, every element a JSON\n"
+               "integer from 0 to 2^31-1; elsewhere a number that is no plain decimal token\n"
+               "id (2.5, -2, 1e3) is an error. Token ids are used as given (no BOS). FILE is\n"
+               "replaced if it exists.\n");
 }
 
 /* The ids a file holds: where it is a JSON object (the fixtures' reference_logits.json, whose
@@ -101,7 +102,7 @@ static int read_ids_file(const char *path, int32_t **out, char *why, size_t why_
     const char *first = buf + (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3) ? 3 : 0);
     while (*first == ' ' || *first == '\t' || *first == '\n' || *first == '\r') first++;
     if (*first == '{') { /* a JSON object: its "tokens" array, read as JSON */
-        const int n = read_ids_json(buf, len, out, why, why_size);
+        const int n = read_ids_json(first, len - (size_t)(first - buf), out, why, why_size);
         free(buf);
         return n;
     }

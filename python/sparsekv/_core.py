@@ -1,8 +1,10 @@
 """Model and Context: Python objects over libsparsekv's skv_model and skv_context."""
 
+import collections
 import ctypes
 import numbers
 import os
+import threading
 import warnings
 import weakref
 from ctypes import byref, c_int
@@ -73,9 +75,23 @@ _BY_STATUS = {c.status: c for c in (InvalidArgumentError, IOError_, FormatError,
 _PY_NAMES = (("skv_context_accumulate_attention(ctx, true)", "ctx.accumulate_attention(True)"),)
 
 
-# What the score functions of Python policies raised inside a library call (name -> exception;
-# sparsekv/_policy.py): the error that call returns is raised from it.
-_policy_raised = {}
+# What the score functions of Python policies raised inside library calls (sparsekv/_policy.py):
+# (policy name, the words written into the library's message) -> exception, the newest last, at
+# most _POLICY_RAISED_MAX kept (a call that fails on several heads at once reports one). The
+# error a call returns is raised from the entry its message names: calls in other threads leave
+# their own entries.
+_policy_raised = collections.OrderedDict()
+_policy_raised_lock = threading.Lock()
+_POLICY_RAISED_MAX = 64
+
+
+def _policy_cause(msg):
+    with _policy_raised_lock:
+        for key in reversed(_policy_raised):
+            name, words = key
+            if ("policy '%s' failed" % name) in msg and words[:100] in msg:
+                return _policy_raised.pop(key)
+    return None
 
 
 def _raise(err, fallback="libsparsekv call failed"):
@@ -83,11 +99,7 @@ def _raise(err, fallback="libsparsekv call failed"):
     for c_name, py_name in _PY_NAMES:
         msg = msg.replace(c_name, py_name)
     cls = _BY_STATUS.get(err.status, Error)
-    cause = None
-    for name in list(_policy_raised):
-        e = _policy_raised.pop(name, None)
-        if e is not None and ("policy '%s' failed" % name) in msg:
-            cause = e
+    cause = _policy_cause(msg) if _policy_raised else None
     if cause is not None and not isinstance(cause, Exception):
         raise cause  # KeyboardInterrupt, SystemExit: as they were, not as a library error
     if cause is not None:

@@ -141,9 +141,9 @@ class skv_policy_def(Structure):
         ("name", c_char_p),
         ("paper", c_char_p),
         ("needs_window", c_bool),
+        ("needs_values", c_bool),
         ("score", POLICY_SCORE_FN),
         ("user", c_void_p),
-        ("needs_values", c_bool),
     ]
 
 

@@ -7,13 +7,22 @@ import threading
 
 import numpy as np
 
+from . import _core
 from . import _lib as L
-from ._core import _check, _policy_raised, _text
+from ._core import _bad_arg, _check, _text
 
 # The ctypes callbacks and definitions stay alive as long as the process: the registry keeps a
 # registered row to the end (it has no removal).
 _alive = []
-_lock = threading.Lock()
+_register_lock = threading.Lock()
+
+
+def _words(e):
+    """"Type: message" of an exception, even when its __str__ raises."""
+    try:
+        return "%s: %s" % (type(e).__name__, e)
+    except BaseException:
+        return "%s (its message could not be formatted)" % type(e).__name__
 
 
 class PolicyHead:
@@ -67,13 +76,19 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
 
     score is called from the library's worker threads, one call at a time (the GIL). An
     exception in it fails the call that compressed with InvalidArgumentError "policy 'NAME'
-    failed on layer L kv head H: ...", raised from that exception; the cache stays as it was.
-    NaN scores are refused (sparsekv.Error, status SKV_ERR_NUMERIC)."""
+    failed on layer L kv head H: ...", raised from that exception; compress leaves the cache as
+    it was, while under set_budget the failing forward's tokens are in the cache already (the
+    cut comes after them) and the heads are not cut. NaN scores are refused (sparsekv.Error,
+    status SKV_ERR_NUMERIC). Register before other threads compress: the registry is not
+    guarded against registration during a compression."""
     if not callable(score):
         raise TypeError("score must be callable, got %s" % type(score).__name__)
     bname = _text(name, "name")
     key = bname.decode("utf-8", "replace")
     bpaper = None if paper is None else _text(paper, "paper")
+    for what, b in (("name", bname), ("paper", bpaper or b"")):
+        if b"\0" in b:  # C would stop reading there
+            raise _bad_arg("a policy %s cannot hold a NUL character: %r" % (what, b))
 
     def trampoline(user, head_p, score_p, err_p):
         try:
@@ -86,16 +101,25 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
                 np.ctypeslib.as_array(score_p, shape=(head.n,))[:] = out
             return L.OK
         except BaseException as e:  # nothing may unwind through the library's frames
-            with _lock:
-                _policy_raised.setdefault(key, e)
-            text = ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")
-            err_p.contents.msg = text[:500]
+            try:
+                words = _words(e)
+                text = words.encode("utf-8", "replace")[:500]
+                err_p.contents.msg = text
+                words = text.decode("utf-8", "ignore")  # as the message will hold them
+                with _core._policy_raised_lock:
+                    _core._policy_raised[(key, words)] = e
+                    _core._policy_raised.move_to_end((key, words))
+                    while len(_core._policy_raised) > _core._POLICY_RAISED_MAX:
+                        _core._policy_raised.popitem(last=False)
+            except BaseException:
+                pass
             return 1  # SKV_ERR_INVALID_ARG
 
     cb = L.POLICY_SCORE_FN(trampoline)
     d = L.skv_policy_def(name=bname, paper=bpaper, needs_window=bool(needs_window), score=cb,
                          user=None, needs_values=bool(needs_values))
     err = L.skv_err()
-    _check(L.lib.skv_policy_register(ctypes.byref(d), ctypes.byref(err)), err)
-    _alive.append((cb, d, trampoline))
+    with _register_lock:  # the C registry takes one registration at a time
+        _check(L.lib.skv_policy_register(ctypes.byref(d), ctypes.byref(err)), err)
+        _alive.append((cb, d, trampoline))
     return key

@@ -154,3 +154,49 @@ def test_budget_and_evaluate(model):
                           protocols=["seed"], greedy=4)
     rows = {x["policy"]: x for x in r.summary()}
     assert rows["py_knorm_b"]["kl_mean"] == rows["knorm"]["kl_mean"]
+
+
+def test_each_error_raised_from_its_own_exception(model):
+    """Two threads compress at once with a policy that raises words of its own head: each
+    error's cause is its own call's exception (one global slot per name gave a thread the other
+    thread's, or none)."""
+    import threading
+
+    def by_length(h):
+        raise ValueError("n=%d" % h.n)
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no words")
+
+    def unprintable(h):
+        raise Unprintable()
+
+    sparsekv.register_policy("py_by_length_t", by_length)
+    sparsekv.register_policy("py_unprintable_t", unprintable)
+    ids = model.tokenize(PROMPT)
+    wrong = []
+
+    def run(n):
+        with model.new_context(n_ctx=256, threads=2) as c:
+            c.forward(ids[:n], logits="none")
+            for _ in range(60):
+                try:
+                    c.compress("py_by_length_t", 0.5)
+                except sparsekv.InvalidArgumentError as e:
+                    if str(e.__cause__) != "n=%d" % n or ("n=%d" % n) not in str(e):
+                        wrong.append((n, str(e), repr(e.__cause__)))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in (20, 30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, wrong[:3]
+    with _ctx(model) as c:
+        with pytest.raises(sparsekv.InvalidArgumentError, match="could not be formatted") as e:
+            c.compress("py_unprintable_t", 0.5)
+        assert isinstance(e.value.__cause__, Unprintable)
+    with pytest.raises(sparsekv.InvalidArgumentError, match="NUL"):
+        sparsekv.register_policy("py_nul\0t", by_length)
+    assert sparsekv.policy_canonical("py_nul") is None
