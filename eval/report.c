@@ -7,6 +7,7 @@
 #include "policies.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -909,6 +910,20 @@ static void write_md_row(FILE *f, const group *g, const gstats *s) {
         fprintf(f, " %.2f |\n", s->cache_ms);
     else
         fputs(" — |\n", f); /* rows written before cache_ms */
+}
+
+FILE *skv_eval_create(const char *path) {
+    if (unlink(path) != 0 && errno != ENOENT) return NULL;
+    const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        unlink(path);
+        errno = e;
+    }
+    return f;
 }
 
 /* Report files are written to NAME.tmp and renamed into place by close_file, so an interrupted

@@ -7,7 +7,6 @@
 #include "eval/eval.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,20 +109,6 @@ static void write_strs(FILE *f, const char *name, char *const *s, int n) {
         write_str(f, s[i]);
     }
     fputc(']', f);
-}
-
-FILE *skv_eval_create(const char *path) {
-    if (unlink(path) != 0 && errno != ENOENT) return NULL;
-    const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) return NULL;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        unlink(path);
-        errno = e;
-    }
-    return f;
 }
 
 skv_status skv_eval_runinfo_write(const char *dir, const skv_eval_runinfo *r, skv_err *err) {
