@@ -178,6 +178,7 @@ static void test_refused(void **state) {
         {"tokenize -f /nonexistent-skv", 2, "cannot open '/nonexistent-skv': No such file"},
         {"tokenize -f /", 2, "cannot read '/': Is a directory"},
         {"bench -p 600 -n 1 -r 1", 2, "more than the model's context of 512"},
+        {"--version extra", 2, "--version takes no arguments (got 'extra')"},
         {"bench --kv-type q8_0 -p 8 -n 2 -r 1", 2, "needs head_dim to be a multiple of 32"},
         {"compress -p hi --policy knorm --keep 0.5 --plot x.svg", 2, "give a FILE.png"},
         {"compress -p hi --policy knorm --keep 0.5 --plot /nonexistent/x.png", 2,

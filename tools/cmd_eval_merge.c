@@ -304,6 +304,12 @@ int cmd_eval_merge(int argc, char **argv) {
     /* an --out that holds another run's (or merge's) results is not replaced by accident; one
      * whose results.jsonl is one of the inputs is, as documented: the merge is a superset of
      * that shard */
+    struct stat od;
+    if (stat(out, &od) == 0 && !S_ISDIR(od.st_mode)) { /* a usage error, as eval's */
+        cli_error(CMD, "--out %s exists and is not a directory", out);
+        rc = 2;
+        goto done;
+    }
     bool out_is_input = false;
     char held[4200];
     snprintf(held, sizeof held, "%s/results.jsonl", out);

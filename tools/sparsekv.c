@@ -70,6 +70,10 @@ static int run(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
+        if (argc > 2) {
+            fprintf(stderr, "sparsekv: --version takes no arguments (got '%s')\n", argv[2]);
+            return 2;
+        }
         printf("sparsekv %s\n", skv_version());
         return 0;
     }
