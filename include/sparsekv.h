@@ -272,15 +272,23 @@ SKV_API const char *skv_chat_template_opener(const skv_vocab *vocab, const char 
 /* Formats a conversation as the template (tmpl as above; vocab may be NULL when tmpl is given)
  * does, ending with the assistant's header when add_generation_prompt. The text holds the special
  * tokens' text (BOS included where the template writes it): encode it with skv_tokenize_ex(...,
- * add_special = false, parse_special = true). Special-token text inside a message's content is
- * parsed too (as Hugging Face's apply_chat_template and llama.cpp do): a message holding
- * "<|im_end|>" ends its turn there, so content from someone untrusted can forge turns unless the
- * caller removes such text first. Returns bytes written (a NUL follows when room
+ * add_special = false, parse_special = true), which also reads special-token text inside a
+ * message's content as the token (as Hugging Face's apply_chat_template does: a message holding
+ * "<|im_end|>" ends its turn there), or with skv_chat_tokenize, which does not. Returns bytes
+ * written (a NUL follows when room
  * remains), -(bytes needed) when buf_size is too small, INT_MIN on error (err filled: unknown or
  * missing template, a role other than system/user/assistant, NULL arguments). */
 SKV_API int skv_chat_format(const skv_vocab *vocab, const char *tmpl,
                             const skv_chat_message *messages, int n_messages,
                             bool add_generation_prompt, char *buf, int buf_size, skv_err *err);
+/* The conversation formatted as skv_chat_format does, encoded: the template's special tokens are
+ * tokens, the messages' contents are text whatever they spell (content from someone untrusted
+ * cannot open or close a turn); everything else tokenizes as skv_tokenize_ex(..., false, true)
+ * of the formatted text does. Returns the token count, -(tokens needed) when n_max is too small,
+ * INT_MIN on error (err filled, as skv_chat_format's, or a NULL vocab). */
+SKV_API int skv_chat_tokenize(const skv_vocab *vocab, const char *tmpl,
+                              const skv_chat_message *messages, int n_messages,
+                              bool add_generation_prompt, int32_t *tokens, int n_max, skv_err *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: per-sequence state (KV cache, scratch, captured queries) over a shared model

@@ -1010,8 +1010,11 @@ static bool encode_fragment(const skv_vocab *v, const char *text, size_t len, bo
     return spm_encode(v, text, len, v->add_space_prefix && after_special, out);
 }
 
+/* skip: [n_skip] ascending [begin, end) byte ranges where no special token is matched (chat
+ * contents: text, whatever it spells); NULL for none. */
 static int tokenize_impl(const skv_vocab *v, const char *text, size_t len, bool bos, bool eos,
-                         bool parse_special, int32_t *tokens, int n_max) {
+                         bool parse_special, const size_t (*skip)[2], int n_skip, int32_t *tokens,
+                         int n_max) {
     if (!v || (!text && len > 0) || n_max < 0 || (!tokens && n_max > 0)) return INT_MIN;
     /* Normalized text: at most 3 bytes per input byte plus the prefix; indices fit int32. */
     if (len > ((size_t)INT32_MAX - 16) / 3) return INT_MIN;
@@ -1021,7 +1024,13 @@ static int tokenize_impl(const skv_vocab *v, const char *text, size_t len, bool 
     size_t start = 0;
     bool after_special = true;
     if (parse_special && v->n_special > 0) {
+        int r = 0; /* the first skip range not behind i */
         for (size_t i = 0; i < len;) {
+            while (r < n_skip && skip[r][1] <= i) r++;
+            if (r < n_skip && skip[r][0] <= i) { /* part of the current fragment */
+                i = skip[r][1];
+                continue;
+            }
             int32_t id;
             size_t m = match_special(v, text + i, len - i, &id);
             if (m == 0) {
@@ -1055,12 +1064,17 @@ done:
 int skv_tokenize_ex(const skv_vocab *v, const char *text, size_t len, bool add_special,
                     bool parse_special, int32_t *tokens, int n_max) {
     return tokenize_impl(v, text, len, add_special && v && v->add_bos,
-                         add_special && v && v->add_eos, parse_special, tokens, n_max);
+                         add_special && v && v->add_eos, parse_special, NULL, 0, tokens, n_max);
+}
+
+int skv_tokenize_skipping(const skv_vocab *v, const char *text, size_t len, const size_t (*skip)[2],
+                          int n_skip, int32_t *tokens, int n_max) {
+    return tokenize_impl(v, text, len, false, false, true, skip, n_skip, tokens, n_max);
 }
 
 int skv_tokenize(const skv_vocab *v, const char *text, size_t len, bool add_bos, int32_t *tokens,
                  int n_max) {
-    return tokenize_impl(v, text, len, add_bos, false, false, tokens, n_max);
+    return tokenize_impl(v, text, len, add_bos, false, false, NULL, 0, tokens, n_max);
 }
 
 /* ------------------------------------------------------------------------------------------ */

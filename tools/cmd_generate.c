@@ -38,8 +38,8 @@ static void usage(FILE *f) {
             "  --chat        PROMPT is one user message: format it with the model's chat\n"
             "                template (built in: Llama 3, ChatML/Qwen, Phi-3; chosen from\n"
             "                tokenizer.chat_template) and generate the assistant's reply;\n"
-            "                special-token text in PROMPT and --system is parsed as with\n"
-            "                --special (as Hugging Face's chat templates do)\n"
+            "                special-token text in PROMPT and --system stays text (it cannot\n"
+            "                end the turn) unless --special is given too\n"
             "  --system TEXT a system message before the user message (with --chat)\n"
             "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
             "                has no tokenizer.chat_template (or to override it)\n\n",
@@ -72,23 +72,11 @@ static int format_chat(const skv_vocab *vocab, const char *tmpl, const char *sys
     return 0;
 }
 
-/* The prompt with special tokens parsed (and BOS/EOS as the vocabulary asks when add_special);
- * window_n > 0 marks
- * the last window_n tokens as the window. 0, 2 after a message, 1 when memory runs out. */
-static int tokenize_special(const skv_vocab *vocab, const char *text, bool add_special,
-                            int window_n, cli_prompt *out) {
-    memset(out, 0, sizeof *out);
-    size_t len = strlen(text);
-    int need = skv_tokenize_ex(vocab, text, len, add_special, true, NULL, 0);
-    if (need == INT_MIN) return 1;
-    int n = need < 0 ? -need : need;
-    int32_t *toks = malloc(((size_t)n + 1) * sizeof *toks);
-    if (!toks) return 1;
-    n = skv_tokenize_ex(vocab, text, len, add_special, true, toks, n);
-    if (n < 0) {
-        free(toks);
-        return 1;
-    }
+/* The prompt's tokens toks[0..n) (malloc'd, room for one more) as cli_prompt: BOS alone for an
+ * empty prompt; window_n > 0 marks the last window_n tokens as the window. 0, or 2 after a
+ * message (toks freed). */
+static int finish_prompt(const skv_vocab *vocab, int32_t *toks, int n, int window_n,
+                         cli_prompt *out) {
     if (n == 0) { /* nothing to start from: BOS alone */
         toks[n++] = skv_vocab_bos(vocab);
     }
@@ -106,6 +94,52 @@ static int tokenize_special(const skv_vocab *vocab, const char *text, bool add_s
     out->n_tokens = n;
     out->n_window = window_n > 0 ? window_n : 0;
     return 0;
+}
+
+/* The prompt with special tokens parsed (and BOS/EOS as the vocabulary asks when add_special).
+ * 0, 2 after a message, 1 when memory runs out. */
+static int tokenize_special(const skv_vocab *vocab, const char *text, bool add_special,
+                            int window_n, cli_prompt *out) {
+    memset(out, 0, sizeof *out);
+    size_t len = strlen(text);
+    int need = skv_tokenize_ex(vocab, text, len, add_special, true, NULL, 0);
+    if (need == INT_MIN) return 1;
+    int n = need < 0 ? -need : need;
+    int32_t *toks = malloc(((size_t)n + 1) * sizeof *toks);
+    if (!toks) return 1;
+    n = skv_tokenize_ex(vocab, text, len, add_special, true, toks, n);
+    if (n < 0) {
+        free(toks);
+        return 1;
+    }
+    return finish_prompt(vocab, toks, n, window_n, out);
+}
+
+/* --chat without --special: the conversation encoded by skv_chat_tokenize, the messages' text
+ * read as text (a prompt that spells <|im_end|> cannot end its turn). */
+static int tokenize_chat(const skv_vocab *vocab, const char *tmpl, const char *system_text,
+                         const char *user, int window_n, cli_prompt *out) {
+    memset(out, 0, sizeof *out);
+    skv_chat_message msgs[2];
+    int nm = 0;
+    if (system_text) msgs[nm++] = (skv_chat_message){"system", system_text};
+    msgs[nm++] = (skv_chat_message){"user", user};
+    skv_err err = {0};
+    int need = skv_chat_tokenize(vocab, tmpl, msgs, nm, true, NULL, 0, &err);
+    if (need == INT_MIN) {
+        cli_error("generate", "--chat: %s", err.msg);
+        return err.status == SKV_ERR_NOMEM ? 1 : 2;
+    }
+    int n = need < 0 ? -need : need;
+    int32_t *toks = malloc(((size_t)n + 1) * sizeof *toks);
+    if (!toks) return 1;
+    n = skv_chat_tokenize(vocab, tmpl, msgs, nm, true, toks, n, &err);
+    if (n < 0) {
+        free(toks);
+        cli_error("generate", "--chat: %s", err.msg);
+        return 1;
+    }
+    return finish_prompt(vocab, toks, n, window_n, out);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -242,6 +276,7 @@ int cmd_generate(int argc, char **argv) {
     cli_prompt prompt_toks = {0};
     skv_compress_info info = {0};
     char *chat_text = NULL;
+    const char *prompt_user = prompt;
     if (chat) {
         rc = format_chat(vocab, chat_template, system_text, prompt, &chat_text);
         if (rc) goto done;
@@ -254,9 +289,12 @@ int cmd_generate(int argc, char **argv) {
                     "markers are read as plain text (the model was not trained on this format)\n",
                     opener, skv_chat_template_name(vocab, chat_template, NULL));
     }
-    if (chat || special) /* a chat template writes BOS itself */
-        rc = tokenize_special(vocab, prompt, !chat, po.max_cache > 0 ? 0 : po.window_n,
-                              &prompt_toks);
+    const int window_n = po.max_cache > 0 ? 0 : po.window_n;
+    if (chat && !special) /* a chat template writes BOS itself */
+        rc = tokenize_chat(vocab, chat_template, system_text, chat_text ? prompt_user : prompt,
+                           window_n, &prompt_toks);
+    else if (chat || special)
+        rc = tokenize_special(vocab, prompt, !chat, window_n, &prompt_toks);
     else
         rc = cli_policy_tokenize("generate", model, &po, prompt, &prompt_toks);
     if (rc) goto done;

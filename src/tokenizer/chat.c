@@ -84,10 +84,13 @@ const char *skv_chat_template_opener(const skv_vocab *v, const char *tmpl) {
     return k == CHAT_NONE ? NULL : OPENER[k];
 }
 
-/* An output buffer that counts what does not fit. */
+/* An output buffer that counts what does not fit, and (when skip is set) where the messages'
+ * contents lie in it. */
 typedef struct obuf {
     char *p;
     size_t cap, n;
+    size_t (*skip)[2]; /* [n_messages] [begin, end) of each content, ascending */
+    int n_skip;
 } obuf;
 
 static void put(obuf *o, const char *s, size_t len) {
@@ -102,24 +105,35 @@ static void puts_(obuf *o, const char *s) {
     put(o, s, strlen(s));
 }
 
-/* s without leading and trailing whitespace (Jinja's |trim). */
+/* A message's content: text, whose special-token text skv_chat_tokenize leaves as text. */
+static void put_content(obuf *o, const char *s, size_t len) {
+    if (o->skip) {
+        o->skip[o->n_skip][0] = o->n;
+        o->skip[o->n_skip++][1] = o->n + len;
+    }
+    put(o, s, len);
+}
+
+/* A content without leading and trailing whitespace (Jinja's |trim). */
 static void put_trimmed(obuf *o, const char *s) {
     size_t a = 0, b = strlen(s);
     while (a < b && strchr(" \t\n\r\f\v", s[a])) a++;
     while (b > a && strchr(" \t\n\r\f\v", s[b - 1])) b--;
-    put(o, s + a, b - a);
+    put_content(o, s + a, b - a);
 }
 
 static bool known_role(const char *r) {
     return !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant");
 }
 
+/* The conversation into o (its size counted past o->cap); false with err filled on bad
+ * arguments. */
+static bool render(const skv_vocab *v, const char *tmpl, const skv_chat_message *msg, int n,
+                   bool add_gen, obuf *o_, skv_err *err);
+
 int skv_chat_format(const skv_vocab *v, const char *tmpl, const skv_chat_message *msg, int n,
                     bool add_gen, char *buf, int buf_size, skv_err *err) {
-    const char *bad = !v && !tmpl            ? "no vocabulary and no template given"
-                      : n < 0                ? "a negative message count"
-                      : !msg && n > 0        ? "messages is NULL"
-                      : buf_size < 0         ? "a negative buffer size"
+    const char *bad = buf_size < 0           ? "a negative buffer size"
                       : !buf && buf_size > 0 ? "buf is NULL with a buffer size above 0"
                                              : NULL;
     if (bad) {
@@ -127,36 +141,87 @@ int skv_chat_format(const skv_vocab *v, const char *tmpl, const skv_chat_message
                     bad, n, buf_size);
         return INT_MIN;
     }
+    obuf o = {buf, (size_t)buf_size, 0, NULL, 0};
+    if (!render(v, tmpl, msg, n, add_gen, &o, err)) return INT_MIN;
+    if (o.n > INT_MAX - 1) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "the formatted conversation is too long");
+        return INT_MIN;
+    }
+    if (o.n > (size_t)buf_size) return -(int)o.n;
+    if (o.n < (size_t)buf_size) buf[o.n] = '\0';
+    return (int)o.n;
+}
+
+int skv_chat_tokenize(const skv_vocab *v, const char *tmpl, const skv_chat_message *msg, int n,
+                      bool add_gen, int32_t *tokens, int n_max, skv_err *err) {
+    if (!v || n_max < 0 || (!tokens && n_max > 0)) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "skv_chat_tokenize: %s (n_max %d)",
+                    !v          ? "no vocabulary"
+                    : n_max < 0 ? "a negative n_max"
+                                : "tokens is NULL",
+                    n_max);
+        return INT_MIN;
+    }
+    obuf o = {NULL, 0, 0, NULL, 0};
+    if (!render(v, tmpl, msg, n, add_gen, &o, err)) return INT_MIN; /* its size */
+    if (o.n > INT_MAX - 1) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "the formatted conversation is too long");
+        return INT_MIN;
+    }
+    const size_t len = o.n;
+    o = (obuf){malloc(len + 1), len, 0, malloc(((size_t)n + 1) * sizeof *o.skip), 0};
+    int r = INT_MIN;
+    if (!o.p || !o.skip) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory for a conversation of %zu bytes", len);
+    } else if (render(v, tmpl, msg, n, add_gen, &o, err)) {
+        r = skv_tokenize_skipping(v, o.p, len, (const size_t(*)[2])o.skip, o.n_skip, tokens, n_max);
+        if (r == INT_MIN) skv_err_set(err, SKV_ERR_NOMEM, "the conversation does not encode");
+    }
+    free(o.p);
+    free(o.skip);
+    return r;
+}
+
+static bool render(const skv_vocab *v, const char *tmpl, const skv_chat_message *msg, int n,
+                   bool add_gen, obuf *o_, skv_err *err) {
+    const char *bad = !v && !tmpl     ? "no vocabulary and no template given"
+                      : n < 0         ? "a negative message count"
+                      : !msg && n > 0 ? "messages is NULL"
+                                      : NULL;
+    if (bad) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "chat: %s (n_messages %d)", bad, n);
+        return false;
+    }
     chat_kind kind = resolve(v, tmpl, err);
-    if (kind == CHAT_NONE) return INT_MIN;
+    if (kind == CHAT_NONE) return false;
     for (int i = 0; i < n; i++) {
         if (!msg[i].role || !msg[i].content) {
             skv_err_set(err, SKV_ERR_INVALID_ARG, "chat message %d has no role or no content", i);
-            return INT_MIN;
+            return false;
         }
         if (!known_role(msg[i].role)) {
             skv_err_set(err, SKV_ERR_INVALID_ARG,
                         "chat message %d has role '%.40s' (expected system, user or assistant)", i,
                         msg[i].role);
-            return INT_MIN;
+            return false;
         }
     }
     /* Variants of a format are read from the template's text (a default system message, BOS);
      * a format given by name is the plain one (Phi-3's with BOS). */
     const char *t = tmpl ? tmpl : v->chat_template;
     if (tmpl && detect(tmpl) == CHAT_NONE) t = kind == CHAT_PHI3 ? "{{ bos_token }}" : "";
-    obuf o = {buf, (size_t)buf_size, 0};
+    obuf *o = o_;
     switch (kind) {
     case CHAT_LLAMA3:
-        puts_(&o, "<|begin_of_text|>");
+        puts_(o, "<|begin_of_text|>");
         for (int i = 0; i < n; i++) {
-            puts_(&o, "<|start_header_id|>");
-            puts_(&o, msg[i].role);
-            puts_(&o, "<|end_header_id|>\n\n");
-            put_trimmed(&o, msg[i].content);
-            puts_(&o, "<|eot_id|>");
+            puts_(o, "<|start_header_id|>");
+            puts_(o, msg[i].role);
+            puts_(o, "<|end_header_id|>\n\n");
+            put_trimmed(o, msg[i].content);
+            puts_(o, "<|eot_id|>");
         }
-        if (add_gen) puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (add_gen) puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case CHAT_CHATML: {
         const char *def = NULL;
@@ -165,42 +230,36 @@ int skv_chat_format(const skv_vocab *v, const char *tmpl, const skv_chat_message
         else if (strstr(t, "You are a helpful assistant"))
             def = "You are a helpful assistant";
         if (def && (n == 0 || strcmp(msg[0].role, "system") != 0)) {
-            puts_(&o, "<|im_start|>system\n");
-            puts_(&o, def);
-            puts_(&o, "<|im_end|>\n");
+            puts_(o, "<|im_start|>system\n");
+            puts_(o, def);
+            puts_(o, "<|im_end|>\n");
         }
         for (int i = 0; i < n; i++) {
-            puts_(&o, "<|im_start|>");
-            puts_(&o, msg[i].role);
-            puts_(&o, "\n");
-            puts_(&o, msg[i].content);
-            puts_(&o, "<|im_end|>\n");
+            puts_(o, "<|im_start|>");
+            puts_(o, msg[i].role);
+            puts_(o, "\n");
+            put_content(o, msg[i].content, strlen(msg[i].content));
+            puts_(o, "<|im_end|>\n");
         }
-        if (add_gen) puts_(&o, "<|im_start|>assistant\n");
+        if (add_gen) puts_(o, "<|im_start|>assistant\n");
         break;
     }
     case CHAT_PHI3:
         if (strstr(t, "bos_token")) { /* without a vocabulary, Phi-3's own BOS */
             const char *bos = v ? skv_vocab_piece(v, v->bos) : "<s>";
-            if (bos) puts_(&o, bos);
+            if (bos) puts_(o, bos);
         }
         for (int i = 0; i < n; i++) {
-            puts_(&o, "<|");
-            puts_(&o, msg[i].role);
-            puts_(&o, "|>\n");
-            puts_(&o, msg[i].content);
-            puts_(&o, "<|end|>\n");
+            puts_(o, "<|");
+            puts_(o, msg[i].role);
+            puts_(o, "|>\n");
+            put_content(o, msg[i].content, strlen(msg[i].content));
+            puts_(o, "<|end|>\n");
         }
-        if (add_gen) puts_(&o, "<|assistant|>\n");
+        if (add_gen) puts_(o, "<|assistant|>\n");
         break;
     default:
-        return INT_MIN; /* not reached: skv_chat_template_name refused it */
+        return false; /* not reached: resolve refused it */
     }
-    if (o.n > INT_MAX - 1) {
-        skv_err_set(err, SKV_ERR_INVALID_ARG, "the formatted conversation is too long");
-        return INT_MIN;
-    }
-    if (o.n > (size_t)buf_size) return -(int)o.n;
-    if (o.n < (size_t)buf_size) buf[o.n] = '\0';
-    return (int)o.n;
+    return true;
 }

@@ -67,6 +67,10 @@ typedef struct tokvec {
 } tokvec;
 
 bool skv_tokvec_push(tokvec *t, int32_t id);
+/* skv_tokenize_ex(v, text, len, false, true, ...) except that no special token is matched
+ * inside the [n_skip] ascending byte ranges skip[i] = [begin, end) (chat contents). */
+int skv_tokenize_skipping(const skv_vocab *v, const char *text, size_t len, const size_t (*skip)[2],
+                          int n_skip, int32_t *tokens, int n_max);
 
 /* Token of a mergeable piece (exact bytes), or -1. */
 int32_t skv_vocab_lookup(const skv_vocab *v, const char *s, size_t len);
