@@ -552,6 +552,8 @@ typedef struct skv_policy_head {
     int group, n_window;
     size_t query_head_stride;
     const float *values;
+    const int32_t *positions; /* [n] the scored entries' logical positions (ascending; after a
+                                 cut, entry 0 is not position 0: sinks are positions[i] < S) */
 } skv_policy_head;
 typedef skv_status (*skv_policy_score_fn)(void *user, const skv_policy_head *head, double *score,
                                           skv_err *err);
@@ -564,7 +566,7 @@ typedef struct skv_policy_def {
     skv_policy_score_fn score;
     void *user;
 } skv_policy_def;
-/* Adds a row to the registry (at most 16 registered rows). Not safe while another thread
+/* Adds a row to the registry (at most 64 registered rows). Not safe while another thread
  * compresses or registers. */
 SKV_API skv_status skv_policy_register(const skv_policy_def *def, skv_err *err);
 

@@ -4,6 +4,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,7 +178,9 @@ typedef struct head_task {
     int T_stride;
     size_t scratch_bytes;
     skv_head_fn fn;
-    skv_err *errs; /* [nth] */
+    skv_err *errs;      /* [nth] */
+    atomic_bool failed; /* a worker failed: the others take no more heads (a slow scorer's
+                           remaining calls would only delay the error) */
 } head_task;
 
 static void head_worker(void *arg, int ith, int nth) {
@@ -192,7 +195,7 @@ static void head_worker(void *arg, int ith, int nth) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory for the keys of %d positions", n);
         goto done;
     }
-    for (int task = ith; task < job->n_layer * H; task += nth) {
+    for (int task = ith; task < job->n_layer * H && !atomic_load(&a->failed); task += nth) {
         const int l = task / H, h = task % H;
         const int len = skv_cache_head_len(job->cache, l, h);
         if (len < n) {
@@ -214,9 +217,15 @@ static void head_worker(void *arg, int ith, int nth) {
         if (kk != k) free(kk);
         if (st) goto done;
         double *row = a->scores + (size_t)task * (size_t)a->T_stride;
-        if (a->fn(job, l, h, k, row, scratch, err)) goto done;
+        const skv_status fs = a->fn(job, l, h, k, row, scratch, err);
+        if (fs) { /* a status without words would pass as a success below */
+            if (err->status == SKV_OK)
+                skv_err_set(err, fs, "scoring layer %d kv head %d failed", l, h);
+            goto done;
+        }
     }
 done:
+    if (err->status != SKV_OK) atomic_store(&a->failed, true);
     free(k);
     free(scratch);
 }
@@ -229,7 +238,7 @@ skv_status skv_for_each_head(const skv_score_job *job, double *scores, int T_str
     const int nth = job->pool ? skv_pool_size(job->pool) : 1;
     skv_err *errs = calloc((size_t)nth, sizeof *errs);
     if (!errs) return skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
-    head_task a = {job, scores, T_stride, scratch_bytes, fn, errs};
+    head_task a = {job, scores, T_stride, scratch_bytes, fn, errs, false};
     skv_pool_run(job->pool, head_worker, &a);
     skv_status st = SKV_OK;
     for (int i = 0; i < nth && st == SKV_OK; i++) {

@@ -128,6 +128,7 @@ class skv_policy_head(Structure):
         ("n_window", c_int),
         ("query_head_stride", c_size_t),
         ("values", POINTER(c_float)),
+        ("positions", POINTER(c_int32)),
     ]
 
 

@@ -28,14 +28,20 @@ def _words(e):
 class PolicyHead:
     """One (layer, kv head) as a Python policy's score function sees it. Arrays are copies:
 
-    keys     [n, head_dim] float32, post-RoPE keys of the n positions to score
-    values   [n, head_dim] float32, their values (None unless registered with needs_values)
-    queries  [group, n_window, head_dim] float32, the window's post-RoPE queries of the group's
-             query heads (None unless registered with needs_window)
+    keys       [n, head_dim] float32, post-RoPE keys of the n entries to score (rotated at their
+               original positions, or at their index in the head under positions="rerotate")
+    values     [n, head_dim] float32, their values (None unless registered with needs_values)
+    positions  [n] int32, their logical positions, ascending (after a budget's cut entry 0 is
+               not position 0: sinks are positions < S)
+    queries    [group, n_window, head_dim] float32, the window's post-RoPE queries of the
+               group's query heads (None unless registered with needs_window)
     layer, kv_head, n, head_dim: ints
+
+    n is what is scored: compress with protocol "seed" scores the whole cache, "engine" all but
+    its last W entries (the window, kept); a budget's cut, the entries before its window.
     """
 
-    __slots__ = ("layer", "kv_head", "n", "head_dim", "keys", "values", "queries")
+    __slots__ = ("layer", "kv_head", "n", "head_dim", "keys", "values", "queries", "positions")
 
     def __repr__(self):
         return "PolicyHead(layer=%d, kv_head=%d, n=%d, head_dim=%d%s%s)" % (
@@ -56,6 +62,8 @@ def _head(h):
     out.layer, out.kv_head, out.n, out.head_dim = h.layer, h.kv_head, n, d
     out.keys = _rows(h.keys, n, d)
     out.values = _rows(h.values, n, d) if h.values else None
+    out.positions = (np.ctypeslib.as_array(h.positions, shape=(n,)).copy() if n and h.positions
+                     else np.zeros(0, np.int32))
     out.queries = None
     if h.queries and h.n_window > 0 and h.group > 0:
         g, w, stride = h.group, h.n_window, h.query_head_stride
@@ -65,22 +73,31 @@ def _head(h):
     return out
 
 
-def register_policy(name, score, needs_window=False, needs_values=False, paper=None):
+# name -> [score function, needs_window, needs_values]: what a registered row calls now
+_functions = {}
+
+
+def register_policy(name, score, needs_window=False, needs_values=False, paper=None,
+                    replace=False):
     """Adds a policy written in Python to the library's registry, under name ([a-z0-9_], 1 to 31
     characters, not a policy or alias already there). score(head) gets a PolicyHead and returns
-    n scores (array-like of floats, higher = more worth keeping); each head keeps its top scores
-    (ties toward the higher position), with the library's budgets, engine window and sinks as
-    for every policy. The name then works wherever a policy name does in this process:
-    Context.compress, Context.set_budget, evaluate, evaluate_budget, policies(). Registration
-    lasts as long as the process (at most 16 registered policies).
+    n scores (array-like of floats, higher = more worth keeping; +inf is kept first and counted
+    as forced, -inf last); each head keeps its top scores (ties toward the higher position),
+    under the library's budgets and engine window (sinks and window_keep are built-in policies'
+    parameters: keep sinks with head.positions). The name then works wherever a policy name
+    does in this process: Context.compress, Context.set_budget, evaluate, evaluate_budget,
+    policies(). Registration lasts as long as the process (at most 64 registered policies);
+    replace=True gives a name this function registered a new score function (same
+    needs_window and needs_values; the paper stays), as a notebook's re-run cell wants.
 
     score is called from the library's worker threads, one call at a time (the GIL). An
     exception in it fails the call that compressed with InvalidArgumentError "policy 'NAME'
     failed on layer L kv head H: ...", raised from that exception; compress leaves the cache as
     it was, while under set_budget the failing forward's tokens are in the cache already (the
-    cut comes after them) and the heads are not cut. NaN scores are refused (sparsekv.Error,
-    status SKV_ERR_NUMERIC). Register before other threads compress: the registry is not
-    guarded against registration during a compression."""
+    cut comes after them) and the heads are not cut. KeyboardInterrupt and SystemExit come back
+    as themselves; once a call failed, the library's other workers score no more heads. NaN
+    scores are refused (sparsekv.Error, status SKV_ERR_NUMERIC). Register before other threads
+    compress: the registry is not guarded against registration during a compression."""
     if not callable(score):
         raise TypeError("score must be callable, got %s" % type(score).__name__)
     bname = _text(name, "name")
@@ -93,7 +110,7 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     def trampoline(user, head_p, score_p, err_p):
         try:
             head = _head(head_p.contents)
-            out = np.asarray(score(head), dtype=np.float64)
+            out = np.asarray(_functions[key][0](head), dtype=np.float64)
             if out.shape != (head.n,):
                 raise ValueError("the score function returned shape %s for %d positions"
                                  % (out.shape, head.n))
@@ -115,6 +132,18 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
                 pass
             return 1  # SKV_ERR_INVALID_ARG
 
+    with _register_lock:
+        if key in _functions:
+            f = _functions[key]
+            if not replace:
+                raise _bad_arg("policy '%s' is already registered: pass replace=True to give "
+                               "it this score function" % key)
+            if (f[1], f[2]) != (bool(needs_window), bool(needs_values)):
+                raise _bad_arg("policy '%s' was registered with needs_window=%s, "
+                               "needs_values=%s: a replacement keeps them" % (key, f[1], f[2]))
+            f[0] = score
+            return key
+
     cb = L.POLICY_SCORE_FN(trampoline)
     d = L.skv_policy_def(name=bname, paper=bpaper, needs_window=bool(needs_window), score=cb,
                          user=None, needs_values=bool(needs_values))
@@ -122,4 +151,5 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     with _register_lock:  # the C registry takes one registration at a time
         _check(L.lib.skv_policy_register(ctypes.byref(d), ctypes.byref(err)), err)
         _alive.append((cb, d, trampoline))
+        _functions[key] = [score, bool(needs_window), bool(needs_values)]
     return key

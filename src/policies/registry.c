@@ -38,7 +38,7 @@ const skv_policy_param_about *skv_policy_param_at(int i) {
 
 /* ---- registered (external) policies -------------------------------------------------------- */
 
-#define MAX_EXT 16
+#define MAX_EXT 64
 
 typedef struct ext_row {
     skv_policy row;
@@ -49,7 +49,7 @@ typedef struct ext_row {
 
 static ext_row ext[MAX_EXT];
 static int n_ext;
-static char list_buf[1024];
+static char list_buf[4096]; /* every name and alias: 9 built-in + 64 x 31 characters */
 static bool list_built;
 
 int skv_policy_registry_size(void) {
@@ -142,7 +142,12 @@ static skv_status ext_head(const skv_score_job *job, int l, int h, const float *
     (void)scratch;
     const skv_policy_def *def = job->ext;
     const int g = job->n_head / job->n_head_kv, d = job->head_dim;
-    skv_policy_head in = {.layer = l, .kv_head = h, .head_dim = d, .n = job->T, .keys = k};
+    skv_policy_head in = {.layer = l,
+                          .kv_head = h,
+                          .head_dim = d,
+                          .n = job->T,
+                          .keys = k,
+                          .positions = skv_cache_head_positions(job->cache, l, h)};
     if (job->queries && job->W > 0) {
         in.queries = job->queries[l] + ((size_t)h * g * job->q_n + (size_t)job->q_off) * d;
         in.group = g;
@@ -201,8 +206,11 @@ skv_status skv_policy_register(const skv_policy_def *def, skv_err *err) {
         return strcmp(taken->name, def->name)
                    ? skv_err_set(err, SKV_ERR_INVALID_ARG,
                                  "'%s' is already the alias of policy '%s'", def->name, taken->name)
-                   : skv_err_set(err, SKV_ERR_INVALID_ARG, "policy '%s' is already registered",
-                                 def->name);
+               : taken->ext
+                   ? skv_err_set(err, SKV_ERR_INVALID_ARG, "policy '%s' is already registered",
+                                 def->name)
+                   : skv_err_set(err, SKV_ERR_INVALID_ARG,
+                                 "'%s' is a built-in policy: choose another name", def->name);
     if (n_ext >= MAX_EXT)
         return skv_err_set(err, SKV_ERR_INVALID_ARG, "at most %d policies can be registered",
                            MAX_EXT);

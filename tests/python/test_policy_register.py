@@ -4,6 +4,8 @@ head's top scores. References: the C knorm (the same rule in NumPy selects the s
 the cache's own values (read_head before compressing), the queries the prefill captured (engine
 protocol). The registry is the process's: every test registers its own names."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -200,3 +202,60 @@ def test_each_error_raised_from_its_own_exception(model):
     with pytest.raises(sparsekv.InvalidArgumentError, match="NUL"):
         sparsekv.register_policy("py_nul\0t", by_length)
     assert sparsekv.policy_canonical("py_nul") is None
+
+
+def test_positions_replace_and_stop_after_failure(model):
+    """head.positions are the scored entries' logical positions: a policy keeps sinks with them
+    after budget cuts (entry 0 is no longer position 0 then); replace=True swaps a registered
+    name's function; after a failing call the other worker scores no more heads."""
+    seen = []
+
+    def sinks_then_recent(h):
+        assert h.positions.shape == (h.n,) and np.all(np.diff(h.positions) > 0)
+        seen.append(h.positions[0])
+        return np.where(h.positions < 4, np.inf, h.positions.astype(float))
+
+    sparsekv.register_policy("py_sinks_t", sinks_then_recent)
+    ids = model.tokenize(PROMPT)
+    with model.new_context(n_ctx=256, threads=2) as c:
+        c.set_budget("py_sinks_t", 12, interval=8)
+        for i in range(0, len(ids), 8):
+            c.forward(ids[i:i + 8], logits="none")
+        assert c.budget_cuts >= 2
+        for l in range(c.n_layer):
+            for h in range(c.n_head_kv):
+                kept = list(c.kept_positions(l, h))
+                assert kept[:4] == [0, 1, 2, 3], kept
+    assert min(seen) == 0
+
+    sparsekv.register_policy("py_replace_t", lambda h: -np.arange(h.n, dtype=float))
+    with pytest.raises(sparsekv.InvalidArgumentError, match="replace=True"):
+        sparsekv.register_policy("py_replace_t", lambda h: np.arange(h.n, dtype=float))
+    with pytest.raises(sparsekv.InvalidArgumentError, match="keeps them"):
+        sparsekv.register_policy("py_replace_t", lambda h: h.values[:, 0], needs_values=True,
+                                 replace=True)
+    with _ctx(model) as a:
+        a.compress("py_replace_t", 0.5)
+        first = list(a.kept_positions(0, 0))
+    assert sparsekv.register_policy("py_replace_t", lambda h: np.arange(h.n, dtype=float),
+                                    replace=True) == "py_replace_t"
+    with _ctx(model) as b:
+        info = b.compress("py_replace_t", 0.5)
+        last = list(b.kept_positions(0, 0))
+    T, k = info["T"], info["keep"]
+    assert first == list(range(k)) and last == list(range(T - k, T))
+
+    calls = []
+
+    def fails(h):  # the first head fails, the others take their time
+        calls.append(h.layer)
+        if (h.layer, h.kv_head) == (0, 0):
+            raise ValueError("first head")
+        time.sleep(0.005)
+        return np.zeros(h.n)
+
+    sparsekv.register_policy("py_fails_t", fails)
+    with _ctx(model) as c:  # 2 workers, 20 heads
+        with pytest.raises(sparsekv.InvalidArgumentError):
+            c.compress("py_fails_t", 0.5)
+    assert len(calls) <= 3, calls
