@@ -291,8 +291,7 @@ int cmd_generate(int argc, char **argv) {
     }
     const int window_n = po.max_cache > 0 ? 0 : po.window_n;
     if (chat && !special) /* a chat template writes BOS itself */
-        rc = tokenize_chat(vocab, chat_template, system_text, chat_text ? prompt_user : prompt,
-                           window_n, &prompt_toks);
+        rc = tokenize_chat(vocab, chat_template, system_text, prompt_user, window_n, &prompt_toks);
     else if (chat || special)
         rc = tokenize_special(vocab, prompt, !chat, window_n, &prompt_toks);
     else

@@ -750,7 +750,8 @@ class Context:
         if d["bytes_after"] < d["bytes_before"] and d["by_score"].size and \
                 not d["by_score"].any():
             warnings.warn("%s at keep %g: nothing was chosen by score, every kept entry was "
-                          "forced (the engine window, window_keep, sinks or h2o's recent); "
+                          "forced (the engine window, window_keep, sinks, h2o's recent or "
+                          "a registered policy's +inf scores); "
                           "raise keep or lower those" % (d["policy"], d["keep_frac"]),
                           stacklevel=2)
         return d

@@ -122,6 +122,19 @@ static void put_trimmed(obuf *o, const char *s) {
     put_content(o, s + a, b - a);
 }
 
+/* One message: pre ROLE mid CONTENT end (Llama 3 trims the content). */
+static void put_turn(obuf *o, const char *pre, const skv_chat_message *m, const char *mid,
+                     bool trim, const char *end) {
+    puts_(o, pre);
+    puts_(o, m->role);
+    puts_(o, mid);
+    if (trim)
+        put_trimmed(o, m->content);
+    else
+        put_content(o, m->content, strlen(m->content));
+    puts_(o, end);
+}
+
 static bool known_role(const char *r) {
     return !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant");
 }
@@ -214,13 +227,9 @@ static bool render(const skv_vocab *v, const char *tmpl, const skv_chat_message 
     switch (kind) {
     case CHAT_LLAMA3:
         puts_(o, "<|begin_of_text|>");
-        for (int i = 0; i < n; i++) {
-            puts_(o, "<|start_header_id|>");
-            puts_(o, msg[i].role);
-            puts_(o, "<|end_header_id|>\n\n");
-            put_trimmed(o, msg[i].content);
-            puts_(o, "<|eot_id|>");
-        }
+        for (int i = 0; i < n; i++)
+            put_turn(o, "<|start_header_id|>", &msg[i], "<|end_header_id|>\n\n", true,
+                     "<|eot_id|>");
         if (add_gen) puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case CHAT_CHATML: {
@@ -234,13 +243,8 @@ static bool render(const skv_vocab *v, const char *tmpl, const skv_chat_message 
             puts_(o, def);
             puts_(o, "<|im_end|>\n");
         }
-        for (int i = 0; i < n; i++) {
-            puts_(o, "<|im_start|>");
-            puts_(o, msg[i].role);
-            puts_(o, "\n");
-            put_content(o, msg[i].content, strlen(msg[i].content));
-            puts_(o, "<|im_end|>\n");
-        }
+        for (int i = 0; i < n; i++)
+            put_turn(o, "<|im_start|>", &msg[i], "\n", false, "<|im_end|>\n");
         if (add_gen) puts_(o, "<|im_start|>assistant\n");
         break;
     }
@@ -249,13 +253,7 @@ static bool render(const skv_vocab *v, const char *tmpl, const skv_chat_message 
             const char *bos = v ? skv_vocab_piece(v, v->bos) : "<s>";
             if (bos) puts_(o, bos);
         }
-        for (int i = 0; i < n; i++) {
-            puts_(o, "<|");
-            puts_(o, msg[i].role);
-            puts_(o, "|>\n");
-            put_content(o, msg[i].content, strlen(msg[i].content));
-            puts_(o, "<|end|>\n");
-        }
+        for (int i = 0; i < n; i++) put_turn(o, "<|", &msg[i], "|>\n", false, "<|end|>\n");
         if (add_gen) puts_(o, "<|assistant|>\n");
         break;
     default:
