@@ -543,13 +543,16 @@ static bool dir_nonempty(const char *dir) {
     return any;
 }
 
+/* The files a run writes into --out besides the figures. */
+static const char *const OUTPUT_FILES[] = {
+    "results.jsonl", "summary.csv", "summary.md",   "timing.csv",     "plot_data.dat",
+    "plots.gp",      "run.json",    "decode.jsonl", "depth_data.dat", NULL};
+
 /* --overwrite: removes what a previous run wrote (only the names eval writes), so no stale
  * summary or figure stays beside the new results. Shared with eval-merge. */
 bool cmd_eval_remove_outputs(const char *dir);
 bool cmd_eval_remove_outputs(const char *dir) {
-    static const char *const files[] = {
-        "results.jsonl", "summary.csv", "summary.md",   "timing.csv",     "plot_data.dat",
-        "plots.gp",      "run.json",    "decode.jsonl", "depth_data.dat", NULL};
+    const char *const *files = OUTPUT_FILES;
     char p[4200];
     for (int t = 0; t < 2; t++) {
         const char *tmp = t ? ".tmp" : "";
@@ -568,15 +571,11 @@ bool cmd_eval_remove_outputs(const char *dir) {
 
 /* The name of the output in dir that path is (the same file), or NULL: a --data file there
  * would be replaced by the run's results (the figures are no JSONL: not looked at). */
-const char *cmd_eval_output_named(const char *dir, const char *path);
-const char *cmd_eval_output_named(const char *dir, const char *path) {
-    static const char *const files[] = {
-        "results.jsonl", "summary.csv", "summary.md",   "timing.csv",     "plot_data.dat",
-        "plots.gp",      "run.json",    "decode.jsonl", "depth_data.dat", NULL};
+static const char *output_named(const char *dir, const char *path) {
     char p[4200];
-    for (int i = 0; files[i]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-        if (cli_same_file(p, path)) return files[i];
+    for (int i = 0; OUTPUT_FILES[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, OUTPUT_FILES[i]);
+        if (cli_same_file(p, path)) return OUTPUT_FILES[i];
     }
     return NULL;
 }
@@ -970,7 +969,7 @@ static int eval_main(int argc, char **argv) {
     const char *model_typed = model_arg; /* the rows' "model": the same in a resumed run's */
     model_arg = replayed_path(model_arg, model_buf, sizeof model_buf);
     data = replayed_path(data, data_buf, sizeof data_buf);
-    const char *clash = data && out ? cmd_eval_output_named(out, data) : NULL;
+    const char *clash = data && out ? output_named(out, data) : NULL;
     if (clash) {
         cli_error(CMD, "--data %s is %s/%s, which this run writes: copy it elsewhere first", data,
                   out, clash);

@@ -73,7 +73,7 @@ def _head(h):
     return out
 
 
-# name -> [score function, needs_window, needs_values]: what a registered row calls now
+# name -> the score function a row registered here calls now (its flags are the registry's)
 _functions = {}
 
 
@@ -110,7 +110,7 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     def trampoline(user, head_p, score_p, err_p):
         try:
             head = _head(head_p.contents)
-            out = np.asarray(_functions[key][0](head), dtype=np.float64)
+            out = np.asarray(_functions[key](head), dtype=np.float64)
             if out.shape != (head.n,):
                 raise ValueError("the score function returned shape %s for %d positions"
                                  % (out.shape, head.n))
@@ -134,14 +134,16 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
 
     with _register_lock:
         if key in _functions:
-            f = _functions[key]
             if not replace:
                 raise _bad_arg("policy '%s' is already registered: pass replace=True to give "
                                "it this score function" % key)
-            if (f[1], f[2]) != (bool(needs_window), bool(needs_values)):
+            row = _core._policy_row(key)
+            if (row["needs_window"], row["needs_values"]) != (bool(needs_window),
+                                                              bool(needs_values)):
                 raise _bad_arg("policy '%s' was registered with needs_window=%s, "
-                               "needs_values=%s: a replacement keeps them" % (key, f[1], f[2]))
-            f[0] = score
+                               "needs_values=%s: a replacement keeps them"
+                               % (key, row["needs_window"], row["needs_values"]))
+            _functions[key] = score
             return key
 
     cb = L.POLICY_SCORE_FN(trampoline)
@@ -150,6 +152,6 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     err = L.skv_err()
     with _register_lock:  # the C registry takes one registration at a time
         _check(L.lib.skv_policy_register(ctypes.byref(d), ctypes.byref(err)), err)
-        _alive.append((cb, d, trampoline))
-        _functions[key] = [score, bool(needs_window), bool(needs_values)]
+        _alive.append((cb, d))  # cb holds the trampoline
+        _functions[key] = score
     return key
