@@ -122,6 +122,9 @@ static void test_refused(void **state) {
         {"policies extra", 2, "unexpected argument 'extra'"},
         {"generate stray", 2, "unexpected argument 'stray'"},
         {"tokenize --vocab-llama2c tok.bin", 2, "needs FILE N"},
+        /* N is the argument after FILE even when it looks like an option */
+        {"tokenize --vocab-llama2c tok.bin -1 -p hi", 2, "N must be a token count >= 0, not '-1'"},
+        {"tokenize -p hi --vocab-llama2c=tok.bin x", 2, "N must be a token count >= 0, not 'x'"},
         /* a vocabulary that does not open is bad input, as a model that does not load */
         {"tokenize --vocab-llama2c /nonexistent/tok.bin 512 -p hi", 2, "cannot open"},
         {"generate --chat --chat-template bogus -n 1", 2,

@@ -214,6 +214,21 @@ int cli_args_next(cli_args *a, const char **value) {
     return c;
 }
 
+bool cli_args_take(cli_args *a, const char **value) {
+    *value = NULL;
+    if (a->done) {
+        if (a->rest >= a->argc) return false;
+        *value = a->argv[a->rest++];
+        return true;
+    }
+    /* getopt_long has just returned a whole argument (an option's value is never clustered
+     * with what follows), so optind names the next one; '-' in optstring means it permutes
+     * nothing, and moving optind past an argument is how glibc's own callers skip one */
+    if (optind < 1 || optind >= a->argc) return false;
+    *value = a->argv[optind++];
+    return true;
+}
+
 const char *cli_args_spelling(const cli_args *a) {
     static char buf[96];
     if (a->last_spelling) {

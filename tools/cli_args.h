@@ -59,6 +59,9 @@ bool cli_args_init(cli_args *a, const char *cmd, int argc, char **argv, const cl
  * with the argument in *value, CLI_DONE, or CLI_FAIL after a message. */
 int cli_args_next(cli_args *a, const char **value);
 
+/* The next argument as it is, even one that starts with '-' ("-1"), for an option that takes
+ * two values (--vocab-llama2c FILE N): true with it in *value, false at the end of argv. */
+bool cli_args_take(cli_args *a, const char **value);
 /* How many times the option with this key was given so far. */
 int cli_args_given(const cli_args *a, int key);
 

@@ -82,24 +82,12 @@ int cmd_tokenize(int argc, char **argv) {
     cli_args args;
     if (!cli_args_init(&args, "tokenize", argc, argv, opts, NULL, NULL)) return 2;
     const char *val;
-    bool want_n = false; /* --vocab-llama2c FILE N: N is the next argument */
     for (int key; (key = cli_args_next(&args, &val)) != CLI_DONE;) {
-        if (want_n && key != CLI_OPERAND && key != CLI_FAIL) {
-            cli_error("tokenize", "--vocab-llama2c needs FILE N (the vocabulary size)");
-            return 2;
-        }
         switch (key) {
         case CLI_FAIL:
             return 2;
         case CLI_OPERAND:
-            if (!want_n) return cli_args_extra(&args, val), 2;
-            if (!cli_parse_int(val, 0, INT_MAX, &vocab_n)) {
-                cli_error("tokenize", "--vocab-llama2c: N must be a token count >= 0, not '%s'",
-                          val);
-                return 2;
-            }
-            want_n = false;
-            break;
+            return cli_args_extra(&args, val), 2;
         case 'h':
             usage(stdout);
             return 0;
@@ -121,15 +109,19 @@ int cmd_tokenize(int argc, char **argv) {
         case 'f':
             text_file = val;
             break;
-        case O_VOCAB:
+        case O_VOCAB: /* --vocab-llama2c FILE N: N is the next argument, whatever it looks like */
             vocab_path = val;
-            want_n = true;
+            if (!cli_args_take(&args, &val)) {
+                cli_error("tokenize", "--vocab-llama2c needs FILE N (the vocabulary size)");
+                return 2;
+            }
+            if (!cli_parse_int(val, 0, INT_MAX, &vocab_n)) {
+                cli_error("tokenize", "--vocab-llama2c: N must be a token count >= 0, not '%s'",
+                          val);
+                return 2;
+            }
             break;
         }
-    }
-    if (want_n) {
-        cli_error("tokenize", "--vocab-llama2c needs FILE N (the vocabulary size)");
-        return 2;
     }
     if (!text == !text_file) {
         cli_error("tokenize", "give the text with exactly one of -p TEXT or -f FILE (see --help)");

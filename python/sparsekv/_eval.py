@@ -57,6 +57,33 @@ def compare_logits(ref, cmp, targets=None):
     return out
 
 
+def _t975(df):
+    """The t distribution's 0.975 quantile with df degrees of freedom, as `sparsekv eval`'s
+    (eval/metrics.c): exact values to df 30, then the Cornish-Fisher expansion (error < 1e-7)."""
+    table = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851,
+             2.364624252, 2.306004135, 2.262157163, 2.228138852, 2.200985160, 2.178812830,
+             2.160368656, 2.144786688, 2.131449546, 2.119905299, 2.109815578, 2.100922040,
+             2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
+             2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456)
+    if df < 1:
+        return math.nan
+    if df <= 30:
+        return table[df - 1]
+    z = 1.959963984540054
+    g = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+         (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+         (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)
+    return z + sum(gk / df**(k + 1) for k, gk in enumerate(g))
+
+
+def _ci95(values):
+    """Half-width of the 95% confidence interval of the mean (Student t); NaN below 2 values."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    return _t975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
+
+
 def _as_samples(model, data):
     if isinstance(data, (str, bytes)):
         data = [data]
@@ -378,7 +405,10 @@ class EvalResults(list):
         """Per configuration (policy, keep_frac, protocol, positions; evaluate_budget's: policy,
         budget, compress_every): the mean over samples of kl_mean, top1, ln_ppl_ratio and
         greedy_match (random: seeds averaged per sample first; evaluate_budget's: cuts, and the
-        max of max_entries), and n_samples. A list of dicts in first-seen order."""
+        max of max_entries), each but cuts with its `_ci95`: the half-width of the 95%
+        confidence interval of that mean over samples (Student t; NaN with one sample), as
+        `sparsekv eval`'s summary.csv; n_samples; ppl_ratio = exp(ln_ppl_ratio). A list of
+        dicts in first-seen order."""
         groups = {}
         for r in self:
             names = ("policy", "budget", "compress_every") if r.get("mode") == "decode" else \
@@ -392,6 +422,8 @@ class EvalResults(list):
             for f in ("kl_mean", "top1", "ln_ppl_ratio", "cuts" if decode else "greedy_match"):
                 per = [np.mean([r[f] for r in rs]) for rs in by_sample.values()]
                 row[f] = float(np.mean(per))
+                if f != "cuts":
+                    row[f + "_ci95"] = _ci95(per)
             if decode:
                 row["max_entries"] = max(r["max_entries"] for rs in by_sample.values()
                                          for r in rs)

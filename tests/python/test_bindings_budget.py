@@ -2,6 +2,7 @@
 C API's skv_context_set_budget) against the CLI's `generate --max-cache` on stories260K, and
 sparsekv.evaluate_budget against `sparsekv eval --budget`'s results.jsonl."""
 
+import csv
 import json
 import re
 import subprocess
@@ -172,6 +173,16 @@ def test_evaluate_budget_matches_cli_eval(model, tmp_path):
     assert one["n_samples"] == 2 and one["max_entries"] == 15
     assert one["kl_mean"] == pytest.approx(
         sum(r["kl_mean"] for r in py if r["policy"] == "h2o" and r["budget"] == 12) / 2)
+    # the means and confidence intervals as eval's summary.csv (9 digits)
+    with open(tmp_path / "out" / "summary.csv") as f:
+        c = {(r["policy"], int(r["budget"])): r for r in csv.DictReader(f)}
+    assert len(c) == len(rows)
+    for s in rows:
+        ref = c[(s["policy"], s["budget"])]
+        assert int(ref["n"]) == s["n_samples"] and float(ref["cuts"]) == s["cuts"]
+        for f in ("kl_mean", "kl_mean_ci95", "top1", "top1_ci95", "ln_ppl_ratio",
+                  "ln_ppl_ratio_ci95"):
+            assert s[f] == pytest.approx(float(ref[f]), rel=1e-7, abs=1e-12), (f, ref)
 
 
 def test_evaluate_budget_refusals(model):

@@ -2,6 +2,7 @@
 harness's numbers (`sparsekv eval`'s results.jsonl) on the same data and configurations, and
 the metric functions against hand-derived values."""
 
+import csv
 import json
 import math
 import subprocess
@@ -57,7 +58,9 @@ def runs(tmp_path_factory):
                                                      "pyramid", "h2o"],
                                keeps=[0.25, 0.5, 1.0], protocols=["seed", "engine"], seeds=2,
                                window=8, continuation=16, greedy=8, threads=1)
-    return c_rows, py
+    with open(d / "out" / "summary.csv") as f:
+        c_summary = list(csv.DictReader(f))
+    return c_rows, py, c_summary
 
 
 def _key(r):
@@ -65,7 +68,7 @@ def _key(r):
 
 
 def test_evaluate_matches_cli_eval(runs):
-    c_rows, py = runs
+    c_rows, py, _ = runs
     assert len(py) == len(c_rows) == 2 * 2 * (3 + 3 * 2 + 3 + 3 + 3)
     assert sum(r["policy"] == "h2o" for r in py) == 2 * 2 * 3
     assert not py.skipped
@@ -92,7 +95,7 @@ def test_evaluate_matches_cli_eval(runs):
 
 
 def test_summary(runs):
-    _, py = runs
+    _, py, c_summary = runs
     rows = py.summary()
     assert len(rows) == 2 * (3 * 5)
     one = [s for s in rows if s["policy"] == "random" and s["keep_frac"] == 0.25
@@ -102,6 +105,32 @@ def test_summary(runs):
                            and r["sample"] == i]) for i in (0, 1)]
     assert one["n_samples"] == 2 and one["kl_mean"] == pytest.approx(np.mean(per_sample))
     assert one["ppl_ratio"] == pytest.approx(math.exp(one["ln_ppl_ratio"]))
+    # two samples: the t quantile with 1 degree of freedom times sd / sqrt(2) = |a - b| / 2
+    assert one["kl_mean_ci95"] == pytest.approx(12.706204736 * abs(per_sample[0] - per_sample[1])
+                                                / 2, rel=1e-9)
+    # every mean and its confidence interval as `sparsekv eval`'s summary.csv (9 digits)
+    c = {(r["policy"], float(r["keep_frac"]), r["protocol"], r["positions"]): r
+         for r in c_summary}
+    matched = 0
+    for s in rows:
+        ref = c.get((s["policy"], s["keep_frac"], s["protocol"], s["positions"]))
+        if ref is None:  # evaluate ran keep 1.0 for every policy, eval only its control row
+            continue
+        matched += 1
+        assert int(ref["n_samples"]) == s["n_samples"]
+        for k in ("kl_mean", "top1", "ln_ppl_ratio", "greedy_match"):
+            for f in (k, k + "_ci95"):
+                assert s[f] == pytest.approx(float(ref[f]), rel=1e-7, abs=1e-12), (f, ref)
+    assert matched >= 2 * 2 * 5
+
+
+def test_t975_published_values():
+    # Student t 0.975 quantiles as printed in the standard tables
+    from sparsekv._eval import _t975
+    for df, t in ((1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (40, 2.021), (60, 2.000),
+                  (120, 1.980), (1000, 1.962)):
+        assert _t975(df) == pytest.approx(t, abs=6e-4), df
+    assert math.isnan(_t975(0))
 
 
 def test_evaluate_h2o_alone():
