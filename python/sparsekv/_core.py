@@ -524,6 +524,13 @@ def _free_context(ptr, model):
     model._maybe_free()
 
 
+def _all_forced(d):
+    """The CLI's note: entries were dropped but every kept one was forced, so the policy chose
+    nothing and policies that differ only in their scores give the same cache."""
+    return d["bytes_after"] < d["bytes_before"] and d["by_score"].size > 0 and \
+        not d["by_score"].any()
+
+
 class Context:
     """Per-sequence state over a model: the KV cache, scratch and captured queries. Create with
     Model.new_context(). A context keeps its model alive; close() (or `with`) frees it."""
@@ -675,7 +682,19 @@ class Context:
         ids, scored on a copy of the cache and not kept; "engine": window = W, the last W cached
         positions, whose queries the prefill captured (the context needs capture_window >= W).
         policy_params: seed, sinks, pooling ("max"|"avg"), kernel, window_keep.
-        Returns skv_compress_info as a dict."""
+        Returns skv_compress_info as a dict. Warns (UserWarning) when entries were dropped but
+        every kept one was forced, so that the policy chose nothing."""
+        d = self._compress(policy, keep, protocol, window, positions, policy_params)
+        if _all_forced(d):
+            warnings.warn("%s at keep %g: nothing was chosen by score, every kept entry was "
+                          "forced (the engine window, window_keep, sinks, h2o's recent or "
+                          "a registered policy's +inf scores); "
+                          "raise keep or lower those" % (d["policy"], d["keep_frac"]),
+                          stacklevel=2)
+        return d
+
+    def _compress(self, policy, keep, protocol, window, positions, policy_params):
+        """compress without its warning (evaluate words its own, naming the protocol)."""
         p, canon = _compress_params(policy, positions, policy_params, "compress")
         # a number (an int is a fraction too); True would be taken as 1.0
         if isinstance(keep, bool) or not isinstance(keep, numbers.Real):
@@ -745,15 +764,6 @@ class Context:
             }
         finally:
             _lib.skv_compress_info_free(byref(info))
-        # the CLI's note: entries were dropped but every kept one was forced, so the policy
-        # chose nothing and policies that differ only in their scores give the same cache
-        if d["bytes_after"] < d["bytes_before"] and d["by_score"].size and \
-                not d["by_score"].any():
-            warnings.warn("%s at keep %g: nothing was chosen by score, every kept entry was "
-                          "forced (the engine window, window_keep, sinks, h2o's recent or "
-                          "a registered policy's +inf scores); "
-                          "raise keep or lower those" % (d["policy"], d["keep_frac"]),
-                          stacklevel=2)
         return d
 
     def accumulate_attention(self, on=True):

@@ -8,11 +8,12 @@ compared in float64 with NumPy. G tokens are also decoded greedily on both sides
 """
 
 import math
+import warnings
 
 import numpy as np
 
-from ._core import (_MAX_THREADS, _POLICY_PARAMS, Error, Model, _bad_arg, _compress_params, _int,
-                    _policy_reads, _policy_row, _policy_rows)
+from ._core import (_MAX_THREADS, _POLICY_PARAMS, Error, Model, _all_forced, _bad_arg,
+                    _compress_params, _int, _policy_reads, _policy_row, _policy_rows)
 
 DEFAULT_KEEPS = (0.1, 0.25, 0.5, 1.0)
 
@@ -215,6 +216,7 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
     need_attn = any((_policy_row(pol) or {}).get("needs_prefill_attention") for pol in policies)
     n_ctx = model.hparams["n_ctx_train"]
     results = EvalResults()
+    warned = set()
     W, C, prefix = _split_sizes(window, continuation, prefix)
     G = _int(greedy, "greedy", 0, 1 << 20)  # the CLI's ranges
     seeds = _int(seeds, "seeds", 1, 256)
@@ -247,10 +249,20 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
                     for keep in keeps:
                         for pos in positions:
                             for seed in seed_list:
-                                r = _run_config(base, s, proto, pol, keep, pos, seed, first,
-                                                ref_logits, ref_greedy, policy_params,
-                                                reads[pol])
+                                r, forced = _run_config(base, s, proto, pol, keep, pos, seed,
+                                                        first, ref_logits, ref_greedy,
+                                                        policy_params, reads[pol])
                                 r["sample"] = si
+                                key = (r["policy"], keep, proto)
+                                if forced and key not in warned:  # once, as eval's warning
+                                    warned.add(key)
+                                    warnings.warn(
+                                        "%s at keep %g (%s protocol) chose nothing by score "
+                                        "(first seen at sample %d, T = %d): keep = %d entries "
+                                        "are all forced (%s); raise keep or lower those" % (
+                                            r["policy"], keep, proto, si, r["T"], r["keep"],
+                                            _forced_by(proto, W, pol, reads[pol], policy_params)),
+                                        stacklevel=2)
                                 results.append(r)
                                 if progress:
                                     progress(r)
@@ -268,8 +280,7 @@ def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_gre
                 reads):
     kw = _params_for(reads, dict(params, seed=seed))
     with base.clone() as c:
-        info = c.compress(pol, keep, protocol=proto,
-                          window=s.window if proto == "seed" else s.W, positions=pos, **kw)
+        info = c._compress(pol, keep, proto, s.window if proto == "seed" else s.W, pos, kw)
         c.accumulate_attention(False)  # the sums are no longer needed
         with c.clone() as g:
             cmp = _teacher_force(c, s, proto, first)
@@ -288,7 +299,19 @@ def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_gre
     kl = m.pop("kl")
     r.update(m)
     r["kl_rows"] = kl
-    return r
+    return r, _all_forced(info)
+
+
+_PARAM_DEFAULTS = {"window_keep": 32, "sinks": 4}  # skv_compress_default_params
+
+
+def _forced_by(proto, W, pol, reads, params):
+    """What forces entries for this policy, as eval's warning names it."""
+    out = ["window %d" % W] if proto == "engine" else []
+    for name in ("window_keep", "sinks"):
+        if name in reads:
+            out.append("%s %s" % (name, params.get(name, _PARAM_DEFAULTS[name])))
+    return ", ".join(out) or "by the policy's own rule"
 
 
 # `eval --budget` takes no --greedy, yet its samples are cut with the default's room (32)

@@ -159,3 +159,21 @@ def test_evaluate_skips_short_samples():
         r = sparsekv.evaluate(m, ["Hi.", TEXT], policies="sink_recent", keeps=0.5, window=8,
                               continuation=16, greedy=8, protocols="seed")
     assert r.skipped == [0] and len(r) == 1 and r[0]["sample"] == 1
+
+
+def test_evaluate_forced_warning_names_protocol():
+    # as eval's stderr warning: once per (policy, keep, protocol), naming the protocol, the
+    # first sample and what forced the entries; at the caller's line
+    import warnings
+    with sparsekv.Model(STORIES) as m:
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            sparsekv.evaluate(m, [TEXT, TEXT], policies=["attention"], keeps=[0.25],
+                              protocols=["seed", "engine"], window=8, continuation=16,
+                              greedy=4)
+    msgs = [str(w.message) for w in got if "chose nothing by score" in str(w.message)]
+    assert len(msgs) == 2, msgs
+    assert "(seed protocol)" in msgs[0] and "forced (window_keep 32)" in msgs[0]
+    assert "(engine protocol)" in msgs[1] and "forced (window 8, window_keep 32)" in msgs[1]
+    assert all("first seen at sample 0" in s for s in msgs)
+    assert all(w.filename == __file__ for w in got if "chose nothing" in str(w.message))
