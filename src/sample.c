@@ -19,10 +19,20 @@ skv_sampler_params skv_sampler_default_params(void) {
 
 skv_sampler *skv_sampler_new(const skv_sampler_params *params, skv_err *err) {
     skv_sampler_params p = params ? *params : skv_sampler_default_params();
-    if (!(p.temperature >= 0) || !isfinite(p.temperature) || p.top_k < 0 || !(p.top_p > 0) ||
-        p.top_p > 1) {
+    if (!(p.temperature >= 0) || !isfinite(p.temperature)) {
         skv_err_set(err, SKV_ERR_INVALID_ARG,
-                    "sampler needs temperature >= 0, top_k >= 0 and top_p in (0, 1]");
+                    "sampler temperature must be a finite float >= 0 (0: greedy), got %g",
+                    (double)p.temperature);
+        return NULL;
+    }
+    if (p.top_k < 0) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "sampler top_k must be >= 0 (0: off), got %d",
+                    p.top_k);
+        return NULL;
+    }
+    if (!(p.top_p > 0) || p.top_p > 1) {
+        skv_err_set(err, SKV_ERR_INVALID_ARG, "sampler top_p must be in (0, 1] (1: off), got %g",
+                    (double)p.top_p);
         return NULL;
     }
     skv_sampler *s = calloc(1, sizeof *s);

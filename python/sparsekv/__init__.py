@@ -62,6 +62,8 @@ def policy_canonical(name):
 
 
 def policy_needs_window(name):
+    """Whether a policy (or alias) scores with the window's queries: compress then needs
+    window= (token ids in the seed protocol, W in the engine one)."""
     return bool(_lib.lib.skv_policy_needs_window(_text(name, "name")))
 
 

@@ -2,6 +2,7 @@
 
 import collections
 import ctypes
+import functools
 import numbers
 import os
 import threading
@@ -39,32 +40,50 @@ class Error(Exception):
 
 
 class InvalidArgumentError(Error, ValueError):
+    """A bad argument (SKV_ERR_INVALID_ARG); also a ValueError."""
+
     status = 1
 
 
 class IOError_(Error, OSError):
+    """A file could not be opened or read (SKV_ERR_IO); also an OSError."""
+
     status = 2
 
 
 # exported as sparsekv.IOError (the trailing _ only keeps the builtin's name free in this module)
 IOError_.__name__ = IOError_.__qualname__ = "IOError"
-IOError_.__module__ = "sparsekv"  # where pickle finds it (a worker process's error comes back)
 
 
 class FormatError(Error):
+    """A file is not a valid GGUF / model of a supported shape (SKV_ERR_FORMAT)."""
+
     status = 3
 
 
 class UnsupportedError(Error):
+    """Valid, but not supported: an architecture, tensor type or option (SKV_ERR_UNSUPPORTED)."""
+
     status = 4
 
 
 class OutOfMemoryError(Error, MemoryError):
+    """An allocation failed (SKV_ERR_NOMEM); also a MemoryError."""
+
     status = 5
 
 
 class StateError(Error):
+    """The call does not fit the object's state: closed, full, busy (SKV_ERR_STATE)."""
+
     status = 6
+
+
+# where pickle finds them (a worker process's error comes back) and what tracebacks print
+for _cls in (Error, InvalidArgumentError, IOError_, FormatError, UnsupportedError,
+             OutOfMemoryError, StateError):
+    _cls.__module__ = "sparsekv"
+del _cls
 
 
 _BY_STATUS = {c.status: c for c in (InvalidArgumentError, IOError_, FormatError,
@@ -318,6 +337,17 @@ class Model:
     def __exit__(self, *exc):
         self.close()
 
+    def __copy__(self):
+        raise TypeError("a sparsekv.Model cannot be copied: share it (threads may use one model "
+                        "through their own contexts)")
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("a sparsekv.Model cannot be pickled (it holds C memory): load the file "
+                        "in each process, sparsekv.Model(path)")
+
     def _p(self):
         if self._ptr is None:
             raise StateError("the model is closed", 6)
@@ -336,23 +366,29 @@ class Model:
 
     @property
     def n_vocab(self):
+        """Tokens in the vocabulary: ids are 0..n_vocab-1."""
         return self._hparams["n_vocab"]
 
     @property
     def weight_bytes(self):
+        """Bytes of the weights as held in memory (file mapping or repacked)."""
         return int(_lib.skv_model_weight_bytes(self._p()))
 
     @property
     def weight_type(self):
+        """The type most weights are stored in ("f32", "f16", "q8_0", "q4_k", ...)."""
         return _type_name(_lib.skv_model_weight_type(self._p()))
 
     @property
     def bos(self):
+        """The beginning-of-sequence token id."""
         self._p()
         return int(_lib.skv_vocab_bos(self._vocab))
 
     @property
     def eos(self):
+        """The end-of-sequence token id (generate also stops at the other end-of-generation
+        tokens the vocabulary marks)."""
         self._p()
         return int(_lib.skv_vocab_eos(self._vocab))
 
@@ -387,11 +423,13 @@ class Model:
         return ids.copy()
 
     def detokenize(self, ids, strip_leading_space=False):
-        """Text of token ids (BOS/EOS give nothing; the space SentencePiece puts before the
-        first word is dropped). Invalid UTF-8 from byte tokens is replaced."""
+        """Text of token ids (BOS/EOS give nothing; SentencePiece's space before the first word
+        is dropped after BOS, as in generated text, and kept otherwise unless
+        strip_leading_space). Invalid UTF-8 from byte tokens is replaced."""
         return self.detokenize_bytes(ids, strip_leading_space).decode("utf-8", "replace")
 
     def detokenize_bytes(self, ids, strip_leading_space=False):
+        """detokenize's bytes, as the tokens hold them (no UTF-8 replacement)."""
         self._p()
         a = self._check_ids(ids)
         def call(cap):
@@ -406,10 +444,11 @@ class Model:
         return text
 
     def token_to_piece(self, token, prev=-1):
-        """Bytes of one token as it appears in generated text after token prev."""
+        """Bytes of one token as it appears in generated text after token prev (-1: none, as
+        at the start, where SentencePiece's leading space is dropped after BOS)."""
         self._p()
-        self._check_ids([token])
-        prev = _int(prev, "prev")
+        token = _int(token, "token", 0, self.n_vocab - 1)
+        prev = _int(prev, "prev", -1, self.n_vocab - 1)
         def call(cap):
             buf = ctypes.create_string_buffer(cap)
             return _lib.skv_token_to_piece(self._vocab, prev, int(token), buf, cap), buf.raw
@@ -468,13 +507,19 @@ _PARAM_RANGES = {f: _C_RANGES[t] for f, t in L.skv_compress_params._fields_
 _PARAM_RANGES.update(sinks=(0, 1 << 30), kernel=(1, 65536), window_keep=(0, 1 << 30))
 
 
+def _policy_name(policy):
+    """A policy name given as str or bytes, as str (anything else is refused later)."""
+    return policy.decode("utf-8", "replace") if isinstance(policy, bytes) else policy
+
+
 def _compress_params(policy, positions, policy_params, call):
     """skv_compress_params with the policy, positions and policy_params (seed, sinks, pooling,
     kernel, window_keep). Refused here: a parameter the policy does not read (as the CLI), a
     wrong type, a value its C field cannot hold; the library refuses the rest (sinks < 0,
     kernel past 65536, an unknown policy). Returns (params, the canonical name or None)."""
+    policy = _policy_name(policy)
     if not isinstance(policy, str):
-        raise _bad_arg("policy must be a string, got %r" % (policy,))
+        raise _bad_arg("policy must be a policy name (str or bytes), got %r" % (policy,))
     p = _lib.skv_compress_default_params()
     p.policy = policy.encode()
     canon, reads = _policy_reads(policy)
@@ -518,6 +563,32 @@ class Generation:
         return "Generation(tokens=%r, text=%r)" % (self.tokens.tolist(), self.text)
 
 
+# Per thread: True while a registered Python policy's score function runs on it
+_tls = threading.local()
+
+
+def _guarded(fn):
+    """One call at a time per Context: another thread's call waits for this one (the C context
+    serves one thread at a time); a call from inside a policy's score function (the context
+    may be the one compressing, whose workers wait for it) is refused; the context's own
+    methods calling each other (generate -> forward) pass through."""
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        if getattr(_tls, "in_policy", False):
+            raise StateError("a Context cannot be used inside a policy's score function (a "
+                             "compression is under way; score from the PolicyHead's arrays)", 6)
+        me = threading.get_ident()
+        if self._owner == me:
+            return fn(self, *args, **kwargs)
+        with self._lock:
+            self._owner = me
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                self._owner = None
+    return call
+
+
 def _free_context(ptr, model):
     _lib.skv_context_free(ptr)
     model._n_contexts -= 1
@@ -533,10 +604,16 @@ def _all_forced(d):
 
 class Context:
     """Per-sequence state over a model: the KV cache, scratch and captured queries. Create with
-    Model.new_context(). A context keeps its model alive; close() (or `with`) frees it."""
+    Model.new_context(). A context keeps its model alive; close() (or `with`) frees it.
+    Threads may share a context: its calls take turns (one runs, the others wait), so a
+    sequence of calls (reset, forward) is not atomic; threads that work in parallel each take
+    their own context over the shared Model. A registered policy's score function must not
+    use a Context (StateError). Contexts are neither copied nor pickled: clone() copies."""
 
     def __init__(self, model, n_ctx=0, kv_type="f32", threads=0, capture_window=0, _ptr=None):
         self._ptr = None
+        self._lock = threading.Lock()
+        self._owner = None
         self.model = model
         self._last_logits = None
         if _ptr is None:
@@ -560,6 +637,8 @@ class Context:
         self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
 
     def close(self):
+        """Frees the cache and scratch now (else when the context is collected); later calls
+        raise StateError. Waits for another thread's call on this context to end."""
         if self._ptr is not None:
             self._ptr = None
             self._finalizer()
@@ -569,6 +648,17 @@ class Context:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __copy__(self):
+        raise TypeError("a sparsekv.Context cannot be copied: ctx.clone() makes an independent "
+                        "copy of its cache")
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("a sparsekv.Context cannot be pickled (it holds a C cache); rebuild it "
+                        "in the other process")
 
     def _p(self):
         if self._ptr is None:
@@ -592,26 +682,33 @@ class Context:
 
     @property
     def n_ctx(self):
+        """Positions the context holds (the model's training context unless made smaller)."""
         return int(_lib.skv_context_n_ctx(self._p()))
 
     @property
     def n_threads(self):
+        """Threads the context computes with."""
         return int(_lib.skv_context_n_threads(self._p()))
 
     @property
     def kv_type(self):
+        """The cache's element type: "f32", "f16" or "q8_0"."""
         return _type_name(_lib.skv_cache_type(self._cache()))
 
     @property
     def n_layer(self):
+        """Layers of the cache (the model's)."""
         return int(_lib.skv_cache_n_layer(self._cache()))
 
     @property
     def n_head_kv(self):
+        """KV heads per layer: each keeps its own positions."""
         return int(_lib.skv_cache_n_head_kv(self._cache()))
 
     @property
     def position_mode(self):
+        """"original" (kept keys at their RoPE positions) or "rerotate" (re-rotated to their
+        index in the head by a compress or budget with positions="rerotate")."""
         m = _lib.skv_cache_position_mode(self._cache())
         return "rerotate" if m == L.POSITIONS_REROTATE else "original"
 
@@ -621,6 +718,7 @@ class Context:
         return int(_lib.skv_cache_bytes(self._cache(), -1))
 
     def layer_bytes(self, layer):
+        """KV bytes of one layer's retained entries (all its heads)."""
         layer, _ = self._check_layer(layer)
         return int(_lib.skv_cache_bytes(self._cache(), layer))
 
@@ -651,6 +749,9 @@ class Context:
         elif mode == L.LOGITS_LAST:
             out = np.empty(V, dtype=np.float32)
         err = L.skv_err()
+        # a failure may leave tokens in the cache (a budget's cut fails after them): the
+        # previous call's logits no longer belong to its end
+        self._last_logits = None
         st = _lib.skv_forward(self._p(), _i32p(a), len(a), mode,
                               _f32p(out) if out is not None else None, byref(err))
         _check(st, err)
@@ -677,7 +778,8 @@ class Context:
     def compress(self, policy, keep, protocol="seed", window=None, positions="original",
                  **policy_params):
         """Compresses the cache in place: per layer and kv head keeps max(1, round(keep * T))
-        positions chosen by policy ("sink_recent"/"streaming", "random", "attention"/"snapkv",
+        positions (pyramid: its own per-layer budgets, layer_budgets; adakv: a per-layer total
+        shared unevenly by the heads, kept) chosen by policy ("sink_recent"/"streaming", "random", "attention"/"snapkv",
         "pyramid"/"pyramidkv", ...). protocol "seed": window = the observation window's token
         ids, scored on a copy of the cache and not kept; "engine": window = W, the last W cached
         positions, whose queries the prefill captured (the context needs capture_window >= W).
@@ -695,9 +797,10 @@ class Context:
 
     def _compress(self, policy, keep, protocol, window, positions, policy_params):
         """compress without its warning (evaluate words its own, naming the protocol)."""
+        policy = _policy_name(policy)
         p, canon = _compress_params(policy, positions, policy_params, "compress")
         # a number (an int is a fraction too); True would be taken as 1.0
-        if isinstance(keep, bool) or not isinstance(keep, numbers.Real):
+        if isinstance(keep, bool) or not isinstance(keep, numbers.Real) or not 0 < keep <= 1:
             raise _bad_arg("keep must be a fraction in (0, 1], got %r" % (keep,))
         p.keep_frac = float(keep)
         p.protocol = _enum(_PROTOCOLS, protocol, "protocol")
@@ -899,6 +1002,16 @@ class Context:
         n = _int(n, "n", 0, 1 << 30)  # the CLI's -n range
         top_k = _int(top_k, "top_k", 0, 1 << 30)
         seed = _int(seed, "seed", 0, L.UINT64_MAX)
+        # before the prompt goes in: a bad argument changes nothing
+        for what, v, ok in (("temperature", temperature, "a number >= 0 (0: greedy)"),
+                            ("top_p", top_p, "a number in (0, 1] (1: off)")):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise _bad_arg("%s must be %s, got %r" % (what, ok, v))
+        if not 0 <= temperature <= 3.4028234663852886e38:  # a finite C float
+            raise _bad_arg("temperature must be a finite number >= 0 (0: greedy), got %r"
+                           % (temperature,))
+        if not 0 < top_p <= 1:
+            raise _bad_arg("top_p must be a number in (0, 1] (1: off), got %r" % (top_p,))
         if isinstance(prompt, (str, bytes)):
             ids = model.tokenize(prompt, bos=self.n_past == 0)
         elif prompt is None:
@@ -963,3 +1076,13 @@ class Context:
             _lib.skv_sampler_free(s)
         return Generation(np.array(out, dtype=np.int32),
                           b"".join(pieces).decode("utf-8", "replace"))
+
+
+# every method and property of Context that reaches the C context, one call at a time
+for _name, _attr in list(vars(Context).items()):
+    if _name in ("close", "_compress") or not _name.startswith("_"):
+        if isinstance(_attr, property):
+            setattr(Context, _name, property(_guarded(_attr.fget), doc=_attr.__doc__))
+        elif callable(_attr):
+            setattr(Context, _name, _guarded(_attr))
+del _name, _attr

@@ -8,6 +8,8 @@ compared in float64 with NumPy. G tokens are also decoded greedily on both sides
 """
 
 import math
+import numbers
+import os
 import warnings
 
 import numpy as np
@@ -28,7 +30,23 @@ def log_softmax(x):
 def compare_logits(ref, cmp, targets=None):
     """Metrics of two [C, V] logit arrays (reference = full cache, cmp = compressed):
     kl per row (KL(ref || cmp), nats), top-1 agreement (argmax, lowest id on ties) and, given
-    the C true next tokens, the mean negative log-likelihoods and ln(PPL ratio)."""
+    the C true next tokens, the mean negative log-likelihoods and ln(PPL ratio). Refused
+    (InvalidArgumentError): arrays that are not both [C, V] with C >= 1, a NaN or +inf logit (a
+    NaN would read as agreement) or a row of only -inf, targets that are not C ids in [0, V)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    cmp = np.asarray(cmp, dtype=np.float64)
+    if ref.ndim != 2 or ref.shape != cmp.shape or ref.shape[0] < 1 or ref.shape[1] < 1:
+        raise _bad_arg("compare_logits needs two [C, V] arrays of one shape with C, V >= 1, "
+                       "got %s and %s" % (ref.shape, cmp.shape))
+    for what, a in (("ref", ref), ("cmp", cmp)):
+        bad = np.isnan(a) | np.isposinf(a)  # -inf is a masked token; a row needs one finite
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise _bad_arg("compare_logits: %s[%d, %d] is %r: logits must be finite or -inf"
+                           % (what, r, c, a[r, c]))
+        if np.isneginf(a.max(axis=1)).any():
+            raise _bad_arg("compare_logits: row %d of %s is all -inf"
+                           % (int(np.argmax(np.isneginf(a.max(axis=1)))), what))
     lp = log_softmax(ref)
     lq = log_softmax(cmp)
     p = np.exp(lp)
@@ -48,7 +66,13 @@ def compare_logits(ref, cmp, targets=None):
         "top1": float(same.mean()),
     }
     if targets is not None:
-        t = np.asarray(targets, dtype=np.int64)
+        t = np.asarray(targets)
+        if t.shape != (ref.shape[0],) or not (t.size == 0 or np.issubdtype(t.dtype, np.integer)) \
+                or t.min() < 0 or t.max() >= ref.shape[1]:
+            raise _bad_arg("compare_logits: targets must be %d token ids in [0, %d), one per "
+                           "row, got %s" % (ref.shape[0], ref.shape[1],
+                                            np.array2string(t, threshold=8)))
+        t = t.astype(np.int64)
         rows = np.arange(len(t))
         nll_ref = float(-lp[rows, t].mean())
         nll_cmp = float(-lq[rows, t].mean())
@@ -85,6 +109,42 @@ def _ci95(values):
     return _t975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
 
 
+def _as_model(model, call):
+    """A Model, or one loaded from a path (str, bytes, os.PathLike; None: the embedded one)."""
+    if model is None or isinstance(model, (str, bytes, os.PathLike)):
+        return Model(model)
+    if not isinstance(model, Model):
+        raise TypeError("%s: model must be a sparsekv.Model or a model path, got %s"
+                        % (call, type(model).__name__))
+    return model
+
+
+def _as_policies(policies, call, rows=None):
+    """policies as canonical names, each once, in order (aliases of one policy count once, as
+    the CLI's --policies); bytes names are decoded; unknown ones refused up front."""
+    if isinstance(policies, (str, bytes)):
+        policies = [policies]
+    if policies is None:
+        policies = rows
+    try:
+        policies = list(policies)
+    except TypeError:
+        raise TypeError("%s: policies must be a policy name or a list of them, got %s"
+                        % (call, type(policies).__name__)) from None
+    names = []
+    for pol in policies:
+        if isinstance(pol, bytes):
+            pol = pol.decode("utf-8", "replace")
+        row = _policy_row(pol) if isinstance(pol, str) else None
+        if row is None:
+            raise _bad_arg("unknown policy %r (sparsekv.policies() lists them)" % (pol,))
+        if row["name"] not in names:
+            names.append(row["name"])
+    if not names:
+        raise _bad_arg("%s needs at least one of policies" % call)
+    return names
+
+
 def _as_samples(model, data):
     if isinstance(data, (str, bytes)):
         data = [data]
@@ -92,6 +152,11 @@ def _as_samples(model, data):
         data = [data]
     elif isinstance(data, (list, tuple)) and data and isinstance(data[0], (int, np.integer)):
         data = [data]
+    try:
+        data = list(data)
+    except TypeError:
+        raise TypeError("data must be a text, token ids, or a list of texts or token-id "
+                        "sequences, got %s" % type(data).__name__) from None
     out = []
     for d in data:
         if isinstance(d, (str, bytes)):
@@ -182,34 +247,38 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
     InvalidArgumentError). Returns a list of dicts, one per sample x configuration: sample,
     policy, keep_frac, protocol, positions, seed, T, keep, n_prefix, n_window, n_continuation,
     kl_mean/median/p90/p99/max, top1, same_top, n_tokens, nll_ref, nll_cmp, ppl_ref, ppl_cmp,
-    ln_ppl_ratio, ppl_ratio, greedy_match, greedy, kv_bytes_before/after, kept, compress_ms, cache_ms.
+    ln_ppl_ratio, ppl_ratio, greedy_match, greedy, kv_bytes_before/after, kept [layer][kv head]
+    and layer_budgets (lists), compress_ms, cache_ms, and kl_rows (the C per-token KLs, a NumPy
+    array: drop it or .tolist() it to write a row as JSON).
     Samples that do not fit are skipped (listed in the `skipped` attribute of the result);
     when none fits, InvalidArgumentError."""
-    if isinstance(model, str) or model is None:
-        model = Model(model)
-    if isinstance(policies, str):
-        policies = [policies]
-    if policies is None:  # as the CLI: every built-in row of the registry
-        policies = [r["name"] for r in _policy_rows() if r.get("builtin", True)]
-    if isinstance(keeps, (int, float)):
+    model = _as_model(model, "evaluate")
+    # as the CLI: every built-in row of the registry (before any sample runs: else "every
+    # sample was skipped")
+    policies = _as_policies(policies, "evaluate",
+                            [r["name"] for r in _policy_rows() if r.get("builtin", True)])
+    if isinstance(keeps, numbers.Real):
         keeps = [keeps]
+    if isinstance(keeps, (str, bytes)):
+        raise _bad_arg("keeps must be a fraction in (0, 1] or a list of them, got %r" % (keeps,))
     if isinstance(protocols, str):
         protocols = [protocols]
     if isinstance(positions, str):
         positions = [positions]
     # lists: each is walked once per sample (a generator would be spent after the first)
-    policies, keeps, protocols, positions = (list(policies), list(keeps), list(protocols),
-                                             list(positions))
-    for what, v in (("policies", policies), ("keeps", keeps), ("protocols", protocols),
-                    ("positions", positions)):
+    keeps, protocols, positions = list(keeps), list(protocols), list(positions)
+    for what, v in (("keeps", keeps), ("protocols", protocols), ("positions", positions)):
         if not v:
             raise _bad_arg("evaluate needs at least one of %s" % what)
+    for k in keeps:  # all of them now, not after the configurations before a bad one ran
+        if isinstance(k, bool) or not isinstance(k, numbers.Real) or not 0 < k <= 1:
+            raise _bad_arg("keep must be a fraction in (0, 1], got %r" % (k,))
     for p in protocols:
         if p not in ("seed", "engine"):
             raise _bad_arg("protocol must be seed or engine, got %r" % (p,))
-    for pol in policies:  # before any sample runs (else: "every sample was skipped")
-        if _policy_row(pol) is None:
-            raise _bad_arg("unknown policy %r (sparsekv.policies() lists them)" % (pol,))
+    if "seed" in policy_params:  # random runs seeds 0..seeds-1, as eval --seeds
+        raise _bad_arg("evaluate takes seeds=N (random runs seeds 0..N-1, as eval --seeds), "
+                       "not seed=")
     reads = _check_params(policies, policy_params, "evaluate")
     # h2o scores with the attention summed during the prefill: the base context sums it when
     # a policy needs it (as the C harness), its clones stop once they no longer need it
@@ -346,24 +415,17 @@ def evaluate_budget(model, data, budgets, policies=None, compress_every=32, wind
     metrics (no greedy), cuts, max_entries and entries (the most entries of any kv head after each
     of the W + C - 1 single-token steps). A budget of at least the sample's length never cuts
     (KL 0)."""
-    if isinstance(model, str) or model is None:
-        model = Model(model)
+    model = _as_model(model, "evaluate_budget")
     if isinstance(budgets, (int, np.integer)):
         budgets = [budgets]
-    if isinstance(policies, str):
-        policies = [policies]
-    if policies is None:  # as the CLI: the built-in rows, those that decode
-        policies = [r["name"] for r in _policy_rows() if r.get("decode") and r.get("builtin")]
-    names = []
-    for pol in policies:
-        row = _policy_row(pol)
-        if row is None:
-            raise _bad_arg("unknown policy %r (sparsekv.policies() lists them)" % (pol,))
-        if not row.get("decode"):
+    # as the CLI: the built-in rows, those that decode
+    names = _as_policies(policies, "evaluate_budget",
+                         [r["name"] for r in _policy_rows()
+                          if r.get("decode") and r.get("builtin")])
+    for pol in names:
+        if not _policy_row(pol).get("decode"):
             raise _bad_arg("%s does not run under a budget (sparsekv.policies() marks the "
-                           "decode ones)" % row["name"])
-        if row["name"] not in names:
-            names.append(row["name"])
+                           "decode ones)" % pol)
     W, C, prefix = _split_sizes(window, continuation, prefix)
     every = _int(compress_every, "compress_every", 1, 1 << 24)
     threads = _int(threads, "threads", 0, _MAX_THREADS)
@@ -423,6 +485,15 @@ class EvalResults(list):
     def __init__(self, *a):
         super().__init__(*a)
         self.skipped = []
+
+    def __getitem__(self, i):
+        """A slice is an EvalResults too (with summary()); an index, that row."""
+        got = super().__getitem__(i)
+        if isinstance(i, slice):
+            out = EvalResults(got)
+            out.skipped = list(self.skipped)
+            return out
+        return got
 
     def summary(self):
         """Per configuration (policy, keep_frac, protocol, positions; evaluate_budget's: policy,

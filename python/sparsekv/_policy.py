@@ -96,7 +96,8 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     it was, while under set_budget the failing forward's tokens are in the cache already (the
     cut comes after them) and the heads are not cut. KeyboardInterrupt and SystemExit come back
     as themselves; once a call failed, the library's other workers score no more heads. NaN
-    scores are refused (sparsekv.Error, status SKV_ERR_NUMERIC). Register before other threads
+    scores are refused (sparsekv.Error, status SKV_ERR_NUMERIC). A Context used inside score
+    raises StateError (the context compressing is in the middle of it). Register before other threads
     compress: the registry is not guarded against registration during a compression."""
     if not callable(score):
         raise TypeError("score must be callable, got %s" % type(score).__name__)
@@ -110,7 +111,14 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     def trampoline(user, head_p, score_p, err_p):
         try:
             head = _head(head_p.contents)
-            out = np.asarray(_functions[key](head), dtype=np.float64)
+            _core._tls.in_policy = True  # a Context used from here would be re-entered
+            try:
+                raw = np.asarray(_functions[key](head))
+            finally:
+                _core._tls.in_policy = False
+            if np.iscomplexobj(raw):
+                raise TypeError("the score function returned complex scores")
+            out = np.asarray(raw, dtype=np.float64)
             if out.shape != (head.n,):
                 raise ValueError("the score function returned shape %s for %d positions"
                                  % (out.shape, head.n))

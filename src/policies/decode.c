@@ -201,6 +201,13 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
                            "context fills",
                            ctx->cache->heads[0].n);
     if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
+        /* its scores sum the attention every key received from the first token on */
+        if (skv_cache_n_past(ctx->cache) != 0 && !(ctx->pstate && ctx->pstate->acc))
+            return skv_err_set(err, SKV_ERR_STATE,
+                               "a %s budget sums the attention each key receives from the first "
+                               "token on: set it on an empty context (reset() first, or before "
+                               "the prompt); the cache holds %d positions",
+                               pol->name, skv_cache_n_past(ctx->cache));
         skv_status st = skv_context_accumulate_attention(ctx, true, err);
         if (st) return st;
     }
@@ -313,6 +320,9 @@ skv_status skv_pstate_after_forward(skv_context *ctx, int n, skv_err *err) {
     if (ps->since < ps->interval && longest <= ps->max_entries + ps->interval &&
         longest < ctx->params.n_ctx)
         return SKV_OK;
-    ps->since = 0;
-    return cut(ctx, err);
+    /* a failed cut (a registered policy's error, out of memory) leaves since as it is: the
+     * next forward call tries again */
+    const skv_status st = cut(ctx, err);
+    if (!st) ps->since = 0;
+    return st;
 }

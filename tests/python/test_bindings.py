@@ -651,3 +651,96 @@ def test_compress_warns_when_nothing_chosen(model):
         ctx.forward(ids, logits="none")
         info = ctx.compress("attention", 0.25, protocol="engine", window=8, window_keep=0)
         assert info["by_score"].sum() > 0
+
+
+def test_context_one_call_at_a_time_across_threads():
+    # the C context serves one thread at a time: two threads forwarding on one context aborted
+    # (realloc(): invalid next size), close() during another thread's forward crashed; now
+    # their calls take turns and close waits
+    import threading
+    with sparsekv.Model(STORIES) as m:
+        ids = m.tokenize("Lily and Ben went to the park. " * 2)[:10]
+        # every call feeds the same token: whatever order the calls take, the k-th one runs at
+        # position k, so the 30 logits are the sequential run's in some order
+        ref = m.new_context(threads=1)
+        want = [ref.forward([ids[1]]) for _ in range(30)]
+        ref.close()
+        c = m.new_context(threads=1)
+        got, errors = [], []
+
+        def work():
+            try:
+                for _ in range(10):
+                    got.append(c.forward([ids[1]]))
+            except Exception as e:  # pragma: no cover - the failure being tested
+                errors.append(e)
+
+        ts = [threading.Thread(target=work) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors and len(got) == 30 and c.n_past == 30
+        left = [w.tobytes() for w in want]
+        for g in got:
+            left.remove(g.tobytes())  # each equals one of the sequential logits, bit for bit
+        t = threading.Thread(target=lambda: c.forward(ids, logits="all"))
+        t.start()
+        c.close()
+        t.join()
+        with pytest.raises(sparsekv.StateError, match="closed"):
+            c.n_past
+
+
+def test_model_and_context_refuse_copy_and_pickle():
+    # they hold C pointers: a copy used to share them, and used after close crashed
+    import copy
+    import pickle
+    with sparsekv.Model(STORIES) as m:
+        with m.new_context() as c:
+            for obj, what in ((m, "clone|share"), (c, "clone")):
+                for f in (copy.copy, copy.deepcopy, pickle.dumps):
+                    with pytest.raises(TypeError, match="cannot be (copied|pickled)"):
+                        f(obj)
+
+
+def test_argument_checks_from_the_python_trial():
+    # each was a finding of the trial: a message that named the wrong thing or a value taken
+    # silently
+    import pathlib
+    with sparsekv.Model(STORIES) as m, m.new_context(threads=1) as c:
+        c.forward(m.tokenize("Once upon a time there was a girl"), logits="none")
+        for k in (0, -0.5, 1.5, float("nan")):  # said as "keep_frac" before
+            with pytest.raises(sparsekv.InvalidArgumentError, match=r"^keep must be a fraction"):
+                c.compress("streaming", k)
+        assert c.compress(b"streaming", 0.5)["policy"] == "sink_recent"  # bytes, as documented
+        for kw, what in (({"temperature": 1e40}, "temperature must be a finite number"),
+                         ({"temperature": "hot"}, "temperature must be a number"),
+                         ({"temperature": None}, "temperature"), ({"temperature": True}, "temperature"),
+                         ({"top_p": 0}, r"top_p must be a number in \(0, 1\]"),
+                         ({"top_p": "1"}, "top_p")):
+            with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+                c.generate(n=1, **kw)
+        for args, what in (((True,), "token must be an integer"), ((600,), r"token .*\[0, 511\]"),
+                           ((5, -5), r"prev .*\[-1, 511\]"), ((5, 600), "prev")):
+            with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+                m.token_to_piece(*args)
+        text = "Once upon a time, there was a little girl named Lily. She loved to play." * 2
+        with pytest.raises(TypeError, match="model must be a sparsekv.Model or a model path"):
+            sparsekv.evaluate(object(), text)
+        with pytest.raises(TypeError, match="data must be a text"):
+            sparsekv.evaluate(m, 5)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="keeps must be a fraction"):
+            sparsekv.evaluate(m, text, keeps="0.5")
+        with pytest.raises(sparsekv.InvalidArgumentError, match=r"keep must be .* got 2"):
+            sparsekv.evaluate(m, text, policies="knorm", keeps=[0.5, 2])
+        with pytest.raises(sparsekv.InvalidArgumentError, match="seeds=N"):
+            sparsekv.evaluate(m, text, policies="random", seed=7)
+        kw = dict(keeps=[0.5], protocols="seed", window=8, continuation=8, greedy=2)
+        r = sparsekv.evaluate(pathlib.Path(STORIES), text,
+                              policies=["streaming", b"sink_recent", "knorm"], **kw)
+        assert [x["policy"] for x in r] == ["sink_recent", "knorm"]  # aliases once, as eval
+        part = r[:1]
+        assert isinstance(part, sparsekv.EvalResults) and part.summary()[0]["policy"] == "sink_recent"
+    assert sparsekv.StateError.__module__ == "sparsekv"
+    assert repr(pickle.loads(pickle.dumps(sparsekv.FormatError("x", 3)))) == "FormatError('x')"

@@ -123,7 +123,8 @@ def test_budget_refusals(model):
                 ctx.set_budget("streaming", **kw)
         assert ctx.budget_cuts == 0
         ctx.forward([1, 403, 407], logits="none")
-        with pytest.raises(sparsekv.StateError):
+        with pytest.raises(sparsekv.StateError, match=r"set it on an empty context \(reset\(\) "
+                           r"first.*holds 3 positions"):
             ctx.set_budget("h2o", 40, interval=8)  # sums the attention from the prefill on
 
 

@@ -177,3 +177,25 @@ def test_evaluate_forced_warning_names_protocol():
     assert "(engine protocol)" in msgs[1] and "forced (window 8, window_keep 32)" in msgs[1]
     assert all("first seen at sample 0" in s for s in msgs)
     assert all(w.filename == __file__ for w in got if "chose nothing" in str(w.message))
+
+
+def test_compare_logits_refuses_bad_input():
+    # the trial's finds: NaN in the reference read as perfect agreement (KL 0, top-1 1), a
+    # target of -1 wrapped to the last id, fewer targets than rows were averaged silently
+    a = np.zeros((2, 3))
+    nan = a.copy()
+    nan[1, 2] = np.nan
+    for args, what in (((nan, a), r"ref\[1, 2\] is nan"), ((a, nan), r"cmp\[1, 2\]"),
+                       ((a, a, [-1, 1]), "targets must be 2 token ids"),
+                       ((a, a, [1]), "targets must be 2"), ((a, a, [0, 3]), r"in \[0, 3\)"),
+                       ((a, a, [0.5, 1.0]), "targets"), ((np.zeros(3), np.zeros(3)), r"\[C, V\]"),
+                       ((np.zeros((0, 3)), np.zeros((0, 3))), r"\[C, V\]"),
+                       ((a, np.zeros((2, 4))), r"\[C, V\]"),
+                       ((np.full((2, 3), -np.inf), a), "all -inf")):
+        with pytest.raises(sparsekv.InvalidArgumentError, match=what):
+            sparsekv.compare_logits(*args)
+    # a masked token (-inf) is a logit: KL counts it, here where cmp masks one ref gives 1/3
+    masked = a.copy()
+    masked[:, 0] = -np.inf
+    m = sparsekv.compare_logits(a, masked, targets=[1, 2])
+    assert np.isinf(m["kl_mean"]) and m["nll_cmp"] == pytest.approx(math.log(2))

@@ -259,3 +259,55 @@ def test_positions_replace_and_stop_after_failure(model):
         with pytest.raises(sparsekv.InvalidArgumentError):
             c.compress("py_fails_t", 0.5)
     assert len(calls) <= 3, calls
+
+
+def test_context_used_inside_score_is_refused(model):
+    # the new-user trial: compress inside a score function hung forever (threads=2: the worker
+    # waited for the context its own caller held), forward in one dropped tokens, close freed
+    # the cache under the compression; each is now a StateError from inside, the cache intact
+    with _ctx(model) as c:
+        before = c.head_lengths().copy()
+        n_past = c.n_past
+        for name, use in (("py_reenter_c", lambda: c.compress("knorm", 0.5)),
+                          ("py_reenter_f", lambda: c.forward([5])),
+                          ("py_reenter_x", lambda: c.close())):
+            def score(h, use=use):
+                use()
+                return np.zeros(h.n)
+            sparsekv.register_policy(name, score)
+            with pytest.raises(sparsekv.InvalidArgumentError,
+                               match="StateError: a Context cannot be used inside") as e:
+                c.compress(name, 0.5)
+            assert isinstance(e.value.__cause__, sparsekv.StateError)
+        np.testing.assert_array_equal(c.head_lengths(), before)
+        assert c.n_past == n_past
+        sparsekv.register_policy("py_complex", lambda h: np.zeros(h.n) + 1j)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="complex scores"):
+            c.compress("py_complex", 0.5)
+        c.compress("knorm", 0.5)
+
+
+def test_failed_budget_cut_is_tried_again(model):
+    # the cut failed once: the next forward call (one token) tries it again, as documented
+    calls = {"n": 0}
+
+    def flaky(h):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("once")
+        return -np.linalg.norm(h.keys, axis=1)
+
+    sparsekv.register_policy("py_flaky_b", flaky)
+    ids = model.tokenize(PROMPT)
+    with model.new_context(n_ctx=256, threads=1) as c:
+        c.set_budget("py_flaky_b", 16, interval=8)
+        c.forward(ids[:16], logits="none")
+        assert c.budget_cuts == 0
+        with pytest.raises(sparsekv.InvalidArgumentError, match="RuntimeError: once"):
+            c.forward(ids[16:20])  # 20 entries, an interval since the last cut: cut due
+        assert c.head_lengths().max() == 20 and c.budget_cuts == 0
+        # the failed call's logits are not kept for generate: its tokens went in after them
+        with pytest.raises(sparsekv.StateError, match="generate needs a prompt"):
+            c.generate(n=1)
+        c.forward(ids[20:21], logits="none")  # 21 <= 16 + 8: due only as the retry
+        assert c.budget_cuts == 1 and c.head_lengths().max() == 16
