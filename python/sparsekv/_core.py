@@ -779,8 +779,8 @@ class Context:
                  **policy_params):
         """Compresses the cache in place: per layer and kv head keeps max(1, round(keep * T))
         positions (pyramid: its own per-layer budgets, layer_budgets; adakv: a per-layer total
-        shared unevenly by the heads, kept) chosen by policy ("sink_recent"/"streaming", "random", "attention"/"snapkv",
-        "pyramid"/"pyramidkv", ...). protocol "seed": window = the observation window's token
+        shared unevenly by the heads, kept) chosen by policy ("sink_recent"/"streaming",
+        "random", "attention"/"snapkv", "pyramid"/"pyramidkv", ...). protocol "seed": window = the observation window's token
         ids, scored on a copy of the cache and not kept; "engine": window = W, the last W cached
         positions, whose queries the prefill captured (the context needs capture_window >= W).
         policy_params: seed, sinks, pooling ("max"|"avg"), kernel, window_keep.

@@ -97,8 +97,9 @@ def register_policy(name, score, needs_window=False, needs_values=False, paper=N
     cut comes after them) and the heads are not cut. KeyboardInterrupt and SystemExit come back
     as themselves; once a call failed, the library's other workers score no more heads. NaN
     scores are refused (sparsekv.Error, status SKV_ERR_NUMERIC). A Context used inside score
-    raises StateError (the context compressing is in the middle of it). Register before other threads
-    compress: the registry is not guarded against registration during a compression."""
+    raises StateError (the context compressing is in the middle of it). Register before other
+    threads compress: the registry is not guarded against registration during a
+    compression."""
     if not callable(score):
         raise TypeError("score must be callable, got %s" % type(score).__name__)
     bname = _text(name, "name")

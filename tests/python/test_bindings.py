@@ -716,7 +716,8 @@ def test_argument_checks_from_the_python_trial():
         assert c.compress(b"streaming", 0.5)["policy"] == "sink_recent"  # bytes, as documented
         for kw, what in (({"temperature": 1e40}, "temperature must be a finite number"),
                          ({"temperature": "hot"}, "temperature must be a number"),
-                         ({"temperature": None}, "temperature"), ({"temperature": True}, "temperature"),
+                         ({"temperature": None}, "temperature"),
+                         ({"temperature": True}, "temperature"),
                          ({"top_p": 0}, r"top_p must be a number in \(0, 1\]"),
                          ({"top_p": "1"}, "top_p")):
             with pytest.raises(sparsekv.InvalidArgumentError, match=what):
@@ -741,6 +742,7 @@ def test_argument_checks_from_the_python_trial():
                               policies=["streaming", b"sink_recent", "knorm"], **kw)
         assert [x["policy"] for x in r] == ["sink_recent", "knorm"]  # aliases once, as eval
         part = r[:1]
-        assert isinstance(part, sparsekv.EvalResults) and part.summary()[0]["policy"] == "sink_recent"
+        assert isinstance(part, sparsekv.EvalResults)
+        assert part.summary()[0]["policy"] == "sink_recent"
     assert sparsekv.StateError.__module__ == "sparsekv"
     assert repr(pickle.loads(pickle.dumps(sparsekv.FormatError("x", 3)))) == "FormatError('x')"
