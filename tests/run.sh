@@ -8,7 +8,8 @@
 # kernel tests with SKV_SIMD=avx2; its line says so). SKV_TEST_JOBS binaries run at once
 # (default: the online cores): CI's time is mostly the sanitizer run's single-threaded tests, so
 # give the slowest first. Each binary has its own TMPDIR; results are printed in the order given,
-# each with its own wall time.
+# each with its own wall time. A binary running past SKV_TEST_TIMEOUT seconds (default 600) is
+# stopped and counted as failed.
 set -u
 # Tests write their temporary files under TMPDIR: give them one that is removed afterwards.
 TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/skv_tests.XXXXXX")
@@ -16,6 +17,10 @@ export TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
 jobs=${SKV_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SKV_TEST_JOBS must be a positive count" >&2; exit 2; }
+# A binary that hangs fails instead of holding the suite (a parser loop that never ended ran
+# past 600 s); the slowest, test_matmul under ASan, takes under a minute.
+limit=${SKV_TEST_TIMEOUT:-600}
+[[ $limit =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SKV_TEST_TIMEOUT must be seconds > 0" >&2; exit 2; }
 
 bins=() envs=() env=""
 for a in "$@"; do # a binary's path may hold '=': only NAME=VALUE is an assignment
@@ -31,9 +36,9 @@ start() {
     (
         t0=$(date +%s%N)
         if [ -n "${envs[$i]}" ]; then
-            TMPDIR=$dir env "${envs[$i]}" "${bins[$i]}" >"$TMPDIR/$i.out" 2>&1
+            TMPDIR=$dir timeout -k 10 "$limit" env "${envs[$i]}" "${bins[$i]}" >"$TMPDIR/$i.out" 2>&1
         else
-            TMPDIR=$dir "${bins[$i]}" >"$TMPDIR/$i.out" 2>&1
+            TMPDIR=$dir timeout -k 10 "$limit" "${bins[$i]}" >"$TMPDIR/$i.out" 2>&1
         fi
         rc=$?
         echo "$rc $((($(date +%s%N) - t0) / 1000000))" >"$TMPDIR/$i.tmp"
@@ -54,7 +59,10 @@ report() {
     f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     k=$(printf '%s\n' "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' | tail -1)
     passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0})); skipped=$((skipped + ${k:-0}))
-    if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && [ "$ms" -ge $((limit * 1000)) ]; then
+        crashed+=("$name (timed out after $limit s, SKV_TEST_TIMEOUT)"); failed=$((failed + 1))
+        printf '%s\n' "$out" | tail -20 | sed "s/^/$name: /"
+    elif [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
         crashed+=("$name (exit $rc)"); failed=$((failed + 1))
         printf '%s\n' "$out" | tail -20 | sed "s/^/$name: /"
     fi

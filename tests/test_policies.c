@@ -467,6 +467,38 @@ static void test_registry(void **state) {
     assert_true(skv_policy_find("random")->shared);
 }
 
+/* adakv's layer selection against the rule worked by hand (SPEC: n_safe = floor(0.2 keep) each
+ * head's own top, then the top of all heads' remaining scores; ties: higher position, then lower
+ * head). keep 6: n_safe 1, layer total 18. Heads 0 and 1 score 20 everywhere but 30 at 9; head
+ * 2 scores 3 at 0, else 0. Safe: 9, 9, 0. The 15 shared places go to the 18 tied 20s of heads
+ * 0-1 by position descending, then head ascending: 8..2 of both (14), then (1, head 0). */
+static void adakv_expect(const int32_t *idx, int n, const int32_t *want, int n_want) {
+    assert_int_equal(n, n_want);
+    for (int i = 0; i < n; i++) assert_int_equal(idx[i], want[i]);
+}
+
+static void test_adakv_select_by_hand(void **state) {
+    (void)state;
+    enum { T = 10, H = 3 };
+    double s[H * T];
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < T; t++) s[h * T + t] = t == 9 ? 30 : 20;
+    for (int t = 0; t < T; t++) s[2 * T + t] = t == 0 ? 3 : 0;
+    int b[H];
+    int32_t idx[H * T];
+    skv_err err = {0};
+    assert_int_equal(skv_policy_adakv.select(s, T, T, H, 6, b, idx, &err), SKV_OK);
+    adakv_expect(idx, b[0], (int32_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9}, 9);
+    adakv_expect(idx + T, b[1], (int32_t[]){2, 3, 4, 5, 6, 7, 8, 9}, 8);
+    adakv_expect(idx + 2 * T, b[2], (int32_t[]){0}, 1);
+    /* a NaN ranks as -inf: with head 0's position 1 NaN the 15th place is (1, head 1) */
+    s[1] = NAN;
+    assert_int_equal(skv_policy_adakv.select(s, T, T, H, 6, b, idx, &err), SKV_OK);
+    adakv_expect(idx, b[0], (int32_t[]){2, 3, 4, 5, 6, 7, 8, 9}, 8);
+    adakv_expect(idx + T, b[1], (int32_t[]){1, 2, 3, 4, 5, 6, 7, 8, 9}, 9);
+    adakv_expect(idx + 2 * T, b[2], (int32_t[]){0}, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keep),           cmocka_unit_test(test_pyramid_budgets),
@@ -475,7 +507,7 @@ int main(void) {
         cmocka_unit_test(test_window_score),   cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_topk_ties),      cmocka_unit_test(test_topk_random),
         cmocka_unit_test(test_forced),         cmocka_unit_test(test_attention_chain),
-        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_registry),       cmocka_unit_test(test_adakv_select_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1383,6 +1383,71 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* adakv at small keeps leaves some heads empty: each layer's heads together hold keep * H_kv
+ * entries (SPEC), which is what the selection counted (forced + by score), read from the cache
+ * head by head (a check that copied head 0's list into an empty head passed the old tests) */
+static void test_adakv_heads_hold_the_selection(void **state) {
+    (void)state;
+    if (!model) skip();
+    int32_t ids[64];
+    const char *text = "Once upon a time, there was a little girl named Lily. She loved to play.";
+    int n = skv_tokenize(skv_model_vocab(model), text, strlen(text), true, ids, 64);
+    assert_true(n > 21);
+    const skv_hparams *hp = skv_model_hparams(model);
+    for (int kf = 1; kf <= 5; kf++) {
+        skv_context *c = test_context(model, SKV_TYPE_F32, 64, 1, 8);
+        test_feed(c, ids, 20, SKV_LOGITS_NONE, NULL);
+        skv_compress_params cp = skv_compress_default_params();
+        cp.policy = "adakv";
+        cp.keep_frac = 0.05 * kf;
+        cp.window_tokens = ids + 20;
+        cp.n_window = 1;
+        cp.window_keep = 0;
+        skv_compress_info info;
+        skv_err err = {0};
+        assert_int_equal(skv_compress(c, &cp, &info, &err), SKV_OK);
+        for (int l = 0; l < hp->n_layer; l++) {
+            int sum = 0;
+            for (int h = 0; h < hp->n_head_kv; h++)
+                sum += skv_cache_head_len(skv_context_cache_const(c), l, h);
+            assert_int_equal(sum, info.keep * hp->n_head_kv);
+            assert_int_equal(sum, info.forced[l] + info.by_score[l]);
+        }
+        skv_compress_info_free(&info);
+        skv_context_free(c);
+    }
+}
+
+/* A re-rotating budget re-rotates: after its first cut the cache is in rerotate mode and the
+ * next token's logits differ from the same budget's in original positions (the tests compared
+ * two contexts mutated alike, and a budget that never re-rotated passed them) */
+static void test_budget_rerotates(void **state) {
+    (void)state;
+    if (!model) skip();
+    int32_t ids[64];
+    const char *text = "Once upon a time, there was a little girl named Lily. She loved to play.";
+    int n = skv_tokenize(skv_model_vocab(model), text, strlen(text), true, ids, 64);
+    float *lr = malloc(sizeof(float) * (size_t)V), *lo = malloc(sizeof(float) * (size_t)V);
+    assert_true(lr && lo);
+    for (int k = 0; k < 2; k++) {
+        skv_context *c = test_context(model, SKV_TYPE_F32, 128, 1, 0);
+        skv_compress_params p = skv_compress_default_params();
+        p.policy = "streaming";
+        p.n_window = 4;
+        p.positions = k ? SKV_POSITIONS_REROTATE : SKV_POSITIONS_ORIGINAL;
+        skv_err err = {0};
+        assert_int_equal(skv_context_set_budget(c, &p, 12, 8, &err), SKV_OK);
+        for (int i = 0; i < n && skv_context_budget_cuts(c) == 0; i++)
+            test_feed(c, ids + i, 1, SKV_LOGITS_LAST, k ? lr : lo);
+        assert_true(skv_context_budget_cuts(c) > 0);
+        assert_int_equal(skv_cache_position_mode(skv_context_cache_const(c)), p.positions);
+        test_feed(c, ids, 1, SKV_LOGITS_LAST, k ? lr : lo);
+        skv_context_free(c);
+    }
+    assert_true(test_max_abs_diff(lr, lo, (size_t)V) > 1e-3);
+    free(lr), free(lo);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_selection_seed),
@@ -1406,6 +1471,8 @@ int main(void) {
         cmocka_unit_test(test_budget_unequal_heads),
         cmocka_unit_test(test_cli_policies),
         cmocka_unit_test(test_cli_eval_budget),
+        cmocka_unit_test(test_adakv_heads_hold_the_selection),
+        cmocka_unit_test(test_budget_rerotates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -116,10 +116,39 @@ static void test_bad_params(void **state) {
     skv_sampler_params p = skv_sampler_default_params();
     p.top_p = 0;
     assert_null(skv_sampler_new(&p, &err));
+    assert_non_null(strstr(err.msg, "top_p must be in (0, 1] (1: off), got 0"));
     p = skv_sampler_default_params();
     p.temperature = -1;
     assert_null(skv_sampler_new(&p, &err));
     assert_int_equal(err.status, SKV_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "temperature must be a finite float >= 0 (0: greedy), got -1"));
+    p.temperature = INFINITY;
+    assert_null(skv_sampler_new(&p, &err));
+    assert_non_null(strstr(err.msg, "got inf"));
+    p = skv_sampler_default_params();
+    p.top_k = -2;
+    assert_null(skv_sampler_new(&p, &err));
+    assert_non_null(strstr(err.msg, "top_k must be >= 0 (0: off), got -2"));
+}
+
+/* top_p reached exactly at a boundary: four equal logits and top_p 0.5 keep the two lowest ids
+ * (cumulative mass 0.5 after two; ties in id order), each drawn about half the time */
+static void test_top_p_exact_boundary(void **state) {
+    (void)state;
+    skv_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 0.5f, .seed = 7};
+    skv_err err = {0};
+    skv_sampler *s = skv_sampler_new(&p, &err);
+    assert_non_null(s);
+    int count[4] = {0};
+    for (int i = 0; i < 2000; i++) {
+        float lg[4] = {0, 0, 0, 0};
+        int t = skv_sampler_sample(s, lg, 4);
+        assert_true(t >= 0 && t < 4);
+        count[t]++;
+    }
+    assert_int_equal(count[2] + count[3], 0);
+    assert_true(count[0] > 800 && count[1] > 800);
+    skv_sampler_free(s);
 }
 
 int main(void) {
@@ -130,6 +159,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_reproducible),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_extreme_temperature_and_inf),
+        cmocka_unit_test(test_top_p_exact_boundary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

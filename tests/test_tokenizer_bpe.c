@@ -763,6 +763,55 @@ static void test_cli_bpe(void **state) {
     remove(bad);
 }
 
+/* The longest special token at a position wins: "<|a|>" and "<|a|>b" are both control tokens
+ * (none of the fixture vocabularies has one special token that is a prefix of another, so
+ * their tests could not tell longest-first from shortest-first) */
+static void test_special_longest_wins(void **state) {
+    (void)state;
+    enum { N = 256 + 3 };
+    static char sp[256][4];
+    const char *toks[N];
+    int32_t types[N];
+    for (int b = 0; b < 256; b++) { /* the byte alphabet, as UTF-8 */
+        uint32_t cp = skv_bpe_byte_to_cp((uint8_t)b);
+        if (cp < 0x80) {
+            sp[b][0] = (char)cp, sp[b][1] = 0;
+        } else {
+            sp[b][0] = (char)(0xc0 | cp >> 6), sp[b][1] = (char)(0x80 | (cp & 0x3f));
+            sp[b][2] = 0;
+        }
+        toks[b] = sp[b];
+        types[b] = SKV_TOKEN_NORMAL;
+    }
+    toks[256] = "ab", types[256] = SKV_TOKEN_NORMAL;
+    toks[257] = "<|a|>", types[257] = SKV_TOKEN_CONTROL;
+    toks[258] = "<|a|>b", types[258] = SKV_TOKEN_CONTROL;
+    const char *merges[] = {"a b"};
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), 0);
+    assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2"), 0);
+    assert_int_equal(skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, N), 0);
+    assert_int_equal(
+        skv_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SKV_GGUF_INT32, types, N), 0);
+    assert_int_equal(skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 1), 0);
+    assert_int_equal(skv_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 257), 0);
+    assert_int_equal(skv_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 257), 0);
+    const char *path = test_tmp_path(".gguf");
+    skv_err err = {0};
+    assert_int_equal(skv_gguf_writer_write(w, path, &err), 0);
+    skv_gguf_writer_free(w);
+    skv_vocab *v = skv_vocab_load(path, &err);
+    remove(path);
+    if (!v) fail_msg("%s", err.msg);
+    const char *text = "a<|a|>ba<|a|>";
+    int32_t t[16];
+    int n = skv_tokenize_ex(v, text, strlen(text), false, true, t, 16);
+    const int32_t want[] = {97, 258, 97, 257};
+    assert_int_equal(n, 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(t[i], want[i]);
+    skv_vocab_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vectors_llama_bpe), cmocka_unit_test(test_vectors_qwen2),
@@ -773,7 +822,7 @@ int main(void) {
         cmocka_unit_test(test_byte_alphabet),     cmocka_unit_test(test_hand_merges),
         cmocka_unit_test(test_malformed),         cmocka_unit_test(test_chat_without_vocab),
         cmocka_unit_test(test_chat_templates),    cmocka_unit_test(test_eval_messages),
-        cmocka_unit_test(test_cli_bpe),
+        cmocka_unit_test(test_cli_bpe),           cmocka_unit_test(test_special_longest_wins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 """Model and Context: Python objects over libsparsekv's skv_model and skv_context."""
 
 import collections
+import contextlib
 import ctypes
 import functools
 import numbers
@@ -315,6 +316,10 @@ class Model:
         self._ptr = ptr
         self._closing = False
         self._n_contexts = 0
+        # guards the lifetime: contexts and calls under way hold the C model (re-entrant: a
+        # context's finalizer may run in a garbage collection inside a guarded region)
+        self._life = threading.RLock()
+        self._busy = 0
         self._finalizer = weakref.finalize(self, _lib.skv_model_free, ptr)
         self._vocab = _lib.skv_model_vocab(ptr)
         self._hparams = _hparams_dict(_lib.skv_model_hparams(ptr).contents)
@@ -327,9 +332,24 @@ class Model:
         self._maybe_free()
 
     def _maybe_free(self):
-        if self._closing and self._n_contexts == 0 and self._ptr is not None:
-            self._ptr = None
-            self._finalizer()
+        with self._life:
+            if self._closing and self._n_contexts == 0 and self._busy == 0 and \
+                    self._ptr is not None:
+                self._ptr = None
+                self._finalizer()
+
+    @contextlib.contextmanager
+    def _use(self):
+        """Holds the C model for a call: close() from another thread frees it after."""
+        with self._life:
+            self._p()
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._life:
+                self._busy -= 1
+            self._maybe_free()
 
     def __enter__(self):
         return self
@@ -591,7 +611,8 @@ def _guarded(fn):
 
 def _free_context(ptr, model):
     _lib.skv_context_free(ptr)
-    model._n_contexts -= 1
+    with model._life:
+        model._n_contexts -= 1
     model._maybe_free()
 
 
@@ -622,17 +643,22 @@ class Context:
             p.n_threads = _int(threads, "threads", 0, _MAX_THREADS)
             p.kv_type = _type_id(kv_type)
             p.capture_window = _int(capture_window, "capture_window", 0)
-            if model._closing:
-                raise StateError("the model is closed", 6)
-            err = L.skv_err()
-            _ptr = _lib.skv_context_new(model._p(), byref(p), byref(err))
-            if not _ptr:
-                _raise(err)
+            with model._use():
+                if model._closing:
+                    raise StateError("the model is closed", 6)
+                err = L.skv_err()
+                _ptr = _lib.skv_context_new(model._p(), byref(p), byref(err))
+                if not _ptr:
+                    _raise(err)
+                with model._life:  # before the model can be freed
+                    model._n_contexts += 1
             self.capture_window = p.capture_window
+        else:  # a clone: its source context holds the model meanwhile
+            with model._life:
+                model._n_contexts += 1
         self._ptr = _ptr
         # a budget that re-rotates lets n_past run past n_ctx (generate's up-front check)
         self._unbounded = False
-        model._n_contexts += 1
         # The finalizer holds the model, so the model outlives every context made from it.
         self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
 
@@ -1085,4 +1111,22 @@ for _name, _attr in list(vars(Context).items()):
             setattr(Context, _name, property(_guarded(_attr.fget), doc=_attr.__doc__))
         elif callable(_attr):
             setattr(Context, _name, _guarded(_attr))
+del _name, _attr
+
+
+def _model_call(fn):
+    """A Model method or property run while holding the C model (see Model._use)."""
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        with self._use():
+            return fn(self, *args, **kwargs)
+    return call
+
+
+for _name, _attr in list(vars(Model).items()):
+    if not _name.startswith("_") and _name not in ("close", "path"):
+        if isinstance(_attr, property):
+            setattr(Model, _name, property(_model_call(_attr.fget), doc=_attr.__doc__))
+        elif callable(_attr):
+            setattr(Model, _name, _model_call(_attr))
 del _name, _attr

@@ -746,3 +746,34 @@ def test_argument_checks_from_the_python_trial():
         assert part.summary()[0]["policy"] == "sink_recent"
     assert sparsekv.StateError.__module__ == "sparsekv"
     assert repr(pickle.loads(pickle.dumps(sparsekv.FormatError("x", 3)))) == "FormatError('x')"
+
+
+def test_model_lifetime_across_threads():
+    # contexts made and freed from several threads keep an exact count (the model is freed
+    # once, after the last), and close() from one thread waits for a call under way in another
+    import threading
+    m = sparsekv.Model(STORIES)
+
+    def churn():
+        for _ in range(50):
+            with m.new_context(n_ctx=16) as c:
+                c.forward([1, 2], logits="none")
+
+    ts = [threading.Thread(target=churn) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert m._n_contexts == 0
+    ctx = m.new_context(n_ctx=16)
+    with m._use():  # a call under way (as another thread's tokenize would be)
+        m.close()
+        assert m._ptr is not None  # not freed under it
+        m.tokenize("still here")
+    assert m._ptr is not None  # the context still holds it
+    with pytest.raises(sparsekv.StateError, match="closed"):
+        m.new_context()
+    ctx.close()
+    assert m._ptr is None
+    with pytest.raises(sparsekv.StateError, match="closed"):
+        m.tokenize("gone")

@@ -131,6 +131,8 @@ def test_t975_published_values():
                   (120, 1.980), (1000, 1.962)):
         assert _t975(df) == pytest.approx(t, abs=6e-4), df
     assert math.isnan(_t975(0))
+    for df, t in ((31, 2.0395134464), (40, 2.0210753903), (120, 1.9799304051)):  # 10 digits
+        assert _t975(df) == pytest.approx(t, abs=1e-7), df
 
 
 def test_evaluate_h2o_alone():
@@ -199,3 +201,6 @@ def test_compare_logits_refuses_bad_input():
     masked[:, 0] = -np.inf
     m = sparsekv.compare_logits(a, masked, targets=[1, 2])
     assert np.isinf(m["kl_mean"]) and m["nll_cmp"] == pytest.approx(math.log(2))
+    # masked in the reference: p = 0 contributes nothing (not 0 * inf = NaN)
+    m = sparsekv.compare_logits([[0.0, -np.inf]], [[0.0, 0.0]])
+    assert m["kl"][0] == pytest.approx(math.log(2), rel=1e-12)
