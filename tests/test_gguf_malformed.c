@@ -236,6 +236,17 @@ static void test_offsets(void **state) {
         skv_gguf_close(g);
     }
     free(b.p);
+    /* alignment 1: tensors may touch (c right after b's 34 bytes) but not overlap by a byte
+     * (the offsets of alignment 32 cannot tell an off-by-one in the overlap check) */
+    b = valid_file(&L);
+    patch32(&b, L.align_val, 1);
+    patch64(&b, L.t_off[2], 64 + 34);
+    g = skv_gguf_open_memory(b.p, b.n, &err);
+    if (!g) fail_msg("touching tensors refused: %s", err.msg);
+    skv_gguf_close(g);
+    patch64(&b, L.t_off[2], 64 + 33);
+    expect_fail(&b, "tensors 'b' and 'c' overlap");
+    free(b.p);
     /* alignment of the wrong type */
     b = valid_file(&L);
     patch32(&b, L.kv_type[1], SKV_GGUF_FLOAT32);
