@@ -321,6 +321,9 @@ class Model:
         self._life = threading.RLock()
         self._busy = 0
         self._finalizer = weakref.finalize(self, _lib.skv_model_free, ptr)
+        # not at interpreter exit: a daemon thread may still be inside a call (the OS takes
+        # the memory back anyway)
+        self._finalizer.atexit = False
         self._vocab = _lib.skv_model_vocab(ptr)
         self._hparams = _hparams_dict(_lib.skv_model_hparams(ptr).contents)
 
@@ -464,8 +467,9 @@ class Model:
         return text
 
     def token_to_piece(self, token, prev=-1):
-        """Bytes of one token as it appears in generated text after token prev (-1: none, as
-        at the start, where SentencePiece's leading space is dropped after BOS)."""
+        """Bytes of one token as it appears in generated text after token prev (-1: no token
+        before it). SentencePiece's leading space of a word is dropped only after BOS:
+        token_to_piece(403) is b' Once', token_to_piece(403, bos) b'Once'."""
         self._p()
         token = _int(token, "token", 0, self.n_vocab - 1)
         prev = _int(prev, "prev", -1, self.n_vocab - 1)
@@ -661,6 +665,7 @@ class Context:
         self._unbounded = False
         # The finalizer holds the model, so the model outlives every context made from it.
         self._finalizer = weakref.finalize(self, _free_context, _ptr, model)
+        self._finalizer.atexit = False  # as the model's
 
     def close(self):
         """Frees the cache and scratch now (else when the context is collected); later calls
@@ -695,10 +700,25 @@ class Context:
         return _lib.skv_context_cache(self._p())
 
     def __repr__(self):
-        if self._ptr is None:
-            return "<sparsekv.Context (closed)>"
-        return "<sparsekv.Context n_past=%d n_ctx=%d kv=%s>" % (self.n_past, self.n_ctx,
-                                                                self.kv_type)
+        # never waits: a debugger or a print inside a score function shows a busy context
+        if getattr(_tls, "in_policy", False) or self._owner not in (None, threading.get_ident()):
+            return "<sparsekv.Context (busy)>"
+        if not self._lock.acquire(blocking=False):
+            if self._owner != threading.get_ident():
+                return "<sparsekv.Context (busy)>"
+            held = False  # our own call (generate's on_token) holds it
+        else:
+            held = True
+        try:
+            if self._ptr is None:
+                return "<sparsekv.Context (closed)>"
+            p = self._ptr
+            return "<sparsekv.Context n_past=%d n_ctx=%d kv=%s>" % (
+                _lib.skv_context_n_past(p), _lib.skv_context_n_ctx(p),
+                _type_name(_lib.skv_cache_type(_lib.skv_context_cache(p))))
+        finally:
+            if held:
+                self._lock.release()
 
     # -- properties
     @property
@@ -775,11 +795,13 @@ class Context:
         elif mode == L.LOGITS_LAST:
             out = np.empty(V, dtype=np.float32)
         err = L.skv_err()
-        # a failure may leave tokens in the cache (a budget's cut fails after them): the
-        # previous call's logits no longer belong to its end
-        self._last_logits = None
+        before = self.n_past
         st = _lib.skv_forward(self._p(), _i32p(a), len(a), mode,
                               _f32p(out) if out is not None else None, byref(err))
+        if st != L.OK and self.n_past != before:
+            # tokens went in (a budget's cut failed after them): the previous call's logits
+            # no longer belong to the end of the cache; a refusal that changed nothing keeps them
+            self._last_logits = None
         _check(st, err)
         if out is not None:
             self._last_logits = out[-1].copy() if out.ndim == 2 else out.copy()
@@ -806,9 +828,10 @@ class Context:
         """Compresses the cache in place: per layer and kv head keeps max(1, round(keep * T))
         positions (pyramid: its own per-layer budgets, layer_budgets; adakv: a per-layer total
         shared unevenly by the heads, kept) chosen by policy ("sink_recent"/"streaming",
-        "random", "attention"/"snapkv", "pyramid"/"pyramidkv", ...). protocol "seed": window = the observation window's token
-        ids, scored on a copy of the cache and not kept; "engine": window = W, the last W cached
-        positions, whose queries the prefill captured (the context needs capture_window >= W).
+        "random", "attention"/"snapkv", "pyramid"/"pyramidkv", ...). protocol "seed": window =
+        the observation window's token ids, scored on a copy of the cache and not kept;
+        "engine": window = W, the last W cached positions, whose queries the prefill captured
+        (the context needs capture_window >= W).
         policy_params: seed, sinks, pooling ("max"|"avg"), kernel, window_keep.
         Returns skv_compress_info as a dict. Warns (UserWarning) when entries were dropped but
         every kept one was forced, so that the policy chose nothing."""
@@ -818,7 +841,7 @@ class Context:
                           "forced (the engine window, window_keep, sinks, h2o's recent or "
                           "a registered policy's +inf scores); "
                           "raise keep or lower those" % (d["policy"], d["keep_frac"]),
-                          stacklevel=2)
+                          stacklevel=3)  # the caller's line (past _guarded's frame)
         return d
 
     def _compress(self, policy, keep, protocol, window, positions, policy_params):
@@ -1029,6 +1052,9 @@ class Context:
         top_k = _int(top_k, "top_k", 0, 1 << 30)
         seed = _int(seed, "seed", 0, L.UINT64_MAX)
         # before the prompt goes in: a bad argument changes nothing
+        if on_token is not None and not callable(on_token):
+            raise TypeError("on_token must be callable (id, piece_bytes), got %s"
+                            % type(on_token).__name__)
         for what, v, ok in (("temperature", temperature, "a number >= 0 (0: greedy)"),
                             ("top_p", top_p, "a number in (0, 1] (1: off)")):
             if isinstance(v, bool) or not isinstance(v, numbers.Real):

@@ -33,6 +33,9 @@ def compare_logits(ref, cmp, targets=None):
     the C true next tokens, the mean negative log-likelihoods and ln(PPL ratio). Refused
     (InvalidArgumentError): arrays that are not both [C, V] with C >= 1, a NaN or +inf logit (a
     NaN would read as agreement) or a row of only -inf, targets that are not C ids in [0, V)."""
+    ref, cmp = np.asarray(ref), np.asarray(cmp)
+    if np.iscomplexobj(ref) or np.iscomplexobj(cmp):
+        raise _bad_arg("compare_logits needs real logits, got complex ones")
     ref = np.asarray(ref, dtype=np.float64)
     cmp = np.asarray(cmp, dtype=np.float64)
     if ref.ndim != 2 or ref.shape != cmp.shape or ref.shape[0] < 1 or ref.shape[1] < 1:

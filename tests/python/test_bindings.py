@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -777,3 +778,60 @@ def test_model_lifetime_across_threads():
     assert m._ptr is None
     with pytest.raises(sparsekv.StateError, match="closed"):
         m.tokenize("gone")
+
+
+def test_review_mends_of_the_lock():
+    # a refused forward that changed nothing keeps the logits generate continues from; the
+    # compress warning points at the caller's line through the lock's wrapper; repr never
+    # waits for another thread's call; on_token is checked before the prompt goes in
+    import threading
+    import warnings
+    with sparsekv.Model(STORIES) as m:
+        ids = m.tokenize(PROMPT)
+        with m.new_context(n_ctx=64, threads=1) as c:
+            c.forward(ids[:11])
+            with pytest.raises(sparsekv.Error):
+                c.forward(list(ids) * 5)  # past n_ctx: refused, nothing added
+            assert c.n_past == 11 and len(c.generate(n=3).tokens) == 3
+        with m.new_context(threads=1, capture_window=8) as c:
+            c.forward(ids, logits="none")
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter("always")
+                c.compress("attention", 0.25, protocol="engine", window=8)
+            assert [w.filename for w in got] == [__file__]
+        with m.new_context(threads=1) as c:
+            with pytest.raises(TypeError, match="on_token must be callable"):
+                c.generate("Once upon a time", n=2, on_token="print")
+            assert c.n_past == 0
+            entered, release = threading.Event(), threading.Event()
+
+            def slow(tok, piece):
+                entered.set()
+                release.wait(5)
+
+            t = threading.Thread(target=lambda: c.generate("Once", n=1, on_token=slow))
+            t.start()
+            assert entered.wait(5)
+            assert repr(c) == "<sparsekv.Context (busy)>"  # at once, not after generate
+            release.set()
+            t.join()
+            assert repr(c).startswith("<sparsekv.Context n_past=")
+
+
+def test_exit_with_a_daemon_thread_in_a_call():
+    # the interpreter's exit freed the context under a daemon thread's forward (segfault in
+    # most runs): the finalizers do not run at exit
+    script = ("import sys, threading, sparsekv\n"
+              "m = sparsekv.Model(sys.argv[1]); c = m.new_context(threads=1)\n"
+              "ids = m.tokenize('Once upon a time there was a girl. ' * 4)\n"
+              "go = threading.Event()\n"
+              "def loop():\n"
+              "    while True:\n"
+              "        c.reset(); c.forward(ids, logits='all'); go.set()\n"
+              "threading.Thread(target=loop, daemon=True).start()\n"
+              "go.wait(10)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    for _ in range(4):
+        p = subprocess.run([sys.executable, "-c", script, STORIES], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (p.returncode, p.stderr[-500:])

@@ -196,6 +196,8 @@ def test_compare_logits_refuses_bad_input():
                        ((np.full((2, 3), -np.inf), a), "all -inf")):
         with pytest.raises(sparsekv.InvalidArgumentError, match=what):
             sparsekv.compare_logits(*args)
+    with pytest.raises(sparsekv.InvalidArgumentError, match="real logits"):
+        sparsekv.compare_logits(a + 1j, a)
     # a masked token (-inf) is a logit: KL counts it, here where cmp masks one ref gives 1/3
     masked = a.copy()
     masked[:, 0] = -np.inf
