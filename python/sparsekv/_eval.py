@@ -238,13 +238,14 @@ def _greedy(ctx, s, protocol, first, ref=None):
 
 def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed", "engine"),
              positions=("original",), window=32, continuation=64, prefix=None, greedy=32,
-             seeds=5, threads=1, kv_type="f32", progress=None, **policy_params):
+             seeds=None, threads=1, kv_type="f32", progress=None, **policy_params):
     """Evaluates compression policies on data: a text, a list of texts (tokenized with BOS) or
     a list of token-id sequences. Each sample is cut into prefix (T; default: what is left of
     min(n, n_ctx - greedy) after window and continuation) | window (W) | continuation (C).
     The defaults are `sparsekv eval`'s: policies None = every built-in policy of the registry,
-    protocols seed and engine, original positions, window 32, continuation 64, greedy 32, seeds 5
-    (random runs seeds 0..seeds-1). keeps run as given (the CLI's eval adds keep 1.0, the control;
+    protocols seed and engine, original positions, window 32, continuation 64, greedy 32, seeds
+    None = 5 (random runs seeds 0..seeds-1; given without random among the policies, refused
+    as eval --seeds is). keeps run as given (the CLI's eval adds keep 1.0, the control;
     here only when it is among them). policy_params (sinks, kernel, pooling, window_keep) go to
     the compress calls of the policies that read them (one that none of them reads:
     InvalidArgumentError). Returns a list of dicts, one per sample x configuration: sample,
@@ -291,7 +292,10 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
     warned = set()
     W, C, prefix = _split_sizes(window, continuation, prefix)
     G = _int(greedy, "greedy", 0, 1 << 20)  # the CLI's ranges
-    seeds = _int(seeds, "seeds", 1, 256)
+    if seeds is not None and "random" not in policies:
+        raise _bad_arg("seeds applies to none of the policies evaluated (%s): only random "
+                       "runs several seeds" % ", ".join(policies))
+    seeds = 5 if seeds is None else _int(seeds, "seeds", 1, 256)
     threads = _int(threads, "threads", 0, _MAX_THREADS)  # before any sample is skipped
     for si, toks in enumerate(_as_samples(model, data)):
         T = _cut(len(toks), n_ctx, W, C, G, prefix)

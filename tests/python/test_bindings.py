@@ -738,6 +738,8 @@ def test_argument_checks_from_the_python_trial():
             sparsekv.evaluate(m, text, policies="knorm", keeps=[0.5, 2])
         with pytest.raises(sparsekv.InvalidArgumentError, match="seeds=N"):
             sparsekv.evaluate(m, text, policies="random", seed=7)
+        with pytest.raises(sparsekv.InvalidArgumentError, match="seeds applies to none"):
+            sparsekv.evaluate(m, text, policies="knorm", seeds=3)  # as eval --seeds
         kw = dict(keeps=[0.5], protocols="seed", window=8, continuation=8, greedy=2)
         r = sparsekv.evaluate(pathlib.Path(STORIES), text,
                               policies=["streaming", b"sink_recent", "knorm"], **kw)

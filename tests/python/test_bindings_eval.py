@@ -154,6 +154,9 @@ def test_evaluate_refuses_bad_sizes():
                          ({"sinks": 2**32 + 2}, "sinks")):
             with pytest.raises(sparsekv.InvalidArgumentError, match=what):
                 sparsekv.evaluate(m, [ids], policies=["sink_recent"], keeps=[0.5], **kw)
+        for bad in (0, 257, True):  # random's seed count, in eval --seeds's range
+            with pytest.raises(sparsekv.InvalidArgumentError, match=r"seeds must be an integer"):
+                sparsekv.evaluate(m, [ids], policies=["random"], keeps=[0.5], seeds=bad)
 
 
 def test_evaluate_skips_short_samples():
