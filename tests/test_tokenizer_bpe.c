@@ -469,6 +469,14 @@ static void test_hand_merges(void **state) {
     /* the pre-tokenizer cuts "ab", " ab" first; " " has no merge with "ab" */
     expect_ids(v, "ab ab", (int32_t[]){257, 32, 257}, 3);
     skv_vocab_free(v);
+    /* a merge listed twice keeps its first rank: [a b] (0) before [b c] (1); ranked by its
+     * repeat (3) "abc" would be a + bc -> abc */
+    const char *m3[] = {"a b", "b c", "a bc", "a b"};
+    hand_bpe h3 = {extra, 3, m3, 4, "gpt-2"};
+    v = hand_vocab(&h3, &err);
+    if (!v) fail_msg("%s", err.msg);
+    expect_ids(v, "abc", (int32_t[]){257, 99}, 2);
+    skv_vocab_free(v);
 }
 
 /* ---------------------------------------------------------------------------------------- */
