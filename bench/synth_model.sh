@@ -25,13 +25,13 @@ synth_model() {
         rm -f "$f.key"
         if [ "${type%_k_m}" != "$type" ]; then
             local src
-            src=$(synth_model "$cli" "$dir" "$preset" f16)
-            "$cli" quantize "$src" "$f" "$type" --overwrite >&2
+            src=$(synth_model "$cli" "$dir" "$preset" f16) || return 1
+            "$cli" quantize "$src" "$f" "$type" --overwrite >&2 || return 1
         else
             "$cli" synth-model --preset "$preset" --type "$type" --ctx 16384 --seed 1 -o "$f" \
-                --overwrite >&2
+                --overwrite >&2 || return 1
         fi
-        echo "$key" >"$f.key"
+        echo "$key" >"$f.key" # only after a model was written: a failure leaves no key
     fi
     printf '%s\n' "$f"
 }

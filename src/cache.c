@@ -220,6 +220,20 @@ skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err) {
     return SKV_OK;
 }
 
+skv_status skv_cache_room(skv_cache *c, int n_more, skv_err *err) {
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) {
+        skv_cache_head *h = &c->heads[i];
+        const int64_t want = (int64_t)h->n + n_more; /* exactly: the caller knows how many */
+        const int need = want > c->n_ctx ? c->n_ctx : (int)want;
+        if (need <= h->cap) continue;
+        if (!head_set_cap(h, c->row_bytes, need))
+            return skv_err_set(err, SKV_ERR_NOMEM,
+                               "out of memory reserving room for %d more kv entries per head",
+                               n_more);
+    }
+    return SKV_OK;
+}
+
 static void row_store(skv_type t, uint8_t *dst, const float *src, int n) {
     if (t == SKV_TYPE_F32)
         memcpy(dst, src, (size_t)n * sizeof(float));

@@ -63,6 +63,9 @@ void skv_cache_caps(const skv_cache *c, int *caps);
 void skv_cache_restore_caps(skv_cache *c, const int *caps);
 /* Makes room for n more entries in every head (grows geometrically, up to n_ctx). */
 skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err);
+/* Room for exactly n_more more entries in every head (at most n_ctx), where reserve grows by
+ * half as much again for appends to come: skv_context_reserve. */
+skv_status skv_cache_room(skv_cache *c, int n_more, skv_err *err);
 /* Appends one entry (already rotated key, value, given as float rows [head_dim]) to a head.
  * Room must have been reserved. */
 void skv_cache_append(skv_cache *c, int layer, int head, int32_t pos, const float *k,

@@ -179,6 +179,13 @@ void skv_context_free(skv_context *ctx) {
     free(ctx);
 }
 
+skv_status skv_context_reserve(skv_context *ctx, int n_tokens, skv_err *err) {
+    if (!ctx) return skv_err_set(err, SKV_ERR_INVALID_ARG, "no context given");
+    if (n_tokens < 0)
+        return skv_err_set(err, SKV_ERR_INVALID_ARG, "n_tokens must be >= 0, got %d", n_tokens);
+    return skv_cache_room(ctx->cache, n_tokens, err);
+}
+
 skv_context *skv_context_clone(const skv_context *src, skv_err *err) {
     if (!src) {
         skv_err_set(err, SKV_ERR_INVALID_ARG, "no context given");

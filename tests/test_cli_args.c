@@ -173,6 +173,8 @@ static void test_refused(void **state) {
         {"compress -p hi --policy random --keep 0.5 -t ' 1'", 2, "got ' 1'"},
         {"bench -p 0 -n 0", 2, "nothing to run"},
         {"bench -t 1,", 2, "thread counts in [1, 1024], comma-separated"},
+        {"bench -r 0", 2, "-r must be an integer in [1, 64], got '0'"},
+        {"bench --depth 64 --policy knorm --keep 0", 2, "--keep must be a fraction in (0, 1]"},
         /* every command gives -t's range in one message (generate said "invalid value") */
         {"generate -n 1 -t 5000", 2, "-t must be a thread count in [1, 1024]"},
         {"eval -t 0", 2, "-t must be a thread count in [1, 1024]"},

@@ -183,6 +183,40 @@ static void test_null_objects_and_thread_limit(void **state) {
     skv_model_free(m);
 }
 
+/* skv_context_reserve: the room comes now, the forward calls that fill it do not grow the cache
+ * (its allocated bytes stay as they were) and give the same logits as without it */
+static void test_context_reserve(void **state) {
+    (void)state;
+    skv_err err = {0};
+    skv_model *m = skv_model_load(test_stories_path(), &err);
+    if (!m) skip();
+    skv_context_params p = skv_context_default_params();
+    p.n_ctx = 64;
+    p.n_threads = 1;
+    skv_context *a = skv_context_new(m, &p, &err), *b = skv_context_new(m, &p, &err);
+    assert_true(a && b);
+    assert_int_equal(skv_context_reserve(a, -1, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_context_reserve(NULL, 1, &err), SKV_ERR_INVALID_ARG);
+    assert_int_equal(skv_context_reserve(a, 40, &err), SKV_OK);
+    const uint64_t room = skv_cache_bytes_allocated(skv_context_cache_const(a));
+    assert_true(room > 0);
+    assert_int_equal(skv_context_reserve(a, 1000, &err), SKV_OK); /* capped at n_ctx */
+    const uint64_t full = skv_cache_bytes_allocated(skv_context_cache_const(a));
+    assert_true(full > room);
+    const int V = skv_model_hparams(m)->n_vocab;
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < 64; i++) {
+        const int32_t t = 1 + (i * 37) % (V - 1);
+        assert_int_equal(skv_forward(a, &t, 1, SKV_LOGITS_LAST, la, &err), SKV_OK);
+        assert_int_equal(skv_forward(b, &t, 1, SKV_LOGITS_LAST, lb, &err), SKV_OK);
+        assert_memory_equal(la, lb, sizeof(float) * (size_t)V);
+        assert_true(skv_cache_bytes_allocated(skv_context_cache_const(a)) == full);
+    }
+    free(la), free(lb);
+    skv_context_free(a), skv_context_free(b);
+    skv_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unmodified_copy_loads),
@@ -192,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_missing_or_misshapen_tensor),
         cmocka_unit_test(test_hparams_read),
         cmocka_unit_test(test_null_objects_and_thread_limit),
+        cmocka_unit_test(test_context_reserve),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -780,6 +780,14 @@ class Context:
         _lib.skv_context_reset(self._p())
         self._last_logits = None
 
+    def reserve(self, n_tokens):
+        """Room for n_tokens more entries in every kv head now (at most n_ctx), so that the
+        forward calls that add them do not grow the cache on the way (skv_context_reserve):
+        before a long prompt, or on a clone about to decode."""
+        n = _int(n_tokens, "n_tokens", 0)
+        err = L.skv_err()
+        _check(_lib.skv_context_reserve(self._p(), n, byref(err)), err)
+
     def forward(self, ids, logits="last"):
         """Runs token ids through the model at positions n_past.. (one batched call; under a
         re-rotating budget without room for them all, pieces up to each cut), appending to

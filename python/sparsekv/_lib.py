@@ -205,6 +205,7 @@ _PROTOTYPES = {
     "skv_context_n_ctx": (c_int, [c_void_p]),
     "skv_context_n_threads": (c_int, [c_void_p]),
     "skv_context_reset": (None, [c_void_p]),
+    "skv_context_reserve": (c_int, [c_void_p, c_int, P_err]),
     "skv_forward": (c_int, [c_void_p, P_i32, c_int, c_int, P_f32, P_err]),
     "skv_context_captured_queries": (P_f32, [c_void_p, c_int, POINTER(c_int), POINTER(c_int)]),
     "skv_context_cache": (c_void_p, [c_void_p]),

@@ -837,3 +837,14 @@ def test_exit_with_a_daemon_thread_in_a_call():
         p = subprocess.run([sys.executable, "-c", script, STORIES], env=env,
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, (p.returncode, p.stderr[-500:])
+
+
+def test_reserve():
+    with sparsekv.Model(STORIES) as m, m.new_context(n_ctx=64, threads=1) as c:
+        c.reserve(40)
+        room = c.cache_bytes_allocated
+        c.forward(list(range(1, 41)), logits="none")
+        assert c.cache_bytes_allocated == room and c.n_past == 40
+        for bad in (-1, 1.5, True):
+            with pytest.raises(sparsekv.InvalidArgumentError, match="n_tokens"):
+                c.reserve(bad)
