@@ -336,8 +336,8 @@ SKV_API int skv_context_n_threads(const skv_context *ctx);
  * so that the forward calls that add them do not grow the cache on the way (a growth moves or
  * copies every head's arrays at once): before a long prompt, or on a clone about to decode (a
  * clone has exactly the room its entries take). The room is given back by a compression or
- * skv_context_free. SKV_ERR_INVALID_ARG for n_tokens < 0; SKV_ERR_NOMEM leaves the cache as it
- * was. */
+ * skv_context_free. SKV_ERR_INVALID_ARG for n_tokens < 0; SKV_ERR_NOMEM with every entry intact
+ * (heads grown before the failure keep their room). */
 SKV_API skv_status skv_context_reserve(skv_context *ctx, int n_tokens, skv_err *err);
 /* Drops the whole cache (logical length back to 0) and captured queries; a decoding budget and
  * attention accumulation stay set, their counts (cuts, accumulated attention) back to zero. The
