@@ -201,37 +201,35 @@ skv_cache *skv_cache_clone(const skv_cache *src, skv_err *err) {
     return c;
 }
 
-skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err) {
+/* Room for n_more more entries in every head: exactly that, at most n_ctx (exact:
+ * skv_context_reserve, whose caller knows how many), or half as much again for appends to come
+ * (at least what is needed, within a budget's bound and n_ctx). */
+static skv_status grow_heads(skv_cache *c, int n_more, bool exact, skv_err *err) {
     for (int i = 0; i < c->n_layer * c->n_head_kv; i++) {
         skv_cache_head *h = &c->heads[i];
-        int need = h->n + n_more;
+        const int64_t want = (int64_t)h->n + n_more;
+        const int need = exact && want > c->n_ctx ? c->n_ctx : (int)want;
         if (need <= h->cap) continue;
-        int cap = h->cap + h->cap / 2; /* grow by 1.5x, at least to need, at most n_ctx */
-        if (cap < need) cap = need;
-        if (cap < 16) cap = 16;
-        if (c->cap_hint >= need && cap > c->cap_hint) cap = c->cap_hint; /* a budget's bound */
-        if (cap > c->n_ctx) cap = c->n_ctx > need ? c->n_ctx : need;
+        int cap = need;
+        if (!exact) {
+            cap = SKV_MAX(h->cap + h->cap / 2, need);
+            if (cap < 16) cap = 16;
+            if (c->cap_hint >= need && cap > c->cap_hint) cap = c->cap_hint; /* a budget's bound */
+            if (cap > c->n_ctx) cap = c->n_ctx > need ? c->n_ctx : need;
+        }
         if (!head_set_cap(h, c->row_bytes, cap))
             return skv_err_set(err, SKV_ERR_NOMEM,
-                               "out of memory growing the kv cache to %d "
-                               "positions",
-                               need);
+                               "out of memory growing the kv cache to %d positions", need);
     }
     return SKV_OK;
 }
 
+skv_status skv_cache_reserve(skv_cache *c, int n_more, skv_err *err) {
+    return grow_heads(c, n_more, false, err);
+}
+
 skv_status skv_cache_room(skv_cache *c, int n_more, skv_err *err) {
-    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) {
-        skv_cache_head *h = &c->heads[i];
-        const int64_t want = (int64_t)h->n + n_more; /* exactly: the caller knows how many */
-        const int need = want > c->n_ctx ? c->n_ctx : (int)want;
-        if (need <= h->cap) continue;
-        if (!head_set_cap(h, c->row_bytes, need))
-            return skv_err_set(err, SKV_ERR_NOMEM,
-                               "out of memory reserving room for %d more kv entries per head",
-                               n_more);
-    }
-    return SKV_OK;
+    return grow_heads(c, n_more, true, err);
 }
 
 static void row_store(skv_type t, uint8_t *dst, const float *src, int n) {

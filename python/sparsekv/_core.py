@@ -701,14 +701,11 @@ class Context:
 
     def __repr__(self):
         # never waits: a debugger or a print inside a score function shows a busy context
-        if getattr(_tls, "in_policy", False) or self._owner not in (None, threading.get_ident()):
+        if getattr(_tls, "in_policy", False):
             return "<sparsekv.Context (busy)>"
-        if not self._lock.acquire(blocking=False):
-            if self._owner != threading.get_ident():
-                return "<sparsekv.Context (busy)>"
-            held = False  # our own call (generate's on_token) holds it
-        else:
-            held = True
+        held = self._lock.acquire(blocking=False)
+        if not held and self._owner != threading.get_ident():  # (else our own call holds it)
+            return "<sparsekv.Context (busy)>"
         try:
             if self._ptr is None:
                 return "<sparsekv.Context (closed)>"
@@ -803,10 +800,11 @@ class Context:
         elif mode == L.LOGITS_LAST:
             out = np.empty(V, dtype=np.float32)
         err = L.skv_err()
-        before = self.n_past
-        st = _lib.skv_forward(self._p(), _i32p(a), len(a), mode,
+        p = self._p()
+        before = _lib.skv_context_n_past(p)
+        st = _lib.skv_forward(p, _i32p(a), len(a), mode,
                               _f32p(out) if out is not None else None, byref(err))
-        if st != L.OK and self.n_past != before:
+        if st != L.OK and _lib.skv_context_n_past(p) != before:
             # tokens went in (a budget's cut failed after them): the previous call's logits
             # no longer belong to the end of the cache; a refusal that changed nothing keeps them
             self._last_logits = None
@@ -1140,7 +1138,7 @@ class Context:
 
 # every method and property of Context that reaches the C context, one call at a time
 for _name, _attr in list(vars(Context).items()):
-    if _name in ("close", "_compress") or not _name.startswith("_"):
+    if _name == "_compress" or not _name.startswith("_"):
         if isinstance(_attr, property):
             setattr(Context, _name, property(_guarded(_attr.fget), doc=_attr.__doc__))
         elif callable(_attr):

@@ -15,7 +15,8 @@ import warnings
 import numpy as np
 
 from ._core import (_MAX_THREADS, _POLICY_PARAMS, Error, Model, _all_forced, _bad_arg,
-                    _compress_params, _int, _policy_reads, _policy_row, _policy_rows)
+                    _compress_params, _int, _lib, _policy_name, _policy_reads, _policy_row,
+                    _policy_rows)
 
 DEFAULT_KEEPS = (0.1, 0.25, 0.5, 1.0)
 
@@ -136,8 +137,7 @@ def _as_policies(policies, call, rows=None):
                         % (call, type(policies).__name__)) from None
     names = []
     for pol in policies:
-        if isinstance(pol, bytes):
-            pol = pol.decode("utf-8", "replace")
+        pol = _policy_name(pol)
         row = _policy_row(pol) if isinstance(pol, str) else None
         if row is None:
             raise _bad_arg("unknown policy %r (sparsekv.policies() lists them)" % (pol,))
@@ -378,15 +378,13 @@ def _run_config(base, s, proto, pol, keep, pos, seed, first, ref_logits, ref_gre
     return r, _all_forced(info)
 
 
-_PARAM_DEFAULTS = {"window_keep": 32, "sinks": 4}  # skv_compress_default_params
-
-
 def _forced_by(proto, W, pol, reads, params):
     """What forces entries for this policy, as eval's warning names it."""
     out = ["window %d" % W] if proto == "engine" else []
+    defaults = _lib.skv_compress_default_params()
     for name in ("window_keep", "sinks"):
         if name in reads:
-            out.append("%s %s" % (name, params.get(name, _PARAM_DEFAULTS[name])))
+            out.append("%s %s" % (name, params.get(name, getattr(defaults, name))))
     return ", ".join(out) or "by the policy's own rule"
 
 

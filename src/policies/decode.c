@@ -200,14 +200,7 @@ skv_status skv_context_set_budget(skv_context *ctx, const skv_compress_params *p
                            "after new tokens enter, and none fit; set the budget before the "
                            "context fills",
                            ctx->cache->heads[0].n);
-    if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) {
-        /* its scores sum the attention every key received from the first token on */
-        if (skv_cache_n_past(ctx->cache) != 0 && !(ctx->pstate && ctx->pstate->acc))
-            return skv_err_set(err, SKV_ERR_STATE,
-                               "a %s budget sums the attention each key receives from the first "
-                               "token on: set it on an empty context (reset() first, or before "
-                               "the prompt); the cache holds %d positions",
-                               pol->name, skv_cache_n_past(ctx->cache));
+    if (pol->needs & SKV_POLICY_NEEDS_PREFILL_ATTN) { /* refused past the first token */
         skv_status st = skv_context_accumulate_attention(ctx, true, err);
         if (st) return st;
     }

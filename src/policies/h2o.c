@@ -126,8 +126,9 @@ skv_status skv_context_accumulate_attention(skv_context *ctx, bool on, skv_err *
     if (ctx->pstate && ctx->pstate->acc) return SKV_OK;
     if (skv_cache_n_past(ctx->cache) != 0)
         return skv_err_set(err, SKV_ERR_STATE,
-                           "turn attention accumulation on before the prefill (the cache holds "
-                           "%d positions)",
+                           "h2o's attention sums count from the first token on: set it on an "
+                           "empty context (reset() first, or before the prompt); the cache "
+                           "holds %d positions",
                            skv_cache_n_past(ctx->cache));
     skv_policy_state *ps = pstate_get(ctx, err);
     if (!ps) return SKV_ERR_NOMEM;
