@@ -123,6 +123,19 @@ typedef enum skv_rope_mode {
     SKV_ROPE_NEOX = 1,     /* pairs (x[i], x[i + n_rot/2]): qwen2, qwen3, phi3 */
 } skv_rope_mode;
 
+/* How RoPE angles are stretched for contexts past the training length (docs/ARCHITECTURES.md). */
+typedef enum skv_rope_scaling {
+    SKV_ROPE_SCALING_NONE = 0,
+    SKV_ROPE_SCALING_LINEAR = 1,   /* every angle times rope_freq_scale (1 / rope.scaling.factor) */
+    SKV_ROPE_SCALING_YARN = 2,     /* YaRN (Qwen2.5 / Qwen3 long-context files): low frequencies
+                                      interpolated by rope_freq_scale, high ones kept, a linear ramp
+                                      between (llama.cpp's betas 32 and 1 over n_ctx_orig) */
+    SKV_ROPE_SCALING_LONGROPE = 3, /* Phi-3.5, Phi-3-*-128k, Phi-4-mini: per-frequency divisors,
+                                      rope_factors_short.weight for a context of at most
+                                      n_ctx_orig positions and rope_factors_long.weight past it,
+                                      chosen once per context by its n_ctx (as llama.cpp does) */
+} skv_rope_scaling;
+
 typedef struct skv_hparams {
     int n_vocab;
     int n_ctx_train; /* context length the model was trained for */
@@ -138,10 +151,14 @@ typedef struct skv_hparams {
     bool tied_output; /* output matrix is the token embedding */
     char arch[16];    /* general.architecture: llama, qwen2, qwen3 or phi3 */
     skv_rope_mode rope_mode;
-    float rope_freq_scale;  /* linear RoPE scaling: 1 / rope.scaling.factor (1 = none) */
+    float rope_freq_scale;  /* linear and YaRN scaling: 1 / rope.scaling.factor (1 = none) */
     bool rope_freq_factors; /* rope_freqs.weight divides each RoPE frequency (Llama 3.1+) */
     bool qkv_bias;          /* attention projections have biases */
     bool qk_norm;           /* per-head RMSNorm of q and k before RoPE (qwen3) */
+    skv_rope_scaling rope_scaling;
+    int n_ctx_orig;         /* rope.scaling.original_context_length (n_ctx_train when absent) */
+    float rope_attn_factor; /* multiplies cos and sin of every embedding (1 = none): LongRoPE's
+                               rope.scaling.attn_factor; YaRN's 1 + 0.1 ln(factor) times it */
 } skv_hparams;
 
 /* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
@@ -308,7 +325,8 @@ typedef enum skv_position_mode {
 typedef struct skv_context_params {
     int n_ctx;          /* maximum logical length; 0 = the model's n_ctx_train (more is
                            allowed: memory grows with the tokens, not with n_ctx, and quality
-                           past the training length is the model's) */
+                           past the training length is the model's). A LongRoPE model turns by
+                           its long factors when n_ctx > n_ctx_orig, else by its short ones */
     int n_threads;      /* worker threads, at most SKV_MAX_THREADS; 0 = one per core this process
                            may run on (sched_getaffinity: a cpuset or taskset counts) */
     skv_type kv_type;   /* SKV_TYPE_F32 (default), SKV_TYPE_F16 or SKV_TYPE_Q8_0 */

@@ -374,7 +374,7 @@ static void rotator_free(rotator *r) {
 static void key_rotate(skv_cache *c, skv_cache_head *h, int i, double delta, rotator *r) {
     if (delta == 0) return;
     if (!r->valid || r->delta != delta) {
-        skv_rope_table(&c->rope, r->cs, delta);
+        skv_rope_turn_table(&c->rope, r->cs, delta);
         r->delta = delta;
         r->valid = true;
     }

@@ -155,7 +155,8 @@ skv_context *skv_context_new(const skv_model *model, const skv_context_params *p
     ctx->cache = skv_cache_new(hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_theta,
                                p.kv_type, p.n_ctx, err);
     if (!ctx->cache) goto fail;
-    skv_cache_set_rope(ctx->cache, &model->rope);
+    const skv_rope_spec rope = skv_model_rope(model, p.n_ctx); /* LongRoPE: by n_ctx */
+    skv_cache_set_rope(ctx->cache, &rope);
     ctx->pool = skv_pool_new(p.n_threads);
     if (!ctx->pool) {
         skv_err_set(err, SKV_ERR_NOMEM, "could not start %d threads", p.n_threads);

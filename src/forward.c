@@ -6,7 +6,8 @@
  *     xb = rmsnorm(x) ; q, k, v = xb·Wq, xb·Wk, xb·Wv   q  [n, n_head, head_dim]
  *          (or one fused xb·Wqkv split in three; + biases when the model has them)
  *     q, k = rmsnorm per head (qwen3 only)            k, v [n, n_head_kv, head_dim]
- *     RoPE(q, k) at each token's position (the model's skv_rope_spec, rope.h)
+ *     RoPE(q, k) at each token's position (the cache's skv_rope_spec, rope.h: the model's, with
+ *     the LongRoPE factors of the context's size)
  *     append k, v to the cache; capture q (optional)
  *     att = attention(q over each kv head's retained entries with pos <= token pos)
  *     x += att·Wo (+ bo)
@@ -135,7 +136,7 @@ static void tok_worker(void *arg, int ith, int nth) {
     const int d = hp->n_embd, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
     const int dq = nh * hd, dkv = nkv * hd, g = nh / nkv, l = t->layer;
     const skv_layer_weights *L = &ctx->model->layers[l];
-    const skv_rope_spec *rope = &ctx->model->rope;
+    const skv_rope_spec *rope = &cache->rope;
     const int i0 = (int)((int64_t)t->n * ith / nth), i1 = (int)((int64_t)t->n * (ith + 1) / nth);
     float cs_shift[1024]; /* angles at a shifted position (rerotate mode); n_rot <= 1024 */
     for (int i = i0; i < i1; i++) {
@@ -287,7 +288,7 @@ static void forward_batch(skv_context *ctx, const int32_t *tokens, int n, int qc
         skv_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + erow * tokens[i],
                            x + (size_t)i * d, d);
     for (int i = 0; i < n; i++) /* the same angles serve every layer */
-        skv_rope_table(&m->rope, ctx->rope_cs + (size_t)i * hp->n_rot, pos0 + i);
+        skv_rope_table(&cache->rope, ctx->rope_cs + (size_t)i * hp->n_rot, pos0 + i);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const skv_layer_weights *L = &m->layers[l];

@@ -16,7 +16,11 @@ struct ref_model {
     int n_vocab, d, n_layer, n_head, n_kv, hd, ff, n_rot;
     bool neox; /* qwen2, qwen3, phi3 turn (i, i + n_rot/2); llama (2i, 2i+1) */
     double theta, eps, freq_scale;
-    double *freq_factors;                              /* [n_rot/2] or NULL */
+    double *freq_factors;       /* [n_rot/2] or NULL */
+    double *lr_long, *lr_short; /* LongRoPE divisors [n_rot/2] or NULL; freq_factors is one */
+    int n_ctx_train, n_ctx_orig;
+    double attn_factor; /* LongRoPE, YaRN: scales the turned pairs (cos and sin) */
+    double *yarn;       /* [n_rot/2] YaRN's interpolated inverse-frequency scale, or NULL */
     double *embd, *out_norm, *out;                     /* [V,d], [d], [V,d] */
     double **attn_norm, **wq, **wk, **wv, **wo;        /* per layer */
     double **bq, **bk, **bv, **bo, **q_norm, **k_norm; /* per layer, entries may be NULL */
@@ -99,6 +103,27 @@ ref_model *ref_model_load(const char *path) {
     const char *st = skv_gguf_get_str(g, akey(arch, "rope.scaling.type"));
     if (st && !strcmp(st, "linear")) m->freq_scale = 1.0 / get_f(g, arch, "rope.scaling.factor", 1);
     m->freq_factors = load_tensor(g, "rope_freqs.weight", NULL, NULL);
+    m->lr_long = load_tensor(g, "rope_factors_long.weight", NULL, NULL);
+    m->lr_short = load_tensor(g, "rope_factors_short.weight", NULL, NULL);
+    m->n_ctx_train = (int)get_i(g, arch, "context_length", 0);
+    m->n_ctx_orig = (int)get_i(g, arch, "rope.scaling.original_context_length", m->n_ctx_train);
+    m->attn_factor = get_f(g, arch, "rope.scaling.attn_factor", 1.0);
+    if (st && !strcmp(st, "yarn")) { /* Hugging Face's _compute_yarn_parameters, betas 32 and 1 */
+        double factor = get_f(g, arch, "rope.scaling.factor", 1), dim = m->n_rot;
+        m->freq_scale = 1.0 / factor;
+        double lo = floor(dim * log(m->n_ctx_orig / (32 * 2 * M_PI)) / (2 * log(m->theta)));
+        double hi = ceil(dim * log(m->n_ctx_orig / (1 * 2 * M_PI)) / (2 * log(m->theta)));
+        lo = fmax(lo, 0);
+        hi = fmin(hi, dim - 1);
+        if (lo == hi) hi += 0.001;
+        m->yarn = malloc((size_t)(m->n_rot / 2) * sizeof(double));
+        for (int j = 0; j < m->n_rot / 2; j++) {
+            double ramp = fmin(fmax((j - lo) / (hi - lo), 0), 1), extrapolate = 1 - ramp;
+            m->yarn[j] = m->freq_scale * (1 - extrapolate) + 1.0 * extrapolate;
+        }
+        if (factor > 1) m->attn_factor *= 0.1 * log(factor) + 1; /* get_mscale */
+    }
+    ref_model_set_n_ctx(m, 0);
     int64_t rows;
     m->embd = load_tensor(g, "token_embd.weight", &rows, NULL);
     m->n_vocab = (int)rows;
@@ -149,11 +174,20 @@ void ref_model_free(ref_model *m) {
         for (int l = 0; l < m->n_layer; l++) free((*fields[f])[l]);
         free(*fields[f]);
     }
-    free(m->freq_factors);
+    if (m->freq_factors != m->lr_long && m->freq_factors != m->lr_short) free(m->freq_factors);
+    free(m->lr_long);
+    free(m->lr_short);
+    free(m->yarn);
     free(m->embd);
     free(m->out_norm);
     free(m->out);
     free(m);
+}
+
+void ref_model_set_n_ctx(ref_model *m, int n_ctx) {
+    if (!m->lr_long) return;
+    m->freq_factors =
+        (n_ctx > 0 ? n_ctx : m->n_ctx_train) > m->n_ctx_orig ? m->lr_long : m->lr_short;
 }
 
 int ref_model_n_vocab(const ref_model *m) {
@@ -177,16 +211,25 @@ static void matvec(double *o, const double *W, const double *x, int rows, int co
     }
 }
 
-void ref_rope(const ref_model *m, double *x, double pos) {
+static void rotate(const ref_model *m, double *x, double pos, double scale) {
     int half = m->n_rot / 2;
     for (int i = 0; i < half; i++) {
-        double a = pos * m->freq_scale * pow(m->theta, -2.0 * i / m->n_rot);
+        double a =
+            pos * (m->yarn ? m->yarn[i] : m->freq_scale) * pow(m->theta, -2.0 * i / m->n_rot);
         if (m->freq_factors) a /= m->freq_factors[i];
         int i0 = m->neox ? i : 2 * i, i1 = m->neox ? i + half : 2 * i + 1;
-        double x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * cos(a) - x1 * sin(a);
-        x[i1] = x0 * sin(a) + x1 * cos(a);
+        double x0 = x[i0], x1 = x[i1], c = scale * cos(a), s = scale * sin(a);
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
     }
+}
+
+void ref_rope(const ref_model *m, double *x, double pos) {
+    rotate(m, x, pos, m->attn_factor);
+}
+
+void ref_turn(const ref_model *m, double *x, double delta) {
+    rotate(m, x, delta, 1.0);
 }
 
 typedef struct keep_adapter {

@@ -189,6 +189,29 @@ const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads) {
     return test_synth_llama(2, 3, 1, 192, n_ctx, seed, threads);
 }
 
+const char *test_synth_tiny(const struct skv_synth_arch *a, int n_ctx_train, uint64_t seed) {
+    skv_synth_shape shape = {.name = "test-tiny",
+                             .note = "test",
+                             .n_vocab = 300,
+                             .n_ctx_train = n_ctx_train,
+                             .n_ctx = n_ctx_train,
+                             .n_embd = 128,
+                             .n_layer = 2,
+                             .n_head = 4,
+                             .n_head_kv = 2,
+                             .n_ff = 192,
+                             .rope_theta = 10000.0f,
+                             .norm_eps = 1e-5f,
+                             .tied = false};
+    skv_synth_params sp = {.type = SKV_TYPE_F32, .seed = seed, .n_ctx = 0, .n_threads = 1};
+    const char *path = test_tmp_path(".gguf");
+    skv_err err = {0};
+    skv_status st = skv_synth_write_ex(&shape, a, &sp, NULL, path, &err);
+    if (st) fprintf(stderr, "synth: %s\n", err.msg);
+    assert_int_equal(st, SKV_OK);
+    return path;
+}
+
 /* What a compression kept, as the masked reference needs it. */
 typedef struct masked {
     int T; /* compressed prefix length */

@@ -61,14 +61,19 @@ void test_feed(skv_context *ctx, const int32_t *t, int n, skv_logits_mode mode, 
 int test_argmaxf(const float *x, int n);
 /* max |a[i] - b[i]| over n values, in double. */
 double test_max_abs_diff(const float *a, const float *b, size_t n);
-/* Writes a random-weights f32 model with real head shapes (vocab 300, 2 layers, 3 query heads
- * per kv head of head_dim 64, so q8_0 caches work) to a fresh temporary path (static buffer,
- * as test_tmp_path) and returns the path. */
 /* A random-weight llama of that shape (head_dim n_embd / n_head, 300 tokens, F32) written to a
  * temporary file; its path (static buffer of test_tmp_path). */
 const char *test_synth_llama(int n_layer, int n_head, int n_head_kv, int n_embd, int n_ctx,
                              uint64_t seed, int threads);
+/* test_synth_llama with real head shapes: 2 layers, 3 query heads per kv head of head_dim 64
+ * (so q8_0 caches work). */
 const char *test_synth_gqa64(int n_ctx, uint64_t seed, int threads);
+/* A random-weight model of architecture a (model/synth.h: phi3 with LongRoPE, YaRN, partial
+ * rotary...) and context_length n_ctx_train: 2 layers, 4 query heads over 2 kv heads of
+ * head_dim 32, n_embd 128, n_ff 192, 300 tokens, F32; its path (static buffer of
+ * test_tmp_path). */
+struct skv_synth_arch;
+const char *test_synth_tiny(const struct skv_synth_arch *a, int n_ctx_train, uint64_t seed);
 
 /* After a compression of ctx's cache, whose prefill held ids[0, n_prefill) with n_prefill =
  * T + W under the engine protocol (the window in the cache), T under the seed one: feeds the

@@ -17,6 +17,7 @@
 #include "gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "ref_forward.h"
 #include "rope.h"
 #include "sparsekv.h"
@@ -212,7 +213,8 @@ static double urand(uint64_t *s) {
 }
 
 /* SIMD table application = scalar, both modes, full and partial rotation, odd sizes; tables
- * compose (rotating by a then b = rotating by a + b) with factors and scaling. */
+ * compose (embedding at a then turning by b = embedding at a + b) with factors, scaling and
+ * LongRoPE's attn_factor (in the embedding only). */
 static void test_rope_modes(void **state) {
     (void)state;
     uint64_t seed = 7;
@@ -227,6 +229,7 @@ static void test_rope_modes(void **state) {
                 skv_rope_spec r = skv_rope_plain((skv_rope_mode)mode, hd, n_rot, 500000.0);
                 r.factors = part == 2 ? factors : NULL;
                 r.freq_scale = part == 1 ? 0.25 : 1.0;
+                r.attn_factor = part == 2 ? 1.25 : 1.0; /* LongRoPE's scale of an embedding */
                 float x[128], y[128], z[128], cs[128], cs2[128];
                 for (int i = 0; i < hd; i++) x[i] = y[i] = z[i] = (float)urand(&seed);
                 double pos = 1 + 300 * fabs(urand(&seed));
@@ -236,9 +239,13 @@ static void test_rope_modes(void **state) {
                 for (int i = 0; i < hd; i++) assert_float_equal(x[i], y[i], 1e-6);
                 /* the rotated tail stays untouched */
                 for (int i = n_rot; i < hd; i++) assert_true(x[i] == z[i]);
-                /* composition, against the one-step double rotation */
+                /* an embedding's table is the turn's times attn_factor */
+                skv_rope_turn_table(&r, cs2, pos);
+                for (int i = 0; i < n_rot; i++)
+                    assert_float_equal(cs[i], (float)(r.attn_factor * cs2[i]), 1e-6);
+                /* composition (embed, then turn on), against the one-step double embedding */
                 memcpy(y, z, sizeof z);
-                skv_rope_table(&r, cs2, 17.0);
+                skv_rope_turn_table(&r, cs2, 17.0);
                 skv_rope_apply_table(&r, y, cs);
                 skv_rope_apply_table(&r, y, cs2);
                 skv_rope_rotate_ref(&r, z, pos + 17.0);
@@ -299,11 +306,9 @@ static double run_mask_case(const skv_model *m, const ref_model *rm, const int32
     return worst;
 }
 
-static void mask_equivalence(const char *arch) {
-    skv_model *m = load_weights(arch);
-    ref_model *rm = ref_model_load(fixture(arch, "gguf"));
-    int32_t ids[400];
-    read_ids(arch, ids, 400);
+/* Every case of run_mask_case on one model (label: its name in messages). */
+static void mask_equivalence_of(const char *label, const skv_model *m, const ref_model *rm,
+                                const int32_t *ids) {
     const mask_case cases[] = {
         {"attention", SKV_PROTOCOL_SEED, 0.3, SKV_POSITIONS_ORIGINAL},
         {"random", SKV_PROTOCOL_SEED, 0.5, SKV_POSITIONS_ORIGINAL},
@@ -322,21 +327,45 @@ static void mask_equivalence(const char *arch) {
             double worst = run_mask_case(m, rm, ids, &cases[i], types[ti], &effect);
             if (verbose())
                 fprintf(stderr, "    %s %s %s %s: engine vs masked %.3g, masked vs dense %.3g\n",
-                        arch, skv_type_name(types[ti]), cases[i].policy,
+                        label, skv_type_name(types[ti]), cases[i].policy,
                         cases[i].positions == SKV_POSITIONS_REROTATE ? "rerotate" : "original",
                         worst, effect);
             if (worst > tol || effect < 10 * tol)
-                fail_msg("%s %s %s: engine vs masked reference %.3g (tol %g), effect %.3g", arch,
+                fail_msg("%s %s %s: engine vs masked reference %.3g (tol %g), effect %.3g", label,
                          skv_type_name(types[ti]), cases[i].policy, worst, tol, effect);
             worst_all = fmax(worst_all, worst);
             effect_min = fmin(effect_min, effect);
         }
-        fprintf(stderr,
-                "  %s-tiny %s cache: compressed vs masked dense max %.3g (min effect %.3g)\n", arch,
-                skv_type_name(types[ti]), worst_all, effect_min);
+        fprintf(stderr, "  %s %s cache: compressed vs masked dense max %.3g (min effect %.3g)\n",
+                label, skv_type_name(types[ti]), worst_all, effect_min);
     }
-    ref_model_free(rm);
-    skv_model_free(m);
+}
+
+/* A shared fixture with its float64 reference and token ids. */
+typedef struct fixture_set {
+    skv_model *m;
+    ref_model *rm;
+    int32_t ids[400];
+    char label[32]; /* "<arch>-tiny" */
+} fixture_set;
+
+static void fixture_open(fixture_set *f, const char *arch) {
+    f->m = load_weights(arch);
+    f->rm = ref_model_load(fixture(arch, "gguf"));
+    read_ids(arch, f->ids, 400);
+    snprintf(f->label, sizeof f->label, "%s-tiny", arch);
+}
+
+static void fixture_close(fixture_set *f) {
+    ref_model_free(f->rm);
+    skv_model_free(f->m);
+}
+
+static void mask_equivalence(const char *arch) {
+    fixture_set f;
+    fixture_open(&f, arch);
+    mask_equivalence_of(f.label, f.m, f.rm, f.ids);
+    fixture_close(&f);
 }
 
 static void test_mask_equivalence_neox(void **state) {
@@ -352,14 +381,11 @@ static void test_mask_equivalence_rope_freqs(void **state) {
 /* After rerotate, entry j of a head (originally at position p) holds RoPE(unrotated key, j):
  * the unrotated key comes from the dense cache rotated back by -p in float64, with the
  * reference's own RoPE (NEOX pairs, rope_freqs factors). */
-static void rerotate_keys(const char *arch, skv_type kv) {
+static void rerotate_keys_of(const char *label, const skv_model *m, const ref_model *rm,
+                             const int32_t *ids, skv_type kv) {
     const int T = 48;
-    skv_model *m = load_weights(arch);
-    ref_model *rm = ref_model_load(fixture(arch, "gguf"));
     const skv_hparams *hp = skv_model_hparams(m);
     const int L = hp->n_layer, H = hp->n_head_kv, HD = hp->head_dim;
-    int32_t ids[400];
-    read_ids(arch, ids, 400);
     skv_context *ctx = new_ctx(m, kv, 2, 0);
     test_feed(ctx, ids, T, SKV_LOGITS_NONE, NULL);
     const skv_cache *c = skv_context_cache_const(ctx);
@@ -390,14 +416,14 @@ static void rerotate_keys(const char *arch, skv_type kv) {
                 x[e] = dense[((size_t)i * T + pos[j]) * HD + e];
                 scale = fmax(scale, fabs(x[e]));
             }
-            ref_rope(rm, x, -(double)pos[j]); /* unrotate */
-            ref_rope(rm, x, (double)j);       /* fresh at the new index */
+            ref_turn(rm, x, -(double)pos[j]); /* unrotate (LongRoPE's scale stays) */
+            ref_turn(rm, x, (double)j);       /* as embedded fresh at the new index */
             for (int e = 0; e < HD; e++)
                 worst = fmax(worst, fabs(k[(size_t)j * HD + e] - x[e]) / fmax(1.0, scale));
             moved += pos[j] != j;
         }
     }
-    fprintf(stderr, "  %s-tiny %s cache: rerotated key vs fresh RoPE max rel %.3g\n", arch,
+    fprintf(stderr, "  %s %s cache: rerotated key vs fresh RoPE max rel %.3g\n", label,
             skv_type_name(kv), worst);
     /* f32: float rounding of one rotation; f16: one more rounding to half precision */
     assert_true(worst < (kv == SKV_TYPE_F32 ? 2e-6 : 2e-3));
@@ -407,8 +433,13 @@ static void rerotate_keys(const char *arch, skv_type kv) {
     free(k);
     free(dense);
     skv_context_free(ctx);
-    ref_model_free(rm);
-    skv_model_free(m);
+}
+
+static void rerotate_keys(const char *arch, skv_type kv) {
+    fixture_set f;
+    fixture_open(&f, arch);
+    rerotate_keys_of(f.label, f.m, f.rm, f.ids, kv);
+    fixture_close(&f);
 }
 
 static void test_rerotate_fresh(void **state) {
@@ -423,6 +454,7 @@ static void test_rerotate_fresh(void **state) {
 
 typedef struct mutation {
     const char *base;        /* fixture name */
+    const char *path;        /* or a model file */
     const char *drop_tensor; /* tensor to leave out */
     const char *set_u32_key; /* u32 key to set */
     uint32_t set_u32;
@@ -430,7 +462,7 @@ typedef struct mutation {
     const char *set_str;
     const char *shrink;            /* tensor whose ne[0] loses one element */
     const char *dup_from, *dup_to; /* add a copy of a tensor under a new name */
-    bool zero_rope_freqs;
+    const char *zero;              /* tensor whose values become 0 */
 } mutation;
 
 static float zeros[64];
@@ -438,7 +470,7 @@ static float zeros[64];
 /* Writes a mutated copy of a fixture; returns its path (static buffer). */
 static const char *write_mutated(const mutation *mu) {
     skv_err err = {0};
-    skv_gguf *g = skv_gguf_open(fixture(mu->base, "gguf"), &err);
+    skv_gguf *g = skv_gguf_open(mu->path ? mu->path : fixture(mu->base, "gguf"), &err);
     assert_non_null(g);
     skv_gguf_writer *w = skv_gguf_writer_new();
     assert_int_equal(skv_gguf_writer_copy_kv(w, g, NULL), SKV_OK);
@@ -452,7 +484,7 @@ static const char *write_mutated(const mutation *mu) {
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
         if (mu->shrink && !strcmp(t->name, mu->shrink)) ne[0]--;
         const void *data = t->data;
-        if (mu->zero_rope_freqs && !strcmp(t->name, "rope_freqs.weight")) data = zeros;
+        if (mu->zero && !strcmp(t->name, mu->zero)) data = zeros;
         assert_int_equal(skv_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, data),
                          SKV_OK);
         if (mu->dup_from && !strcmp(t->name, mu->dup_from))
@@ -471,7 +503,8 @@ static void expect_refused(mutation mu, skv_status st, const char *substring) {
     skv_err err = {0};
     skv_model *m = skv_model_load_weights(path, &err);
     if (m || err.status != st || !strstr(err.msg, substring))
-        fprintf(stderr, "  %s: got status %d: %s\n", mu.base, err.status, err.msg);
+        fprintf(stderr, "  %s: got status %d: %s\n", mu.base ? mu.base : mu.path, err.status,
+                err.msg);
     assert_null(m);
     assert_int_equal(err.status, st);
     assert_non_null(strstr(err.msg, substring));
@@ -505,7 +538,7 @@ static void test_malformed(void **state) {
     /* rope_freqs of the wrong length, or with a zero factor */
     expect_refused((mutation){.base = "llama3", .shrink = "rope_freqs.weight"}, SKV_ERR_FORMAT,
                    "tensor 'rope_freqs.weight' has shape [31, 1], expected [32]");
-    expect_refused((mutation){.base = "llama3", .zero_rope_freqs = true}, SKV_ERR_FORMAT,
+    expect_refused((mutation){.base = "llama3", .zero = "rope_freqs.weight"}, SKV_ERR_FORMAT,
                    "'rope_freqs.weight' has a factor that is not positive");
     /* rope_freqs where the architecture has none */
     expect_refused(
@@ -513,6 +546,12 @@ static void test_malformed(void **state) {
         SKV_ERR_UNSUPPORTED,
         "tensor 'rope_freqs.weight' is not part of architecture "
         "'qwen2'");
+    /* LongRoPE factors where the architecture has none */
+    expect_refused((mutation){.base = "qwen2",
+                              .dup_from = "blk.0.attn_k.bias",
+                              .dup_to = "rope_factors_long.weight"},
+                   SKV_ERR_UNSUPPORTED,
+                   "tensor 'rope_factors_long.weight' is not part of architecture 'qwen2'");
     /* unknown architecture, unknown RoPE scaling, mixture of experts */
     expect_refused(
         (mutation){.base = "phi3", .set_str_key = "general.architecture", .set_str = "gemma2"},
@@ -520,8 +559,8 @@ static void test_malformed(void **state) {
         "architecture 'gemma2' is not supported (sparsekv runs llama, qwen2, qwen3, "
         "phi3)");
     expect_refused(
-        (mutation){.base = "phi3", .set_str_key = "phi3.rope.scaling.type", .set_str = "yarn"},
-        SKV_ERR_UNSUPPORTED, "RoPE scaling type 'yarn' is not supported");
+        (mutation){.base = "phi3", .set_str_key = "phi3.rope.scaling.type", .set_str = "dynamic"},
+        SKV_ERR_UNSUPPORTED, "RoPE scaling type 'dynamic' is not supported");
     expect_refused((mutation){.base = "llama3", .set_u32_key = "llama.expert_count", .set_u32 = 8},
                    SKV_ERR_UNSUPPORTED, "mixture of experts");
     /* fused and separate projections mixed up */
@@ -540,6 +579,136 @@ static void test_malformed(void **state) {
     assert_non_null(strstr(out, "missing tensor 'blk.2.attn_v.bias'"));
     free(out);
     unlink(path);
+}
+
+/* ---- RoPE scaling: LongRoPE (Phi-3.5, Phi-3-*-128k, Phi-4-mini) and YaRN ------------------- */
+
+/* A synthetic model of architecture a (test_synth_tiny) written to path[4096] and loaded. */
+static skv_model *synth_load(const skv_synth_arch *a, int n_ctx_train, uint64_t seed, char *path) {
+    snprintf(path, 4096, "%s", test_synth_tiny(a, n_ctx_train, seed));
+    skv_err err = {0};
+    skv_model *m = skv_model_load_weights(path, &err);
+    if (!m) fprintf(stderr, "%s\n", err.msg);
+    assert_non_null(m);
+    return m;
+}
+
+/* n token ids in [3, 299) from a seed. */
+static void random_ids(int32_t *ids, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) ids[i] = 3 + (int)((urand(&seed) + 1) / 2 * 296);
+}
+
+/* The logits of ids[0, n) in a fresh f32 context of n_ctx positions (into got[n, n_vocab]),
+ * against the float64 reference (as set up by the caller); returns the largest difference. */
+static double engine_vs_ref(const skv_model *m, const ref_model *rm, const int32_t *ids, int n,
+                            int n_ctx, float *got) {
+    const size_t V = (size_t)skv_model_hparams(m)->n_vocab;
+    double *ref = malloc(n * V * sizeof(double));
+    skv_context *ctx = test_context(m, SKV_TYPE_F32, n_ctx, 2, 0);
+    test_feed(ctx, ids, n, SKV_LOGITS_ALL, got);
+    ref_forward(rm, ids, n, ref, NULL, NULL);
+    double worst = 0;
+    for (size_t i = 0; i < n * V; i++) worst = fmax(worst, fabs(got[i] - ref[i]));
+    skv_context_free(ctx);
+    free(ref);
+    return worst;
+}
+
+/* A synthetic phi3 of context_length 512 whose short factors serve 256 positions, 24 of 32
+ * dimensions turned: a context of n_ctx 512 turns by the long factors, one of 256 or less by the
+ * short ones, both times attn_factor; the float64 reference reads the same file on its own.
+ * Against llama.cpp (dev check, not in the suite): 6.3e-6 short, 7.5e-6 long
+ * (docs/ARCHITECTURES.md). */
+static void test_longrope(void **state) {
+    (void)state;
+    char path[4096];
+    const skv_synth_arch arch = {
+        .arch = "phi3", .fused = true, .n_rot = 24, .longrope = true, .n_ctx_orig = 256};
+    skv_model *m = synth_load(&arch, 512, 5, path);
+    const skv_hparams *hp = skv_model_hparams(m);
+    assert_int_equal(hp->rope_scaling, SKV_ROPE_SCALING_LONGROPE);
+    assert_int_equal(hp->n_ctx_orig, 256);
+    assert_int_equal(hp->n_rot, 24);
+    assert_int_equal(hp->rope_mode, SKV_ROPE_NEOX);
+    /* the converters' sqrt(1 + ln(512 / 256) / ln(256)) */
+    assert_float_equal(hp->rope_attn_factor, sqrt(1 + log(2.0) / log(256.0)), 1e-6);
+    ref_model *rm = ref_model_load(path);
+    const int n = 64;
+    int32_t ids[400];
+    random_ids(ids, 400, 9);
+    float *got[2];
+    const int n_ctx[2] = {512, 256}; /* long, short */
+    for (int c = 0; c < 2; c++) {
+        got[c] = malloc((size_t)n * hp->n_vocab * sizeof(float));
+        ref_model_set_n_ctx(rm, n_ctx[c]);
+        double worst = engine_vs_ref(m, rm, ids, n, n_ctx[c], got[c]);
+        fprintf(stderr, "  longrope n_ctx %d (%s factors): engine vs float64 %.3g\n", n_ctx[c],
+                c == 0 ? "long" : "short", worst);
+        assert_true(worst < 2e-4);
+    }
+    /* the two sets give other logits: the choice is not a no-op */
+    assert_true(test_max_abs_diff(got[0], got[1], (size_t)n * hp->n_vocab) > 1e-2);
+    /* compression, original and rerotate positions, f32 and f16 caches (n_ctx 512: long), and
+     * rerotated keys = keys embedded fresh at their new index (attn_factor applied once) */
+    ref_model_set_n_ctx(rm, 512);
+    mask_equivalence_of("phi3-longrope", m, rm, ids);
+    rerotate_keys_of("phi3-longrope", m, rm, ids, SKV_TYPE_F32);
+    rerotate_keys_of("phi3-longrope", m, rm, ids, SKV_TYPE_F16);
+    free(got[0]);
+    free(got[1]);
+    ref_model_free(rm);
+    skv_model_free(m);
+
+    /* malformed: one set without the other, a wrong length, a zero factor, with YaRN
+     * (test_malformed: the factors in an architecture without them) */
+    expect_refused((mutation){.path = path, .drop_tensor = "rope_factors_short.weight"},
+                   SKV_ERR_FORMAT,
+                   "tensor 'rope_factors_long.weight' is present but 'rope_factors_short.weight' "
+                   "is missing");
+    expect_refused((mutation){.path = path, .shrink = "rope_factors_long.weight"}, SKV_ERR_FORMAT,
+                   "tensor 'rope_factors_long.weight' has shape [11, 1], expected [12]");
+    expect_refused((mutation){.path = path, .zero = "rope_factors_short.weight"}, SKV_ERR_FORMAT,
+                   "tensor 'rope_factors_short.weight' has a factor that is not positive");
+    expect_refused(
+        (mutation){.path = path, .set_str_key = "phi3.rope.scaling.type", .set_str = "yarn"},
+        SKV_ERR_UNSUPPORTED, "LongRoPE factors (rope_factors_long/short) with RoPE scaling 'yarn'");
+    unlink(path);
+}
+
+/* YaRN (rope.scaling.type yarn: Qwen2.5 / Qwen3 long-context files) on a qwen2 and a llama:
+ * factor 4 over 256 trained positions, so the ramp between kept and interpolated frequencies
+ * falls inside the 16 pairs; against the float64 reference (Hugging Face's definition), with
+ * compression and rerotation. Against llama.cpp (dev check, not in the suite): 1.4e-5 over 200
+ * tokens, 5.3e-5 over 1000 (docs/ARCHITECTURES.md). */
+static void test_yarn(void **state) {
+    (void)state;
+    const char *archs[] = {"qwen2", "llama"};
+    for (int a = 0; a < 2; a++) {
+        char path[4096], label[32];
+        const skv_synth_arch arch = {
+            .arch = archs[a], .qkv_bias = a == 0, .yarn = 4.0f, .n_ctx_orig = 256};
+        skv_model *m = synth_load(&arch, 1024, 7, path);
+        const skv_hparams *hp = skv_model_hparams(m);
+        assert_int_equal(hp->rope_scaling, SKV_ROPE_SCALING_YARN);
+        assert_int_equal(hp->n_ctx_orig, 256);
+        assert_float_equal(hp->rope_freq_scale, 0.25, 1e-7);
+        assert_float_equal(hp->rope_attn_factor, 1 + 0.1 * log(4.0), 1e-6);
+        ref_model *rm = ref_model_load(path);
+        const int n = 64;
+        int32_t ids[400];
+        random_ids(ids, 400, 13);
+        float *got = malloc((size_t)n * hp->n_vocab * sizeof(float));
+        double worst = engine_vs_ref(m, rm, ids, n, 512, got);
+        fprintf(stderr, "  yarn %s: engine vs float64 %.3g\n", archs[a], worst);
+        assert_true(worst < 2e-4);
+        snprintf(label, sizeof label, "%s-yarn", archs[a]);
+        mask_equivalence_of(label, m, rm, ids);
+        rerotate_keys_of(label, m, rm, ids, SKV_TYPE_F32);
+        free(got);
+        ref_model_free(rm);
+        skv_model_free(m);
+        unlink(path);
+    }
 }
 
 /* Linear RoPE scaling turns position p like position p / factor. */
@@ -668,6 +837,8 @@ int main(void) {
         cmocka_unit_test(test_engine_vs_reference),
         cmocka_unit_test(test_batched_equals_stepwise),
         cmocka_unit_test(test_linear_scaling),
+        cmocka_unit_test(test_longrope),
+        cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_rerotate_fresh),
         cmocka_unit_test(test_mask_equivalence_neox),
         cmocka_unit_test(test_mask_equivalence_rope_freqs),

@@ -198,6 +198,8 @@ static void test_real_preset(void **state) {
         {"qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, 32768, 1e6, true, 494.0},
         {"qwen3-0.6b", 151936, 1024, 28, 16, 8, 3072, 40960, 1e6, true, 596.0},
         {"phi-3-mini", 32064, 3072, 32, 32, 32, 8192, 4096, 10000, false, 3821.0},
+        {"phi-3.5-mini", 32064, 3072, 32, 32, 32, 8192, 131072, 10000, false, 3821.0},
+        {"phi-4-mini", 200064, 3072, 32, 24, 8, 8192, 131072, 10000, true, 3840.0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const skv_synth_shape *p = skv_synth_preset(want[i].name);
@@ -538,6 +540,9 @@ static void test_architectures(void **state) {
     assert_int_equal(skv_synth_arch_of(skv_synth_preset("qwen3-0.6b"))->head_dim, 128);
     assert_true(skv_synth_arch_of(skv_synth_preset("llama-3.2-1b"))->rope_freqs);
     assert_true(skv_synth_arch_of(skv_synth_preset("phi-3-mini"))->fused);
+    /* LongRoPE presets: the Phi-4-mini one turns 96 of its 128 dimensions */
+    assert_true(skv_synth_arch_of(skv_synth_preset("phi-3.5-mini"))->longrope);
+    assert_int_equal(skv_synth_arch_of(skv_synth_preset("phi-4-mini"))->n_rot, 96);
     assert_true(skv_synth_arch_of(skv_synth_preset("qwen2.5-0.5b"))->qkv_bias);
     assert_null(skv_synth_arch_of(&s)->arch);
 }

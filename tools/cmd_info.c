@@ -29,6 +29,13 @@ static void usage(FILE *f) {
 }
 
 /* general.file_type's name (llama.cpp's llama_ftype numbering); NULL for a number not in it. */
+static const char *rope_scaling_name(skv_rope_scaling s) {
+    return s == SKV_ROPE_SCALING_LINEAR     ? "linear"
+           : s == SKV_ROPE_SCALING_YARN     ? "yarn"
+           : s == SKV_ROPE_SCALING_LONGROPE ? "longrope"
+                                            : "none";
+}
+
 static const char *ftype_name(int64_t ft) {
     static const char *names[] = {
         [0] = "F32",      [1] = "F16",      [2] = "Q4_0",      [3] = "Q4_1",    [7] = "Q8_0",
@@ -317,13 +324,15 @@ int cmd_info(int argc, char **argv) {
                "\"n_ctx_train\":%d,\"n_embd\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_head_kv\":%d,"
                "\"head_dim\":%d,\"n_ff\":%d,\"n_rot\":%d,\"rope_theta\":%g,\"norm_eps\":%g,"
                "\"tied_output\":%s,\"rope_mode\":\"%s\",\"rope_freq_scale\":%g,"
-               "\"rope_freq_factors\":%s,\"qkv_bias\":%s,\"qk_norm\":%s},",
+               "\"rope_freq_factors\":%s,\"qkv_bias\":%s,\"qk_norm\":%s,"
+               "\"rope_scaling\":\"%s\",\"n_ctx_orig\":%d,\"rope_attn_factor\":%g},",
                skv_gguf_version(g), hp->arch, hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer,
                hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->rope_theta,
                hp->norm_eps, hp->tied_output ? "true" : "false",
                hp->rope_mode == SKV_ROPE_NEOX ? "neox" : "adjacent", hp->rope_freq_scale,
                hp->rope_freq_factors ? "true" : "false", hp->qkv_bias ? "true" : "false",
-               hp->qk_norm ? "true" : "false");
+               hp->qk_norm ? "true" : "false", rope_scaling_name(hp->rope_scaling), hp->n_ctx_orig,
+               (double)hp->rope_attn_factor);
         printf("\"weight_type\":\"%s\",\"weight_bytes_per_token\":%llu,",
                skv_type_name(skv_model_weight_type(model)),
                (unsigned long long)skv_model_weight_bytes(model));
@@ -348,6 +357,16 @@ int cmd_info(int argc, char **argv) {
                hp->rope_freq_factors ? ", rope_freqs factors" : "",
                hp->n_rot < hp->head_dim ? ", partial" : "", (double)hp->rope_freq_scale,
                hp->qkv_bias ? "; q/k/v biases" : "", hp->qk_norm ? "; q/k RMSNorm" : "");
+        if (hp->rope_scaling == SKV_ROPE_SCALING_LONGROPE) /* the context's n_ctx chooses */
+            printf("rope scaling longrope: short factors for n_ctx up to %d, long past it; cos "
+                   "and sin x %g\n",
+                   hp->n_ctx_orig, (double)hp->rope_attn_factor);
+        else if (hp->rope_scaling == SKV_ROPE_SCALING_YARN)
+            printf("rope scaling yarn: factor %g over %d trained positions; cos and sin x %g\n",
+                   1.0 / hp->rope_freq_scale, hp->n_ctx_orig, (double)hp->rope_attn_factor);
+        else if (hp->rope_attn_factor != 1.0f)
+            printf("rope scaling %s; cos and sin x %g\n", rope_scaling_name(hp->rope_scaling),
+                   (double)hp->rope_attn_factor);
         printf("weights      mostly %s, %.2f MiB read per token\n",
                skv_type_name(skv_model_weight_type(model)),
                skv_model_weight_bytes(model) / 1048576.0);

@@ -290,6 +290,8 @@ def _hparams_dict(h):
             v = v.decode("utf-8", "replace")
         elif name == "rope_mode":
             v = L.ROPE_MODES.get(v, v)
+        elif name == "rope_scaling":
+            v = L.ROPE_SCALINGS.get(v, v)
         d[name] = v
     return d
 
@@ -499,7 +501,8 @@ class Model:
     # -- contexts
     def new_context(self, n_ctx=0, kv_type="f32", threads=0, capture_window=0):
         """A new context (KV cache + scratch) over this model. n_ctx 0 = the model's training
-        length; threads 0 = all cores; kv_type "f32", "f16" or "q8_0"; capture_window W > 0
+        length (a LongRoPE model, Phi-3.5 / Phi-4-mini, turns by its long factors when n_ctx is
+        past hparams["n_ctx_orig"], else by its short ones); threads 0 = all cores; kv_type "f32", "f16" or "q8_0"; capture_window W > 0
         keeps the queries of each forward call's last W tokens (needed by compress(...,
         protocol="engine", window=W))."""
         train = self.hparams.get("n_ctx_train", 0)

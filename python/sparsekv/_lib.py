@@ -21,6 +21,7 @@ PROTOCOL_SEED, PROTOCOL_ENGINE = 0, 1
 POOL_MAX, POOL_AVG = 0, 1
 POSITIONS_ORIGINAL, POSITIONS_REROTATE = 0, 1
 ROPE_MODES = {0: "adjacent", 1: "neox"}
+ROPE_SCALINGS = {0: "none", 1: "linear", 2: "yarn", 3: "longrope"}
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 UINT64_MAX = 2**64 - 1
 
@@ -49,6 +50,9 @@ class skv_hparams(Structure):
         ("rope_freq_factors", c_bool),
         ("qkv_bias", c_bool),
         ("qk_norm", c_bool),
+        ("rope_scaling", c_int),
+        ("n_ctx_orig", c_int),
+        ("rope_attn_factor", c_float),
     ]
 
 

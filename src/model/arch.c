@@ -10,12 +10,12 @@
 
 static const skv_arch ARCHS[] = {
     /* name    family                                     rope               q/k/v fused bias
-       out_b qk_norm gate_up rope_freqs */
+       out_b qk_norm gate_up rope_freqs longrope */
     {"llama", "Llama 1/2/3.x, Mistral, SmolLM2, TinyLlama", SKV_ROPE_ADJACENT, REQ, NO, OPT, OPT,
-     NO, false, OPT},
-    {"qwen2", "Qwen2, Qwen2.5", SKV_ROPE_NEOX, REQ, NO, REQ, NO, NO, false, NO},
-    {"qwen3", "Qwen3 (dense)", SKV_ROPE_NEOX, REQ, NO, NO, NO, REQ, false, NO},
-    {"phi3", "Phi-3, Phi-3.5 (mini)", SKV_ROPE_NEOX, OPT, OPT, NO, NO, NO, true, NO},
+     NO, false, OPT, NO},
+    {"qwen2", "Qwen2, Qwen2.5", SKV_ROPE_NEOX, REQ, NO, REQ, NO, NO, false, NO, NO},
+    {"qwen3", "Qwen3 (dense)", SKV_ROPE_NEOX, REQ, NO, NO, NO, REQ, false, NO, NO},
+    {"phi3", "Phi-3, Phi-3.5, Phi-4 (mini)", SKV_ROPE_NEOX, OPT, OPT, NO, NO, NO, true, NO, OPT},
 };
 
 #undef NO

@@ -13,16 +13,18 @@ typedef enum skv_need {
 } skv_need;
 
 typedef struct skv_arch {
-    const char *name;      /* general.architecture, also the metadata key prefix */
-    const char *family;    /* what it runs, for messages and docs */
-    skv_rope_mode rope;    /* pairing of RoPE dimensions */
-    skv_need qkv_separate; /* attn_q / attn_k / attn_v */
-    skv_need qkv_fused;    /* attn_qkv = [q | k | v] rows (exactly one of the two forms) */
-    skv_need qkv_bias;     /* attn_q/k/v.bias (or attn_qkv.bias when fused) */
-    skv_need out_bias;     /* attn_output.bias */
-    skv_need qk_norm;      /* attn_q_norm / attn_k_norm [head_dim]: per-head RMSNorm */
-    bool gate_up_fused;    /* ffn_up = [gate | up] rows, no ffn_gate */
-    skv_need rope_freqs;   /* rope_freqs.weight [n_rot / 2] */
+    const char *name;       /* general.architecture, also the metadata key prefix */
+    const char *family;     /* what it runs, for messages and docs */
+    skv_rope_mode rope;     /* pairing of RoPE dimensions */
+    skv_need qkv_separate;  /* attn_q / attn_k / attn_v */
+    skv_need qkv_fused;     /* attn_qkv = [q | k | v] rows (exactly one of the two forms) */
+    skv_need qkv_bias;      /* attn_q/k/v.bias (or attn_qkv.bias when fused) */
+    skv_need out_bias;      /* attn_output.bias */
+    skv_need qk_norm;       /* attn_q_norm / attn_k_norm [head_dim]: per-head RMSNorm */
+    bool gate_up_fused;     /* ffn_up = [gate | up] rows, no ffn_gate */
+    skv_need rope_freqs;    /* rope_freqs.weight [n_rot / 2] */
+    skv_need rope_longrope; /* LongRoPE: rope_factors_long / rope_factors_short [n_rot / 2],
+                               both or neither */
 } skv_arch;
 
 /* The descriptor of an architecture name, or NULL. */

@@ -155,6 +155,9 @@ void skv_model_free(skv_model *m) {
     free(m->output.k16);
     free((void *)m->output_norm.data);
     free(m->rope_factors);
+    free(m->rope_long);
+    free(m->rope_short);
+    free(m->rope_mix);
     free(m->layers);
     skv_vocab_free(m->vocab);
     skv_gguf_close(m->gguf);
@@ -243,23 +246,85 @@ static bool load_hparams(loader *ld, skv_err *err) {
         !get_hparam_float(g, akey(ld, "attention.layer_norm_rms_epsilon"), 0, 1, &hp->norm_eps,
                           err))
         return false;
-    /* RoPE scaling: none or linear (positions divided by the factor) */
+    /* RoPE scaling: none, linear (positions divided by the factor) or YaRN; LongRoPE is told by
+     * its tensors (load_tensors) */
     float factor = 1.0f;
     if (!get_hparam_float(g, akey(ld, "rope.scale_linear"), 1e-6, 1e6, &factor, err)) return false;
     const char *stype = skv_gguf_get_str(g, akey(ld, "rope.scaling.type"));
     if (stype && strcmp(stype, "none") != 0) {
-        if (strcmp(stype, "linear") != 0) {
+        if (strcmp(stype, "linear") != 0 && strcmp(stype, "yarn") != 0) {
             skv_err_set(err, SKV_ERR_UNSUPPORTED,
                         "architecture '%s': RoPE scaling type '%.32s' is not supported (only "
-                        "'none' and 'linear')",
+                        "'none', 'linear' and 'yarn')",
                         hp->arch, stype);
             return false;
         }
         if (!get_hparam_float(g, akey(ld, "rope.scaling.factor"), 1e-6, 1e6, &factor, err))
             return false;
+        if (!strcmp(stype, "yarn")) hp->rope_scaling = SKV_ROPE_SCALING_YARN;
     }
-    if (factor > 0 && factor != 1.0f) hp->rope_freq_scale = 1.0f / factor;
+    if (factor > 0 && factor != 1.0f) {
+        hp->rope_freq_scale = 1.0f / factor;
+        if (hp->rope_scaling == SKV_ROPE_SCALING_NONE) hp->rope_scaling = SKV_ROPE_SCALING_LINEAR;
+    }
     hp->rope_mode = m->arch->rope;
+    /* the context length the model was trained for before the extension (YaRN's ramp, LongRoPE's
+     * choice of factors), and a scale of cos and sin (LongRoPE's, as converted: sqrt(1 +
+     * ln(n_ctx_train / n_ctx_orig) / ln(n_ctx_orig))) */
+    hp->n_ctx_orig = hp->n_ctx_train;
+    hp->rope_attn_factor = 1.0f;
+    if (!get_hparam_int(g, akey(ld, "rope.scaling.original_context_length"), 1, 1 << 28,
+                        &hp->n_ctx_orig, false, err) ||
+        !get_hparam_float(g, akey(ld, "rope.scaling.attn_factor"), 1e-3, 1e3, &hp->rope_attn_factor,
+                          err))
+        return false;
+    /* YaRN's own magnitude correction, as llama.cpp and Hugging Face apply it */
+    if (hp->rope_scaling == SKV_ROPE_SCALING_YARN && factor > 1)
+        hp->rope_attn_factor *= 1.0f + 0.1f * logf(factor);
+    return true;
+}
+
+/* YaRN's scale of each frequency i < n_rot / 2: frequencies that turn fewer than beta_slow = 1
+ * times over n_ctx_orig positions are interpolated (freq_scale), those turning more than
+ * beta_fast = 32 times kept (1), a linear ramp between over the pair index (llama.cpp's and
+ * Hugging Face's correction range: floor and ceil of n_rot ln(n_ctx_orig / (2 pi beta)) /
+ * (2 ln theta), within [0, n_rot - 1]). */
+static double *yarn_mix(const skv_hparams *hp) {
+    const int h = hp->n_rot / 2;
+    double *mix = malloc((size_t)h * sizeof *mix);
+    if (!mix) return NULL;
+    const double n = hp->n_rot, lt = 2 * log((double)hp->rope_theta), two_pi = 2 * M_PI;
+    double lo = floor(n * log(hp->n_ctx_orig / (32.0 * two_pi)) / lt);
+    double hi = ceil(n * log(hp->n_ctx_orig / (1.0 * two_pi)) / lt);
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > n - 1 ? n - 1 : hi;
+    const double span = hi - lo > 0.001 ? hi - lo : 0.001;
+    for (int i = 0; i < h; i++) {
+        double y = (i - lo) / span, keep = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+        mix[i] = hp->rope_freq_scale * (1 - keep) + keep;
+    }
+    return mix;
+}
+
+skv_rope_spec skv_model_rope(const skv_model *m, int n_ctx) {
+    skv_rope_spec r = m->rope;
+    if (m->rope_long) r.factors = n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;
+    return r;
+}
+
+/* A vector of n_rot / 2 RoPE frequency divisors, each positive and finite; *out owned. */
+static bool get_rope_factors(loader *ld, const char *name, float **out, skv_err *err) {
+    skv_weight w;
+    const int n = ld->m->hp.n_rot / 2;
+    if (!get_vec(ld, name, n, &w, true, err)) return false;
+    *out = (float *)w.data;
+    for (int i = 0; i < n; i++)
+        if (!((*out)[i] > 0) || !isfinite((*out)[i])) {
+            skv_err_set(err, SKV_ERR_FORMAT,
+                        "tensor '%s' has a factor that is not positive and finite (entry %d)", name,
+                        i);
+            return false;
+        }
     return true;
 }
 
@@ -319,20 +384,38 @@ static bool load_tensors(loader *ld, skv_err *err) {
     m->rope = skv_rope_plain(hp->rope_mode, hp->head_dim, hp->n_rot, hp->rope_theta);
     m->rope.freq_scale = hp->rope_freq_scale;
     if (skv_gguf_find_tensor(g, "rope_freqs.weight") >= 0 && a->rope_freqs != SKV_NEED_NO) {
-        skv_weight rf;
-        if (!get_vec(ld, "rope_freqs.weight", hp->n_rot / 2, &rf, true, err)) return false;
-        m->rope_factors = (float *)rf.data;
-        for (int i = 0; i < hp->n_rot / 2; i++)
-            if (!(m->rope_factors[i] > 0) || !isfinite(m->rope_factors[i])) {
-                skv_err_set(err, SKV_ERR_FORMAT,
-                            "tensor 'rope_freqs.weight' has a factor that is not positive and "
-                            "finite (entry %d)",
-                            i);
-                return false;
-            }
+        if (!get_rope_factors(ld, "rope_freqs.weight", &m->rope_factors, err)) return false;
         m->rope.factors = m->rope_factors;
         hp->rope_freq_factors = true;
     }
+    /* LongRoPE: two sets, the context's size chooses (skv_model_rope) */
+    const bool has_long = skv_gguf_find_tensor(g, "rope_factors_long.weight") >= 0,
+               has_short = skv_gguf_find_tensor(g, "rope_factors_short.weight") >= 0;
+    if ((has_long || has_short) && a->rope_longrope != SKV_NEED_NO) {
+        if (has_long != has_short) {
+            skv_err_set(err, SKV_ERR_FORMAT, "tensor '%s' is present but '%s' is missing",
+                        has_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                        has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+            return false;
+        }
+        if (!get_rope_factors(ld, "rope_factors_long.weight", &m->rope_long, err) ||
+            !get_rope_factors(ld, "rope_factors_short.weight", &m->rope_short, err))
+            return false;
+        if (hp->rope_scaling != SKV_ROPE_SCALING_NONE) {
+            skv_err_set(err, SKV_ERR_UNSUPPORTED,
+                        "LongRoPE factors (rope_factors_long/short) with RoPE scaling '%s' are not "
+                        "supported",
+                        hp->rope_scaling == SKV_ROPE_SCALING_YARN ? "yarn" : "linear");
+            return false;
+        }
+        m->rope.factors = m->rope_short;
+        hp->rope_scaling = SKV_ROPE_SCALING_LONGROPE;
+    }
+    if (hp->rope_scaling == SKV_ROPE_SCALING_YARN && !(m->rope.mix = m->rope_mix = yarn_mix(hp))) {
+        skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
+        return false;
+    }
+    m->rope.attn_factor = hp->rope_attn_factor;
 
     bool sep, fused, bias, obias, qkn;
     if (!feature(ld, a->qkv_separate, "attn_q.weight", &sep, err) ||

@@ -47,8 +47,12 @@ typedef struct skv_layer_weights {
 struct skv_model {
     skv_hparams hp;
     const struct skv_arch *arch;
-    skv_rope_spec rope;        /* the RoPE descriptor every rotation uses */
-    float *rope_factors;       /* [n_rot / 2] owned, or NULL */
+    skv_rope_spec rope;        /* the RoPE descriptor (LongRoPE: short factors; a context
+                                * turns by skv_model_rope's) */
+    float *rope_factors;       /* [n_rot / 2] owned, or NULL: rope_freqs.weight */
+    float *rope_long;          /* [n_rot / 2] owned, or NULL: LongRoPE past n_ctx_orig */
+    float *rope_short;         /* [n_rot / 2] owned, or NULL: LongRoPE up to n_ctx_orig */
+    double *rope_mix;          /* [n_rot / 2] owned, or NULL: YaRN's scale of each frequency */
     skv_gguf *gguf;            /* owns the mapping */
     skv_vocab *vocab;          /* owned; NULL only from skv_model_load_weights */
     skv_weight tok_embd;       /* [n_vocab, n_embd] */
@@ -60,6 +64,11 @@ struct skv_model {
     skv_type weight_type;
     bool meta_only; /* skv_model_load_meta: not to be run (skv_context_new refuses it) */
 };
+
+/* The RoPE descriptor of a context of n_ctx positions (resolved, > 0): the model's, with
+ * LongRoPE's long factors when n_ctx > hp.n_ctx_orig, else its short ones (llama.cpp's rule: the
+ * choice is made once, by the context's size, so every key of a cache turns alike). */
+skv_rope_spec skv_model_rope(const skv_model *m, int n_ctx);
 
 /* Loads hparams and weights but no vocabulary (tests of the forward arithmetic on files whose
  * tokenizer is not needed). m->vocab is NULL: only the forward pass may be used. */

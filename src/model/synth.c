@@ -59,6 +59,16 @@ static const preset presets[] = {
     {{"phi-3-mini", "Phi-3-mini-4k as architecture phi3: fused attn_qkv and [gate | up], NEOX RoPE",
       32064, 4096, 4096, 3072, 32, 32, 32, 8192, 10000.0f, 1e-5f, false},
      {.arch = "phi3", .fused = true}},
+    {{"phi-3.5-mini",
+      "Phi-3.5-mini as architecture phi3: Phi-3-mini's shapes with LongRoPE (rope_factors_long / "
+      "_short, original context 4096; the factors a smooth ramp, not the published ones)",
+      32064, 131072, 131072, 3072, 32, 32, 32, 8192, 10000.0f, 1e-5f, false},
+     {.arch = "phi3", .fused = true, .longrope = true, .n_ctx_orig = 4096}},
+    {{"phi-4-mini",
+      "Phi-4-mini as architecture phi3: GQA 24/8, partial rotary (96 of 128 dimensions), "
+      "LongRoPE (original context 4096), tied output",
+      200064, 131072, 131072, 3072, 32, 24, 8, 8192, 10000.0f, 1e-5f, true},
+     {.arch = "phi3", .fused = true, .n_rot = 96, .longrope = true, .n_ctx_orig = 4096}},
 };
 
 int skv_synth_n_presets(void) {
@@ -105,7 +115,21 @@ uint64_t skv_synth_n_params_arch(const skv_synth_shape *s, const skv_synth_arch 
     uint64_t n = (uint64_t)s->n_layer * layer + e + (uint64_t)s->n_vocab * e;
     if (!s->tied) n += (uint64_t)s->n_vocab * e;
     if (a->rope_freqs) n += hd / 2;
+    if (a->longrope) n += 2 * (a->n_rot > 0 ? (uint64_t)a->n_rot / 2 : hd / 2);
     return n;
+}
+
+void skv_synth_longrope_factors(float *lng, float *shrt, int n_rot, double scale) {
+    const int h = n_rot / 2;
+    for (int i = 0; i < h; i++) {
+        double x = h > 1 ? (double)i / (h - 1) : 0;
+        shrt[i] = (float)(1 + 0.1 * x * x);
+        lng[i] = (float)(1 + (scale > 1 ? scale - 1 : 0) * x * x);
+    }
+}
+
+double skv_synth_longrope_attn_factor(double scale, int n_ctx_orig) {
+    return scale > 1 && n_ctx_orig > 1 ? sqrt(1 + log(scale) / log((double)n_ctx_orig)) : 1.0;
 }
 
 /* Llama 3.1+ "llama3" RoPE scaling as published with the models (factor 32, low frequency
@@ -607,11 +631,19 @@ static skv_status check_shape(const skv_synth_shape *s, const skv_synth_arch *sa
     if ((sa->qkv_bias && a->qkv_bias == SKV_NEED_NO) ||
         (!sa->qkv_bias && a->qkv_bias == SKV_NEED_REQUIRED) ||
         (sa->qk_norm != (a->qk_norm == SKV_NEED_REQUIRED)) || (sa->fused != a->gate_up_fused) ||
-        (sa->rope_freqs && a->rope_freqs == SKV_NEED_NO))
+        (sa->rope_freqs && a->rope_freqs == SKV_NEED_NO) ||
+        (sa->longrope && a->rope_longrope == SKV_NEED_NO))
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
-                           "shape '%s': biases, q/k norms, fusion or rope_freqs do not match "
+                           "shape '%s': biases, q/k norms, fusion or RoPE factors do not match "
                            "architecture '%s'",
                            s->name ? s->name : "custom", a->name);
+    if (sa->n_rot < 0 || sa->n_rot % 2 || sa->n_rot > shape_head_dim(s, sa) ||
+        ((sa->longrope || sa->yarn > 0) != (sa->n_ctx_orig > 0)) || (sa->longrope && sa->yarn > 0))
+        return skv_err_set(err, SKV_ERR_INVALID_ARG,
+                           "shape '%s': n_rot %d must be even and at most head_dim %d, and "
+                           "n_ctx_orig (%d) set for LongRoPE or YaRN (one of them) only",
+                           s->name ? s->name : "custom", sa->n_rot, shape_head_dim(s, sa),
+                           sa->n_ctx_orig);
     return SKV_OK;
 }
 
@@ -665,20 +697,24 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
     const char *arch = shape_arch(sa);
     const int64_t e = s->n_embd, hd = shape_head_dim(s, sa), q = s->n_head * hd,
                   kv = s->n_head_kv * hd, ff = s->n_ff;
-    const int64_t n_t = 1 + 14 * (int64_t)s->n_layer + 3;
+    const int64_t n_rot = sa->n_rot > 0 ? sa->n_rot : hd;
+    const int64_t n_t = 1 + 14 * (int64_t)s->n_layer + 5;
     skv_stream_tensor *t = calloc((size_t)n_t, sizeof *t);
     synth_tensor_info *info = calloc((size_t)n_t, sizeof *info);
     float *ones = malloc((size_t)SKV_MAX(e, hd) * sizeof *ones);
     float *freqs = malloc((size_t)(hd / 2 + 1) * sizeof *freqs);
+    float *lrf = malloc((size_t)(hd + 2) * sizeof *lrf); /* LongRoPE [long | short] */
     skv_gguf_writer *w = skv_gguf_writer_new();
     skv_pool *pool = NULL;
     synth_fill_ctx fc = {0};
-    if (!t || !info || !ones || !freqs || !w) {
+    if (!t || !info || !ones || !freqs || !lrf || !w) {
         st = skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (int64_t i = 0; i < SKV_MAX(e, hd); i++) ones[i] = 1.0f;
     skv_synth_llama3_rope_freqs(freqs, (int)hd, s->rope_theta);
+    const double lr_scale = sa->longrope ? (double)s->n_ctx_train / sa->n_ctx_orig : 1;
+    skv_synth_longrope_factors(lrf, lrf + n_rot / 2, (int)n_rot, lr_scale);
 
     int64_t k = 0;
     /* r == 0: a norm of ones (or data: a fixed vector); r < 0: a random bias vector */
@@ -707,6 +743,10 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
 #define ADD(nm, c, r) ADD_DATA(nm, c, r, ones)
     ADD("token_embd.weight", e, s->n_vocab);
     if (sa->rope_freqs) ADD_DATA("rope_freqs.weight", hd / 2, 0, freqs);
+    if (sa->longrope) {
+        ADD_DATA("rope_factors_long.weight", n_rot / 2, 0, lrf);
+        ADD_DATA("rope_factors_short.weight", n_rot / 2, 0, lrf + n_rot / 2);
+    }
     for (int l = 0; l < s->n_layer; l++) {
         char nm[64];
 #define LNAME(x) (snprintf(nm, sizeof nm, "blk.%d." x, l), nm)
@@ -761,13 +801,22 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
         (st = skv_gguf_writer_set_u32(w, AKEY("attention.head_count"), (uint32_t)s->n_head)) ||
         (st =
              skv_gguf_writer_set_u32(w, AKEY("attention.head_count_kv"), (uint32_t)s->n_head_kv)) ||
-        (st = skv_gguf_writer_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)hd)) ||
+        (st = skv_gguf_writer_set_u32(w, AKEY("rope.dimension_count"), (uint32_t)n_rot)) ||
         (st = skv_gguf_writer_set_f32(w, AKEY("rope.freq_base"), s->rope_theta)) ||
         (st = skv_gguf_writer_set_f32(w, AKEY("attention.layer_norm_rms_epsilon"), s->norm_eps)) ||
         (st = skv_gguf_writer_set_u32(w, AKEY("vocab_size"), (uint32_t)s->n_vocab)) ||
         (sa->head_dim &&
          ((st = skv_gguf_writer_set_u32(w, AKEY("attention.key_length"), (uint32_t)hd)) ||
           (st = skv_gguf_writer_set_u32(w, AKEY("attention.value_length"), (uint32_t)hd)))) ||
+        (sa->n_ctx_orig > 0 &&
+         (st = skv_gguf_writer_set_u32(w, AKEY("rope.scaling.original_context_length"),
+                                       (uint32_t)sa->n_ctx_orig))) ||
+        (sa->longrope && (st = skv_gguf_writer_set_f32(
+                              w, AKEY("rope.scaling.attn_factor"),
+                              (float)skv_synth_longrope_attn_factor(lr_scale, sa->n_ctx_orig)))) ||
+        (sa->yarn > 0 &&
+         ((st = skv_gguf_writer_set_str(w, AKEY("rope.scaling.type"), "yarn")) ||
+          (st = skv_gguf_writer_set_f32(w, AKEY("rope.scaling.factor"), sa->yarn)))) ||
         (st = skv_gguf_writer_set_u64(w, "sparsekv.synth.seed", p->seed))) {
         skv_err_set(err, st, "out of memory writing metadata");
         goto done;
@@ -799,6 +848,7 @@ done:
     skv_gguf_writer_free(w);
     skv_gguf_close(vg);
     free(freqs);
+    free(lrf);
     free(ones);
     free(info);
     free(t);

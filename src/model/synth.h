@@ -39,6 +39,12 @@ typedef struct skv_synth_arch {
     bool fused;       /* attn_qkv and ffn_up = [gate | up] (phi3) */
     bool rope_freqs;  /* rope_freqs.weight of Llama 3.1+ (factor 32, low/high frequency factors
                          1 and 4, original context 8192) */
+    int n_rot;        /* 0 = head_dim; else rope.dimension_count (partial rotary: Phi-4-mini) */
+    bool longrope;    /* LongRoPE (phi3): rope_factors_long / rope_factors_short
+                         (skv_synth_longrope_factors) and the attn_factor of the shape's
+                         n_ctx_train over n_ctx_orig */
+    float yarn;       /* > 0: rope.scaling.type yarn with this factor */
+    int n_ctx_orig;   /* rope.scaling.original_context_length (longrope and yarn need it) */
 } skv_synth_arch;
 
 /* The architecture of a preset (a pointer from skv_synth_preset/_at); the plain llama one
@@ -55,6 +61,13 @@ uint64_t skv_synth_n_params(const skv_synth_shape *shape);
 uint64_t skv_synth_n_params_arch(const skv_synth_shape *shape, const skv_synth_arch *arch);
 /* The Llama 3.1+ RoPE frequency divisors for head_dim / 2 frequencies (rope_freqs.weight). */
 void skv_synth_llama3_rope_freqs(float *out, int head_dim, float theta);
+/* LongRoPE divisors for n_rot / 2 frequencies: smooth ramps from 1 (not the published ones,
+ * which were searched per model): short 1 -> 1.1, long 1 -> scale (n_ctx_train / n_ctx_orig),
+ * quadratic in the frequency index. */
+void skv_synth_longrope_factors(float *lng, float *shrt, int n_rot, double scale);
+/* LongRoPE's attn_factor as the converters write it: sqrt(1 + ln(scale) / ln(n_ctx_orig)), 1
+ * for scale <= 1. */
+double skv_synth_longrope_attn_factor(double scale, int n_ctx_orig);
 
 typedef struct skv_synth_params {
     skv_type type; /* type of the 2-D matrices (norms are always F32) */
