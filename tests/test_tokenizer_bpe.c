@@ -73,10 +73,13 @@ static bool contains(const int32_t *t, int n, int32_t id) {
 /* ---------------------------------------------------------------------------------------- */
 /* Vectors from the independent implementations                                            */
 
-static void check_vectors(const char *name) {
+/* The vectors of tests/data/tokenizer/NAME.json against the vocabulary at vocab_path (NULL: the
+ * shared ggml-vocab-NAME.gguf, skipping without it). */
+static void check_vectors_with(const char *name, const char *vocab_path) {
     char rel[160];
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
-    test_model_path(rel); /* skips without the vocabulary, before anything is allocated */
+    if (!vocab_path)
+        vocab_path = test_model_path(rel); /* skips without it, before anything is allocated */
     snprintf(rel, sizeof rel, "tests/data/tokenizer/%s.json", name);
     size_t size = 0;
     char *text = test_read_file(rel, &size);
@@ -88,7 +91,8 @@ static void check_vectors(const char *name) {
     assert_non_null(cases);
     assert_int_equal(cases->type, SKV_JSON_ARRAY);
     assert_true(cases->n >= 200);
-    skv_vocab *v = load_vocab(name);
+    skv_vocab *v = skv_vocab_load(vocab_path, &err);
+    if (!v) fail_msg("%s: %s", vocab_path, err.msg);
     bool spm = strcmp(skv_vocab_model(v), "llama") == 0;
     int agree = 0, n_special = 0;
     for (int i = 0; i < cases->n; i++) {
@@ -125,6 +129,10 @@ static void check_vectors(const char *name) {
     free(text);
 }
 
+static void check_vectors(const char *name) {
+    check_vectors_with(name, NULL);
+}
+
 static void test_vectors_llama_bpe(void **state) {
     (void)state;
     check_vectors("llama-bpe");
@@ -144,6 +152,20 @@ static void test_vectors_phi3(void **state) {
 static void test_vectors_llama_spm(void **state) {
     (void)state;
     check_vectors("llama-spm");
+}
+/* Mistral's Tekken (NeMo, Small 3.x, Ministral) against Hugging Face's tokenizer of Mistral NeMo,
+ * with the vocabulary cut to what the vectors need (in the repository, 48 KB: make_vocab.py). */
+static void test_vectors_tekken(void **state) {
+    (void)state;
+    const char *path = "tests/data/tokenizer/ggml-vocab-tekken-sub.gguf";
+    check_vectors_with("tekken", path);
+    /* BOS by default, as Mistral's tokenizers add <s> */
+    skv_err err = {0};
+    skv_vocab *v = skv_vocab_load(path, &err);
+    assert_non_null(v);
+    assert_string_equal(skv_vocab_pre(v), "tekken");
+    assert_true(skv_vocab_add_bos(v));
+    skv_vocab_free(v);
 }
 
 /* Published ids (Meta's and Alibaba's model cards / tiktoken's cl100k-derived Llama 3 vocab):
@@ -795,15 +817,25 @@ static void test_special_longest_wins(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_vectors_llama_bpe), cmocka_unit_test(test_vectors_qwen2),
-        cmocka_unit_test(test_vectors_gpt2),      cmocka_unit_test(test_vectors_phi3),
-        cmocka_unit_test(test_vectors_llama_spm), cmocka_unit_test(test_known_ids),
-        cmocka_unit_test(test_vocab_only_files),  cmocka_unit_test(test_eog),
-        cmocka_unit_test(test_special_tokens),    cmocka_unit_test(test_roundtrip_random_bytes),
-        cmocka_unit_test(test_byte_alphabet),     cmocka_unit_test(test_hand_merges),
-        cmocka_unit_test(test_malformed),         cmocka_unit_test(test_chat_without_vocab),
-        cmocka_unit_test(test_chat_templates),    cmocka_unit_test(test_eval_messages),
-        cmocka_unit_test(test_cli_bpe),           cmocka_unit_test(test_special_longest_wins),
+        cmocka_unit_test(test_vectors_llama_bpe),
+        cmocka_unit_test(test_vectors_qwen2),
+        cmocka_unit_test(test_vectors_gpt2),
+        cmocka_unit_test(test_vectors_phi3),
+        cmocka_unit_test(test_vectors_llama_spm),
+        cmocka_unit_test(test_vectors_tekken),
+        cmocka_unit_test(test_known_ids),
+        cmocka_unit_test(test_vocab_only_files),
+        cmocka_unit_test(test_eog),
+        cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_roundtrip_random_bytes),
+        cmocka_unit_test(test_byte_alphabet),
+        cmocka_unit_test(test_hand_merges),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_chat_without_vocab),
+        cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_eval_messages),
+        cmocka_unit_test(test_cli_bpe),
+        cmocka_unit_test(test_special_longest_wins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

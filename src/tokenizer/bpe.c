@@ -34,6 +34,14 @@ struct skv_pretok {
 #define RE_LLAMA3                                                                                  \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Mistral's Tekken (NeMo, Small 3.x, Ministral, Pixtral): words split where lower case follows
+ * upper, digits one by one, '/' and line breaks kept with the punctuation before them. PCRE2
+ * takes the letter categories as written (llama.cpp rewrites them for its own engine, upper and
+ * title case as letters outside [a-z], lower case as letters outside [A-Z]). */
+#define RE_TEKKEN                                                                                  \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"   \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"   \
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_QWEN2                                                                                   \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"      \
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
@@ -49,9 +57,10 @@ static const pre_def PRE_DEFS[] = {
     {"gpt-2", false, {RE_GPT2, NULL}},   {"llama-bpe", true, {RE_LLAMA3, NULL}},
     {"llama3", true, {RE_LLAMA3, NULL}}, {"llama-v3", true, {RE_LLAMA3, NULL}},
     {"qwen2", false, {RE_QWEN2, NULL}},  {"smollm", false, {"\\p{N}", RE_GPT2}},
+    {"tekken", true, {RE_TEKKEN, NULL}},
 };
 
-#define SUPPORTED_PRE "default, gpt-2, llama-bpe (llama3, llama-v3), qwen2, smollm"
+#define SUPPORTED_PRE "default, gpt-2, llama-bpe (llama3, llama-v3), qwen2, smollm, tekken"
 
 /* ------------------------------------------------------------------------------------------ */
 /* The GPT-2 byte-to-unicode alphabet: printable Latin-1 bytes ('!'..'~', 0xa1..0xac,

