@@ -432,7 +432,7 @@ skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *
                              skv_eval_dataset *out, skv_err *err) {
     memset(out, 0, sizeof *out);
     const skv_hparams *hp = skv_model_hparams(model);
-    int n_ctx = hp->n_ctx_train;
+    int n_ctx = gp->n_ctx > 0 ? gp->n_ctx : hp->n_ctx_train;
     int n_total = gp->n_total;
     if (gp->n_samples < 1 || n_total < 3 || n_total > n_ctx)
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
@@ -443,7 +443,7 @@ skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *
     int32_t *toks = malloc((size_t)n_total * sizeof *toks);
     float *logits = malloc((size_t)hp->n_vocab * sizeof *logits);
     skv_context_params cp = skv_context_default_params();
-    cp.n_ctx = n_total;
+    cp.n_ctx = gp->n_ctx;
     cp.n_threads = gp->n_threads;
     cp.kv_type = gp->kv_type;
     skv_context *ctx = NULL;

@@ -86,6 +86,7 @@ skv_status skv_eval_decode_sample(const skv_model *model, const skv_eval_sample 
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = st->n_threads;
     cp.kv_type = st->kv_type;
+    cp.n_ctx = st->n_ctx;
     float *ref = malloc((size_t)C * V * sizeof *ref), *cmp = malloc((size_t)C * V * sizeof *cmp);
     float *tmp = malloc((size_t)V * sizeof *tmp);
     int *entries = malloc((size_t)(W + C) * sizeof *entries);

@@ -180,6 +180,7 @@ typedef struct skv_eval_gen_params {
     int n_total; /* tokens per sample, BOS included */
     int n_threads;
     skv_type kv_type;
+    int n_ctx; /* the generating context's size (0: the training length), as the run's */
 } skv_eval_gen_params;
 
 skv_status skv_eval_generate(const skv_model *model, const skv_eval_gen_params *gp,
@@ -271,6 +272,8 @@ typedef struct skv_eval_settings {
     int sinks, kernel, window_keep; /* passed to skv_compress */
     skv_pooling pooling;
     const char *model_path; /* recorded in every line */
+    int n_ctx; /* every context's size (0: the model's training length): for a LongRoPE model it
+                  chooses the RoPE factors, alike for the whole run */
 } skv_eval_settings;
 
 void skv_eval_settings_default(skv_eval_settings *s);

@@ -192,7 +192,9 @@ static skv_status ref_build(run *r, skv_protocol proto, ref *f, skv_err *err) {
     size_t V = (size_t)r->V;
     skv_context_params cp = skv_context_default_params();
     int room = r->C > r->G ? r->C : r->G;
-    cp.n_ctx = r->T + r->W + room;
+    /* the run's size for every context (a LongRoPE model's factors follow it), the memory the
+     * sample needs reserved up front */
+    cp.n_ctx = st->n_ctx;
     cp.n_threads = st->n_threads;
     cp.kv_type = st->kv_type;
     cp.capture_window = proto == SKV_PROTOCOL_ENGINE ? r->W : 0;
@@ -204,6 +206,7 @@ static skv_status ref_build(run *r, skv_protocol proto, ref *f, skv_err *err) {
     f->base = skv_context_new(r->model, &cp, err);
     if (!f->base) return err ? err->status : SKV_ERR_STATE;
     skv_status s;
+    if ((s = skv_context_reserve(f->base, r->T + r->W + room, err))) return s;
     /* policies that need the prefill's attention (h2o): sum it during this prefill */
     if (r->need_attn && (s = skv_context_accumulate_attention(f->base, true, err))) return s;
     if (proto == SKV_PROTOCOL_SEED) {

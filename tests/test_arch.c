@@ -561,6 +561,9 @@ static void test_malformed(void **state) {
     expect_refused(
         (mutation){.base = "phi3", .set_str_key = "phi3.rope.scaling.type", .set_str = "dynamic"},
         SKV_ERR_UNSUPPORTED, "RoPE scaling type 'dynamic' is not supported");
+    expect_refused(
+        (mutation){.base = "phi3", .set_str_key = "phi3.rope.scaling.type", .set_str = "longrope"},
+        SKV_ERR_FORMAT, "RoPE scaling type 'longrope' needs the tensors rope_factors_long.weight");
     expect_refused((mutation){.base = "llama3", .set_u32_key = "llama.expert_count", .set_u32 = 8},
                    SKV_ERR_UNSUPPORTED, "mixture of experts");
     /* fused and separate projections mixed up */
@@ -672,21 +675,39 @@ static void test_longrope(void **state) {
     expect_refused(
         (mutation){.path = path, .set_str_key = "phi3.rope.scaling.type", .set_str = "yarn"},
         SKV_ERR_UNSUPPORTED, "LongRoPE factors (rope_factors_long/short) with RoPE scaling 'yarn'");
+    /* llama.cpp's type name is taken with the tensors, refused without them */
+    mutation named = {.path = path, .set_str_key = "phi3.rope.scaling.type", .set_str = "longrope"};
+    char p2[4096];
+    snprintf(p2, sizeof p2, "%s", write_mutated(&named)); /* (a static buffer: copied) */
+    skv_err err2 = {0};
+    skv_model *m2 = skv_model_load_weights(p2, &err2);
+    assert_non_null(m2);
+    assert_int_equal(skv_model_hparams(m2)->rope_scaling, SKV_ROPE_SCALING_LONGROPE);
+    skv_model_free(m2);
+    expect_refused((mutation){.path = p2, .drop_tensor = "rope_factors_long.weight"},
+                   SKV_ERR_FORMAT, "tensor 'rope_factors_short.weight' is present but");
+    unlink(p2);
     unlink(path);
 }
 
 /* YaRN (rope.scaling.type yarn: Qwen2.5 / Qwen3 long-context files) on a qwen2 and a llama:
  * factor 4 over 256 trained positions, so the ramp between kept and interpolated frequencies
  * falls inside the 16 pairs; against the float64 reference (Hugging Face's definition), with
- * compression and rerotation. Against llama.cpp (dev check, not in the suite): 1.4e-5 over 200
- * tokens, 5.3e-5 over 1000 (docs/ARCHITECTURES.md). */
+ * compression and rerotation. The reference's ramp follows the same published formula, so the
+ * check of the formula itself is the llama.cpp comparison (dev check, not in the suite): 1.4e-5
+ * over 200 tokens, 5.3e-5 over 1000 (docs/ARCHITECTURES.md). */
 static void test_yarn(void **state) {
     (void)state;
-    const char *archs[] = {"qwen2", "llama"};
-    for (int a = 0; a < 2; a++) {
+    /* the third: a llama with rope_freqs divisors and 16 of 32 dimensions turned under YaRN */
+    const char *archs[] = {"qwen2", "llama", "llama"};
+    for (int a = 0; a < 3; a++) {
         char path[4096], label[32];
-        const skv_synth_arch arch = {
-            .arch = archs[a], .qkv_bias = a == 0, .yarn = 4.0f, .n_ctx_orig = 256};
+        const skv_synth_arch arch = {.arch = archs[a],
+                                     .qkv_bias = a == 0,
+                                     .rope_freqs = a == 2,
+                                     .n_rot = a == 2 ? 16 : 0,
+                                     .yarn = 4.0f,
+                                     .n_ctx_orig = 256};
         skv_model *m = synth_load(&arch, 1024, 7, path);
         const skv_hparams *hp = skv_model_hparams(m);
         assert_int_equal(hp->rope_scaling, SKV_ROPE_SCALING_YARN);
@@ -701,7 +722,7 @@ static void test_yarn(void **state) {
         double worst = engine_vs_ref(m, rm, ids, n, 512, got);
         fprintf(stderr, "  yarn %s: engine vs float64 %.3g\n", archs[a], worst);
         assert_true(worst < 2e-4);
-        snprintf(label, sizeof label, "%s-yarn", archs[a]);
+        snprintf(label, sizeof label, "%s-yarn%s", archs[a], a == 2 ? "-freqs-partial" : "");
         mask_equivalence_of(label, m, rm, ids);
         rerotate_keys_of(label, m, rm, ids, SKV_TYPE_F32);
         free(got);

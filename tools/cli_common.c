@@ -143,6 +143,19 @@ bool cli_parse_threads(const char *cmd, const char *s, long *out) {
     return false;
 }
 
+bool cli_parse_ctx(const char *cmd, const char *s, int *out) {
+    long v;
+    if (cli_parse_int(s, 0, 1L << 28, &v)) {
+        *out = (int)v;
+        return true;
+    }
+    cli_error(cmd,
+              "--ctx must be a context size in [0, %ld] (0: the model's training length), "
+              "got '%s'",
+              1L << 28, s);
+    return false;
+}
+
 bool cli_parse_u64(const char *s, uint64_t *out) {
     if (!bare(s) || *s == '-') return false;
     char *end;

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "                         [--protocol seed|engine]\n"
             "                         [--seed S] [--sinks N] [--pool max|avg] [--kernel N]\n"
             "                         [--window-keep N] [--positions original|rerotate]\n"
-            "                         [-t N] [--kv-type f32|f16|q8_0] [--json]\n"
+            "                         [-t N] [--kv-type f32|f16|q8_0] [--ctx N] [--json]\n"
             "                         [--plot FILE.png]\n\n"
             "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer\n"
             "and kv head under policy P and reports what was kept.\n\n"
@@ -31,6 +31,10 @@ static void usage(FILE *f) {
             "  -t N                threads (default: all cores)\n"
             "  --kv-type T         KV cache element type (default f32): what is kept and its\n"
             "                      bytes as decoding would hold them\n"
+            "  --ctx N             context size (default 0: the model's training length); for\n"
+            "                      a LongRoPE model (Phi-3.5, Phi-4-mini: `info` says) it\n"
+            "                      also chooses the RoPE factors, short up to the model's\n"
+            "                      original length (4096), long past it\n"
             "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
             "                      compress_ms, window_ms, cache_ms, window_tokens,\n"
             "                      layer_budgets (pyramid), bytes_before, bytes_after,\n"
@@ -235,12 +239,18 @@ int cmd_compress(int argc, char **argv) {
     bool json = false;
     cli_policy_opts opts;
     cli_policy_init(&opts);
-    enum { O_JSON = CLI_LONG, O_PLOT, O_KV_TYPE };
+    int n_ctx = 0;
+    enum { O_JSON = CLI_LONG, O_PLOT, O_KV_TYPE, O_CTX };
     static const cli_opt own[] = {
-        {"help", 'h', false, NULL, false},         {"model", 'm', true, NULL, false},
-        {"prompt", 'p', true, NULL, false},        {"threads", 't', true, NULL, false},
-        {"json", O_JSON, false, NULL, false},      {"plot", O_PLOT, true, NULL, false},
-        {"kv-type", O_KV_TYPE, true, NULL, false}, {0},
+        {"help", 'h', false, NULL, false},
+        {"model", 'm', true, NULL, false},
+        {"prompt", 'p', true, NULL, false},
+        {"threads", 't', true, NULL, false},
+        {"json", O_JSON, false, NULL, false},
+        {"plot", O_PLOT, true, NULL, false},
+        {"kv-type", O_KV_TYPE, true, NULL, false},
+        {"ctx", O_CTX, true, NULL, false},
+        {0},
     };
     cli_args args;
     if (!cli_args_init(&args, CMD, argc, argv, own, cli_policy_options, NULL)) return 2;
@@ -260,6 +270,9 @@ int cmd_compress(int argc, char **argv) {
             return 0;
         case O_JSON:
             json = true;
+            break;
+        case O_CTX:
+            if (!cli_parse_ctx(CMD, v, &n_ctx)) return 2;
             break;
         case O_PLOT:
             if (!v[0]) {
@@ -330,6 +343,7 @@ int cmd_compress(int argc, char **argv) {
     skv_context_params cparams = skv_context_default_params();
     cparams.n_threads = n_threads;
     cparams.kv_type = kv_type;
+    cparams.n_ctx = n_ctx;
     skv_context *ctx = NULL;
     skv_compress_info info;
     rc = cli_policy_run(CMD, model, &cparams, &opts, &p, false, &ctx, NULL, &info);

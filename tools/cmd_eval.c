@@ -83,6 +83,10 @@ static void usage(FILE *f) {
             "  -t N                 threads (default: 1 for models under 32 MiB of weights,\n"
             "                       else all cores)\n"
             "  --kv-type T          f32 (default), f16 or q8_0\n"
+            "  --ctx N              every context's size (default 0: the model's training\n"
+            "                       length); for a LongRoPE model (Phi-3.5, Phi-4-mini) it\n"
+            "                       chooses the RoPE factors for the whole run, short up to\n"
+            "                       the model's original length (4096), long past it\n"
             "  --shard i/n          run only samples with index %% n == i (0 <= i < n)\n"
             "  --out DIR            output directory (default eval-out; made with its parents\n"
             "                       when missing); refused when it is\n"
@@ -775,6 +779,7 @@ static int eval_main(int argc, char **argv) {
         O_SHARD,
         O_OVERWRITE,
         O_CHAT_TEMPLATE,
+        O_CTX,
     };
     /* the same spellings as compress/generate: --policy = --policies, --protocol =
      * --protocols, --pool = --pooling, --max-cache = --budget (a list option takes one value) */
@@ -810,6 +815,7 @@ static int eval_main(int argc, char **argv) {
         {"kv-type", O_KV_TYPE, true, NULL, false},
         {"shard", O_SHARD, true, NULL, false},
         {"chat-template", O_CHAT_TEMPLATE, true, NULL, false},
+        {"ctx", O_CTX, true, NULL, false},
         {0},
     };
     cli_args args;
@@ -937,6 +943,9 @@ static int eval_main(int argc, char **argv) {
                 passkey = true, task_kind = !strcmp(v, "kv") ? SKV_TASK_KV : SKV_TASK_MULTIKEY;
             else if (strcmp(v, "lm"))
                 ok = false;
+            break;
+        case O_CTX:
+            if (!cli_parse_ctx(CMD, v, &st.n_ctx)) return 2;
             break;
         case O_KV_TYPE:
             ok = skv_type_from_name(v, &st.kv_type) &&
@@ -1267,13 +1276,14 @@ static int eval_main(int argc, char **argv) {
     if (threads < 0) threads = skv_model_weight_bytes(model) < ((uint64_t)32 << 20) ? 1 : 0;
     st.n_threads = (int)threads;
     const skv_hparams *hp = skv_model_hparams(model);
-    int n_ctx = hp->n_ctx_train;
+    int n_ctx = st.n_ctx > 0 ? st.n_ctx : hp->n_ctx_train;
     for (int i = 0; i < n_budgets; i++) {
         if ((long)budgets[i] + compress_every > n_ctx) {
             cli_error(CMD,
-                      "--budget %d + --compress-every %ld exceeds the model's context (%d): the "
-                      "cache holds up to budget + every entries per head",
-                      budgets[i], compress_every, n_ctx);
+                      "--budget %d + --compress-every %ld exceeds %s (%d): the cache holds up "
+                      "to budget + every entries per head",
+                      budgets[i], compress_every, st.n_ctx > 0 ? "--ctx" : "the model's context",
+                      n_ctx);
             skv_model_free(model);
             skv_eval_runinfo_free(&prev);
             return 2;
@@ -1382,7 +1392,9 @@ static int eval_main(int argc, char **argv) {
             (!(resume && !skv_eval_runinfo_get(&prev, "simd")) &&
              skv_eval_runinfo_set(&cur, "simd", &e2, "%s", cli_simd_kernels())) ||
             (split.chat_template && /* only when given: older runs' run.json lack it */
-             skv_eval_runinfo_set(&cur, "chat_template", &e2, "%s", split.chat_template))) {
+             skv_eval_runinfo_set(&cur, "chat_template", &e2, "%s", split.chat_template)) ||
+            (st.n_ctx > 0 && /* only when given, as chat_template */
+             skv_eval_runinfo_set(&cur, "n_ctx", &e2, "%d", st.n_ctx))) {
             cli_error(CMD, "%s", e2.msg);
             goto done;
         }
@@ -1505,7 +1517,8 @@ static int eval_main(int argc, char **argv) {
         skv_eval_gen_params gp = {.n_samples = samples > 0 ? (int)samples : 8,
                                   .n_total = n_default * 7 / 8,
                                   .n_threads = st.n_threads,
-                                  .kv_type = st.kv_type};
+                                  .kv_type = st.kv_type,
+                                  .n_ctx = st.n_ctx};
         if (!quiet)
             fprintf(stderr,
                     "sparsekv eval: generating %d samples of %d tokens (seed i, "

@@ -12,7 +12,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: sparsekv generate [-m MODEL] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
             "                         [--top-p P] [--seed S] [-t THREADS]\n"
-            "                         [--kv-type f32|f16|q8_0] [-q] [--special]\n"
+            "                         [--kv-type f32|f16|q8_0] [--ctx N] [-q] [--special]\n"
             "                         [--chat [--system TEXT] [--chat-template NAME]]\n"
             "                         [--policy P --keep F [compression options]]\n"
             "                         [--policy P --max-cache N [--compress-every K]]\n\n"
@@ -23,14 +23,14 @@ static void usage(FILE *f) {
             "the first) and generation continues on it.\n\n"
             "  -m MODEL      GGUF model (default %s)\n"
             "  -p, --prompt PROMPT\n"
-            "                prompt text (BOS is prepended)\n"
+            "                prompt text (BOS first when the vocabulary asks for it)\n"
             "  -n N          tokens to generate (default 256)\n"
             "  --temp T      temperature; 0 = greedy (default 0.8)\n"
             "  --top-k K     keep the K most likely tokens; 0 = off (default 40)\n"
             "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
             "  --seed S      random seed of the sampler and of the random policy (default 0)\n"
             "  -t THREADS    worker threads (default: all cores)\n"
-            "  --kv-type T   KV cache element type (default f32)\n"
+            "  --kv-type T   KV cache element type (default f32)\n" CLI_CTX_HELP
             "  -q, --quiet   no statistics on stderr\n"
             "  --special     the text of special tokens in PROMPT (<|im_start|>,\n"
             "                <|eot_id|> ...) becomes those tokens; BOS is then added only\n"
@@ -152,7 +152,18 @@ int cmd_generate(int argc, char **argv) {
     cli_policy_opts po;
     cli_policy_init(&po);
     po.seed_shared = true; /* --seed seeds the sampler with or without a policy */
-    enum { O_SPECIAL = CLI_LONG, O_CHAT, O_SYSTEM, O_TEMPLATE, O_TEMP, O_TOPK, O_TOPP, O_KV_TYPE };
+    int n_ctx = 0;
+    enum {
+        O_SPECIAL = CLI_LONG,
+        O_CHAT,
+        O_SYSTEM,
+        O_TEMPLATE,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_KV_TYPE,
+        O_CTX
+    };
     static const cli_opt opts[] = {
         {"help", 'h', false, NULL, false},
         {"model", 'm', true, NULL, false},
@@ -168,6 +179,7 @@ int cmd_generate(int argc, char **argv) {
         {"top-k", O_TOPK, true, NULL, false},
         {"top-p", O_TOPP, true, NULL, false},
         {"kv-type", O_KV_TYPE, true, NULL, false},
+        {"ctx", O_CTX, true, NULL, false},
         {0},
     };
     cli_args args;
@@ -228,6 +240,9 @@ int cmd_generate(int argc, char **argv) {
             break;
         case 't':
             if (!cli_parse_threads("generate", val, &threads)) return 2;
+            break;
+        case O_CTX:
+            if (!cli_parse_ctx("generate", val, &n_ctx)) return 2;
             break;
         case O_KV_TYPE:
             if (!skv_type_from_name(val, &kv_type) ||
@@ -303,21 +318,21 @@ int cmd_generate(int argc, char **argv) {
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
+    cp.n_ctx = n_ctx;
+    const int ctx_len = n_ctx > 0 ? n_ctx : hp->n_ctx_train;
+    const char *ctx_what = n_ctx > 0 ? "--ctx" : "the model's context";
     /* a budget with rerotate keeps every head within --max-cache + --compress-every entries,
      * so the logical length may pass the model's context (StreamingLLM's setting) */
     const bool unbounded = po.max_cache > 0 && po.params.positions == SKV_POSITIONS_REROTATE;
-    if (po.max_cache > 0 && po.max_cache + po.compress_every > hp->n_ctx_train) {
-        cli_error("generate",
-                  "--max-cache %d + --compress-every %d exceed the model's context of %d",
-                  po.max_cache, po.compress_every, hp->n_ctx_train);
+    if (po.max_cache > 0 && po.max_cache + po.compress_every > ctx_len) {
+        cli_error("generate", "--max-cache %d + --compress-every %d exceed %s of %d", po.max_cache,
+                  po.compress_every, ctx_what, ctx_len);
         rc = 2;
         goto done;
     }
-    if (!unbounded && n_prompt + n_gen > hp->n_ctx_train) {
-        cli_error("generate",
-                  "prompt (%d tokens) + %ld generated tokens exceed the model's "
-                  "context of %d",
-                  n_prompt, n_gen, hp->n_ctx_train);
+    if (!unbounded && n_prompt + n_gen > ctx_len) {
+        cli_error("generate", "prompt (%d tokens) + %ld generated tokens exceed %s of %d", n_prompt,
+                  n_gen, ctx_what, ctx_len);
         if (po.max_cache > 0)
             cli_error("generate", "running past it needs --positions rerotate with --max-cache");
         rc = 2;

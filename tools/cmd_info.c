@@ -352,15 +352,21 @@ int cmd_info(int argc, char **argv) {
                hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
                hp->n_head / hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->rope_theta,
                hp->norm_eps, hp->tied_output ? "tied to token_embd" : "separate");
-        printf("rope         %s pairs%s%s, scale %g%s%s\n",
+        char lin[64] = ""; /* YaRN's factor is on its own line: it scales low frequencies only */
+        if (hp->rope_scaling == SKV_ROPE_SCALING_LINEAR)
+            snprintf(lin, sizeof lin, ", linear scale %g", (double)hp->rope_freq_scale);
+        printf("rope         %s pairs%s%s%s%s%s\n",
                hp->rope_mode == SKV_ROPE_NEOX ? "neox (i, i + n_rot/2)" : "adjacent (2i, 2i+1)",
                hp->rope_freq_factors ? ", rope_freqs factors" : "",
-               hp->n_rot < hp->head_dim ? ", partial" : "", (double)hp->rope_freq_scale,
+               hp->n_rot < hp->head_dim ? ", partial" : "", lin,
                hp->qkv_bias ? "; q/k/v biases" : "", hp->qk_norm ? "; q/k RMSNorm" : "");
         if (hp->rope_scaling == SKV_ROPE_SCALING_LONGROPE) /* the context's n_ctx chooses */
-            printf("rope scaling longrope: short factors for n_ctx up to %d, long past it; cos "
-                   "and sin x %g\n",
-                   hp->n_ctx_orig, (double)hp->rope_attn_factor);
+            printf("rope scaling longrope: short factors for a context of n_ctx up to %d, long "
+                   "past it (commands: --ctx N, default the training length %d: %s); cos and "
+                   "sin x %g\n",
+                   hp->n_ctx_orig, hp->n_ctx_train,
+                   hp->n_ctx_train > hp->n_ctx_orig ? "long" : "short",
+                   (double)hp->rope_attn_factor);
         else if (hp->rope_scaling == SKV_ROPE_SCALING_YARN)
             printf("rope scaling yarn: factor %g over %d trained positions; cos and sin x %g\n",
                    1.0 / hp->rope_freq_scale, hp->n_ctx_orig, (double)hp->rope_attn_factor);

@@ -15,7 +15,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: sparsekv logits [-m MODEL] (-p PROMPT | --tokens ID,ID,... |\n"
                "                       --tokens-file FILE) -o FILE [-t THREADS]\n"
-               "                       [--kv-type f32|f16|q8_0] [--no-bos]\n\n"
+               "                       [--kv-type f32|f16|q8_0] [--ctx N] [--no-bos]\n\n"
                "Runs the prompt in one batch and writes float32 logits for every position,\n"
                "row-major [n_tokens, n_vocab], to FILE (native little-endian, no header).\n"
                "Prints the token ids as a JSON array on stdout. --tokens-file reads the ids\n"
@@ -23,8 +23,11 @@ static void usage(FILE *f) {
                "the fixtures' <name>.ids.json works), or, where the file is a JSON object\n"
                "(such as reference_logits.json), its \"tokens\" array, every element a JSON\n"
                "integer from 0 to 2^31-1; elsewhere a number that is no plain decimal token\n"
-               "id (2.5, -2, 1e3) is an error. Token ids are used as given (no BOS). FILE is\n"
-               "replaced if it exists.\n");
+               "id (2.5, -2, 1e3) is an error. Token ids are used as given (no BOS); a\n"
+               "PROMPT gets BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token;\n"
+               "--no-bos: never). FILE is replaced if it exists. --ctx N sizes the context\n"
+               "(default: the model's training length; for a LongRoPE model it chooses the\n"
+               "RoPE factors, short up to the model's original length, long past it).\n");
 }
 
 /* The ids a file holds: where it is a JSON object (the fixtures' reference_logits.json, whose
@@ -182,7 +185,8 @@ int cmd_logits(int argc, char **argv) {
     long threads = 0;
     bool bos = true;
     skv_type kv_type = SKV_TYPE_F32;
-    enum { O_NO_BOS = CLI_LONG, O_TOKENS, O_TOKENS_FILE, O_KV_TYPE };
+    int n_ctx = 0;
+    enum { O_NO_BOS = CLI_LONG, O_TOKENS, O_TOKENS_FILE, O_KV_TYPE, O_CTX };
     static const cli_opt opts[] = {
         {"help", 'h', false, NULL, false},
         {"model", 'm', true, NULL, false},
@@ -193,6 +197,7 @@ int cmd_logits(int argc, char **argv) {
         {"tokens", O_TOKENS, true, NULL, false},
         {"tokens-file", O_TOKENS_FILE, true, NULL, false},
         {"kv-type", O_KV_TYPE, true, NULL, false},
+        {"ctx", O_CTX, true, NULL, false},
         {0},
     };
     cli_args args;
@@ -209,6 +214,9 @@ int cmd_logits(int argc, char **argv) {
             return 0;
         case O_NO_BOS:
             bos = false;
+            break;
+        case O_CTX:
+            if (!cli_parse_ctx("logits", val, &n_ctx)) return 2;
             break;
         case 'm':
             model_arg = val;
@@ -283,7 +291,10 @@ int cmd_logits(int argc, char **argv) {
     if (prompt) {
         size_t len = strlen(prompt);
         toks = malloc((len + 2) * sizeof *toks);
-        n = toks ? skv_tokenize(skv_model_vocab(model), prompt, len, bos, toks, (int)len + 2) : 0;
+        /* BOS (and EOS) as the vocabulary asks, as tokenize/generate/eval do, unless --no-bos */
+        n = toks ? skv_tokenize_ex(skv_model_vocab(model), prompt, len, bos, false, toks,
+                                   (int)len + 2)
+                 : 0;
         if (n <= 0) {
             cli_error("logits", "the prompt gives no tokens");
             rc = 2;
@@ -293,7 +304,13 @@ int cmd_logits(int argc, char **argv) {
     skv_context_params cp = skv_context_default_params();
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
-    if (n > hp->n_ctx_train) { /* allowed (a comparison with another engine may want it) */
+    cp.n_ctx = n_ctx;
+    if (n_ctx > 0 && n > n_ctx) {
+        cli_error("logits", "%d tokens do not fit in --ctx %d", n, n_ctx);
+        rc = 2;
+        goto done;
+    }
+    if (n_ctx == 0 && n > hp->n_ctx_train) { /* allowed (another engine may be compared) */
         cp.n_ctx = n;
         fprintf(stderr,
                 "sparsekv logits: warning: %d tokens run past the model's context of %d "

@@ -418,13 +418,16 @@ class Model:
         return int(_lib.skv_vocab_eos(self._vocab))
 
     # -- tokenizer
-    def tokenize(self, text, bos=True, special=False):
+    def tokenize(self, text, bos=None, special=False):
         """Token ids of text (str, or bytes taken as they are; anything else is a TypeError) as
-        an int32 array; BOS first when bos. special=True turns the text of special tokens
-        ("<s>", "<|im_start|>", ...) into their ids; otherwise such text is encoded as ordinary
-        text."""
+        an int32 array; BOS first when bos, or, with bos=None (the default), when the vocabulary
+        asks for it (tokenizer.ggml.add_bos_token: Llama, Mistral, Phi yes; Qwen2, GPT-2 no), as
+        the CLI does. special=True turns the text of special tokens ("<s>", "<|im_start|>", ...)
+        into their ids; otherwise such text is encoded as ordinary text."""
         self._p()
         data = _text(text)
+        if bos is None:
+            bos = bool(_lib.skv_vocab_add_bos(self._vocab))
         if special and not L.have("skv_tokenize_ex"):
             raise UnsupportedError("this libsparsekv cannot parse special tokens", 4)
         def call(cap):
@@ -502,9 +505,10 @@ class Model:
     def new_context(self, n_ctx=0, kv_type="f32", threads=0, capture_window=0):
         """A new context (KV cache + scratch) over this model. n_ctx 0 = the model's training
         length (a LongRoPE model, Phi-3.5 / Phi-4-mini, turns by its long factors when n_ctx is
-        past hparams["n_ctx_orig"], else by its short ones); threads 0 = all cores; kv_type "f32", "f16" or "q8_0"; capture_window W > 0
-        keeps the queries of each forward call's last W tokens (needed by compress(...,
-        protocol="engine", window=W))."""
+        past hparams["n_ctx_orig"], else by its short ones: Context.rope_factors); threads 0 =
+        all cores; kv_type "f32", "f16" or "q8_0"; capture_window W > 0 keeps the queries of
+        each forward call's last W tokens (needed by compress(..., protocol="engine",
+        window=W))."""
         train = self.hparams.get("n_ctx_train", 0)
         n_ctx = _int(n_ctx, "n_ctx", 0)  # before the warning: an int that Context() takes
         if train > 0 and n_ctx > train:
@@ -730,6 +734,15 @@ class Context:
     def n_ctx(self):
         """Positions the context holds (the model's training context unless made smaller)."""
         return int(_lib.skv_context_n_ctx(self._p()))
+
+    @property
+    def rope_factors(self):
+        """Which LongRoPE factor set this context turns by, "short" (n_ctx up to the model's
+        hparams["n_ctx_orig"]) or "long"; None for a model without LongRoPE."""
+        h = self.model.hparams
+        if h.get("rope_scaling") != "longrope":
+            return None
+        return "long" if self.n_ctx > h["n_ctx_orig"] else "short"
 
     @property
     def n_threads(self):
@@ -1074,7 +1087,7 @@ class Context:
         if not 0 < top_p <= 1:
             raise _bad_arg("top_p must be a number in (0, 1] (1: off), got %r" % (top_p,))
         if isinstance(prompt, (str, bytes)):
-            ids = model.tokenize(prompt, bos=self.n_past == 0)
+            ids = model.tokenize(prompt, bos=None if self.n_past == 0 else False)
         elif prompt is None:
             ids = np.zeros(0, dtype=np.int32)
         else:

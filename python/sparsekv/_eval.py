@@ -163,7 +163,7 @@ def _as_samples(model, data):
     out = []
     for d in data:
         if isinstance(d, (str, bytes)):
-            out.append(model.tokenize(d, bos=True))
+            out.append(model.tokenize(d))  # BOS as the vocabulary asks, as eval --data does
         else:
             out.append(model._check_ids(d))
     return out
@@ -238,10 +238,11 @@ def _greedy(ctx, s, protocol, first, ref=None):
 
 def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed", "engine"),
              positions=("original",), window=32, continuation=64, prefix=None, greedy=32,
-             seeds=None, threads=1, kv_type="f32", progress=None, **policy_params):
-    """Evaluates compression policies on data: a text, a list of texts (tokenized with BOS) or
-    a list of token-id sequences. Each sample is cut into prefix (T; default: what is left of
-    min(n, n_ctx - greedy) after window and continuation) | window (W) | continuation (C).
+             seeds=None, threads=1, kv_type="f32", progress=None, n_ctx=0, **policy_params):
+    """Evaluates compression policies on data: a text, a list of texts (tokenized with BOS as
+    the vocabulary asks) or a list of token-id sequences. Each sample is cut into prefix (T;
+    default: what is left of min(n, n_ctx - greedy) after window and continuation) | window
+    (W) | continuation (C).
     The defaults are `sparsekv eval`'s: policies None = every built-in policy of the registry,
     protocols seed and engine, original positions, window 32, continuation 64, greedy 32, seeds
     None = 5 (random runs seeds 0..seeds-1; given without random among the policies, refused
@@ -253,7 +254,9 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
     kl_mean/median/p90/p99/max, top1, same_top, n_tokens, nll_ref, nll_cmp, ppl_ref, ppl_cmp,
     ln_ppl_ratio, ppl_ratio, greedy_match, greedy, kv_bytes_before/after, kept [layer][kv head]
     and layer_budgets (lists), compress_ms, cache_ms, and kl_rows (the C per-token KLs, a NumPy
-    array: drop it or .tolist() it to write a row as JSON).
+    array: drop it or .tolist() it to write a row as JSON). n_ctx: every context's size (0:
+    the model's training length), as eval --ctx; for a LongRoPE model it chooses the RoPE
+    factors for the whole run.
     Samples that do not fit are skipped (listed in the `skipped` attribute of the result);
     when none fits, InvalidArgumentError."""
     model = _as_model(model, "evaluate")
@@ -287,7 +290,8 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
     # h2o scores with the attention summed during the prefill: the base context sums it when
     # a policy needs it (as the C harness), its clones stop once they no longer need it
     need_attn = any((_policy_row(pol) or {}).get("needs_prefill_attention") for pol in policies)
-    n_ctx = model.hparams["n_ctx_train"]
+    ctx_size = _int(n_ctx, "n_ctx", 0, 1 << 28)
+    n_ctx = ctx_size or model.hparams["n_ctx_train"]
     results = EvalResults()
     warned = set()
     W, C, prefix = _split_sizes(window, continuation, prefix)
@@ -304,8 +308,9 @@ def evaluate(model, data, policies=None, keeps=DEFAULT_KEEPS, protocols=("seed",
             continue
         s = _Sample(toks, T, W, C, G)
         for proto in protocols:
-            base = model.new_context(n_ctx=T + W + max(C, G), kv_type=kv_type, threads=threads,
+            base = model.new_context(n_ctx=ctx_size, kv_type=kv_type, threads=threads,
                                      capture_window=W if proto == "engine" else 0)
+            base.reserve(T + W + max(C, G))  # the memory the sample needs, up front
             try:
                 first = None
                 if need_attn:
@@ -408,7 +413,7 @@ def _decode_rows(ctx, s):
 
 def evaluate_budget(model, data, budgets, policies=None, compress_every=32, window=32,
                     continuation=64, prefix=None, threads=1, kv_type="f32", progress=None,
-                    **policy_params):
+                    n_ctx=0, **policy_params):
     """Decoding-time compression, as `sparsekv eval --budget`: each sample (cut as evaluate() cuts
     it with its default greedy=32, as eval does) is teacher-forced, the prefix in one forward call
     and then one token per call, on a context under Context.set_budget(policy, budget,
@@ -419,7 +424,7 @@ def evaluate_budget(model, data, budgets, policies=None, compress_every=32, wind
     protocol ("engine"), positions ("rerotate"), n_prefix, n_window, n_continuation, evaluate()'s
     metrics (no greedy), cuts, max_entries and entries (the most entries of any kv head after each
     of the W + C - 1 single-token steps). A budget of at least the sample's length never cuts
-    (KL 0)."""
+    (KL 0). n_ctx: every context's size, as evaluate()'s."""
     model = _as_model(model, "evaluate_budget")
     if isinstance(budgets, (int, np.integer)):
         budgets = [budgets]
@@ -434,7 +439,8 @@ def evaluate_budget(model, data, budgets, policies=None, compress_every=32, wind
     W, C, prefix = _split_sizes(window, continuation, prefix)
     every = _int(compress_every, "compress_every", 1, 1 << 24)
     threads = _int(threads, "threads", 0, _MAX_THREADS)
-    n_ctx = model.hparams["n_ctx_train"]
+    ctx_size = _int(n_ctx, "n_ctx", 0, 1 << 28)
+    n_ctx = ctx_size or model.hparams["n_ctx_train"]
     blist = []
     for b in budgets:
         b = _int(b, "budget", 1, 1 << 24)
@@ -459,11 +465,11 @@ def evaluate_budget(model, data, budgets, policies=None, compress_every=32, wind
             results.skipped.append(si)
             continue
         s = _Sample(toks, T, W, C, 0)
-        with model.new_context(threads=threads, kv_type=kv_type) as ref_ctx:
+        with model.new_context(n_ctx=ctx_size, threads=threads, kv_type=kv_type) as ref_ctx:
             ref, _ = _decode_rows(ref_ctx, s)
         for b in blist:
             for pol in names:
-                with model.new_context(threads=threads, kv_type=kv_type) as ctx:
+                with model.new_context(n_ctx=ctx_size, threads=threads, kv_type=kv_type) as ctx:
                     ctx.set_budget(pol, b, every, window=W, positions="rerotate",
                                    **_params_for(reads[pol], policy_params))
                     cmp, entries = _decode_rows(ctx, s)

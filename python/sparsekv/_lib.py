@@ -198,6 +198,7 @@ _PROTOTYPES = {
     "skv_vocab_piece": (c_char_p, [c_void_p, c_int32]),
     "skv_tokenize": (c_int, [c_void_p, c_char_p, c_size_t, c_bool, P_i32, c_int]),
     "skv_tokenize_ex": (c_int, [c_void_p, c_char_p, c_size_t, c_bool, c_bool, P_i32, c_int]),
+    "skv_vocab_add_bos": (c_bool, [c_void_p]),
     "skv_vocab_is_eog": (c_bool, [c_void_p, c_int32]),
     "skv_detokenize": (c_int, [c_void_p, P_i32, c_int, c_bool, c_char_p, c_int]),
     "skv_token_to_piece": (c_int, [c_void_p, c_int32, c_int32, c_char_p, c_int]),

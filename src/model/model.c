@@ -246,22 +246,25 @@ static bool load_hparams(loader *ld, skv_err *err) {
         !get_hparam_float(g, akey(ld, "attention.layer_norm_rms_epsilon"), 0, 1, &hp->norm_eps,
                           err))
         return false;
-    /* RoPE scaling: none, linear (positions divided by the factor) or YaRN; LongRoPE is told by
-     * its tensors (load_tensors) */
+    /* RoPE scaling: none, linear (positions divided by the factor), YaRN, or LongRoPE, which its
+     * tensors declare (load_tensors; the converters write no type for it, llama.cpp's own name
+     * "longrope" is taken too) */
     float factor = 1.0f;
     if (!get_hparam_float(g, akey(ld, "rope.scale_linear"), 1e-6, 1e6, &factor, err)) return false;
     const char *stype = skv_gguf_get_str(g, akey(ld, "rope.scaling.type"));
     if (stype && strcmp(stype, "none") != 0) {
-        if (strcmp(stype, "linear") != 0 && strcmp(stype, "yarn") != 0) {
+        if (strcmp(stype, "linear") != 0 && strcmp(stype, "yarn") != 0 &&
+            strcmp(stype, "longrope") != 0) {
             skv_err_set(err, SKV_ERR_UNSUPPORTED,
                         "architecture '%s': RoPE scaling type '%.32s' is not supported (only "
-                        "'none', 'linear' and 'yarn')",
+                        "'none', 'linear', 'yarn' and 'longrope')",
                         hp->arch, stype);
             return false;
         }
         if (!get_hparam_float(g, akey(ld, "rope.scaling.factor"), 1e-6, 1e6, &factor, err))
             return false;
         if (!strcmp(stype, "yarn")) hp->rope_scaling = SKV_ROPE_SCALING_YARN;
+        if (!strcmp(stype, "longrope")) hp->rope_scaling = SKV_ROPE_SCALING_LONGROPE;
     }
     if (factor > 0 && factor != 1.0f) {
         hp->rope_freq_scale = 1.0f / factor;
@@ -401,7 +404,8 @@ static bool load_tensors(loader *ld, skv_err *err) {
         if (!get_rope_factors(ld, "rope_factors_long.weight", &m->rope_long, err) ||
             !get_rope_factors(ld, "rope_factors_short.weight", &m->rope_short, err))
             return false;
-        if (hp->rope_scaling != SKV_ROPE_SCALING_NONE) {
+        if (hp->rope_scaling == SKV_ROPE_SCALING_YARN ||
+            hp->rope_scaling == SKV_ROPE_SCALING_LINEAR) {
             skv_err_set(err, SKV_ERR_UNSUPPORTED,
                         "LongRoPE factors (rope_factors_long/short) with RoPE scaling '%s' are not "
                         "supported",
@@ -410,6 +414,12 @@ static bool load_tensors(loader *ld, skv_err *err) {
         }
         m->rope.factors = m->rope_short;
         hp->rope_scaling = SKV_ROPE_SCALING_LONGROPE;
+    } else if (hp->rope_scaling == SKV_ROPE_SCALING_LONGROPE) {
+        skv_err_set(err, SKV_ERR_FORMAT,
+                    "RoPE scaling type 'longrope' needs the tensors rope_factors_long.weight and "
+                    "rope_factors_short.weight (architecture '%s'%s)",
+                    hp->arch, a->rope_longrope == SKV_NEED_NO ? ", which has none" : "");
+        return false;
     }
     if (hp->rope_scaling == SKV_ROPE_SCALING_YARN && !(m->rope.mix = m->rope_mix = yarn_mix(hp))) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");

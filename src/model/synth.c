@@ -59,6 +59,14 @@ static const preset presets[] = {
     {{"phi-3-mini", "Phi-3-mini-4k as architecture phi3: fused attn_qkv and [gate | up], NEOX RoPE",
       32064, 4096, 4096, 3072, 32, 32, 32, 8192, 10000.0f, 1e-5f, false},
      {.arch = "phi3", .fused = true}},
+    {{"tiny-longrope",
+      "test shape: tiny as a phi3 with LongRoPE (original context 256 of 512, 12 of 16 "
+      "dimensions turned)",
+      512, 512, 512, 64, 2, 4, 2, 128, 10000.0f, 1e-5f, false},
+     {.arch = "phi3", .fused = true, .n_rot = 12, .longrope = true, .n_ctx_orig = 256}},
+    {{"tiny-yarn", "test shape: tiny as a qwen2 with YaRN (factor 4 over 128 of 512 positions)",
+      512, 512, 512, 64, 2, 4, 2, 128, 10000.0f, 1e-6f, false},
+     {.arch = "qwen2", .qkv_bias = true, .yarn = 4.0f, .n_ctx_orig = 128}},
     {{"phi-3.5-mini",
       "Phi-3.5-mini as architecture phi3: Phi-3-mini's shapes with LongRoPE (rope_factors_long / "
       "_short, original context 4096; the factors a smooth ramp, not the published ones)",
@@ -114,7 +122,7 @@ uint64_t skv_synth_n_params_arch(const skv_synth_shape *s, const skv_synth_arch 
     if (a->qk_norm) layer += 2 * hd;
     uint64_t n = (uint64_t)s->n_layer * layer + e + (uint64_t)s->n_vocab * e;
     if (!s->tied) n += (uint64_t)s->n_vocab * e;
-    if (a->rope_freqs) n += hd / 2;
+    if (a->rope_freqs) n += (a->n_rot > 0 ? (uint64_t)a->n_rot : hd) / 2;
     if (a->longrope) n += 2 * (a->n_rot > 0 ? (uint64_t)a->n_rot / 2 : hd / 2);
     return n;
 }
@@ -712,7 +720,7 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
         goto done;
     }
     for (int64_t i = 0; i < SKV_MAX(e, hd); i++) ones[i] = 1.0f;
-    skv_synth_llama3_rope_freqs(freqs, (int)hd, s->rope_theta);
+    skv_synth_llama3_rope_freqs(freqs, (int)n_rot, s->rope_theta); /* one per turned pair */
     const double lr_scale = sa->longrope ? (double)s->n_ctx_train / sa->n_ctx_orig : 1;
     skv_synth_longrope_factors(lrf, lrf + n_rot / 2, (int)n_rot, lr_scale);
 
@@ -742,7 +750,7 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
     } while (0)
 #define ADD(nm, c, r) ADD_DATA(nm, c, r, ones)
     ADD("token_embd.weight", e, s->n_vocab);
-    if (sa->rope_freqs) ADD_DATA("rope_freqs.weight", hd / 2, 0, freqs);
+    if (sa->rope_freqs) ADD_DATA("rope_freqs.weight", n_rot / 2, 0, freqs);
     if (sa->longrope) {
         ADD_DATA("rope_factors_long.weight", n_rot / 2, 0, lrf);
         ADD_DATA("rope_factors_short.weight", n_rot / 2, 0, lrf + n_rot / 2);

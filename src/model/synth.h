@@ -59,7 +59,8 @@ const skv_synth_shape *skv_synth_preset(const char *name);
 /* Number of parameters of a shape (every matrix and norm; the tied output counted once). */
 uint64_t skv_synth_n_params(const skv_synth_shape *shape);
 uint64_t skv_synth_n_params_arch(const skv_synth_shape *shape, const skv_synth_arch *arch);
-/* The Llama 3.1+ RoPE frequency divisors for head_dim / 2 frequencies (rope_freqs.weight). */
+/* The Llama 3.1+ RoPE frequency divisors for head_dim / 2 frequencies (rope_freqs.weight; pass
+ * n_rot for a partial rotation: one per turned pair). */
 void skv_synth_llama3_rope_freqs(float *out, int head_dim, float theta);
 /* LongRoPE divisors for n_rot / 2 frequencies: smooth ramps from 1 (not the published ones,
  * which were searched per model): short 1 -> 1.1, long 1 -> scale (n_ctx_train / n_ctx_orig),
