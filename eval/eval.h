@@ -134,8 +134,8 @@ typedef struct skv_eval_sample {
  * the usable tokens, 0 = "the rest" (prefix only). */
 typedef struct skv_eval_split {
     double prefix, window, cont;
-    /* "messages" lines: the chat format (llama3, chatml, phi3) where the model has none or to
-     * override its own; NULL: the model's tokenizer.chat_template */
+    /* "messages" lines: the chat format (llama3, chatml, phi3, mistral) where the model has none or
+     * to override its own; NULL: the model's tokenizer.chat_template */
     const char *chat_template;
 } skv_eval_split;
 

@@ -267,8 +267,9 @@ SKV_API int skv_token_to_piece(const skv_vocab *vocab, int32_t prev, int32_t tok
 
 /* ---------------------------------------------------------------------------------------------
  * Chat templates: built-in formats chosen from tokenizer.chat_template by recognisable markers
- * (no Jinja): Llama 3 (<|start_header_id|>), ChatML (<|im_start|>: Qwen, SmolLM) and Phi-3
- * (<|user|> ... <|end|>).
+ * (no Jinja): Llama 3 (<|start_header_id|>), ChatML (<|im_start|>: Qwen, SmolLM), Phi-3
+ * (<|user|> ... <|end|>) and Mistral NeMo's [INST]...[/INST] (Ministral 8B; not Mistral 7B's
+ * "[INST] " nor Small 3's [SYSTEM_PROMPT]).
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct skv_chat_message {
@@ -276,13 +277,13 @@ typedef struct skv_chat_message {
     const char *content;
 } skv_chat_message;
 
-/* Name of the built-in format ("llama3", "chatml", "phi3") that tmpl selects: tmpl is a format
- * name, or a template's text (Jinja, recognised by its markers), or NULL for the vocabulary's
- * tokenizer.chat_template. NULL (err filled) when there is no template or it is not recognised.
- * vocab may be NULL when tmpl is given (to check a name before a model is loaded). */
+/* Name of the built-in format ("llama3", "chatml", "phi3", "mistral") that tmpl selects: tmpl is a
+ * format name, or a template's text (Jinja, recognised by its markers), or NULL for the
+ * vocabulary's tokenizer.chat_template. NULL (err filled) when there is no template or it is not
+ * recognised. vocab may be NULL when tmpl is given (to check a name before a model is loaded). */
 SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *tmpl, skv_err *err);
 /* The special token that opens a message in that format ("<|start_header_id|>", "<|im_start|>",
- * "<|user|>"), or NULL as skv_chat_template_name. A vocabulary without it as a token
+ * "<|user|>", "[INST]"), or NULL as skv_chat_template_name. A vocabulary without it as a token
  * (skv_vocab_find < 0) reads the formatted conversation's markers as plain text. */
 SKV_API const char *skv_chat_template_opener(const skv_vocab *vocab, const char *tmpl);
 

@@ -128,7 +128,7 @@ static void test_refused(void **state) {
         /* a vocabulary that does not open is bad input, as a model that does not load */
         {"tokenize --vocab-llama2c /nonexistent/tok.bin 512 -p hi", 2, "cannot open"},
         {"generate --chat --chat-template bogus -n 1", 2,
-         "invalid value 'bogus' for --chat-template (llama3, chatml or phi3)"},
+         "invalid value 'bogus' for --chat-template (llama3, chatml, phi3 or mistral)"},
         /* said, not silent: a format the vocabulary has no markers for, a doubled BOS */
         {"generate --chat -p hi --chat-template chatml -n 1 -t 1 --quiet", 0,
          "the vocabulary has no <|im_start|> token"},
@@ -265,7 +265,7 @@ static void test_eval_chat_template(void **state) {
         {args2, 0, NULL},
         {"eval --chat-template chatml", 2, "--chat-template only applies with --data"},
         {"eval --data x.jsonl --chat-template bogus", 2,
-         "invalid value 'bogus' for --chat-template (llama3, chatml or phi3)"},
+         "invalid value 'bogus' for --chat-template (llama3, chatml, phi3 or mistral)"},
     };
     run_cases(c, sizeof c / sizeof c[0]);
     char rj[600];

@@ -39,8 +39,9 @@ static void usage(FILE *f) {
             "                       {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} (a\n"
             "                       conversation in the model's chat template)\n"
             "                       (default: samples the model generates from BOS, seed i)\n"
-            "  --chat-template NAME llama3, chatml or phi3: the format of the \"messages\"\n"
-            "                       lines where the model has no tokenizer.chat_template\n"
+            "  --chat-template NAME llama3, chatml, phi3 or mistral: the format of the\n"
+            "                       \"messages\" lines where the model has no\n"
+            "                       tokenizer.chat_template\n"
             "                       (or to override it)\n"
             "  --samples N          samples to use (default 8 generated; with --data all\n"
             "                       lines; with --task: prompts per depth, default 8)\n"
@@ -848,7 +849,9 @@ static int eval_main(int argc, char **argv) {
             skv_err cerr = {0};
             const char *name = skv_chat_template_name(NULL, v, &cerr);
             if (!name || strcmp(name, v) != 0) {
-                cli_error(CMD, "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
+                cli_error(CMD,
+                          "invalid value '%s' for --chat-template (llama3, chatml, phi3 or "
+                          "mistral)",
                           v);
                 return 2;
             }

@@ -36,13 +36,14 @@ static void usage(FILE *f) {
             "                <|eot_id|> ...) becomes those tokens; BOS is then added only\n"
             "                if the vocabulary asks\n"
             "  --chat        PROMPT is one user message: format it with the model's chat\n"
-            "                template (built in: Llama 3, ChatML/Qwen, Phi-3; chosen from\n"
-            "                tokenizer.chat_template) and generate the assistant's reply;\n"
+            "                template (built in: Llama 3, ChatML/Qwen, Phi-3, Mistral NeMo's\n"
+            "                [INST]; chosen from tokenizer.chat_template) and generate the\n"
+            "                assistant's reply;\n"
             "                special-token text in PROMPT and --system stays text (it cannot\n"
             "                end the turn) unless --special is given too\n"
             "  --system TEXT a system message before the user message (with --chat)\n"
-            "  --chat-template NAME  llama3, chatml or phi3: the format to use when the model\n"
-            "                has no tokenizer.chat_template (or to override it)\n\n",
+            "  --chat-template NAME  llama3, chatml, phi3 or mistral: the format to use when\n"
+            "                the model has no tokenizer.chat_template (or to override it)\n\n",
             SKV_DEFAULT_MODEL);
     cli_policy_usage(f, true, true);
     cli_policy_budget_usage(f);
@@ -268,7 +269,8 @@ int cmd_generate(int argc, char **argv) {
         skv_err cerr = {0};
         const char *name = skv_chat_template_name(NULL, chat_template, &cerr);
         if (!name || strcmp(name, chat_template) != 0) {
-            cli_error("generate", "invalid value '%s' for --chat-template (llama3, chatml or phi3)",
+            cli_error("generate",
+                      "invalid value '%s' for --chat-template (llama3, chatml, phi3 or mistral)",
                       chat_template);
             return 2;
         }

@@ -12,7 +12,15 @@
  *   phi3    (template contains "<|user|>" and "<|end|>"):
  *       [<s>]<|system|>\nCONTENT<|end|>\n<|user|>\nCONTENT<|end|>\n<|assistant|>\nCONTENT<|end|>\n
  *       generation prompt: <|assistant|>\n. <s> first when the template writes bos_token.
- * A format may also be named ("llama3", "chatml", "phi3") for models whose GGUF has no template.
+ *   mistral (template contains "[INST]" and "[/INST]", with no space after "[INST]" and no
+ *       "[SYSTEM_PROMPT]": Mistral NeMo's, Ministral 8B's):
+ *       <s>[INST]USER[/INST]ASSISTANT</s>[INST]SYSTEM\n\nUSER[/INST]
+ *       the system message (first only) goes before the last message when that is the user's
+ *       (else nowhere), then user and assistant must alternate from a user; no generation
+ *       prompt ([/INST] ends the user's turn). Mistral 7B's "[INST] " and Small 3's
+ *       [SYSTEM_PROMPT] formats are not built in.
+ * A format may also be named ("llama3", "chatml", "phi3", "mistral") for models whose GGUF has
+ * no template.
  */
 #include "tokenizer/internal.h"
 
@@ -21,18 +29,22 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef enum chat_kind { CHAT_NONE, CHAT_LLAMA3, CHAT_CHATML, CHAT_PHI3 } chat_kind;
+typedef enum chat_kind { CHAT_NONE, CHAT_LLAMA3, CHAT_CHATML, CHAT_PHI3, CHAT_MISTRAL } chat_kind;
 
 /* The special token that opens a message in each format (also what recognises a template). */
 static const char *const OPENER[] = {[CHAT_LLAMA3] = "<|start_header_id|>",
                                      [CHAT_CHATML] = "<|im_start|>",
-                                     [CHAT_PHI3] = "<|user|>"};
+                                     [CHAT_PHI3] = "<|user|>",
+                                     [CHAT_MISTRAL] = "[INST]"};
 
 static chat_kind detect(const char *t) {
     if (!t) return CHAT_NONE;
     if (strstr(t, OPENER[CHAT_LLAMA3]) && strstr(t, "<|end_header_id|>")) return CHAT_LLAMA3;
     if (strstr(t, OPENER[CHAT_CHATML])) return CHAT_CHATML;
     if (strstr(t, OPENER[CHAT_PHI3]) && strstr(t, "<|end|>")) return CHAT_PHI3;
+    if (strstr(t, OPENER[CHAT_MISTRAL]) && strstr(t, "[/INST]") && !strstr(t, "[INST] ") &&
+        !strstr(t, "[SYSTEM_PROMPT]"))
+        return CHAT_MISTRAL;
     return CHAT_NONE;
 }
 
@@ -43,19 +55,21 @@ static chat_kind resolve(const skv_vocab *v, const char *tmpl, skv_err *err) {
         if (!strcmp(tmpl, "llama3")) return CHAT_LLAMA3;
         if (!strcmp(tmpl, "chatml")) return CHAT_CHATML;
         if (!strcmp(tmpl, "phi3")) return CHAT_PHI3;
+        if (!strcmp(tmpl, "mistral")) return CHAT_MISTRAL;
     } else {
         tmpl = v->chat_template;
         if (!tmpl) {
             skv_err_set(err, SKV_ERR_UNSUPPORTED,
                         "the model has no chat template (tokenizer.chat_template is missing); "
-                        "name one of the built-in formats: llama3, chatml, phi3");
+                        "name one of the built-in formats: llama3, chatml, phi3, mistral");
             return CHAT_NONE;
         }
     }
     chat_kind k = detect(tmpl);
     if (k == CHAT_NONE)
         skv_err_set(err, SKV_ERR_UNSUPPORTED,
-                    "chat template not recognised (built in: llama3, chatml, phi3; the template "
+                    "chat template not recognised (built in: llama3, chatml, phi3, mistral; the "
+                    "template "
                     "starts '%.60s')",
                     tmpl);
     return k;
@@ -73,6 +87,8 @@ const char *skv_chat_template_name(const skv_vocab *v, const char *tmpl, skv_err
         return "chatml";
     case CHAT_PHI3:
         return "phi3";
+    case CHAT_MISTRAL:
+        return "mistral";
     default:
         return NULL;
     }
@@ -256,6 +272,44 @@ static bool render(const skv_vocab *v, const char *tmpl, const skv_chat_message 
         for (int i = 0; i < n; i++) put_turn(o, "<|", &msg[i], "|>\n", false, "<|end|>\n");
         if (add_gen) puts_(o, "<|assistant|>\n");
         break;
+    case CHAT_MISTRAL: {
+        /* Mistral NeMo's template: an optional system message first, then user and assistant in
+         * turns from a user (it raises otherwise, and so does this) */
+        const bool sys = n > 0 && !strcmp(msg[0].role, "system");
+        for (int i = sys; i < n; i++) {
+            const bool user = !strcmp(msg[i].role, "user");
+            if (!user && strcmp(msg[i].role, "assistant")) {
+                skv_err_set(err, SKV_ERR_INVALID_ARG,
+                            "chat message %d is a system message: the mistral format takes one, "
+                            "first",
+                            i);
+                return false;
+            }
+            if (user != ((i - sys) % 2 == 0)) {
+                skv_err_set(err, SKV_ERR_INVALID_ARG,
+                            "chat message %d: after the optional system message, the mistral "
+                            "format needs user and assistant in turns, from a user",
+                            i);
+                return false;
+            }
+        }
+        puts_(o, "<s>");
+        for (int i = sys; i < n; i++) {
+            if (!strcmp(msg[i].role, "user")) {
+                puts_(o, "[INST]");
+                if (sys && i == n - 1) { /* the template's loop.last: the last message */
+                    put_content(o, msg[0].content, strlen(msg[0].content));
+                    puts_(o, "\n\n");
+                }
+                put_content(o, msg[i].content, strlen(msg[i].content));
+                puts_(o, "[/INST]");
+            } else {
+                put_content(o, msg[i].content, strlen(msg[i].content));
+                puts_(o, "</s>");
+            }
+        }
+        break;
+    }
     default:
         return false; /* not reached: resolve refused it */
     }
