@@ -24,7 +24,7 @@ int skv_prompt_tokenize(const skv_vocab *vocab, const char *text, size_t len, co
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory tokenizing a %s prompt", what);
         return -1;
     }
-    int n = skv_tokenize(vocab, text, len, true, t, cap);
+    int n = skv_tokenize_ex(vocab, text, len, true, false, t, cap); /* BOS as the vocab asks */
     if (n < 1) {
         free(t);
         skv_err_set(err, SKV_ERR_STATE, "the tokenizer failed on a %s prompt", what);

@@ -149,7 +149,7 @@ typedef struct skv_hparams {
     float rope_theta;
     float norm_eps;
     bool tied_output; /* output matrix is the token embedding */
-    char arch[16];    /* general.architecture: llama, qwen2, qwen3 or phi3 */
+    char arch[16];    /* general.architecture: llama, qwen2, qwen3, phi3 or mistral3 */
     skv_rope_mode rope_mode;
     float rope_freq_scale;  /* linear and YaRN scaling: 1 / rope.scaling.factor (1 = none) */
     bool rope_freq_factors; /* rope_freqs.weight divides each RoPE frequency (Llama 3.1+) */
@@ -158,10 +158,14 @@ typedef struct skv_hparams {
     skv_rope_scaling rope_scaling;
     int n_ctx_orig;         /* rope.scaling.original_context_length (n_ctx_train when absent) */
     float rope_attn_factor; /* multiplies cos and sin of every embedding (1 = none): LongRoPE's
-                               rope.scaling.attn_factor; YaRN's 1 + 0.1 ln(factor) times it */
+                               rope.scaling.attn_factor; YaRN's 1 + 0.1 ln(factor) times it
+                               (mistral3 with yarn_log_multiplier m: divided by 1 + 0.1 m ln f) */
+    float attn_temp_scale;  /* mistral3 (Llama 4's scaling): a query at position p is multiplied by
+                               1 + attn_temp_scale ln(floor(p / n_ctx_orig) + 1) (0 = none) */
 } skv_hparams;
 
-/* Loads a GGUF model (general.architecture llama, qwen2, qwen3 or phi3; docs/ARCHITECTURES.md).
+/* Loads a GGUF model (general.architecture llama, qwen2, qwen3, phi3 or mistral3;
+ * docs/ARCHITECTURES.md).
  * The file is mapped; float matrices (F32/F16/BF16) are copied once into the layout the kernels
  * stream (16-row panels); at the AVX2 and AVX-512 levels Q4_K, Q5_K, Q8_0, Q4_0/1, Q5_0/1,
  * IQ4_NL, IQ4_XS, Q2_K and Q3_K matrices (and Q6_K ones on AVX2 without AVX-512 VNNI) are

@@ -7,7 +7,7 @@
  *          (or one fused xb·Wqkv split in three; + biases when the model has them)
  *     q, k = rmsnorm per head (qwen3 only)            k, v [n, n_head_kv, head_dim]
  *     RoPE(q, k) at each token's position (the cache's skv_rope_spec, rope.h: the model's, with
- *     the LongRoPE factors of the context's size)
+ *     the LongRoPE factors of the context's size); q times Llama 4's temperature (mistral3)
  *     append k, v to the cache; capture q (optional)
  *     att = attention(q over each kv head's retained entries with pos <= token pos)
  *     x += att·Wo (+ bo)
@@ -197,6 +197,12 @@ static void tok_worker(void *arg, int ith, int nth) {
                     skv_rope_apply_table(rope, qi + (size_t)(h * g + j) * hd, a);
                 skv_rope_apply_table(rope, ki + (size_t)h * hd, a);
                 skv_cache_store(cache, l, h, i, pos, ki + (size_t)h * hd, vi + (size_t)h * hd);
+            }
+            if (hp->attn_temp_scale != 0) { /* Llama 4's temperature, by the logical position */
+                const float temp =
+                    (float)(1.0 +
+                            hp->attn_temp_scale * log(floor((double)pos / hp->n_ctx_orig) + 1.0));
+                for (int j = 0; j < dq; j++) qi[j] *= temp;
             }
             if (i >= t->qcap_skip) { /* captured layout per layer: [n_head, total, head_dim] */
                 float *dst = ctx->qcap + (size_t)l * nh * t->qcap_total * hd;

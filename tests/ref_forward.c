@@ -14,13 +14,14 @@
 
 struct ref_model {
     int n_vocab, d, n_layer, n_head, n_kv, hd, ff, n_rot;
-    bool neox; /* qwen2, qwen3, phi3 turn (i, i + n_rot/2); llama (2i, 2i+1) */
+    bool neox; /* qwen2, qwen3, phi3 turn (i, i + n_rot/2); llama, mistral3 (2i, 2i+1) */
     double theta, eps, freq_scale;
     double *freq_factors;       /* [n_rot/2] or NULL */
     double *lr_long, *lr_short; /* LongRoPE divisors [n_rot/2] or NULL; freq_factors is one */
     int n_ctx_train, n_ctx_orig;
     double attn_factor; /* LongRoPE, YaRN: scales the turned pairs (cos and sin) */
     double *yarn;       /* [n_rot/2] YaRN's interpolated inverse-frequency scale, or NULL */
+    double temp_scale;  /* mistral3: Llama 4's attention temperature (0 = none) */
     double *embd, *out_norm, *out;                     /* [V,d], [d], [V,d] */
     double **attn_norm, **wq, **wk, **wv, **wo;        /* per layer */
     double **bq, **bk, **bv, **bo, **q_norm, **k_norm; /* per layer, entries may be NULL */
@@ -89,7 +90,9 @@ ref_model *ref_model_load(const char *path) {
     const char *arch = skv_gguf_get_str(g, "general.architecture");
     if (!arch) arch = "llama";
     ref_model *m = calloc(1, sizeof *m);
-    m->neox = strcmp(arch, "llama") != 0;
+    m->neox = !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3") || !strcmp(arch, "phi3");
+    const bool mistral3 = !strcmp(arch, "mistral3"); /* YaRN's betas and log multiplier, and a
+                                                        temperature, from the file */
     m->d = (int)get_i(g, arch, "embedding_length", 0);
     m->n_layer = (int)get_i(g, arch, "block_count", 0);
     m->n_head = (int)get_i(g, arch, "attention.head_count", 0);
@@ -108,11 +111,15 @@ ref_model *ref_model_load(const char *path) {
     m->n_ctx_train = (int)get_i(g, arch, "context_length", 0);
     m->n_ctx_orig = (int)get_i(g, arch, "rope.scaling.original_context_length", m->n_ctx_train);
     m->attn_factor = get_f(g, arch, "rope.scaling.attn_factor", 1.0);
-    if (st && !strcmp(st, "yarn")) { /* Hugging Face's _compute_yarn_parameters, betas 32 and 1 */
+    if (st && !strcmp(st, "yarn")) { /* Hugging Face's _compute_yarn_parameters */
         double factor = get_f(g, arch, "rope.scaling.factor", 1), dim = m->n_rot;
+        double beta_fast = mistral3 ? get_f(g, arch, "rope.scaling.yarn_beta_fast", 32) : 32;
+        double beta_slow = mistral3 ? get_f(g, arch, "rope.scaling.yarn_beta_slow", 1) : 1;
+        double mscale_all_dim =
+            mistral3 ? get_f(g, arch, "rope.scaling.yarn_log_multiplier", 0) : 0;
         m->freq_scale = 1.0 / factor;
-        double lo = floor(dim * log(m->n_ctx_orig / (32 * 2 * M_PI)) / (2 * log(m->theta)));
-        double hi = ceil(dim * log(m->n_ctx_orig / (1 * 2 * M_PI)) / (2 * log(m->theta)));
+        double lo = floor(dim * log(m->n_ctx_orig / (beta_fast * 2 * M_PI)) / (2 * log(m->theta)));
+        double hi = ceil(dim * log(m->n_ctx_orig / (beta_slow * 2 * M_PI)) / (2 * log(m->theta)));
         lo = fmax(lo, 0);
         hi = fmin(hi, dim - 1);
         if (lo == hi) hi += 0.001;
@@ -121,8 +128,11 @@ ref_model *ref_model_load(const char *path) {
             double ramp = fmin(fmax((j - lo) / (hi - lo), 0), 1), extrapolate = 1 - ramp;
             m->yarn[j] = m->freq_scale * (1 - extrapolate) + 1.0 * extrapolate;
         }
-        if (factor > 1) m->attn_factor *= 0.1 * log(factor) + 1; /* get_mscale */
+        /* get_mscale(factor, 1) / get_mscale(factor, mscale_all_dim), the divisor 1 without it */
+        if (factor > 1)
+            m->attn_factor *= (0.1 * log(factor) + 1) / (0.1 * mscale_all_dim * log(factor) + 1);
     }
+    m->temp_scale = mistral3 ? get_f(g, arch, "attention.temperature_scale", 0) : 0;
     ref_model_set_n_ctx(m, 0);
     int64_t rows;
     m->embd = load_tensor(g, "token_embd.weight", &rows, NULL);
@@ -306,6 +316,8 @@ void ref_forward_ctl(const ref_model *m, const int32_t *tokens, int n, double *l
                     double s = 0;
                     for (int i = 0; i < hd; i++) s += qh[i] * kh[i];
                     sc[j] = s / sqrt((double)hd);
+                    if (m->temp_scale) /* the query scaled by its logical position's temperature */
+                        sc[j] *= 1 + m->temp_scale * log(floor((double)t / m->n_ctx_orig) + 1);
                     if (sc[j] > mx) mx = sc[j];
                 }
                 double sum = 0;

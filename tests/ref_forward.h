@@ -1,8 +1,8 @@
 /* ref_forward.h — an independent, naive float64 forward pass for the tests: straight loops,
  * full recomputation, no shared kernels. Reads weights through the GGUF reader only, and knows
- * the architectures on its own (llama, qwen2, qwen3, phi3: biases, per-head q/k norms, fused
- * projections, NEOX or adjacent RoPE pairs, rope_freqs factors, linear RoPE scaling, LongRoPE's
- * two factor sets and attn_factor). */
+ * the architectures on its own (llama, qwen2, qwen3, phi3, mistral3: biases, per-head q/k norms,
+ * fused projections, NEOX or adjacent RoPE pairs, rope_freqs factors, linear RoPE scaling,
+ * LongRoPE's two factor sets and attn_factor, YaRN; mistral3's YaRN keys and query temperature). */
 #ifndef SKV_REF_FORWARD_H
 #define SKV_REF_FORWARD_H
 

@@ -1,4 +1,4 @@
-/* test_arch.c — the real architectures (llama with rope_freqs, qwen2, qwen3, phi3):
+/* test_arch.c — the real architectures (llama with rope_freqs, qwen2, qwen3, phi3, mistral3):
  *   - logits of the shared fixtures (llama.cpp's, F32) within 2e-3, and the float64 reference
  *     (tests/ref_forward.c) against the same fixtures;
  *   - batched prefill = token by token;
@@ -426,8 +426,8 @@ static void rerotate_keys_of(const char *label, const skv_model *m, const ref_mo
     fprintf(stderr, "  %s %s cache: rerotated key vs fresh RoPE max rel %.3g\n", label,
             skv_type_name(kv), worst);
     /* f32: float rounding of one rotation; f16: one more rounding to half precision; q8_0: the
-     * key quantized twice (stored, then stored again re-rotated), up to 1/254 of its block's
-     * largest value each time */
+     * re-rotated key quantized again (up to 1/254 of its block's largest value; the reference
+     * starts from the dequantized stored key) */
     assert_true(worst < (kv == SKV_TYPE_F32 ? 2e-6 : kv == SKV_TYPE_F16 ? 2e-3 : 1e-2));
     assert_true(moved > 0);
     skv_compress_info_free(&info);
@@ -559,7 +559,7 @@ static void test_malformed(void **state) {
         (mutation){.base = "phi3", .set_str_key = "general.architecture", .set_str = "gemma2"},
         SKV_ERR_UNSUPPORTED,
         "architecture 'gemma2' is not supported (sparsekv runs llama, qwen2, qwen3, "
-        "phi3)");
+        "phi3, mistral3)");
     expect_refused(
         (mutation){.base = "phi3", .set_str_key = "phi3.rope.scaling.type", .set_str = "dynamic"},
         SKV_ERR_UNSUPPORTED, "RoPE scaling type 'dynamic' is not supported");
@@ -617,6 +617,23 @@ static double engine_vs_ref(const skv_model *m, const ref_model *rm, const int32
     skv_context_free(ctx);
     free(ref);
     return worst;
+}
+
+/* A scaled model against the float64 reference: n tokens' logits (2e-4), then compression in
+ * both position modes against the masked reference and rerotated keys against fresh ones. */
+static void check_against_ref(const char *label, const skv_model *m, const char *path, int n,
+                              uint64_t seed) {
+    ref_model *rm = ref_model_load(path);
+    int32_t ids[400];
+    random_ids(ids, 400, seed);
+    float *got = malloc((size_t)n * skv_model_hparams(m)->n_vocab * sizeof(float));
+    double worst = engine_vs_ref(m, rm, ids, n, 512, got);
+    fprintf(stderr, "  %s: engine vs float64 %.3g\n", label, worst);
+    assert_true(worst < 2e-4);
+    mask_equivalence_of(label, m, rm, ids);
+    rerotate_keys_of(label, m, rm, ids, SKV_TYPE_F32);
+    free(got);
+    ref_model_free(rm);
 }
 
 /* A synthetic phi3 of context_length 512 whose short factors serve 256 positions, 24 of 32
@@ -717,22 +734,40 @@ static void test_yarn(void **state) {
         assert_int_equal(hp->n_ctx_orig, 256);
         assert_float_equal(hp->rope_freq_scale, 0.25, 1e-7);
         assert_float_equal(hp->rope_attn_factor, 1 + 0.1 * log(4.0), 1e-6);
-        ref_model *rm = ref_model_load(path);
-        const int n = 64;
-        int32_t ids[400];
-        random_ids(ids, 400, 13);
-        float *got = malloc((size_t)n * hp->n_vocab * sizeof(float));
-        double worst = engine_vs_ref(m, rm, ids, n, 512, got);
-        fprintf(stderr, "  yarn %s: engine vs float64 %.3g\n", archs[a], worst);
-        assert_true(worst < 2e-4);
         snprintf(label, sizeof label, "%s-yarn%s", archs[a], a == 2 ? "-freqs-partial" : "");
-        mask_equivalence_of(label, m, rm, ids);
-        rerotate_keys_of(label, m, rm, ids, SKV_TYPE_F32);
-        free(got);
-        ref_model_free(rm);
+        check_against_ref(label, m, path, 64, 13);
         skv_model_free(m);
         unlink(path);
     }
+}
+
+/* mistral3 (Ministral 3, Mistral Small 3.1+): llama's block with YaRN's betas and log
+ * multiplier from the file and Llama 4's query temperature, 1 + s ln(floor(p / n_ctx_orig) + 1)
+ * at the logical position p (n_ctx_orig 32 here, so positions 32.. and 64.. scale up); against the
+ * float64 reference (which scales the scores), then compression in original and rerotate
+ * positions (the temperature stays with the logical position). Against llama.cpp (dev check):
+ * 1.4e-5 to 4.2e-5 over 300 tokens (docs/ARCHITECTURES.md). */
+static void test_mistral3(void **state) {
+    (void)state;
+    char path[4096];
+    const skv_synth_arch arch = {.arch = "mistral3",
+                                 .yarn = 4.0f,
+                                 .yarn_beta_fast = 16.0f,
+                                 .yarn_beta_slow = 2.0f,
+                                 .yarn_log_mul = 0.5f,
+                                 .attn_temp = 0.1f,
+                                 .n_ctx_orig = 32};
+    skv_model *m = synth_load(&arch, 1024, 11, path);
+    const skv_hparams *hp = skv_model_hparams(m);
+    assert_string_equal(hp->arch, "mistral3");
+    assert_int_equal(hp->rope_mode, SKV_ROPE_ADJACENT);
+    assert_int_equal(hp->rope_scaling, SKV_ROPE_SCALING_YARN);
+    assert_float_equal(hp->attn_temp_scale, 0.1, 1e-7);
+    /* get_mscale(4, 1) / get_mscale(4, 0.5) */
+    assert_float_equal(hp->rope_attn_factor, (1 + 0.1 * log(4.0)) / (1 + 0.05 * log(4.0)), 1e-6);
+    check_against_ref("mistral3", m, path, 100, 17);
+    skv_model_free(m);
+    unlink(path);
 }
 
 /* Linear RoPE scaling turns position p like position p / factor. */
@@ -863,6 +898,7 @@ int main(void) {
         cmocka_unit_test(test_linear_scaling),
         cmocka_unit_test(test_longrope),
         cmocka_unit_test(test_yarn),
+        cmocka_unit_test(test_mistral3),
         cmocka_unit_test(test_rerotate_fresh),
         cmocka_unit_test(test_mask_equivalence_neox),
         cmocka_unit_test(test_mask_equivalence_rope_freqs),

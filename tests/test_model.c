@@ -97,8 +97,9 @@ static void test_inconsistent_hparams(void **state) {
 
 static void test_wrong_architecture(void **state) {
     (void)state;
-    expect((mutation){.arch = "gpt2"}, SKV_ERR_UNSUPPORTED,
-           "architecture 'gpt2' is not supported (sparsekv runs llama, qwen2, qwen3, phi3)");
+    expect(
+        (mutation){.arch = "gpt2"}, SKV_ERR_UNSUPPORTED,
+        "architecture 'gpt2' is not supported (sparsekv runs llama, qwen2, qwen3, phi3, mistral3)");
     /* a known architecture whose keys are missing (they are read under its prefix) */
     expect((mutation){.arch = "qwen2"}, SKV_ERR_FORMAT,
            "missing hyperparameter 'qwen2.embedding_length'");

@@ -124,6 +124,15 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+void cli_warn_ctx(const char *cmd, int n_ctx, const skv_model *model) {
+    const int train = skv_model_hparams(model)->n_ctx_train;
+    if (n_ctx > train)
+        fprintf(stderr,
+                "sparsekv %s: warning: --ctx %d is past the model's training context (%d): "
+                "positions past it are ones the model never saw\n",
+                cmd, n_ctx, train);
+}
+
 void cli_warn_threads(const char *cmd, long n) {
     const long cores = skv_n_cores();
     if (cores > 0 && n > cores) /* allowed (a test of it, say), but never silently */

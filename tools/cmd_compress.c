@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "                         [--window-keep N] [--positions original|rerotate]\n"
             "                         [-t N] [--kv-type f32|f16|q8_0] [--ctx N] [--json]\n"
             "                         [--plot FILE.png]\n\n"
-            "Tokenizes PROMPT (BOS + text), prefills its KV cache, compresses it per layer\n"
+            "Tokenizes PROMPT (BOS first where the vocabulary asks), prefills its KV cache,\n"
+            "compresses it per layer\n"
             "and kv head under policy P and reports what was kept.\n\n"
             "  -m MODEL            GGUF model (default %s)\n"
             "  -p, --prompt PROMPT the prompt text\n"
@@ -34,7 +35,7 @@ static void usage(FILE *f) {
             "  --ctx N             context size (default 0: the model's training length); for\n"
             "                      a LongRoPE model (Phi-3.5, Phi-4-mini: `info` says) it\n"
             "                      also chooses the RoPE factors, short up to the model's\n"
-            "                      original length (4096), long past it\n"
+            "                      original length (4096 for Phi-3.5), long past it\n"
             "  --json              print one JSON document: policy, keep_frac, T, keep,\n"
             "                      compress_ms, window_ms, cache_ms, window_tokens,\n"
             "                      layer_budgets (pyramid), bytes_before, bytes_after,\n"
@@ -344,6 +345,7 @@ int cmd_compress(int argc, char **argv) {
     cparams.n_threads = n_threads;
     cparams.kv_type = kv_type;
     cparams.n_ctx = n_ctx;
+    cli_warn_ctx(CMD, n_ctx, model);
     skv_context *ctx = NULL;
     skv_compress_info info;
     rc = cli_policy_run(CMD, model, &cparams, &opts, &p, false, &ctx, NULL, &info);

@@ -87,7 +87,9 @@ static void usage(FILE *f) {
             "  --ctx N              every context's size (default 0: the model's training\n"
             "                       length); for a LongRoPE model (Phi-3.5, Phi-4-mini) it\n"
             "                       chooses the RoPE factors for the whole run, short up to\n"
-            "                       the model's original length (4096), long past it\n"
+            "                       the model's original length (4096 for Phi-3.5), long\n"
+            "                       past it; generated samples and task prompts are sized\n"
+            "                       to it as to the training length\n"
             "  --shard i/n          run only samples with index %% n == i (0 <= i < n)\n"
             "  --out DIR            output directory (default eval-out; made with its parents\n"
             "                       when missing); refused when it is\n"
@@ -1280,6 +1282,7 @@ static int eval_main(int argc, char **argv) {
     st.n_threads = (int)threads;
     const skv_hparams *hp = skv_model_hparams(model);
     int n_ctx = st.n_ctx > 0 ? st.n_ctx : hp->n_ctx_train;
+    cli_warn_ctx(CMD, st.n_ctx, model);
     for (int i = 0; i < n_budgets; i++) {
         if ((long)budgets[i] + compress_every > n_ctx) {
             cli_error(CMD,
@@ -1396,8 +1399,10 @@ static int eval_main(int argc, char **argv) {
              skv_eval_runinfo_set(&cur, "simd", &e2, "%s", cli_simd_kernels())) ||
             (split.chat_template && /* only when given: older runs' run.json lack it */
              skv_eval_runinfo_set(&cur, "chat_template", &e2, "%s", split.chat_template)) ||
-            (st.n_ctx > 0 && /* only when given, as chat_template */
-             skv_eval_runinfo_set(&cur, "n_ctx", &e2, "%d", st.n_ctx))) {
+            /* the size, when given or when it chooses a LongRoPE model's factors (an older run
+             * of such a model, sized per sample, is then refused rather than mixed in) */
+            ((st.n_ctx > 0 || hp->rope_scaling == SKV_ROPE_SCALING_LONGROPE) &&
+             skv_eval_runinfo_set(&cur, "n_ctx", &e2, "%d", n_ctx))) {
             cli_error(CMD, "%s", e2.msg);
             goto done;
         }

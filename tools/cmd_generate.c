@@ -321,6 +321,7 @@ int cmd_generate(int argc, char **argv) {
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
     cp.n_ctx = n_ctx;
+    cli_warn_ctx("generate", n_ctx, model);
     const int ctx_len = n_ctx > 0 ? n_ctx : hp->n_ctx_train;
     const char *ctx_what = n_ctx > 0 ? "--ctx" : "the model's context";
     /* a budget with rerotate keeps every head within --max-cache + --compress-every entries,

@@ -325,14 +325,15 @@ int cmd_info(int argc, char **argv) {
                "\"head_dim\":%d,\"n_ff\":%d,\"n_rot\":%d,\"rope_theta\":%g,\"norm_eps\":%g,"
                "\"tied_output\":%s,\"rope_mode\":\"%s\",\"rope_freq_scale\":%g,"
                "\"rope_freq_factors\":%s,\"qkv_bias\":%s,\"qk_norm\":%s,"
-               "\"rope_scaling\":\"%s\",\"n_ctx_orig\":%d,\"rope_attn_factor\":%g},",
+               "\"rope_scaling\":\"%s\",\"n_ctx_orig\":%d,\"rope_attn_factor\":%g,"
+               "\"attn_temp_scale\":%g},",
                skv_gguf_version(g), hp->arch, hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer,
                hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->rope_theta,
                hp->norm_eps, hp->tied_output ? "true" : "false",
                hp->rope_mode == SKV_ROPE_NEOX ? "neox" : "adjacent", hp->rope_freq_scale,
                hp->rope_freq_factors ? "true" : "false", hp->qkv_bias ? "true" : "false",
                hp->qk_norm ? "true" : "false", rope_scaling_name(hp->rope_scaling), hp->n_ctx_orig,
-               (double)hp->rope_attn_factor);
+               (double)hp->rope_attn_factor, (double)hp->attn_temp_scale);
         printf("\"weight_type\":\"%s\",\"weight_bytes_per_token\":%llu,",
                skv_type_name(skv_model_weight_type(model)),
                (unsigned long long)skv_model_weight_bytes(model));
@@ -373,6 +374,10 @@ int cmd_info(int argc, char **argv) {
         else if (hp->rope_attn_factor != 1.0f)
             printf("rope scaling %s; cos and sin x %g\n", rope_scaling_name(hp->rope_scaling),
                    (double)hp->rope_attn_factor);
+        if (hp->attn_temp_scale != 0)
+            printf("attention    queries at position p x (1 + %g ln(floor(p / %d) + 1)) (Llama 4's "
+                   "temperature)\n",
+                   (double)hp->attn_temp_scale, hp->n_ctx_orig);
         printf("weights      mostly %s, %.2f MiB read per token\n",
                skv_type_name(skv_model_weight_type(model)),
                skv_model_weight_bytes(model) / 1048576.0);

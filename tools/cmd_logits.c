@@ -305,6 +305,7 @@ int cmd_logits(int argc, char **argv) {
     cp.n_threads = (int)threads;
     cp.kv_type = kv_type;
     cp.n_ctx = n_ctx;
+    cli_warn_ctx("logits", n_ctx, model);
     if (n_ctx > 0 && n > n_ctx) {
         cli_error("logits", "%d tokens do not fit in --ctx %d", n, n_ctx);
         rc = 2;

@@ -426,7 +426,8 @@ class Model:
         into their ids; otherwise such text is encoded as ordinary text."""
         self._p()
         data = _text(text)
-        if bos is None:
+        as_vocab = bos is None  # BOS and EOS as the vocabulary asks (skv_tokenize_ex's add_special)
+        if as_vocab:
             bos = bool(_lib.skv_vocab_add_bos(self._vocab))
         if special and not L.have("skv_tokenize_ex"):
             raise UnsupportedError("this libsparsekv cannot parse special tokens", 4)
@@ -441,6 +442,9 @@ class Model:
                     n += 1
                 elif n < 0 and n != L.INT_MIN and bos:
                     n -= 1
+            elif as_vocab:
+                n = _lib.skv_tokenize_ex(self._vocab, data, len(data), True, False, _i32p(out),
+                                         cap)
             else:
                 n = _lib.skv_tokenize(self._vocab, data, len(data), bool(bos), _i32p(out), cap)
             return n, out

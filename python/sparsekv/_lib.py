@@ -53,6 +53,7 @@ class skv_hparams(Structure):
         ("rope_scaling", c_int),
         ("n_ctx_orig", c_int),
         ("rope_attn_factor", c_float),
+        ("attn_temp_scale", c_float),
     ]
 
 

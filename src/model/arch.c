@@ -10,12 +10,15 @@
 
 static const skv_arch ARCHS[] = {
     /* name    family                                     rope               q/k/v fused bias
-       out_b qk_norm gate_up rope_freqs longrope */
+       out_b qk_norm gate_up rope_freqs longrope yarn_keys attn_temp */
     {"llama", "Llama 1/2/3.x, Mistral, SmolLM2, TinyLlama", SKV_ROPE_ADJACENT, REQ, NO, OPT, OPT,
-     NO, false, OPT, NO},
-    {"qwen2", "Qwen2, Qwen2.5", SKV_ROPE_NEOX, REQ, NO, REQ, NO, NO, false, NO, NO},
-    {"qwen3", "Qwen3 (dense)", SKV_ROPE_NEOX, REQ, NO, NO, NO, REQ, false, NO, NO},
-    {"phi3", "Phi-3, Phi-3.5, Phi-4 (mini)", SKV_ROPE_NEOX, OPT, OPT, NO, NO, NO, true, NO, OPT},
+     NO, false, OPT, NO, false, false},
+    {"qwen2", "Qwen2, Qwen2.5", SKV_ROPE_NEOX, REQ, NO, REQ, NO, NO, false, NO, NO, false, false},
+    {"qwen3", "Qwen3 (dense)", SKV_ROPE_NEOX, REQ, NO, NO, NO, REQ, false, NO, NO, false, false},
+    {"phi3", "Phi-3, Phi-3.5, Phi-4 (mini)", SKV_ROPE_NEOX, OPT, OPT, NO, NO, NO, true, NO, OPT,
+     false, false},
+    {"mistral3", "Ministral 3, Mistral Small 3.1+ (text)", SKV_ROPE_ADJACENT, REQ, NO, NO, OPT, NO,
+     false, OPT, NO, true, true},
 };
 
 #undef NO
@@ -39,7 +42,7 @@ const skv_arch *skv_arch_require(const char *name, skv_err *err) {
 }
 
 const char *skv_arch_names(void) {
-    return "llama, qwen2, qwen3, phi3";
+    return "llama, qwen2, qwen3, phi3, mistral3";
 }
 
 int skv_arch_count(void) {

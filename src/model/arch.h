@@ -25,6 +25,9 @@ typedef struct skv_arch {
     skv_need rope_freqs;    /* rope_freqs.weight [n_rot / 2] */
     skv_need rope_longrope; /* LongRoPE: rope_factors_long / rope_factors_short [n_rot / 2],
                                both or neither */
+    bool yarn_keys;         /* reads rope.scaling.yarn_beta_fast / _slow / _log_multiplier (else
+                               YaRN's betas are 32 and 1, as llama.cpp has them) */
+    bool attn_temp;         /* reads attention.temperature_scale (Llama 4's query scaling) */
 } skv_arch;
 
 /* The descriptor of an architecture name, or NULL. */
@@ -32,7 +35,7 @@ const skv_arch *skv_arch_find(const char *name);
 /* The same, or NULL with SKV_ERR_UNSUPPORTED and the message that names what is supported (the
  * loader's and quantize's refusal). */
 const skv_arch *skv_arch_require(const char *name, skv_err *err);
-/* "llama, qwen2, qwen3, phi3" */
+/* "llama, qwen2, qwen3, phi3, mistral3" */
 const char *skv_arch_names(void);
 int skv_arch_count(void);
 const skv_arch *skv_arch_at(int i);

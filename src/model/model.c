@@ -281,24 +281,41 @@ static bool load_hparams(loader *ld, skv_err *err) {
         !get_hparam_float(g, akey(ld, "rope.scaling.attn_factor"), 1e-3, 1e3, &hp->rope_attn_factor,
                           err))
         return false;
-    /* YaRN's own magnitude correction, as llama.cpp and Hugging Face apply it */
+    /* YaRN's correction range and magnitude (llama.cpp's and Hugging Face's defaults; mistral3
+     * files may set both: a log multiplier m divides the magnitude by 1 + 0.1 m ln(factor)) */
+    m->yarn_beta_fast = 32.0f;
+    m->yarn_beta_slow = 1.0f;
+    float log_mul = 0.0f;
+    if (m->arch->yarn_keys &&
+        (!get_hparam_float(g, akey(ld, "rope.scaling.yarn_beta_fast"), 1e-3, 1e4,
+                           &m->yarn_beta_fast, err) ||
+         !get_hparam_float(g, akey(ld, "rope.scaling.yarn_beta_slow"), 1e-3, 1e4,
+                           &m->yarn_beta_slow, err) ||
+         !get_hparam_float(g, akey(ld, "rope.scaling.yarn_log_multiplier"), 0, 1e3, &log_mul, err)))
+        return false;
     if (hp->rope_scaling == SKV_ROPE_SCALING_YARN && factor > 1)
-        hp->rope_attn_factor *= 1.0f + 0.1f * logf(factor);
+        hp->rope_attn_factor *=
+            (1.0f + 0.1f * logf(factor)) / (1.0f + 0.1f * log_mul * logf(factor));
+    /* Llama 4's query temperature (mistral3) */
+    if (m->arch->attn_temp && !get_hparam_float(g, akey(ld, "attention.temperature_scale"), 0, 1e3,
+                                                &hp->attn_temp_scale, err))
+        return false;
     return true;
 }
 
-/* YaRN's scale of each frequency i < n_rot / 2: frequencies that turn fewer than beta_slow = 1
+/* YaRN's scale of each frequency i < n_rot / 2: frequencies that turn fewer than beta_slow (1)
  * times over n_ctx_orig positions are interpolated (freq_scale), those turning more than
- * beta_fast = 32 times kept (1), a linear ramp between over the pair index (llama.cpp's and
+ * beta_fast (32) times kept (1), a linear ramp between over the pair index (llama.cpp's and
  * Hugging Face's correction range: floor and ceil of n_rot ln(n_ctx_orig / (2 pi beta)) /
  * (2 ln theta), within [0, n_rot - 1]). */
-static double *yarn_mix(const skv_hparams *hp) {
+static double *yarn_mix(const skv_model *m) {
+    const skv_hparams *hp = &m->hp;
     const int h = hp->n_rot / 2;
     double *mix = malloc((size_t)h * sizeof *mix);
     if (!mix) return NULL;
     const double n = hp->n_rot, lt = 2 * log((double)hp->rope_theta), two_pi = 2 * M_PI;
-    double lo = floor(n * log(hp->n_ctx_orig / (32.0 * two_pi)) / lt);
-    double hi = ceil(n * log(hp->n_ctx_orig / (1.0 * two_pi)) / lt);
+    double lo = floor(n * log(hp->n_ctx_orig / (m->yarn_beta_fast * two_pi)) / lt);
+    double hi = ceil(n * log(hp->n_ctx_orig / (m->yarn_beta_slow * two_pi)) / lt);
     lo = lo < 0 ? 0 : lo;
     hi = hi > n - 1 ? n - 1 : hi;
     const double span = hi - lo > 0.001 ? hi - lo : 0.001;
@@ -421,7 +438,7 @@ static bool load_tensors(loader *ld, skv_err *err) {
                     hp->arch, a->rope_longrope == SKV_NEED_NO ? ", which has none" : "");
         return false;
     }
-    if (hp->rope_scaling == SKV_ROPE_SCALING_YARN && !(m->rope.mix = m->rope_mix = yarn_mix(hp))) {
+    if (hp->rope_scaling == SKV_ROPE_SCALING_YARN && !(m->rope.mix = m->rope_mix = yarn_mix(m))) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory");
         return false;
     }

@@ -47,18 +47,20 @@ typedef struct skv_layer_weights {
 struct skv_model {
     skv_hparams hp;
     const struct skv_arch *arch;
-    skv_rope_spec rope;        /* the RoPE descriptor (LongRoPE: short factors; a context
-                                * turns by skv_model_rope's) */
-    float *rope_factors;       /* [n_rot / 2] owned, or NULL: rope_freqs.weight */
-    float *rope_long;          /* [n_rot / 2] owned, or NULL: LongRoPE past n_ctx_orig */
-    float *rope_short;         /* [n_rot / 2] owned, or NULL: LongRoPE up to n_ctx_orig */
-    double *rope_mix;          /* [n_rot / 2] owned, or NULL: YaRN's scale of each frequency */
-    skv_gguf *gguf;            /* owns the mapping */
-    skv_vocab *vocab;          /* owned; NULL only from skv_model_load_weights */
-    skv_weight tok_embd;       /* [n_vocab, n_embd] */
-    skv_weight output_norm;    /* [n_embd] f32 */
-    skv_weight output;         /* [n_vocab, n_embd]; when tied, tok_embd's tensor (packed
-                                * apart from it unless copied as rows) */
+    skv_rope_spec rope;     /* the RoPE descriptor (LongRoPE: short factors; a context
+                             * turns by skv_model_rope's) */
+    float *rope_factors;    /* [n_rot / 2] owned, or NULL: rope_freqs.weight */
+    float *rope_long;       /* [n_rot / 2] owned, or NULL: LongRoPE past n_ctx_orig */
+    float *rope_short;      /* [n_rot / 2] owned, or NULL: LongRoPE up to n_ctx_orig */
+    double *rope_mix;       /* [n_rot / 2] owned, or NULL: YaRN's scale of each frequency */
+    float yarn_beta_fast;   /* YaRN's correction range: frequencies turning more than beta_fast */
+    float yarn_beta_slow;   /* times over n_ctx_orig are kept, fewer than beta_slow scaled */
+    skv_gguf *gguf;         /* owns the mapping */
+    skv_vocab *vocab;       /* owned; NULL only from skv_model_load_weights */
+    skv_weight tok_embd;    /* [n_vocab, n_embd] */
+    skv_weight output_norm; /* [n_embd] f32 */
+    skv_weight output;      /* [n_vocab, n_embd]; when tied, tok_embd's tensor (packed
+                             * apart from it unless copied as rows) */
     skv_layer_weights *layers; /* [n_layer] */
     uint64_t weight_bytes;
     skv_type weight_type;

@@ -640,11 +640,15 @@ static skv_status check_shape(const skv_synth_shape *s, const skv_synth_arch *sa
         (!sa->qkv_bias && a->qkv_bias == SKV_NEED_REQUIRED) ||
         (sa->qk_norm != (a->qk_norm == SKV_NEED_REQUIRED)) || (sa->fused != a->gate_up_fused) ||
         (sa->rope_freqs && a->rope_freqs == SKV_NEED_NO) ||
-        (sa->longrope && a->rope_longrope == SKV_NEED_NO))
-        return skv_err_set(err, SKV_ERR_INVALID_ARG,
-                           "shape '%s': biases, q/k norms, fusion or RoPE factors do not match "
-                           "architecture '%s'",
-                           s->name ? s->name : "custom", a->name);
+        (sa->longrope && a->rope_longrope == SKV_NEED_NO) ||
+        ((sa->yarn_beta_fast > 0 || sa->yarn_beta_slow > 0 || sa->yarn_log_mul > 0) &&
+         !a->yarn_keys) ||
+        (sa->attn_temp > 0 && !a->attn_temp))
+        return skv_err_set(
+            err, SKV_ERR_INVALID_ARG,
+            "shape '%s': biases, q/k norms, fusion, RoPE factors or keys do not match "
+            "architecture '%s'",
+            s->name ? s->name : "custom", a->name);
     if (sa->n_rot < 0 || sa->n_rot % 2 || sa->n_rot > shape_head_dim(s, sa) ||
         ((sa->longrope || sa->yarn > 0) != (sa->n_ctx_orig > 0)) || (sa->longrope && sa->yarn > 0))
         return skv_err_set(err, SKV_ERR_INVALID_ARG,
@@ -825,6 +829,17 @@ skv_status skv_synth_write_ex(const skv_synth_shape *shape, const skv_synth_arch
         (sa->yarn > 0 &&
          ((st = skv_gguf_writer_set_str(w, AKEY("rope.scaling.type"), "yarn")) ||
           (st = skv_gguf_writer_set_f32(w, AKEY("rope.scaling.factor"), sa->yarn)))) ||
+        (sa->yarn_beta_fast > 0 &&
+         (st = skv_gguf_writer_set_f32(w, AKEY("rope.scaling.yarn_beta_fast"),
+                                       sa->yarn_beta_fast))) ||
+        (sa->yarn_beta_slow > 0 &&
+         (st = skv_gguf_writer_set_f32(w, AKEY("rope.scaling.yarn_beta_slow"),
+                                       sa->yarn_beta_slow))) ||
+        (sa->yarn_log_mul > 0 &&
+         (st = skv_gguf_writer_set_f32(w, AKEY("rope.scaling.yarn_log_multiplier"),
+                                       sa->yarn_log_mul))) ||
+        (sa->attn_temp > 0 &&
+         (st = skv_gguf_writer_set_f32(w, AKEY("attention.temperature_scale"), sa->attn_temp))) ||
         (st = skv_gguf_writer_set_u64(w, "sparsekv.synth.seed", p->seed))) {
         skv_err_set(err, st, "out of memory writing metadata");
         goto done;

@@ -44,7 +44,9 @@ typedef struct skv_synth_arch {
                          (skv_synth_longrope_factors) and the attn_factor of the shape's
                          n_ctx_train over n_ctx_orig */
     float yarn;       /* > 0: rope.scaling.type yarn with this factor */
-    int n_ctx_orig;   /* rope.scaling.original_context_length (longrope and yarn need it) */
+    float yarn_beta_fast, yarn_beta_slow, yarn_log_mul; /* > 0: written (mistral3) */
+    float attn_temp; /* > 0: attention.temperature_scale (mistral3) */
+    int n_ctx_orig;  /* rope.scaling.original_context_length (longrope and yarn need it) */
 } skv_synth_arch;
 
 /* The architecture of a preset (a pointer from skv_synth_preset/_at); the plain llama one

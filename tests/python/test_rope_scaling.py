@@ -75,9 +75,16 @@ def _nll(out_dir):
 
 def test_eval_one_factor_set_per_run(models, tmp_path):
     """eval --keep sized its contexts to the sample and --budget to the model: on a LongRoPE
-    model the two compared their caches under different factor sets (nll_ref differed)."""
+    model with samples shorter than its original length (256) the two compared their caches
+    under different factor sets (nll_ref differed)."""
     path = models["tiny-longrope"]
-    common = ["eval", "-m", path, "--policies", "snapkv", "--samples", "2", "-t", "1", "-q"]
+    data = tmp_path / "data.jsonl"
+    with open(data, "w") as f:
+        for k in range(2):
+            f.write(json.dumps({"tokens": [1] + [3 + (i * 37 + k * 11) % 500 for i in range(150)]})
+                    + "\n")
+    common = ["eval", "-m", path, "--data", str(data), "--policies", "snapkv", "--window", "16",
+              "--continuation", "32", "-t", "1", "-q"]
     cli(*common, "--keep", "0.5", "--protocols", "seed", "--out", str(tmp_path / "keep"))
     cli(*common, "--budget", "64", "--out", str(tmp_path / "budget"))
     cli(*common, "--keep", "0.5", "--protocols", "seed", "--ctx", "256", "--out",
@@ -85,9 +92,12 @@ def test_eval_one_factor_set_per_run(models, tmp_path):
     keep, budget, short = (_nll(tmp_path / d) for d in ("keep", "budget", "short"))
     assert keep == budget
     assert [s for s, _ in keep] == [s for s, _ in short] and keep != short
-    run = json.load(open(tmp_path / "short" / "run.json"))
-    assert run["config"]["n_ctx"] == "256"
-    assert "n_ctx" not in json.load(open(tmp_path / "keep" / "run.json"))["config"]
+    # the size a LongRoPE run used is recorded, given or not (a resume cannot mix sets)
+    assert json.load(open(tmp_path / "short" / "run.json"))["config"]["n_ctx"] == "256"
+    assert json.load(open(tmp_path / "keep" / "run.json"))["config"]["n_ctx"] == "512"
+    p = subprocess.run([CLI, *common, "--keep", "0.5", "--protocols", "seed", "--ctx", "256",
+                        "--resume", str(tmp_path / "keep")], capture_output=True, text=True)
+    assert p.returncode == 2 and "n_ctx" in p.stderr
 
 
 def test_evaluate_n_ctx(models):
