@@ -18,7 +18,7 @@ int skv_prompt_tokenize(const skv_vocab *vocab, const char *text, size_t len, co
         skv_err_set(err, SKV_ERR_INVALID_ARG, "%s prompt too long", what);
         return -1;
     }
-    int cap = (int)len + 2;
+    int cap = (int)len + 3; /* a byte each at most, BOS, EOS and SentencePiece's leading space */
     int32_t *t = malloc((size_t)cap * sizeof *t);
     if (!t) {
         skv_err_set(err, SKV_ERR_NOMEM, "out of memory tokenizing a %s prompt", what);

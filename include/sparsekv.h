@@ -292,7 +292,8 @@ SKV_API const char *skv_chat_template_name(const skv_vocab *vocab, const char *t
 SKV_API const char *skv_chat_template_opener(const skv_vocab *vocab, const char *tmpl);
 
 /* Formats a conversation as the template (tmpl as above; vocab may be NULL when tmpl is given)
- * does, ending with the assistant's header when add_generation_prompt. The text holds the special
+ * does, ending with the assistant's header when add_generation_prompt (mistral: no header, the
+ * user's [/INST] ends the prompt). The text holds the special
  * tokens' text (BOS included where the template writes it): encode it with skv_tokenize_ex(...,
  * add_special = false, parse_special = true), which also reads special-token text inside a
  * message's content as the token (as Hugging Face's apply_chat_template does: a message holding
@@ -385,7 +386,8 @@ typedef enum skv_logits_mode {
 SKV_API skv_status skv_forward(skv_context *ctx, const int32_t *tokens, int n_tokens,
                                skv_logits_mode mode, float *logits, skv_err *err);
 
-/* Captured post-RoPE queries of the last forward call's last n tokens (n <= capture_window):
+/* Captured post-RoPE queries of the last forward call's last n tokens (n <= capture_window), as
+ * attention used them (mistral3: times the query temperature):
  * q points at [n_head, n, head_dim] for the layer; NULL when nothing was captured.
  * *first_pos receives the position of the first captured query. */
 SKV_API const float *skv_context_captured_queries(const skv_context *ctx, int layer, int *n,

@@ -767,6 +767,13 @@ static void test_mistral3(void **state) {
     assert_float_equal(hp->rope_attn_factor, (1 + 0.1 * log(4.0)) / (1 + 0.05 * log(4.0)), 1e-6);
     check_against_ref("mistral3", m, path, 100, 17);
     skv_model_free(m);
+    /* a temperature that is no number is refused, as the other hyperparameters */
+    expect_refused((mutation){.path = path,
+                              .set_str_key = "mistral3.attention.temperature_scale",
+                              .set_str = "warm"},
+                   SKV_ERR_FORMAT,
+                   "hyperparameter 'mistral3.attention.temperature_scale' is missing a valid "
+                   "value");
     unlink(path);
 }
 

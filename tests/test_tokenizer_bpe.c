@@ -582,6 +582,8 @@ static void test_chat_mistral(void **state) {
     skv_err err = {0};
     assert_null(skv_chat_template_name(NULL, "{{ '[INST] ' + m + ' [/INST]' }}", &err));
     assert_null(skv_chat_template_name(NULL, "[SYSTEM_PROMPT][INST]x[/INST]", &err));
+    /* the name llama.cpp's --mistral-format conversion stores instead of a template */
+    assert_string_equal(skv_chat_template_name(NULL, "mistral-v3-tekken", NULL), "mistral");
     const skv_chat_message sys_user[] = {{"system", "Be brief."}, {"user", "Hello"}};
     char *s = chat(NULL, nemo, sys_user, 2, true);
     assert_string_equal(s, "<s>[INST]Be brief.\n\nHello[/INST]");

@@ -420,10 +420,11 @@ class Model:
     # -- tokenizer
     def tokenize(self, text, bos=None, special=False):
         """Token ids of text (str, or bytes taken as they are; anything else is a TypeError) as
-        an int32 array; BOS first when bos, or, with bos=None (the default), when the vocabulary
-        asks for it (tokenizer.ggml.add_bos_token: Llama, Mistral, Phi yes; Qwen2, GPT-2 no), as
-        the CLI does. special=True turns the text of special tokens ("<s>", "<|im_start|>", ...)
-        into their ids; otherwise such text is encoded as ordinary text."""
+        an int32 array; BOS first when bos, or, with bos=None (the default), BOS and EOS where
+        the vocabulary asks for them (tokenizer.ggml.add_bos_token: Llama, Mistral, Phi yes;
+        Qwen2, GPT-2 no; add_eos_token), as the CLI does. special=True turns the text of special
+        tokens ("<s>", "<|im_start|>", ...) into their ids; otherwise such text is encoded as
+        ordinary text."""
         self._p()
         data = _text(text)
         as_vocab = bos is None  # BOS and EOS as the vocabulary asks (skv_tokenize_ex's add_special)
@@ -433,7 +434,10 @@ class Model:
             raise UnsupportedError("this libsparsekv cannot parse special tokens", 4)
         def call(cap):
             out = np.empty(max(cap, 1), dtype=np.int32)
-            if special:
+            if special and as_vocab:  # BOS and EOS as the vocabulary asks, specials parsed
+                n = _lib.skv_tokenize_ex(self._vocab, data, len(data), True, True, _i32p(out),
+                                         cap)
+            elif special:
                 # BOS by hand, so that bos means the same with and without special
                 n = _lib.skv_tokenize_ex(self._vocab, data, len(data), False, True,
                                          _i32p(out[1:] if bos else out), cap - int(bool(bos)))

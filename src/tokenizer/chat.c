@@ -45,6 +45,8 @@ static chat_kind detect(const char *t) {
     if (strstr(t, OPENER[CHAT_MISTRAL]) && strstr(t, "[/INST]") && !strstr(t, "[INST] ") &&
         !strstr(t, "[SYSTEM_PROMPT]"))
         return CHAT_MISTRAL;
+    /* llama.cpp's --mistral-format conversion stores the template's name, not its text */
+    if (!strcmp(t, "mistral-v3-tekken")) return CHAT_MISTRAL;
     return CHAT_NONE;
 }
 
