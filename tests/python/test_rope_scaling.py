@@ -125,3 +125,41 @@ def test_tokenize_bos_as_the_vocabulary_asks(tmp_path):
         assert list(m.tokenize("Hello world", bos=True)) == [m.bos] + plain
         p = cli("tokenize", "-m", path, "-p", "Hello world", "--json")
         assert json.loads(p.stdout)["tokens"] == plain
+
+
+def test_tokenize_eos_as_the_vocabulary_asks(tmp_path):
+    """A vocabulary asking for BOS and EOS gets both from tokenize(bos=None), with or without
+    special=True, as `sparsekv tokenize` does (make_vocab.py's writer: a byte-level vocabulary of
+    the 256 byte tokens, <s> and </s>)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "data", "tokenizer"))
+    import make_vocab
+    chars = sorted(make_vocab.byte_alphabet())
+    tokens = ["<unk>", "<s>", "</s>"] + chars
+    vocab = str(tmp_path / "v.gguf")
+    make_vocab.write_gguf(vocab, [
+        ("general.architecture", "str", "llama"),
+        ("tokenizer.ggml.model", "str", "gpt2"),
+        ("tokenizer.ggml.pre", "str", "gpt-2"),
+        ("tokenizer.ggml.tokens", "[str]", tokens),
+        ("tokenizer.ggml.token_type", "[i32]", [3, 3, 3] + [1] * len(chars)),
+        ("tokenizer.ggml.merges", "[str]", []),
+        ("tokenizer.ggml.bos_token_id", "u32", 1),
+        ("tokenizer.ggml.eos_token_id", "u32", 2),
+        ("tokenizer.ggml.unknown_token_id", "u32", 0),
+        ("tokenizer.ggml.add_bos_token", "bool", True),
+        ("tokenizer.ggml.add_eos_token", "bool", True),
+    ])
+    path = str(tmp_path / "m.gguf")
+    cli("synth-model", "--preset", "tiny", "--type", "f32", "--vocab", vocab, "-o", path)
+    cli_ids = json.loads(cli("tokenize", "-m", path, "-p", "ab", "--json").stdout)["tokens"]
+    cli_special = json.loads(cli("tokenize", "-m", path, "-p", "ab", "--special",
+                                 "--json").stdout)["tokens"]
+    with sparsekv.Model(path) as m:
+        ids = list(m.tokenize("ab"))
+        assert ids[0] == 1 and ids[-1] == 2 and len(ids) == 4
+        assert ids == cli_ids
+        assert list(m.tokenize("ab", special=True)) == cli_special == ids
+        assert list(m.tokenize("ab", bos=False)) == ids[1:3]
