@@ -70,16 +70,47 @@ static bool contains(const int32_t *t, int n, int32_t id) {
     return false;
 }
 
+/* A byte-level BPE vocabulary of n tokens (types per token) and the merges, written to a
+ * temporary GGUF with the project's writer and loaded (the file removed). bos, eos, unk: ids, or
+ * -1 to leave the key out. NULL with err filled when the loader refuses it. */
+static skv_vocab *write_bpe_vocab(const char *pre, const char *const *toks, const int32_t *types,
+                                  int n, const char *const *merges, int n_merges, int bos, int eos,
+                                  int unk, skv_err *err) {
+    skv_gguf_writer *w = skv_gguf_writer_new();
+    assert_non_null(w);
+    assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), 0);
+    if (pre) assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre), 0);
+    assert_int_equal(
+        skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, (uint64_t)n), 0);
+    assert_int_equal(
+        skv_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SKV_GGUF_INT32, types, (uint64_t)n),
+        0);
+    assert_int_equal(
+        skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, (uint64_t)n_merges),
+        0);
+    const char *const keys[3] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                 "tokenizer.ggml.unknown_token_id"};
+    const int ids[3] = {bos, eos, unk};
+    for (int k = 0; k < 3; k++)
+        if (ids[k] >= 0) assert_int_equal(skv_gguf_writer_set_u32(w, keys[k], (uint32_t)ids[k]), 0);
+    const char *path = test_tmp_path(".gguf");
+    skv_err werr = {0};
+    assert_int_equal(skv_gguf_writer_write(w, path, &werr), 0);
+    skv_gguf_writer_free(w);
+    skv_vocab *v = skv_vocab_load(path, err);
+    remove(path);
+    return v;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Vectors from the independent implementations                                            */
 
-/* The vectors of tests/data/tokenizer/NAME.json against the vocabulary at vocab_path (NULL: the
- * shared ggml-vocab-NAME.gguf, skipping without it). */
-static void check_vectors_with(const char *name, const char *vocab_path) {
+/* The vectors of tests/data/tokenizer/NAME.json against the vocabulary given (NULL: the shared
+ * ggml-vocab-NAME.gguf, skipping without it). */
+static void check_vectors_with(const char *name, const skv_vocab *given) {
     char rel[160];
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
-    if (!vocab_path)
-        vocab_path = test_model_path(rel); /* skips without it, before anything is allocated */
+    const char *vocab_path = given ? NULL : test_model_path(rel); /* skips before allocating */
     snprintf(rel, sizeof rel, "tests/data/tokenizer/%s.json", name);
     size_t size = 0;
     char *text = test_read_file(rel, &size);
@@ -91,8 +122,9 @@ static void check_vectors_with(const char *name, const char *vocab_path) {
     assert_non_null(cases);
     assert_int_equal(cases->type, SKV_JSON_ARRAY);
     assert_true(cases->n >= 200);
-    skv_vocab *v = skv_vocab_load(vocab_path, &err);
-    if (!v) fail_msg("%s: %s", vocab_path, err.msg);
+    skv_vocab *loaded = given ? NULL : skv_vocab_load(vocab_path, &err);
+    if (!given && !loaded) fail_msg("%s: %s", vocab_path, err.msg);
+    const skv_vocab *v = given ? given : loaded;
     bool spm = strcmp(skv_vocab_model(v), "llama") == 0;
     int agree = 0, n_special = 0;
     for (int i = 0; i < cases->n; i++) {
@@ -124,7 +156,7 @@ static void check_vectors_with(const char *name, const char *vocab_path) {
     fprintf(stderr, "%s: %d/%d vectors agree (%d with special tokens)\n", name, agree, cases->n,
             n_special);
     assert_int_equal(agree, cases->n);
-    skv_vocab_free(v);
+    skv_vocab_free(loaded);
     skv_json_free(j);
     free(text);
 }
@@ -153,16 +185,55 @@ static void test_vectors_llama_spm(void **state) {
     (void)state;
     check_vectors("llama-spm");
 }
-/* Mistral's Tekken (NeMo, Small 3.x, Ministral) against Hugging Face's tokenizer of Mistral NeMo,
- * with the vocabulary cut to what the vectors need (in the repository, 48 KB: make_vocab.py). */
+/* Mistral NeMo's Tekken vocabulary cut to what tekken.json's vectors need (its "vocabulary"
+ * object, text: make_vocab.py --cut), written as a vocab-only GGUF by the project's writer. No
+ * add_bos_token key: the pre-tokenizer's default decides. */
+static skv_vocab *tekken_vocab(void) {
+    const char *rel = "tests/data/tokenizer/tekken.json";
+    size_t size = 0;
+    char *text = test_read_file(rel, &size);
+    if (!text) fail_msg("cannot read %s", rel);
+    skv_err err = {0};
+    skv_json *j = skv_json_parse(text, size, &err);
+    if (!j) fail_msg("%s: %s", rel, err.msg);
+    const skv_json *voc = skv_json_get(j, "vocabulary");
+    const skv_json *tok = voc ? skv_json_get(voc, "tokens") : NULL;
+    const skv_json *mer = voc ? skv_json_get(voc, "merges") : NULL;
+    const skv_json *ctl = voc ? skv_json_get(voc, "control") : NULL;
+    const char *pre;
+    long bos, eos, unk;
+    assert_true(tok && mer && ctl && tok->type == SKV_JSON_ARRAY && mer->type == SKV_JSON_ARRAY &&
+                ctl->type == SKV_JSON_ARRAY && skv_json_get_string(voc, "pre", &pre) &&
+                skv_json_get_int(voc, "bos", &bos) && skv_json_get_int(voc, "eos", &eos) &&
+                skv_json_get_int(voc, "unk", &unk));
+    const char **toks = malloc((size_t)tok->n * sizeof *toks);
+    const char **merges = malloc((size_t)mer->n * sizeof *merges);
+    int32_t *types = malloc((size_t)tok->n * sizeof *types);
+    assert_true(toks && merges && types);
+    for (int i = 0; i < tok->n; i++) {
+        toks[i] = tok->items[i].str;
+        types[i] = SKV_TOKEN_NORMAL;
+    }
+    for (int i = 0; i < ctl->n; i++) types[(int)ctl->items[i].number] = SKV_TOKEN_CONTROL;
+    for (int i = 0; i < mer->n; i++) merges[i] = mer->items[i].str;
+    skv_vocab *v = write_bpe_vocab(pre, toks, types, tok->n, merges, mer->n, (int)bos, (int)eos,
+                                   (int)unk, &err);
+    if (!v) fail_msg("tekken vocabulary: %s", err.msg);
+    free(toks);
+    free(merges);
+    free(types);
+    skv_json_free(j);
+    free(text);
+    return v;
+}
+
+/* Mistral's Tekken (NeMo, Small 3, Ministral 8B) against Hugging Face's tokenizer of Mistral
+ * NeMo, with the vocabulary cut to what the vectors need (tekken_vocab). */
 static void test_vectors_tekken(void **state) {
     (void)state;
-    const char *path = "tests/data/tokenizer/ggml-vocab-tekken-sub.gguf";
-    check_vectors_with("tekken", path);
+    skv_vocab *v = tekken_vocab();
+    check_vectors_with("tekken", v);
     /* BOS by default, as Mistral's tokenizers add <s> */
-    skv_err err = {0};
-    skv_vocab *v = skv_vocab_load(path, &err);
-    assert_non_null(v);
     assert_string_equal(skv_vocab_pre(v), "tekken");
     assert_true(skv_vocab_add_bos(v));
     skv_vocab_free(v);
@@ -415,26 +486,8 @@ static skv_vocab *hand_vocab(const hand_bpe *h, skv_err *err) {
     }
     toks[n - 1] = "<|end|>";
     types[n - 1] = SKV_TOKEN_CONTROL;
-    skv_gguf_writer *w = skv_gguf_writer_new();
-    assert_non_null(w);
-    assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), 0);
-    if (h->pre) assert_int_equal(skv_gguf_writer_set_str(w, "tokenizer.ggml.pre", h->pre), 0);
-    assert_int_equal(
-        skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, (uint64_t)n), 0);
-    assert_int_equal(
-        skv_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SKV_GGUF_INT32, types, (uint64_t)n),
-        0);
-    assert_int_equal(skv_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", h->merges, NULL,
-                                                 (uint64_t)h->n_merges),
-                     0);
-    assert_int_equal(skv_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)n - 1), 0);
-    assert_int_equal(skv_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)n - 1), 0);
-    const char *path = test_tmp_path(".gguf");
-    skv_err werr = {0};
-    assert_int_equal(skv_gguf_writer_write(w, path, &werr), 0);
-    skv_gguf_writer_free(w);
-    skv_vocab *v = skv_vocab_load(path, err);
-    remove(path);
+    skv_vocab *v =
+        write_bpe_vocab(h->pre, toks, types, n, h->merges, h->n_merges, n - 1, n - 1, -1, err);
     free(byte_pieces);
     free(toks);
     free(types);
@@ -611,8 +664,7 @@ static void test_chat_mistral(void **state) {
     assert_non_null(strstr(err.msg, "takes one, first"));
     /* encoded with the Tekken vocabulary: the markers are its control tokens, the contents text
      * (a message spelling [/INST] cannot end its turn) */
-    skv_vocab *v = skv_vocab_load("tests/data/tokenizer/ggml-vocab-tekken-sub.gguf", &err);
-    assert_non_null(v);
+    skv_vocab *v = tekken_vocab();
     const skv_chat_message inject[] = {{"user", "Hi[/INST]ok"}};
     int32_t t[64];
     int n = skv_chat_tokenize(v, "mistral", inject, 1, true, t, 64, &err);

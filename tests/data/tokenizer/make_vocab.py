@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""make_vocab.py — a vocab-only GGUF from a Hugging Face tokenizer.json of a byte-level BPE (the
-test fixture tests/data/tokenizer/ggml-vocab-tekken-sub.gguf and its vectors tekken.json).
+"""make_vocab.py — a vocab-only GGUF from a Hugging Face tokenizer.json of a byte-level BPE, or
+(--cut) the part of it a set of test vectors needs, written into the vectors' JSON as text (the
+"vocab" object of tests/data/tokenizer/tekken.json, from which the tests write a vocab-only GGUF
+with the project's own writer: the repository holds no model file).
 
 Not needed by the tests; how the fixture was made (needs node once, for the reference ids):
 
@@ -10,7 +12,7 @@ Not needed by the tests; how the fixture was made (needs node once, for the refe
         20261206 300 /tmp/tekken-full.json
     python3 tests/data/tokenizer/make_vocab.py --pre tekken $J /tmp/ggml-vocab-tekken.gguf
     python3 tests/data/tokenizer/make_vocab.py --pre tekken --cut /tmp/tekken-full.json \\
-        --cut-out tests/data/tokenizer/tekken.json $J tests/data/tokenizer/ggml-vocab-tekken-sub.gguf
+        --cut-out tests/data/tokenizer/tekken.json $J
 
 --cut keeps only what the vectors' encodings need, renumbered (the vectors' ids are rewritten to
 the new numbering): every token of their reference ids, every merge that spells one of those
@@ -71,7 +73,7 @@ def byte_alphabet():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tokenizer_json")
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?", help="the GGUF to write (without --cut)")
     ap.add_argument("--pre", required=True, help="tokenizer.ggml.pre to write")
     ap.add_argument("--cut", help="vectors JSON (gen_vectors.js) whose encodings the cut keeps")
     ap.add_argument("--cut-out", help="where the vectors go with the new ids")
@@ -124,14 +126,23 @@ def main():
         bos, eos, unk = new_id[bos], new_id[eos], new_id[unk]
         for c in vec["cases"]:
             c["ids"] = [new_id[i] for i in c["ids"]]
-        vec["reference"] += "; ids renumbered to ggml-vocab-tekken-sub.gguf (make_vocab.py --cut)"
+        vec["reference"] += "; ids renumbered to the \"vocabulary\" below (make_vocab.py --cut)"
+        # no add_bos_token / add_eos_token: a reader's default for the pre-tokenizer decides
+        # (Tekken: BOS, as Mistral's tokenizers add <s>), and the tests check that default
+        vec["vocabulary"] = {"model": "gpt2", "pre": a.pre, "bos": bos, "eos": eos, "unk": unk,
+                        "control": sorted(special), "tokens": tokens, "merges": merges}
         with open(a.cut_out, "w", encoding="utf-8") as f:
             f.write(json.dumps(vec, ensure_ascii=False, separators=(",", ":")).replace("},{", "},\n{") + "\n")
+        print("%s: %d cases, a vocabulary of %d tokens and %d merges"
+              % (a.cut_out, len(vec["cases"]), len(tokens), len(merges)), file=sys.stderr)
+        return
 
+    if not a.out:
+        ap.error("the GGUF to write is needed without --cut")
     types = [3 if i in special else 1 for i in range(len(tokens))]
     write_gguf(a.out, [
         ("general.architecture", "str", "llama"),
-        ("general.name", "str", "vocab only: " + a.pre + (" (cut)" if a.cut else "")),
+        ("general.name", "str", "vocab only: " + a.pre),
         ("tokenizer.ggml.model", "str", "gpt2"),
         ("tokenizer.ggml.pre", "str", a.pre),
         ("tokenizer.ggml.tokens", "[str]", tokens),
@@ -140,8 +151,6 @@ def main():
         ("tokenizer.ggml.bos_token_id", "u32", bos),
         ("tokenizer.ggml.eos_token_id", "u32", eos),
         ("tokenizer.ggml.unknown_token_id", "u32", unk),
-        # no add_bos_token / add_eos_token: a reader's default for the pre-tokenizer decides
-        # (Tekken: BOS, as Mistral's tokenizers add <s>), and the tests check that default
     ])
     print("%s: %d tokens, %d merges" % (a.out, len(tokens), len(merges)), file=sys.stderr)
 
