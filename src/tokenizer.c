@@ -636,13 +636,8 @@ skv_vocab *skv_vocab_from_gguf(const skv_gguf *g, skv_err *err) {
     bool prefix = kind == VOCAB_SPM;
     if (!gguf_opt_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, err)) goto fail;
     v->add_space_prefix = prefix;
-    if (kind == VOCAB_BPE) {
-        /* Without the flag: BOS for Llama 3 and Tekken (their tokenizers add <|begin_of_text|>,
-         * <s>), none for GPT-2, Qwen2 and the others. */
-        const char *pre = skv_gguf_get_str(g, "tokenizer.ggml.pre");
-        v->add_bos = pre && (strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0 ||
-                             strcmp(pre, "tekken") == 0);
-    }
+    if (kind == VOCAB_BPE) /* without the flag, the pre-tokenizer's family decides */
+        v->add_bos = skv_bpe_pre_adds_bos(skv_gguf_get_str(g, "tokenizer.ggml.pre"));
     if (!gguf_opt_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err) ||
         !gguf_opt_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err))
         goto fail;

@@ -63,12 +63,6 @@ bool cli_parse_ctx(const char *cmd, const char *s, int *out);
 /* A warning on stderr when --ctx is past the model's training context (allowed, never
  * silent: positions past it are ones the model never saw). */
 void cli_warn_ctx(const char *cmd, int n_ctx, const skv_model *model);
-/* The help line of --ctx (generate's column). */
-#define CLI_CTX_HELP                                                                               \
-    "  --ctx N       context size (default 0: the model's training length); for a\n"               \
-    "                LongRoPE model (Phi-3.5, Phi-4-mini: `info` says) it also\n"                  \
-    "                chooses the RoPE factors, short up to the model's original\n"                 \
-    "                length (4096 for Phi-3.5), long past it\n"
 
 /* The model path to use: explicit, else the embedded default stories260K.gguf, looked up in
  * order: $SKV_DEFAULT_MODEL; EXE_DIR/../models/ (the source tree, for build/sparsekv);

@@ -30,7 +30,11 @@ static void usage(FILE *f) {
             "  --top-p P     nucleus sampling mass in (0, 1]; 1 = off (default 0.95)\n"
             "  --seed S      random seed of the sampler and of the random policy (default 0)\n"
             "  -t THREADS    worker threads (default: all cores)\n"
-            "  --kv-type T   KV cache element type (default f32)\n" CLI_CTX_HELP
+            "  --kv-type T   KV cache element type (default f32)\n"
+            "  --ctx N       context size (default 0: the model's training length); for a\n"
+            "                LongRoPE model (Phi-3.5, Phi-4-mini: `info` says) it also\n"
+            "                chooses the RoPE factors, short up to the model's original\n"
+            "                length (4096 for Phi-3.5), long past it\n"
             "  -q, --quiet   no statistics on stderr\n"
             "  --special     the text of special tokens in PROMPT (<|im_start|>,\n"
             "                <|eot_id|> ...) becomes those tokens; BOS is then added only\n"

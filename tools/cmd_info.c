@@ -368,22 +368,12 @@ int cmd_info(int argc, char **argv) {
                    hp->n_ctx_orig, hp->n_ctx_train,
                    hp->n_ctx_train > hp->n_ctx_orig ? "long" : "short",
                    (double)hp->rope_attn_factor);
-        else if (hp->rope_scaling == SKV_ROPE_SCALING_YARN) {
-            /* the correction range as the loader reads it: betas 32 and 1 unless a mistral3
-             * file sets them */
-            double fast = 32, slow = 1;
-            char key[96];
-            if (!strcmp(hp->arch, "mistral3")) {
-                snprintf(key, sizeof key, "%s.rope.scaling.yarn_beta_fast", hp->arch);
-                skv_gguf_get_float(g, key, &fast);
-                snprintf(key, sizeof key, "%s.rope.scaling.yarn_beta_slow", hp->arch);
-                skv_gguf_get_float(g, key, &slow);
-            }
+        else if (hp->rope_scaling == SKV_ROPE_SCALING_YARN) /* betas: the loader's reading */
             printf("rope scaling yarn: factor %g over %d trained positions, betas %g / %g; cos "
                    "and sin x %g\n",
-                   1.0 / hp->rope_freq_scale, hp->n_ctx_orig, fast, slow,
-                   (double)hp->rope_attn_factor);
-        } else if (hp->rope_attn_factor != 1.0f)
+                   1.0 / hp->rope_freq_scale, hp->n_ctx_orig, (double)model->yarn_beta_fast,
+                   (double)model->yarn_beta_slow, (double)hp->rope_attn_factor);
+        else if (hp->rope_attn_factor != 1.0f)
             printf("rope scaling %s; cos and sin x %g\n", rope_scaling_name(hp->rope_scaling),
                    (double)hp->rope_attn_factor);
         if (hp->attn_temp_scale != 0)

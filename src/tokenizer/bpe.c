@@ -49,16 +49,33 @@ struct skv_pretok {
 typedef struct pre_def {
     const char *name;
     bool ignore_merges;
+    bool add_bos; /* BOS when the file has no tokenizer.ggml.add_bos_token (llama.cpp's default) */
     const char *re[MAX_STAGES];
 } pre_def;
 
 static const pre_def PRE_DEFS[] = {
-    {"default", false, {RE_GPT2, NULL}}, /* HF's ByteLevel pre-tokenizer alone */
-    {"gpt-2", false, {RE_GPT2, NULL}},   {"llama-bpe", true, {RE_LLAMA3, NULL}},
-    {"llama3", true, {RE_LLAMA3, NULL}}, {"llama-v3", true, {RE_LLAMA3, NULL}},
-    {"qwen2", false, {RE_QWEN2, NULL}},  {"smollm", false, {"\\p{N}", RE_GPT2}},
-    {"tekken", true, {RE_TEKKEN, NULL}},
+    {"default", false, false, {RE_GPT2, NULL}}, /* HF's ByteLevel pre-tokenizer alone */
+    {"gpt-2", false, false, {RE_GPT2, NULL}},
+    {"llama-bpe", true, true, {RE_LLAMA3, NULL}}, /* Llama 3 adds <|begin_of_text|> */
+    {"llama3", true, true, {RE_LLAMA3, NULL}},
+    {"llama-v3", true, true, {RE_LLAMA3, NULL}},
+    {"qwen2", false, false, {RE_QWEN2, NULL}},
+    {"smollm", false, false, {"\\p{N}", RE_GPT2}},
+    {"tekken", true, true, {RE_TEKKEN, NULL}}, /* Mistral's tokenizers add <s> */
 };
+
+/* The definition of a tokenizer.ggml.pre name (NULL: "default"), or NULL if unknown. */
+static const pre_def *pre_find(const char *pre) {
+    if (!pre) pre = "default";
+    for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++)
+        if (strcmp(PRE_DEFS[i].name, pre) == 0) return &PRE_DEFS[i];
+    return NULL;
+}
+
+bool skv_bpe_pre_adds_bos(const char *pre) {
+    const pre_def *def = pre_find(pre);
+    return def && def->add_bos;
+}
 
 #define SUPPORTED_PRE "default, gpt-2, llama-bpe (llama3, llama-v3), qwen2, smollm, tekken"
 
@@ -188,9 +205,7 @@ skv_status skv_bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err) {
             return skv_err_set(err, SKV_ERR_FORMAT, "GGUF key tokenizer.ggml.pre is not a string");
         pre = "default";
     }
-    const pre_def *def = NULL;
-    for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++)
-        if (strcmp(PRE_DEFS[i].name, pre) == 0) def = &PRE_DEFS[i];
+    const pre_def *def = pre_find(pre);
     if (!def)
         return skv_err_set(err, SKV_ERR_UNSUPPORTED,
                            "byte-level BPE pre-tokenizer '%.60s' (tokenizer.ggml.pre) is not "

@@ -81,6 +81,9 @@ int32_t skv_vocab_lookup(const skv_vocab *v, const char *s, size_t len);
 skv_status skv_bpe_load(skv_vocab *v, const skv_gguf *g, skv_err *err);
 bool skv_bpe_encode(const skv_vocab *v, const char *text, size_t len, tokvec *out);
 void skv_bpe_free(skv_vocab *v);
+/* Whether a vocabulary of this tokenizer.ggml.pre (NULL: none) adds BOS when the file does not
+ * say (tokenizer.ggml.add_bos_token). */
+bool skv_bpe_pre_adds_bos(const char *pre);
 /* Compiles a pre-tokenizer of n (1..2) stages; clear error when PCRE2 refuses an expression. */
 skv_pretok *skv_bpe_pretok_compile(const char *const *patterns, int n, skv_err *err);
 void skv_bpe_pretok_free(skv_pretok *p);
